@@ -1,0 +1,40 @@
+# Every target creates .venv if missing, installs pinned torch and the package, and is fast when
+# nothing changed (stamps under .venv/). `make test` is what CI runs (.ci/run).
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+TORCH_PINS := torch==2.14.1 torchvision==0.29.1
+CSRC   := $(shell find csrc -type f 2>/dev/null)
+OUT    ?= results
+
+.PHONY: install test demo bench lint gpu-check clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+# torch (from the machine's local wheel cache) and the build tools, before the package is built
+$(VENV)/.deps-stamp: $(BIN)/python
+	$(BIN)/pip install -q --disable-pip-version-check $(TORCH_PINS) ninja setuptools wheel
+	touch $@
+
+# the package (editable) with its app and test extras; rebuilt when a C++/CUDA source changes
+$(VENV)/.build-stamp: $(VENV)/.deps-stamp pyproject.toml setup.py $(CSRC)
+	$(BIN)/pip install -q --disable-pip-version-check --no-build-isolation -e '.[apps,test]'
+	touch $@
+
+install: $(VENV)/.build-stamp
+
+test: install
+	$(BIN)/python -m pytest -q tests
+
+demo: install
+	$(BIN)/python bench/compare.py
+
+bench: install
+	$(BIN)/python bench/compare.py --json $(OUT)/bench_cpu.json
+
+lint: install
+	$(BIN)/ruff check .
+
+clean:
+	rm -rf build *.egg-info vitplast_kernels/*.so $(VENV)/.build-stamp

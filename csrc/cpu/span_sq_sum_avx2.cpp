@@ -1,0 +1,112 @@
+// AVX2 + FMA + F16C variant of the span kernels. Only this file is compiled for
+// that ISA (via the pragma below, after every system header), and it is called
+// only when the running CPU reports all three features.
+#include "span_sq_sum_api.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+
+#define VITPLAST_SPAN_NS avx2
+#include "span_sq_sum.h"
+
+namespace vitplast {
+namespace avx2 {
+namespace {
+
+// 8 elements -> 8 floats
+inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 load8(const unsigned short* p, BF16) {
+  __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+}
+inline __m256 load8(const unsigned short* p, F16) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+template <class L>
+inline __m256 load8_as(const typename L::T* p) {
+  if constexpr (sizeof(typename L::T) == 4) {
+    return load8(reinterpret_cast<const float*>(p));
+  } else {
+    return load8(p, L{});
+  }
+}
+
+// Adds (a - b)^2 of 8 elements into two double accumulators (low, high halves).
+inline void accumulate8(__m256 va, __m256 vb, __m256d& lo, __m256d& hi) {
+  __m256d dlo = _mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(va)),
+                              _mm256_cvtps_pd(_mm256_castps256_ps128(vb)));
+  __m256d dhi = _mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(va, 1)),
+                              _mm256_cvtps_pd(_mm256_extractf128_ps(vb, 1)));
+  lo = _mm256_fmadd_pd(dlo, dlo, lo);
+  hi = _mm256_fmadd_pd(dhi, dhi, hi);
+}
+
+template <class L>
+void span_sq_sum_vec(const typename L::T* a, const typename L::T* b, long long n, double* acc) {
+  static_assert(kLanes == 16, "lane layout below assumes 16 lanes");
+  __m256d s0 = _mm256_loadu_pd(acc), s1 = _mm256_loadu_pd(acc + 4);
+  __m256d s2 = _mm256_loadu_pd(acc + 8), s3 = _mm256_loadu_pd(acc + 12);
+  long long i = 0;
+  for (; i + 16 <= n; i += 16) {
+    accumulate8(load8_as<L>(a + i), load8_as<L>(b + i), s0, s1);
+    accumulate8(load8_as<L>(a + i + 8), load8_as<L>(b + i + 8), s2, s3);
+  }
+  _mm256_storeu_pd(acc, s0);
+  _mm256_storeu_pd(acc + 4, s1);
+  _mm256_storeu_pd(acc + 8, s2);
+  _mm256_storeu_pd(acc + 12, s3);
+  span_sq_sum_scalar<L>(a + i, b + i, n - i, acc);
+}
+
+}  // namespace
+}  // namespace avx2
+
+void span_sq_sum_avx2(SpanDtype dtype, const void* a, const void* b, long long n, double* acc) {
+  switch (dtype) {
+    case SpanDtype::kFloat32:
+      avx2::span_sq_sum_vec<avx2::F32>(static_cast<const float*>(a), static_cast<const float*>(b),
+                                       n, acc);
+      break;
+    case SpanDtype::kBFloat16:
+      avx2::span_sq_sum_vec<avx2::BF16>(static_cast<const unsigned short*>(a),
+                                        static_cast<const unsigned short*>(b), n, acc);
+      break;
+    case SpanDtype::kFloat16:
+      avx2::span_sq_sum_vec<avx2::F16>(static_cast<const unsigned short*>(a),
+                                       static_cast<const unsigned short*>(b), n, acc);
+      break;
+  }
+}
+
+}  // namespace vitplast
+
+#pragma GCC pop_options
+
+#else  // not x86: the "avx2" entry is the generic loop
+
+namespace vitplast {
+void span_sq_sum_avx2(SpanDtype dtype, const void* a, const void* b, long long n, double* acc) {
+  span_sq_sum_generic(dtype, a, b, n, acc);
+}
+}  // namespace vitplast
+
+#endif
+
+namespace vitplast {
+
+SpanSqSumFn select_span_sq_sum() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+      __builtin_cpu_supports("f16c")) {
+    return &span_sq_sum_avx2;
+  }
+#endif
+  return &span_sq_sum_generic;
+}
+
+}  // namespace vitplast

@@ -1,0 +1,1 @@
+"""Applications built on vitplast_kernels: the `vitplast` CLI, measurement, finetuning, profiling."""

@@ -1,0 +1,40 @@
+"""Test helpers: input factories (including strided views) and per-dtype tolerances."""
+
+from __future__ import annotations
+
+import torch
+
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+# relative error of a squared distance against the float64 reference
+SQ_RTOL = {torch.float32: 2e-6, torch.float16: 2e-5, torch.bfloat16: 2e-5}
+
+
+def rand(shape, dtype, gen, device="cpu", scale=1.0):
+    return (torch.randn(shape, generator=gen, dtype=torch.float32) * scale).to(dtype).to(device)
+
+
+def strided_views(shape, dtype, gen, device="cpu"):
+    """Pairs of (name, a, b) non-contiguous views with logical shape ``shape`` = (B, n, d)."""
+    B, n, d = shape
+    out = []
+    big = rand((2 * B, n, d), dtype, gen, device)
+    out.append(("halves", big[:B], big[B:]))
+    t = rand((B, d, n), dtype, gen, device).transpose(1, 2)
+    u = rand((B, d, n), dtype, gen, device).transpose(1, 2)
+    out.append(("transposed", t, u))
+    w = rand((B, n + 3, d + 5), dtype, gen, device)
+    v = rand((B, n + 3, d + 5), dtype, gen, device)
+    out.append(("sliced", w[:, 2 : 2 + n, 1 : 1 + d], v[:, 1 : 1 + n, 3 : 3 + d]))
+    r = rand((2 * B, n, d), dtype, gen, device)
+    out.append(("every-other-row", r[::2], rand((B, n, d), dtype, gen, device)))
+    return out
+
+
+def assert_close_rel(actual: torch.Tensor, expected: torch.Tensor, rtol: float, what: str = ""):
+    actual = actual.detach().double().cpu()
+    expected = expected.detach().double().cpu()
+    assert actual.shape == expected.shape, f"{what}: shape {actual.shape} != {expected.shape}"
+    assert torch.isfinite(actual).all(), f"{what}: non-finite output {actual}"
+    err = ((actual - expected).abs() / expected.abs().clamp_min(1e-30)).max().item()
+    assert err <= rtol, f"{what}: max relative error {err:.3g} > {rtol:.1g}"

@@ -1,0 +1,70 @@
+"""Errors, torch.library registration (opcheck) and torch.compile."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import vitplast_kernels as vk
+from helpers import rand
+
+
+@pytest.mark.parametrize(
+    "a, b, exc, match",
+    [
+        (torch.zeros(4, 3), torch.zeros(4, 4), ValueError, "b must have the same shape as a"),
+        (torch.zeros(4), torch.zeros(4), ValueError, "a must have at least 2 dims"),
+        (torch.zeros(0, 3), torch.zeros(0, 3), ValueError, "a has an empty batch"),
+        (torch.zeros(4, 3, dtype=torch.int64), torch.zeros(4, 3), TypeError, "a must be float32"),
+        (torch.zeros(4, 3), torch.zeros(4, 3, dtype=torch.float16), TypeError, "b has dtype"),
+        ([[1.0]], torch.zeros(1, 1), TypeError, "a must be a torch.Tensor"),
+        (torch.zeros(4, 3, dtype=torch.float64), torch.zeros(4, 3, dtype=torch.float64), TypeError,
+         "float32, float16 or bfloat16"),
+    ],
+)
+def test_bad_input_errors_name_the_argument(a, b, exc, match):
+    with pytest.raises(exc, match=match):
+        vk.pair_sq_distances(a, b)
+
+
+def test_unknown_backend_and_device_mismatch():
+    x = torch.zeros(2, 3)
+    with pytest.raises(ValueError, match="backend must be one of"):
+        vk.pair_sq_distances(x, x, backend="nope")
+    with pytest.raises(ValueError, match="x has 2 rows but fx has 3"):
+        vk.pair_ratios(torch.zeros(3, 4), torch.zeros(3, 4), x, x)
+    with pytest.raises(ValueError, match="a and b must hold as many tensors"):
+        vk.pair_sq_distances_grouped([x], [])
+    with pytest.raises(ValueError, match=r"a\[1\] has 3 rows"):
+        vk.pair_sq_distances_grouped([x, torch.zeros(3, 4)], [x, torch.zeros(3, 4)])
+
+
+def test_direct_op_call_checks_shapes():
+    with pytest.raises(RuntimeError, match="same shape"):
+        torch.ops.vitplast.pair_sq_distances(torch.zeros(2, 3), torch.zeros(2, 4))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_opcheck(dtype, gen):
+    a, b = rand((3, 5, 7), dtype, gen), rand((3, 5, 7), dtype, gen)
+    torch.library.opcheck(torch.ops.vitplast.pair_sq_distances.default, (a, b))
+    torch.library.opcheck(torch.ops.vitplast.pair_sq_distances.default, (a[:, 1:], b[:, :-1]))
+    torch.library.opcheck(
+        torch.ops.vitplast.pair_sq_distances_grouped.default, ([a, a[:, :2]], [b, b[:, 3:]])
+    )
+
+
+def test_torch_compile_fullgraph_traces_through(gen):
+    fx, fy, x, y = (rand((4, 9, 16), torch.float32, gen) for _ in range(4))
+
+    @torch.compile(fullgraph=True, backend="aot_eager")
+    def rates(fx, fy, x, y):
+        return vk.pair_ratios(fx, fy, x, y, backend="cpu")
+
+    torch.testing.assert_close(rates(fx, fy, x, y), vk.pair_ratios(fx, fy, x, y, backend="cpu"))
+
+
+def test_inputs_requiring_grad_are_measured_without_graph(gen):
+    x = rand((2, 8), torch.float32, gen).requires_grad_()
+    out = vk.pair_sq_distances(x, x.detach() * 2)
+    assert not out.requires_grad

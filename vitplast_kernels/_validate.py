@@ -1,0 +1,61 @@
+"""Input validation for the public ops: errors name the argument and the problem."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def check_tensor(name: str, t: object, *, min_dims: int = 2) -> torch.Tensor:
+    """Checks one activation tensor of shape (B, ...) with B >= 1 and a floating dtype."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype not in SUPPORTED_DTYPES:
+        raise TypeError(
+            f"{name} must be float32, float16 or bfloat16, got {t.dtype}"
+            + (" (integer activations cannot be compared)" if not t.is_floating_point() else "")
+        )
+    if t.dim() < min_dims:
+        raise ValueError(
+            f"{name} must have at least {min_dims} dims (B, ...): pairs first, then the elements of each "
+            f"pair member; got shape {tuple(t.shape)}"
+        )
+    if t.shape[0] == 0:
+        raise ValueError(f"{name} has an empty batch (shape {tuple(t.shape)}): there are no pairs")
+    return t
+
+
+def check_same(names: Sequence[str], tensors: Sequence[torch.Tensor], *, same_shape: bool = True) -> None:
+    """Checks that tensors agree on device, dtype and (optionally) shape; names the offender."""
+    first_name, first = names[0], tensors[0]
+    for name, t in zip(names[1:], tensors[1:], strict=True):
+        if t.device != first.device:
+            raise ValueError(f"{name} is on {t.device} but {first_name} is on {first.device}")
+        if t.dtype != first.dtype:
+            raise TypeError(f"{name} has dtype {t.dtype} but {first_name} has dtype {first.dtype}")
+        if same_shape and t.shape != first.shape:
+            raise ValueError(
+                f"{name} must have the same shape as {first_name}, got {tuple(t.shape)} and "
+                f"{tuple(first.shape)}"
+            )
+
+
+def check_pair(a_name: str, a: object, b_name: str, b: object) -> tuple[torch.Tensor, torch.Tensor]:
+    a = check_tensor(a_name, a)
+    b = check_tensor(b_name, b)
+    check_same([a_name, b_name], [a, b])
+    return a, b
+
+
+def check_rows(names: Sequence[str], tensors: Sequence[torch.Tensor]) -> None:
+    """Checks that tensors share the leading (pair) dimension."""
+    rows = tensors[0].shape[0]
+    for name, t in zip(names, tensors, strict=True):
+        if t.shape[0] != rows:
+            raise ValueError(
+                f"{name} has {t.shape[0]} rows but {names[0]} has {rows}: every tensor must hold the "
+                "same pairs"
+            )

@@ -1,0 +1,72 @@
+"""Public paired reductions: validate, pick a backend, call it (the thin op layer).
+
+Shapes: ``a``, ``b`` are ``(B, ...)``: pair ``i`` is ``(a[i], b[i])``; everything after the leading
+dim is one pair member (e.g. ``(B, n, d)`` tokens x channels). Inputs may be float32, float16 or
+bfloat16, contiguous or strided views; differences are taken after up-casting and sums are accumulated
+in float32 or wider. Outputs are float32 on the inputs' device and carry no gradient.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from . import _validate
+from .backends import resolve
+
+
+def pair_sq_distances(a: torch.Tensor, b: torch.Tensor, *, backend: str = "auto") -> torch.Tensor:
+    """``(B, ...) x (B, ...) -> (B,)`` float32: ``sum_k (a[i, k] - b[i, k])^2`` per pair ``i``."""
+    a, b = _validate.check_pair("a", a, "b", b)
+    return resolve(backend, a.device).pair_sq(a.detach(), b.detach())
+
+
+def pair_distances(a: torch.Tensor, b: torch.Tensor, *, backend: str = "auto") -> torch.Tensor:
+    """``(B, ...) x (B, ...) -> (B,)`` float32 Frobenius distances ``||a[i] - b[i]||``."""
+    return pair_sq_distances(a, b, backend=backend).sqrt()
+
+
+def pair_ratios(
+    fx: torch.Tensor, fy: torch.Tensor, x: torch.Tensor, y: torch.Tensor, *, backend: str = "auto"
+) -> torch.Tensor:
+    """``(B,)`` float32 rates ``||fx[i] - fy[i]|| / ||x[i] - y[i]||``; NaN where ``x[i] == y[i]``.
+
+    ``fx``/``fy`` are the component's outputs for the pair members ``x``/``y``; the outputs and the
+    inputs may have different shapes but must hold the same number of pairs ``B``.
+    """
+    fx, fy = _validate.check_pair("fx", fx, "fy", fy)
+    x, y = _validate.check_pair("x", x, "y", y)
+    _validate.check_rows(["fx", "x"], [fx, x])
+    if fx.device != x.device:
+        raise ValueError(f"x is on {x.device} but fx is on {fx.device}")
+    num = pair_sq_distances(fx, fy, backend=backend)
+    den = pair_sq_distances(x, y, backend=backend)
+    return ratio_from_sq(num, den)
+
+
+def ratio_from_sq(num_sq: torch.Tensor, den_sq: torch.Tensor) -> torch.Tensor:
+    """``sqrt(num_sq / den_sq)`` with NaN where ``den_sq == 0`` (identical inputs: no rate)."""
+    nan = torch.full_like(den_sq, float("nan"))
+    return torch.where(den_sq > 0, (num_sq / den_sq).sqrt(), nan)
+
+
+def pair_sq_distances_grouped(
+    a: Sequence[torch.Tensor], b: Sequence[torch.Tensor], *, backend: str = "auto"
+) -> torch.Tensor:
+    """G pairs of ``(B, ...)`` tensors (widths may differ, ``B`` shared) -> ``(G, B)`` float32.
+
+    One launch for the whole group on GPU backends: what a capture uses to reduce every tensor of a
+    forward pass at once.
+    """
+    a, b = list(a), list(b)
+    if len(a) != len(b):
+        raise ValueError(f"a and b must hold as many tensors, got {len(a)} and {len(b)}")
+    if not a:
+        raise ValueError("a and b are empty: the group must hold at least one pair of tensors")
+    for g, (x, y) in enumerate(zip(a, b, strict=True)):
+        _validate.check_pair(f"a[{g}]", x, f"b[{g}]", y)
+    names = [f"a[{g}]" for g in range(len(a))]
+    _validate.check_rows(names, a)
+    _validate.check_same(names, a, same_shape=False)
+    return resolve(backend, a[0].device).grouped([x.detach() for x in a], [y.detach() for y in b])
