@@ -1,0 +1,255 @@
+"""Image datasets for measurement and finetuning, from a one-string spec.
+
+``load_dataset(spec, split, img_size, seed)`` returns a ``torch.utils.data.Dataset`` whose items are
+``(image, label)``: ``image`` a float32 tensor ``(3, img_size, img_size)``, normalised; ``label`` an int in
+``[0, num_classes)``. Every dataset has ``.num_classes`` and ``.classes`` (class names, index = label).
+
+Specs:
+
+- ``"digits"`` — scikit-learn's bundled 8x8 handwritten digits (1797 images, no download), upsampled
+  (bilinear) to ``img_size``, grey repeated on 3 channels, scaled to [-1, 1]. ``"digits:0-4"``,
+  ``"digits:5-9"``, ``"digits:1,3,7"`` keep a subset of classes, relabelled ``0..k-1`` in increasing digit
+  order (``.classes`` keeps the digit names). Train / val is a deterministic 80 / 20 split per class,
+  drawn from ``seed``.
+- ``"synthetic"`` — 4 classes of noisy random prototypes (320 train / 80 val images), for tests.
+- ``"cifar10:DIR"`` / ``"cifar100:DIR"`` — torchvision's on-disk format under ``DIR`` (never downloaded).
+- any directory — an ImageFolder (``DIR/<class>/<image>``); ``DIR/train`` and ``DIR/val`` are used when
+  present, otherwise the flat folder is split 80 / 20 like digits.
+
+``split`` is ``"train"``, ``"val"`` or ``"all"`` (train + val).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+import torch
+from torch.utils.data import ConcatDataset, DataLoader, Dataset, Subset
+
+SPLITS = ("train", "val", "all")
+VAL_FRACTION = 0.2
+# torchvision / timm default normalisation for natural images (ImageNet statistics)
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+class TensorImageDataset(Dataset):
+    """Images held in memory.
+
+    ``images``: float32 ``(N, 3, H, W)``, already normalised; ``labels``: int64 ``(N,)``.
+    """
+
+    def __init__(self, images: torch.Tensor, labels: torch.Tensor, classes: Sequence[str]):
+        if images.ndim != 4 or images.shape[1] != 3:
+            raise ValueError(f"images must have shape (N, 3, H, W), got {tuple(images.shape)}")
+        if labels.shape != (images.shape[0],):
+            raise ValueError(f"labels must have shape ({images.shape[0]},), got {tuple(labels.shape)}")
+        self.images = images.contiguous()
+        self.labels = labels.long()
+        self.classes = list(classes)
+        self.num_classes = len(self.classes)
+
+    def __len__(self) -> int:
+        return self.images.shape[0]
+
+    def __getitem__(self, idx: int) -> tuple[torch.Tensor, int]:
+        return self.images[idx], int(self.labels[idx])
+
+
+class _Labelled(Dataset):
+    """A dataset (or subset/concat of one) that exposes ``.classes`` and ``.num_classes``."""
+
+    def __init__(self, inner: Dataset, classes: Sequence[str]):
+        self.inner = inner
+        self.classes = list(classes)
+        self.num_classes = len(self.classes)
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+    def __getitem__(self, idx: int):
+        image, label = self.inner[idx]
+        return image, int(label)
+
+
+def _check_split(split: str) -> None:
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+
+
+def _split_indices(labels: torch.Tensor, split: str, seed: int) -> torch.Tensor:
+    """Deterministic stratified split: per class, a ``VAL_FRACTION`` share (at least 1 when the class has
+    2+ items) goes to val. Returns sorted int64 indices of ``split``."""
+    if split == "all":
+        return torch.arange(labels.numel())
+    g = torch.Generator().manual_seed(seed)
+    chosen = []
+    for c in torch.unique(labels).tolist():
+        idx = torch.nonzero(labels == c).flatten()
+        idx = idx[torch.randperm(idx.numel(), generator=g)]
+        n_val = int(round(idx.numel() * VAL_FRACTION))
+        if idx.numel() >= 2:
+            n_val = max(n_val, 1)
+        chosen.append(idx[:n_val] if split == "val" else idx[n_val:])
+    return torch.sort(torch.cat(chosen)).values
+
+
+def _parse_classes(text: str) -> list[int]:
+    """``"0-4"`` -> [0, 1, 2, 3, 4]; ``"1,3,7"`` -> [1, 3, 7]; mixes allowed (``"0-2,7"``)."""
+    out: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        if "-" in part:
+            lo, hi = part.split("-", 1)
+            out.extend(range(int(lo), int(hi) + 1))
+        elif part:
+            out.append(int(part))
+    return sorted(set(out))
+
+
+def _digits(class_text: str | None, split: str, img_size: int, seed: int) -> TensorImageDataset:
+    from sklearn.datasets import load_digits
+
+    bunch = load_digits()
+    images = torch.from_numpy(bunch.images).float()  # (1797, 8, 8), values 0..16
+    labels = torch.from_numpy(bunch.target).long()
+    keep = list(range(10))
+    if class_text is not None:
+        try:
+            keep = _parse_classes(class_text)
+        except ValueError:
+            raise ValueError(
+                f"spec 'digits:{class_text}': classes must look like '0-4' or '1,3,7'"
+            ) from None
+        bad = [c for c in keep if not 0 <= c <= 9]
+        if bad or not keep:
+            raise ValueError(f"spec 'digits:{class_text}': digit classes must be in 0..9, got {keep}")
+    mask = torch.isin(labels, torch.tensor(keep))
+    images, labels = images[mask], labels[mask]
+    relabel = {c: i for i, c in enumerate(keep)}
+    labels = torch.tensor([relabel[int(c)] for c in labels], dtype=torch.long)
+    idx = _split_indices(labels, split, seed)
+    images, labels = images[idx], labels[idx]
+    x = images.unsqueeze(1) / 16.0  # (N, 1, 8, 8) in [0, 1]
+    if img_size != 8:
+        x = torch.nn.functional.interpolate(x, size=(img_size, img_size), mode="bilinear",
+                                            align_corners=False)
+    x = (x * 2.0 - 1.0).expand(-1, 3, -1, -1)
+    return TensorImageDataset(x.contiguous(), labels, [str(c) for c in keep])
+
+
+def _synthetic(split: str, img_size: int, seed: int, num_classes: int = 4, per_class: int = 100):
+    """Each class = a fixed random low-frequency prototype; items = prototype + noise. The prototypes
+    depend only on a fixed seed (so train and val share them); the split is drawn from ``seed``."""
+    g = torch.Generator().manual_seed(1234)
+    protos = torch.randn(num_classes, 3, 4, 4, generator=g)
+    protos = torch.nn.functional.interpolate(protos, size=(img_size, img_size), mode="bilinear",
+                                             align_corners=False)
+    labels = torch.arange(num_classes).repeat_interleave(per_class)
+    noise = torch.randn(labels.numel(), 3, img_size, img_size, generator=g) * 0.5
+    images = protos[labels] + noise
+    idx = _split_indices(labels, split, seed)
+    return TensorImageDataset(images[idx], labels[idx], [f"class{c}" for c in range(num_classes)])
+
+
+def _image_transform(img_size: int):
+    from torchvision import transforms
+
+    return transforms.Compose([
+        transforms.Lambda(lambda im: im.convert("RGB")),
+        transforms.Resize(img_size),
+        transforms.CenterCrop(img_size),
+        transforms.ToTensor(),
+        transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD),
+    ])
+
+
+def _cifar(kind: str, root: str, split: str, img_size: int) -> Dataset:
+    from torchvision import datasets
+
+    cls = datasets.CIFAR10 if kind == "cifar10" else datasets.CIFAR100
+    folder = cls.base_folder  # "cifar-10-batches-py" / "cifar-100-python"
+    root = os.path.expanduser(root)
+    if os.path.basename(os.path.normpath(root)) == folder:  # DIR given as the extracted folder itself
+        root = os.path.dirname(os.path.normpath(root))
+    tf = _image_transform(img_size)
+    parts = []
+    for train in ([True, False] if split == "all" else [split == "train"]):
+        try:
+            parts.append(cls(root=root, train=train, download=False, transform=tf))
+        except RuntimeError as exc:
+            raise FileNotFoundError(
+                f"{kind} not found under {root!r}: expected the python-version archive extracted as "
+                f"{os.path.join(root, folder)}/ (get {cls.filename} from the CIFAR page and run "
+                f"`tar xzf {cls.filename} -C {root}`); nothing is downloaded"
+            ) from exc
+    ds = parts[0] if len(parts) == 1 else ConcatDataset(parts)
+    return _Labelled(ds, parts[0].classes)
+
+
+def _image_folder(root: str, split: str, img_size: int, seed: int) -> Dataset:
+    from torchvision import datasets
+
+    tf = _image_transform(img_size)
+    train_dir, val_dir = os.path.join(root, "train"), os.path.join(root, "val")
+    if os.path.isdir(train_dir) and os.path.isdir(val_dir):
+        dirs = {"train": [train_dir], "val": [val_dir], "all": [train_dir, val_dir]}[split]
+        parts = [datasets.ImageFolder(d, transform=tf) for d in dirs]
+        if len(parts) == 2 and parts[0].classes != parts[1].classes:
+            raise ValueError(f"{train_dir} and {val_dir} hold different class folders: "
+                             f"{parts[0].classes} vs {parts[1].classes}")
+        ds = parts[0] if len(parts) == 1 else ConcatDataset(parts)
+        return _Labelled(ds, parts[0].classes)
+    try:
+        full = datasets.ImageFolder(root, transform=tf)
+    except FileNotFoundError as exc:
+        raise FileNotFoundError(f"no images found in {root!r}: an ImageFolder needs DIR/<class>/<image> "
+                                f"(or DIR/train/<class>/... and DIR/val/<class>/...)") from exc
+    labels = torch.tensor(full.targets, dtype=torch.long)
+    return _Labelled(Subset(full, _split_indices(labels, split, seed).tolist()), full.classes)
+
+
+def load_dataset(spec: str, split: str = "train", img_size: int = 32, seed: int = 0) -> Dataset:
+    """The dataset named by ``spec`` (see the module docstring).
+
+    Items are ``(image, label)``: ``image`` float32 ``(3, img_size, img_size)`` normalised, ``label`` int.
+    The returned dataset has ``.num_classes`` (int) and ``.classes`` (list of names, index = label).
+    Raises ``ValueError`` for an unknown spec or split, ``FileNotFoundError`` for missing files.
+    """
+    _check_split(split)
+    if not isinstance(spec, str) or not spec:
+        raise ValueError(f"spec must be a non-empty string, got {spec!r}")
+    if not isinstance(img_size, int) or img_size < 1:
+        raise ValueError(f"img_size must be a positive int, got {img_size!r}")
+    kind, _, arg = spec.partition(":")
+    if kind == "digits":
+        return _digits(arg or None, split, img_size, seed)
+    if kind == "synthetic":
+        if arg:
+            raise ValueError(f"spec 'synthetic' takes no argument, got {spec!r}")
+        return _synthetic(split, img_size, seed)
+    if kind in ("cifar10", "cifar100"):
+        if not arg:
+            raise ValueError(f"spec {kind!r} needs a directory: '{kind}:DIR'")
+        return _cifar(kind, arg, split, img_size)
+    path = os.path.expanduser(spec)
+    if os.path.isdir(path):
+        return _image_folder(path, split, img_size, seed)
+    raise ValueError(
+        f"unknown dataset spec {spec!r}: expected 'digits', 'digits:0-4', 'synthetic', 'cifar10:DIR', "
+        f"'cifar100:DIR' or an existing ImageFolder directory"
+    )
+
+
+def make_loader(dataset: Dataset, batch_size: int, shuffle: bool = True, seed: int = 0,
+                drop_last: bool = False, num_workers: int = 0) -> DataLoader:
+    """A ``DataLoader`` over ``dataset`` whose order depends only on ``seed`` (own generator).
+
+    Batches are ``(images (b, 3, H, W) float32, labels (b,) int64)``.
+    """
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+    g = torch.Generator().manual_seed(seed)
+    return DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, generator=g, drop_last=drop_last,
+                      num_workers=num_workers)
