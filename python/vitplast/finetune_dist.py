@@ -1,0 +1,66 @@
+"""torchrun / DistributedDataParallel plumbing for the finetuning driver (gloo on CPU, nccl on GPU).
+
+Outside torchrun (no ``WORLD_SIZE`` > 1 in the environment) every helper is a no-op on one process.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass
+class DistContext:
+    rank: int = 0
+    world: int = 1
+    local_rank: int = 0
+    initialized_here: bool = False
+
+    @property
+    def enabled(self) -> bool:
+        return self.world > 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def barrier(self) -> None:
+        if self.enabled:
+            dist.barrier()
+
+    def sum_(self, t: torch.Tensor) -> torch.Tensor:
+        """In-place sum over ranks (float64 / int64 tensors travel as they are)."""
+        if self.enabled:
+            dist.all_reduce(t, op=dist.ReduceOp.SUM)
+        return t
+
+    def broadcast_object(self, obj):
+        """Rank 0's ``obj`` on every rank."""
+        if not self.enabled:
+            return obj
+        box = [obj]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+
+    def close(self) -> None:
+        if self.initialized_here and dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def init_distributed(device: str) -> DistContext:
+    """Join the process group torchrun describes (``WORLD_SIZE``, ``RANK``, ``LOCAL_RANK``)."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return DistContext()
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if dist.is_initialized():
+        return DistContext(dist.get_rank(), dist.get_world_size(), local_rank, False)
+    backend = "nccl" if device.startswith("cuda") else "gloo"
+    if backend == "nccl":
+        torch.cuda.set_device(local_rank)
+    dist.init_process_group(backend=backend)
+    return DistContext(rank, world, local_rank, True)

@@ -1,0 +1,243 @@
+"""A finetuning run directory: resolved config, metrics log, atomic checkpoints, resume, no overwrite.
+
+Layout of ``DIR``::
+
+    config.json      the resolved options (written once; a resume must match it)
+    metrics.jsonl    one JSON record per line, appended (``{"iter": .., "step": .., "kind": .., ..}``)
+    checkpoint.pt    the last checkpoint (model, optimiser, schedule, RNG states, step), replaced atomically
+    summary.json     written last: its presence marks the run finished
+    plots/, tb/      figures and optional TensorBoard logs
+
+Every file but ``metrics.jsonl`` is written to a temporary file in the same directory and moved into
+place with ``os.replace``, so a killed run leaves either the old or the new version, never a torn one.
+``metrics.jsonl`` is appended line by line; a torn last line is ignored when read, and a resume cuts
+the log back to the checkpoint's step so that the steps replayed are not logged twice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+CONFIG = "config.json"
+METRICS = "metrics.jsonl"
+CHECKPOINT = "checkpoint.pt"
+SUMMARY = "summary.json"
+
+# options that may differ between a run and its resume without changing the results
+RESUME_FREE_KEYS = frozenset({"resume", "progress", "tensorboard", "out", "plots", "device", "workers"})
+
+
+class RunDirError(RuntimeError):
+    """A run directory cannot be used as asked (finished, unfinished without --resume, mismatch)."""
+
+
+def _atomic_write(path: Path, write) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
+    """Write ``obj`` as indented JSON to ``path`` atomically (temp file + ``os.replace``)."""
+    data = (json.dumps(obj, indent=2, sort_keys=True, default=_json_default) + "\n").encode()
+    _atomic_write(Path(path), lambda f: f.write(data))
+
+
+def save_atomic(path: str | os.PathLike, obj: Any) -> None:
+    """``torch.save(obj)`` to ``path`` atomically."""
+    _atomic_write(Path(path), lambda f: torch.save(obj, f))
+
+
+def _json_default(o):
+    if isinstance(o, torch.Tensor):
+        return o.tolist()
+    if isinstance(o, (np.floating, np.integer)):
+        return o.item()
+    if isinstance(o, (Path, torch.device, torch.dtype)):
+        return str(o)
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def read_jsonl(path: str | os.PathLike) -> list[dict]:
+    """Records of a JSONL file; a torn (unparsable) final line from a killed writer is dropped."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    lines = path.read_text().splitlines()
+    out = []
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            if i == len(lines) - 1:
+                break
+            raise
+    return out
+
+
+def rng_state() -> dict:
+    """Every RNG a training step may draw from (torch CPU and CUDA, numpy, python)."""
+    state = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    np.random.set_state(state["numpy"])
+    random.setstate(state["python"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+class RunDir:
+    """One run's directory. ``open(config, resume)`` decides: start, resume, or refuse.
+
+    After ``open``: ``.checkpoint`` is the loaded checkpoint (or None), ``.finished`` says whether
+    the directory already holds a finished run (only possible with ``resume=True``).
+    """
+
+    def __init__(self, path: str | os.PathLike, *, writer: bool = True):
+        self.path = Path(path)
+        self.writer = writer  # False on DDP ranks > 0: they read, never write
+        self.checkpoint: dict | None = None
+        self.finished = False
+        self._metrics_file = None
+
+    # -- state of the directory -------------------------------------------------------------------
+    @property
+    def config_path(self) -> Path:
+        return self.path / CONFIG
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.path / METRICS
+
+    @property
+    def checkpoint_path(self) -> Path:
+        return self.path / CHECKPOINT
+
+    @property
+    def summary_path(self) -> Path:
+        return self.path / SUMMARY
+
+    def state(self) -> str:
+        """``"new"`` (absent or empty), ``"finished"``, ``"partial"`` or ``"foreign"``."""
+        if not self.path.exists() or not any(self.path.iterdir()):
+            return "new"
+        if self.summary_path.exists():
+            return "finished"
+        if self.config_path.exists():
+            return "partial"
+        return "foreign"
+
+    def open(self, config: dict, *, resume: bool = False) -> RunDir:
+        """Prepare the directory for ``config``; refuse rather than overwrite another run's files."""
+        state = self.state()
+        if state == "foreign":
+            raise RunDirError(
+                f"--out {self.path} exists, is not empty and holds no vitplast run (no {CONFIG}); "
+                "choose an empty or new directory"
+            )
+        if state == "finished" and not resume:
+            raise RunDirError(
+                f"--out {self.path} already holds a finished run ({SUMMARY}); refusing to overwrite it: "
+                "choose another --out (or pass --resume to load its results)"
+            )
+        if state == "partial" and not resume:
+            raise RunDirError(
+                f"--out {self.path} holds an unfinished run; pass --resume to continue it from its last "
+                "checkpoint, or choose another --out"
+            )
+        if state in ("finished", "partial"):
+            self._check_same_config(config)
+            self.finished = state == "finished"
+            if self.checkpoint_path.exists():
+                self.checkpoint = torch.load(self.checkpoint_path, map_location="cpu", weights_only=False)
+            if self.writer and not self.finished:
+                self.truncate_metrics(self.checkpoint["step"] if self.checkpoint else 0)
+        elif self.writer:
+            self.path.mkdir(parents=True, exist_ok=True)
+            write_json_atomic(self.config_path, config)
+        return self
+
+    def _check_same_config(self, config: dict) -> None:
+        saved = json.loads(self.config_path.read_text())
+        diffs = [
+            f"{k}: saved {saved.get(k)!r}, now {config.get(k)!r}"
+            for k in sorted(set(saved) | set(config))
+            if k not in RESUME_FREE_KEYS and saved.get(k) != config.get(k)
+        ]
+        if diffs:
+            raise RunDirError(
+                f"--resume: the options differ from the run in {self.path}: " + "; ".join(diffs)
+            )
+
+    # -- metrics ----------------------------------------------------------------------------------
+    def log(self, record: dict) -> None:
+        """Append one record to ``metrics.jsonl`` (flushed; fsynced at each checkpoint)."""
+        if not self.writer:
+            return
+        if self._metrics_file is None:
+            self._metrics_file = open(self.metrics_path, "a")  # noqa: SIM115 - kept open for the run
+        self._metrics_file.write(json.dumps(record, default=_json_default, allow_nan=True) + "\n")
+        self._metrics_file.flush()
+
+    def metrics(self) -> list[dict]:
+        return read_jsonl(self.metrics_path)
+
+    def truncate_metrics(self, next_iter: int) -> None:
+        """Keep only records of iterations before ``next_iter`` (field ``iter``; atomic rewrite): a
+        resume replays the iterations from ``next_iter`` on, and logs them again."""
+        if not self.metrics_path.exists():
+            return
+        kept = [r for r in self.metrics() if r.get("iter", -1) < next_iter]
+        data = "".join(json.dumps(r, default=_json_default) + "\n" for r in kept).encode()
+        _atomic_write(self.metrics_path, lambda f: f.write(data))
+
+    # -- checkpoints and summary ------------------------------------------------------------------
+    def save_checkpoint(self, state: dict) -> None:
+        """Atomically replace ``checkpoint.pt`` with ``state`` (which must hold ``"step"``)."""
+        if not self.writer:
+            return
+        if self._metrics_file is not None:
+            os.fsync(self._metrics_file.fileno())
+        save_atomic(self.checkpoint_path, state)
+
+    def write_summary(self, summary: dict) -> None:
+        """Write ``summary.json`` (marks the run finished)."""
+        if self.writer:
+            write_json_atomic(self.summary_path, summary)
+
+    def summary(self) -> dict:
+        return json.loads(self.summary_path.read_text())
+
+    def close(self) -> None:
+        if self._metrics_file is not None:
+            self._metrics_file.close()
+            self._metrics_file = None
+
+    def files(self) -> Iterable[Path]:
+        return sorted(self.path.rglob("*"))
