@@ -1,0 +1,333 @@
+// CUDA implementation of vitplast::pair_sq_distances(_grouped).
+//
+// Work is cut into tasks: one task = one (tensor g, row, chunk of `chunk` logical elements).
+// Stage 1 (grid-stride over tasks): a 256-thread block streams its chunk with 16-byte vector loads
+// when the layout allows it (scalar fallback otherwise), accumulates (a - b)^2 in float32 per thread,
+// reduces with warp shuffles + shared memory in a fixed order, and writes one float partial per task.
+// Stage 2: one warp per output (g, row) sums that row's partials in double, in a fixed order.
+// No float atomics anywhere: the same inputs give bitwise the same outputs. All offsets are int64.
+//
+// Tensor descriptors (pointers, layouts, task ranges) are built on the host. A single tensor's
+// descriptor travels as a kernel argument; a group's table is copied to the device from pinned
+// memory with a non-blocking copy on the current stream: the launch path never synchronises.
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <numeric>
+#include <vector>
+
+#include "../row_layout.h"
+
+namespace vitplast {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kUnroll = 4;              // independent 16-byte loads in flight per operand and thread
+constexpr int64_t kTile = 4096;         // chunk sizes are multiples of this (logical elements)
+constexpr int64_t kTargetTasks = 2048;  // aim per tensor: enough blocks to fill the GPU at small B
+constexpr int64_t kMaxTilesPerChunk = 16;
+constexpr int kStage2Warps = 8;
+
+struct TensorDesc {
+  const void* a;
+  const void* b;
+  int64_t a_bs, a_inner, a_os;  // RowLayout of a (elements)
+  int64_t b_bs, b_inner, b_os;  // RowLayout of b
+  int64_t row_len;              // K
+  int64_t seg_len;              // contiguous run common to a and b (== K for contiguous rows)
+  int64_t chunk;                // logical elements per task (multiple of kTile)
+  int64_t nchunks;              // tasks per row
+  int64_t task_begin;           // first task (and partial) of this tensor
+  int32_t aligned;              // 1: every run starts 16-byte aligned in a and b
+  int32_t pad;
+};
+
+struct DescArg {
+  const TensorDesc* table;  // device table (G > 1), or nullptr
+  TensorDesc one;           // the descriptor when G == 1
+  int32_t groups;
+  int64_t rows;
+  int64_t tasks;
+};
+
+template <typename T> struct Vec;
+template <> struct Vec<float> { static constexpr int kN = 4; };
+template <> struct Vec<at::Half> { static constexpr int kN = 8; };
+template <> struct Vec<at::BFloat16> { static constexpr int kN = 8; };
+
+__device__ __forceinline__ float to_f(float x) { return x; }
+__device__ __forceinline__ float to_f(at::Half x) { return static_cast<float>(x); }
+__device__ __forceinline__ float to_f(at::BFloat16 x) { return static_cast<float>(x); }
+
+// acc += sum over the vector's lanes of (a - b)^2
+__device__ __forceinline__ float vec_sq(const uint4& va, const uint4& vb, float acc, float*) {
+  const float* x = reinterpret_cast<const float*>(&va);
+  const float* y = reinterpret_cast<const float*>(&vb);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) { float d = x[i] - y[i]; acc = fmaf(d, d, acc); }
+  return acc;
+}
+__device__ __forceinline__ float vec_sq(const uint4& va, const uint4& vb, float acc, at::Half*) {
+  const __half2* x = reinterpret_cast<const __half2*>(&va);
+  const __half2* y = reinterpret_cast<const __half2*>(&vb);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    float2 fx = __half22float2(x[i]), fy = __half22float2(y[i]);
+    float d0 = fx.x - fy.x, d1 = fx.y - fy.y;
+    acc = fmaf(d0, d0, acc);
+    acc = fmaf(d1, d1, acc);
+  }
+  return acc;
+}
+__device__ __forceinline__ float vec_sq(const uint4& va, const uint4& vb, float acc, at::BFloat16*) {
+  const __nv_bfloat162* x = reinterpret_cast<const __nv_bfloat162*>(&va);
+  const __nv_bfloat162* y = reinterpret_cast<const __nv_bfloat162*>(&vb);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    float2 fx = __bfloat1622float2(x[i]), fy = __bfloat1622float2(y[i]);
+    float d0 = fx.x - fy.x, d1 = fx.y - fy.y;
+    acc = fmaf(d0, d0, acc);
+    acc = fmaf(d1, d1, acc);
+  }
+  return acc;
+}
+
+// Per-thread sum over a contiguous span of n elements shared by the block.
+template <typename T>
+__device__ float span_sq(const T* __restrict__ a, const T* __restrict__ b, int64_t n, bool aligned,
+                         float acc) {
+  constexpr int V = Vec<T>::kN;
+  const int tid = threadIdx.x;
+  int64_t done = 0;
+  if (aligned) {
+    const uint4* va = reinterpret_cast<const uint4*>(a);
+    const uint4* vb = reinterpret_cast<const uint4*>(b);
+    const int64_t nv = n / V;
+    int64_t i = tid;
+    for (; i + (kUnroll - 1) * kThreads < nv; i += kUnroll * kThreads) {
+      uint4 xa[kUnroll], xb[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        xa[u] = __ldg(va + i + u * kThreads);
+        xb[u] = __ldg(vb + i + u * kThreads);
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) acc = vec_sq(xa[u], xb[u], acc, static_cast<T*>(nullptr));
+    }
+    for (; i < nv; i += kThreads) acc = vec_sq(__ldg(va + i), __ldg(vb + i), acc, static_cast<T*>(nullptr));
+    done = nv * V;
+  }
+  for (int64_t i = done + tid; i < n; i += kThreads) {
+    float d = to_f(a[i]) - to_f(b[i]);
+    acc = fmaf(d, d, acc);
+  }
+  return acc;
+}
+
+__device__ __forceinline__ float block_sum(float v, float* shared) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  float s = 0.f;
+  if (warp == 0) {
+    s = lane < kThreads / 32 ? shared[lane] : 0.f;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_down_sync(0xffffffffu, s, o);
+  }
+  __syncthreads();  // shared is reused by the next task
+  return s;
+}
+
+__device__ __forceinline__ TensorDesc find_desc(const DescArg& d, int64_t task) {
+  if (d.groups == 1) return d.one;
+  int lo = 0, hi = d.groups - 1;  // last g with task_begin <= task
+  while (lo < hi) {
+    int mid = (lo + hi + 1) / 2;
+    if (d.table[mid].task_begin <= task) lo = mid; else hi = mid - 1;
+  }
+  return d.table[lo];
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads) stage1_kernel(DescArg d, float* __restrict__ partial) {
+  __shared__ float shared[kThreads / 32];
+  for (int64_t task = blockIdx.x; task < d.tasks; task += gridDim.x) {
+    const TensorDesc t = find_desc(d, task);
+    const int64_t local = task - t.task_begin;
+    const int64_t row = local / t.nchunks;
+    const int64_t k0 = (local - row * t.nchunks) * t.chunk;
+    const int64_t k1 = min(k0 + t.chunk, t.row_len);
+    const T* ra = static_cast<const T*>(t.a) + row * t.a_bs;
+    const T* rb = static_cast<const T*>(t.b) + row * t.b_bs;
+    const bool aligned = t.aligned != 0;
+    float acc = 0.f;
+    for (int64_t k = k0; k < k1;) {  // runs contiguous in both a and b
+      const int64_t run_end = min((k / t.seg_len + 1) * t.seg_len, k1);
+      const int64_t oa = (k / t.a_inner) * t.a_os + k % t.a_inner;
+      const int64_t ob = (k / t.b_inner) * t.b_os + k % t.b_inner;
+      acc = span_sq<T>(ra + oa, rb + ob, run_end - k, aligned, acc);
+      k = run_end;
+    }
+    const float s = block_sum(acc, shared);
+    if (threadIdx.x == 0) partial[task] = s;
+  }
+}
+
+__global__ void __launch_bounds__(kStage2Warps * 32)
+    stage2_kernel(DescArg d, const float* __restrict__ partial, float* __restrict__ out) {
+  const int64_t o = static_cast<int64_t>(blockIdx.x) * kStage2Warps + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (o >= d.groups * d.rows) return;
+  const int64_t g = o / d.rows, row = o % d.rows;
+  const TensorDesc t = d.groups == 1 ? d.one : d.table[g];
+  const float* p = partial + t.task_begin + row * t.nchunks;
+  double s = 0.0;
+  for (int64_t c = lane; c < t.nchunks; c += 32) s += static_cast<double>(p[c]);
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) s += __shfl_down_sync(0xffffffffu, s, off);
+  if (lane == 0) out[o] = static_cast<float>(s);
+}
+
+// Same checks as vitplast::check_pair_inputs (csrc/ops.h). That function lives in _C, which Python
+// loads with RTLD_LOCAL, so this module cannot link against it and keeps its own copy.
+void check_pair_inputs(const at::Tensor& a, const at::Tensor& b) {
+  TORCH_CHECK(a.dim() >= 2, "vitplast: a must have at least 2 dims (B, ...), got ", a.dim());
+  TORCH_CHECK(a.sizes() == b.sizes(), "vitplast: a and b must have the same shape, got ",
+              a.sizes(), " and ", b.sizes());
+  TORCH_CHECK(a.scalar_type() == b.scalar_type(), "vitplast: a and b must have the same dtype, got ",
+              a.scalar_type(), " and ", b.scalar_type());
+  TORCH_CHECK(a.device() == b.device(), "vitplast: a and b must be on the same device");
+  auto st = a.scalar_type();
+  TORCH_CHECK(st == at::kFloat || st == at::kHalf || st == at::kBFloat16,
+              "vitplast: dtype must be float32, float16 or bfloat16, got ", st);
+  TORCH_CHECK(a.is_cuda(), "vitplast: the CUDA kernels need CUDA tensors, got ", a.device());
+}
+
+int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Descriptor of one pair of tensors; `keep` holds any contiguous copy alive until the launch.
+TensorDesc make_desc(const at::Tensor& a, const at::Tensor& b, std::vector<at::Tensor>& keep) {
+  PairLayout p = make_pair_layout(a, b);
+  keep.push_back(p.a);
+  keep.push_back(p.b);
+  TensorDesc t{};
+  t.a = p.a.const_data_ptr();
+  t.b = p.b.const_data_ptr();
+  t.a_bs = p.la.batch_stride; t.a_inner = p.la.inner; t.a_os = p.la.outer_stride;
+  t.b_bs = p.lb.batch_stride; t.b_inner = p.lb.inner; t.b_os = p.lb.outer_stride;
+  t.row_len = p.row_len;
+  t.seg_len = std::max<int64_t>(p.seg_len, 1);
+  const int64_t tiles = cdiv(std::max<int64_t>(p.row_len, 1), kTile);
+  const int64_t want_per_row = cdiv(kTargetTasks, std::max<int64_t>(p.rows, 1));
+  const int64_t tiles_per_chunk = std::clamp<int64_t>(cdiv(tiles, want_per_row), 1, kMaxTilesPerChunk);
+  t.chunk = tiles_per_chunk * kTile;
+  t.nchunks = cdiv(std::max<int64_t>(p.row_len, 1), t.chunk);
+  const int64_t vec_elems = 16 / p.a.element_size();
+  const auto ok = [&](int64_t v) { return v % vec_elems == 0; };
+  const bool ptrs = reinterpret_cast<uintptr_t>(t.a) % 16 == 0 && reinterpret_cast<uintptr_t>(t.b) % 16 == 0;
+  t.aligned = ptrs && ok(t.a_bs) && ok(t.b_bs) && ok(t.seg_len) && ok(t.a_os) && ok(t.b_os) &&
+              ok(t.a_inner) && ok(t.b_inner);
+  // contiguous rows: only the row starts matter (runs start at chunk starts, multiples of kTile)
+  if (t.seg_len >= t.row_len) t.aligned = ptrs && ok(t.a_bs) && ok(t.b_bs);
+  return t;
+}
+
+void launch(const at::Tensor& like, DescArg& d, const at::Tensor& table_host, at::Tensor& out) {
+  const c10::cuda::CUDAGuard guard(like.device());
+  cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  at::Tensor table_dev;
+  if (d.groups > 1) {
+    table_dev = table_host.to(like.device(), /*non_blocking=*/true);
+    d.table = reinterpret_cast<const TensorDesc*>(table_dev.const_data_ptr());
+  }
+  at::Tensor partial = at::empty({d.tasks}, like.options().dtype(at::kFloat));
+  const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  const int64_t grid1 = std::min<int64_t>(d.tasks, static_cast<int64_t>(sms) * 8);
+  switch (like.scalar_type()) {
+    case at::kFloat:
+      stage1_kernel<float><<<static_cast<unsigned>(grid1), kThreads, 0, stream>>>(d, partial.data_ptr<float>());
+      break;
+    case at::kHalf:
+      stage1_kernel<at::Half><<<static_cast<unsigned>(grid1), kThreads, 0, stream>>>(d, partial.data_ptr<float>());
+      break;
+    case at::kBFloat16:
+      stage1_kernel<at::BFloat16><<<static_cast<unsigned>(grid1), kThreads, 0, stream>>>(
+          d, partial.data_ptr<float>());
+      break;
+    default:
+      TORCH_CHECK(false, "vitplast: unsupported dtype ", like.scalar_type());
+  }
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  const int64_t outputs = d.groups * d.rows;
+  stage2_kernel<<<static_cast<unsigned>(cdiv(outputs, kStage2Warps)), kStage2Warps * 32, 0, stream>>>(
+      d, partial.const_data_ptr<float>(), out.data_ptr<float>());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+at::Tensor pair_sq_distances_cuda(const at::Tensor& a, const at::Tensor& b) {
+  check_pair_inputs(a, b);
+  const int64_t rows = a.size(0);
+  at::Tensor out = at::empty({rows}, a.options().dtype(at::kFloat));
+  if (rows == 0) return out;
+  if (a.numel() == 0) return out.zero_();
+  std::vector<at::Tensor> keep;
+  DescArg d{};
+  d.one = make_desc(a, b, keep);
+  d.one.task_begin = 0;
+  d.groups = 1;
+  d.rows = rows;
+  d.tasks = rows * d.one.nchunks;
+  launch(a, d, at::Tensor(), out);
+  return out;
+}
+
+at::Tensor pair_sq_distances_grouped_cuda(at::TensorList a, at::TensorList b) {
+  TORCH_CHECK(a.size() == b.size(), "vitplast: a and b must hold as many tensors, got ", a.size(),
+              " and ", b.size());
+  TORCH_CHECK(!a.empty(), "vitplast: the group is empty");
+  const int64_t groups = static_cast<int64_t>(a.size());
+  const int64_t rows = a[0].size(0);
+  for (int64_t g = 0; g < groups; ++g) {
+    check_pair_inputs(a[g], b[g]);
+    TORCH_CHECK(a[g].size(0) == rows, "vitplast: every tensor of the group must have ", rows,
+                " rows, tensor ", g, " has ", a[g].size(0));
+    TORCH_CHECK(a[g].device() == a[0].device() && a[g].scalar_type() == a[0].scalar_type(),
+                "vitplast: every tensor of the group must share the device and dtype of tensor 0; "
+                "tensor ", g, " differs");
+  }
+  at::Tensor out = at::empty({groups, rows}, a[0].options().dtype(at::kFloat));
+  if (rows == 0) return out;
+  std::vector<at::Tensor> keep;
+  at::Tensor table = at::empty({groups * static_cast<int64_t>(sizeof(TensorDesc))},
+                               at::TensorOptions().dtype(at::kByte).pinned_memory(true));
+  auto* descs = reinterpret_cast<TensorDesc*>(table.data_ptr());
+  int64_t tasks = 0;
+  for (int64_t g = 0; g < groups; ++g) {
+    descs[g] = make_desc(a[g], b[g], keep);
+    descs[g].task_begin = tasks;
+    tasks += rows * descs[g].nchunks;  // empty rows (K == 0) get one task that sums nothing
+  }
+  DescArg d{};
+  d.one = descs[0];
+  d.groups = static_cast<int32_t>(groups);
+  d.rows = rows;
+  d.tasks = tasks;
+  launch(a[0], d, table, out);
+  return out;
+}
+
+}  // namespace
+}  // namespace vitplast
+
+TORCH_LIBRARY_IMPL(vitplast, CUDA, m) {
+  m.impl("pair_sq_distances", &vitplast::pair_sq_distances_cuda);
+  m.impl("pair_sq_distances_grouped", &vitplast::pair_sq_distances_grouped_cuda);
+}

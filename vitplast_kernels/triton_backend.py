@@ -1,0 +1,85 @@
+"""``backend="triton"``: the Triton paired reductions as ``torch.library`` custom ops.
+
+``vitplast::pair_sq_distances_triton(Tensor a, Tensor b) -> Tensor``: ``(B, ...) x (B, ...) -> (B,)``
+float32; ``vitplast::pair_sq_distances_grouped_triton(Tensor[] a, Tensor[] b) -> Tensor``: ``(G, B)``
+float32. Both have fake implementations, so ``torch.compile(fullgraph=True)`` traces through them and
+``torch.library.opcheck`` passes. The backend runs on CUDA tensors, and on CPU tensors too when
+``TRITON_INTERPRET=1`` (Triton's interpreter: how CI tests the kernels without a GPU).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import torch
+
+from .backends import Backend, register_backend
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def triton_available() -> bool:
+    """True when Triton is importable and can run here (a CUDA device, or the interpreter)."""
+    return importlib.util.find_spec("triton") is not None and (torch.cuda.is_available() or _interpreting())
+
+
+def require_triton() -> None:
+    if importlib.util.find_spec("triton") is None:
+        raise RuntimeError("backend='triton' needs the `triton` package (pip install triton)")
+    if not (torch.cuda.is_available() or _interpreting()):
+        raise RuntimeError(
+            "backend='triton' needs a CUDA device (or TRITON_INTERPRET=1 set before import to run "
+            "Triton's interpreter on CPU tensors, slowly)"
+        )
+
+
+@torch.library.custom_op("vitplast::pair_sq_distances_triton", mutates_args=())
+def pair_sq_distances_triton(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``(B, ...) x (B, ...) -> (B,)`` float32 squared distances per pair (Triton)."""
+    from . import triton_paired
+
+    return triton_paired.pair_sq_distances(a, b)
+
+
+@pair_sq_distances_triton.register_fake
+def _pair_sq_distances_triton_fake(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    torch._check(a.dim() >= 2, lambda: "a must have at least 2 dims")
+    torch._check(a.shape == b.shape, lambda: "a and b must have the same shape")
+    return a.new_empty((a.shape[0],), dtype=torch.float32)
+
+
+@torch.library.custom_op("vitplast::pair_sq_distances_grouped_triton", mutates_args=())
+def pair_sq_distances_grouped_triton(a: list[torch.Tensor], b: list[torch.Tensor]) -> torch.Tensor:
+    """G pairs of ``(B, ...)`` tensors -> ``(G, B)`` float32, one launch per stage (Triton)."""
+    from . import triton_paired
+
+    return triton_paired.pair_sq_distances_grouped(a, b)
+
+
+@pair_sq_distances_grouped_triton.register_fake
+def _pair_sq_distances_grouped_triton_fake(a: list[torch.Tensor], b: list[torch.Tensor]) -> torch.Tensor:
+    torch._check(len(a) == len(b) and len(a) > 0, lambda: "a and b must hold as many tensors")
+    return a[0].new_empty((len(a), a[0].shape[0]), dtype=torch.float32)
+
+
+def _pair_sq(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return torch.ops.vitplast.pair_sq_distances_triton(a, b)
+
+
+def _grouped(a, b) -> torch.Tensor:
+    return torch.ops.vitplast.pair_sq_distances_grouped_triton(list(a), list(b))
+
+
+register_backend(
+    Backend(
+        "triton",
+        ("cuda", "cpu") if _interpreting() else ("cuda",),
+        triton_available,
+        require_triton,
+        _pair_sq,
+        _grouped,
+    )
+)

@@ -1,0 +1,364 @@
+"""Triton kernels for the paired reductions, one tensor pair or a group of them, and their launchers.
+
+``pair_sq_distances(a, b)``: ``(B, ...) x (B, ...) -> (B,)`` float32 ``sum_k (a[i,k] - b[i,k])^2``.
+``pair_sq_distances_grouped(as_, bs)``: G pairs of ``(B, ...)`` tensors of any widths (same dtype,
+device and ``B``) -> ``(G, B)`` float32, in one launch per stage.
+
+Inputs are float32, float16 or bfloat16; differences are taken after up-casting to float32.
+
+Work is cut into tasks (tensor g, row, chunk of whole ``BLOCK``s of logical elements) so that even
+B = 32 rows fill a large GPU. Stage 1: one program per task sums ``(a - b)^2`` in float32 lanes and
+writes one float32 partial per task. Stage 2: one program per output ``(g, row)`` sums that row's
+partials in float64, in a fixed order. No atomics: results are bitwise repeatable. The chunk size of a
+tensor depends only on its own ``(B, K)``, so a tensor gives the same bits alone or in a group.
+
+Layouts (mirror of csrc/row_layout.h): a tensor is read in place when its non-batch dims collapse to
+``(outer, inner-contiguous)``; rows that are contiguous take a vectorised path, other collapsible
+layouts a per-element ``(k // inner) * outer_stride + k % inner`` path. Anything else (e.g. a
+transposed last dim) is copied once with ``.contiguous()`` (documented fallback).
+
+Grouped launch: pointers are passed as int64 element offsets from the group's lowest data pointer
+(``base``), which avoids integer-to-pointer casts and works the same under ``TRITON_INTERPRET=1``.
+Per-tensor layout tables are cached by the group's signature (shapes, strides, dtype, device); only
+the offsets table is built per call, copied host -> device with ``non_blocking=True`` from pinned
+memory: the launch path never synchronises with the device. All index arithmetic is int64.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+BLOCK = 4096  # logical elements per loop step of a program (chunks are whole BLOCKs)
+TARGET_TASKS = 2048  # tasks aimed at per tensor: fills a 132-SM GPU even at B = 32
+MAX_BLOCKS_PER_CHUNK = 16
+STAGE1_WARPS = 8
+STAGE2_BLOCK = 128
+STAGE2_WARPS = 4
+
+# per-tensor layout table columns (int64)
+_A_BS, _A_INNER, _A_OS, _B_BS, _B_INNER, _B_OS, _K, _NCHUNKS, _CHUNK, _TASK0, _CONTIG = range(11)
+_NCOL = 11
+
+
+# ---------------------------------------------------------------------------------------------
+# kernels
+
+
+@triton.jit
+def _sq_contig(a_ptr, b_ptr, a_row, b_row, k0, k1, ALIGNED: tl.constexpr, VEC: tl.constexpr,
+               BLOCK: tl.constexpr):
+    """float32 lanes of sum (a - b)^2 over logical elements [k0, k1) of contiguous rows."""
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    lanes = tl.arange(0, BLOCK)
+    if ALIGNED:
+        a_row = tl.multiple_of(a_row, VEC)
+        b_row = tl.multiple_of(b_row, VEC)
+    k0 = tl.multiple_of(k0, BLOCK)
+    full = (k1 - k0) // BLOCK
+    for i in range(0, full):
+        k = k0 + i * BLOCK
+        x = tl.load(a_ptr + (a_row + k) + lanes).to(tl.float32)
+        y = tl.load(b_ptr + (b_row + k) + lanes).to(tl.float32)
+        d = x - y
+        acc += d * d
+    k = k0 + full * BLOCK
+    idx = k + lanes
+    m = idx < k1
+    x = tl.load(a_ptr + a_row + idx, mask=m, other=0.0).to(tl.float32)
+    y = tl.load(b_ptr + b_row + idx, mask=m, other=0.0).to(tl.float32)
+    d = x - y
+    acc += d * d
+    return acc
+
+
+@triton.jit
+def _sq_strided(a_ptr, b_ptr, a_row, b_row, k0, k1, a_inner, a_os, b_inner, b_os, BLOCK: tl.constexpr):
+    """Same over rows made of runs: logical element k sits at (k // inner) * outer_stride + k % inner."""
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    lanes = tl.arange(0, BLOCK)
+    for k in range(k0, k1, BLOCK):
+        idx = k + lanes
+        m = idx < k1
+        oa = (idx // a_inner) * a_os + idx % a_inner
+        ob = (idx // b_inner) * b_os + idx % b_inner
+        x = tl.load(a_ptr + a_row + oa, mask=m, other=0.0).to(tl.float32)
+        y = tl.load(b_ptr + b_row + ob, mask=m, other=0.0).to(tl.float32)
+        d = x - y
+        acc += d * d
+    return acc
+
+
+@triton.jit
+def _stage1_single(a_ptr, b_ptr, partial_ptr, K, nchunks, chunk, a_bs, a_inner, a_os, b_bs, b_inner,
+                   b_os, CONTIG: tl.constexpr, ALIGNED: tl.constexpr, VEC: tl.constexpr,
+                   BLOCK: tl.constexpr):
+    task = tl.program_id(0).to(tl.int64)
+    row = task // nchunks
+    k0 = (task - row * nchunks) * chunk
+    k1 = tl.minimum(k0 + chunk, K)
+    a_row = row * a_bs
+    b_row = row * b_bs
+    if CONTIG:
+        acc = _sq_contig(a_ptr, b_ptr, a_row, b_row, k0, k1, ALIGNED, VEC, BLOCK)
+    else:
+        acc = _sq_strided(a_ptr, b_ptr, a_row, b_row, k0, k1, a_inner, a_os, b_inner, b_os, BLOCK)
+    tl.store(partial_ptr + task, tl.sum(acc, axis=0))
+
+
+@triton.jit
+def _stage1_grouped(base_ptr, offsets_ptr, layout_ptr, task_group_ptr, partial_ptr,
+                    NCOL: tl.constexpr, ALIGNED: tl.constexpr, VEC: tl.constexpr, BLOCK: tl.constexpr):
+    task = tl.program_id(0).to(tl.int64)
+    g = tl.load(task_group_ptr + task).to(tl.int64)
+    lay = layout_ptr + g * NCOL
+    a_bs = tl.load(lay + 0)
+    a_inner = tl.load(lay + 1)
+    a_os = tl.load(lay + 2)
+    b_bs = tl.load(lay + 3)
+    b_inner = tl.load(lay + 4)
+    b_os = tl.load(lay + 5)
+    K = tl.load(lay + 6)
+    nchunks = tl.load(lay + 7)
+    chunk = tl.load(lay + 8)
+    task0 = tl.load(lay + 9)
+    contig = tl.load(lay + 10)
+    local = task - task0
+    row = local // nchunks
+    k0 = (local - row * nchunks) * chunk
+    k1 = tl.minimum(k0 + chunk, K)
+    a_row = tl.load(offsets_ptr + 2 * g) + row * a_bs
+    b_row = tl.load(offsets_ptr + 2 * g + 1) + row * b_bs
+    if contig != 0:
+        acc = _sq_contig(base_ptr, base_ptr, a_row, b_row, k0, k1, ALIGNED, VEC, BLOCK)
+    else:
+        acc = _sq_strided(base_ptr, base_ptr, a_row, b_row, k0, k1, a_inner, a_os, b_inner, b_os, BLOCK)
+    tl.store(partial_ptr + task, tl.sum(acc, axis=0))
+
+
+@triton.jit
+def _stage2(partial_ptr, out_ptr, rows, layout_ptr, nchunks_single, GROUPED: tl.constexpr,
+            NCOL: tl.constexpr, BLOCK: tl.constexpr):
+    """out[o] = float32(sum in float64, fixed order, of the partials of output o = g * rows + row)."""
+    o = tl.program_id(0).to(tl.int64)
+    if GROUPED:
+        g = o // rows
+        row = o - g * rows
+        nchunks = tl.load(layout_ptr + g * NCOL + 7)
+        first = tl.load(layout_ptr + g * NCOL + 9) + row * nchunks
+    else:
+        nchunks = nchunks_single
+        first = o * nchunks
+    acc = tl.zeros([BLOCK], dtype=tl.float64)
+    lanes = tl.arange(0, BLOCK)
+    for c in range(0, nchunks, BLOCK):
+        idx = c + lanes
+        acc += tl.load(partial_ptr + first + idx, mask=idx < nchunks, other=0.0).to(tl.float64)
+    tl.store(out_ptr + o, tl.sum(acc, axis=0).to(tl.float32))
+
+
+# ---------------------------------------------------------------------------------------------
+# layouts (mirror of csrc/row_layout.h)
+
+MIN_SEGMENT = 64  # contiguous runs shorter than this are not worth streaming: copy instead
+
+
+@dataclass(frozen=True)
+class RowLayout:
+    batch_stride: int  # elements between consecutive rows
+    inner: int  # contiguous elements per inner block
+    outer_stride: int  # elements between consecutive inner blocks
+
+
+def collapse_rows(t: torch.Tensor) -> RowLayout | None:
+    """Collapses dims 1.. of ``t`` into (outer, inner) with unit inner stride, or None."""
+    sizes, strides = t.shape, t.stride()
+    d = t.dim() - 1
+    inner = 1
+    while d >= 1:
+        if sizes[d] != 1:
+            if strides[d] != inner:
+                break
+            inner *= sizes[d]
+        d -= 1
+    outer_stride = None
+    expected = 0
+    while d >= 1:
+        if sizes[d] != 1:
+            if outer_stride is None:
+                if inner == 1:
+                    return None  # the innermost non-unit dim is not contiguous
+                outer_stride = strides[d]
+            elif strides[d] != expected:
+                return None
+            expected = strides[d] * sizes[d]
+        d -= 1
+    return RowLayout(strides[0] if t.dim() > 0 else 0, inner, inner if outer_stride is None else outer_stride)
+
+
+@dataclass(frozen=True)
+class PairLayout:
+    a: torch.Tensor  # possibly a contiguous copy of the input
+    b: torch.Tensor
+    la: RowLayout
+    lb: RowLayout
+    rows: int
+    row_len: int  # K: logical elements per row
+
+    @property
+    def contiguous_rows(self) -> bool:
+        return self.la.inner >= self.row_len and self.lb.inner >= self.row_len
+
+
+def pair_layout(a: torch.Tensor, b: torch.Tensor) -> PairLayout:
+    """Layouts for reading ``a`` and ``b`` row by row, copying views that cannot be streamed."""
+    rows = a.shape[0]
+    row_len = a.numel() // rows if rows else 0
+    if rows == 0 or row_len == 0:
+        return PairLayout(a, b, RowLayout(0, 1, 1), RowLayout(0, 1, 1), rows, row_len)
+    la = collapse_rows(a)
+    if la is None:
+        a = a.contiguous()
+        la = collapse_rows(a)
+    lb = collapse_rows(b)
+    if lb is None:
+        b = b.contiguous()
+        lb = collapse_rows(b)
+    if math.gcd(la.inner, lb.inner) < min(MIN_SEGMENT, row_len):
+        if la.inner < row_len:
+            a = a.contiguous()
+            la = collapse_rows(a)
+        if lb.inner < row_len:
+            b = b.contiguous()
+            lb = collapse_rows(b)
+    return PairLayout(a, b, la, lb, rows, row_len)
+
+
+def chunk_size(rows: int, row_len: int) -> int:
+    """Logical elements per task: whole BLOCKs, enough tasks to fill the GPU, at most 16 BLOCKs."""
+    blocks = max(1, triton.cdiv(row_len, BLOCK))
+    per_row = triton.cdiv(TARGET_TASKS, max(rows, 1))
+    return BLOCK * min(max(1, triton.cdiv(blocks, per_row)), MAX_BLOCKS_PER_CHUNK)
+
+
+def _vec(dtype: torch.dtype) -> int:
+    return 16 // torch.empty((), dtype=dtype).element_size()
+
+
+def _aligned(t: torch.Tensor, layout: RowLayout, row_len: int, vec: int) -> bool:
+    """Every run of ``t`` starts on a 16-byte boundary (chunk starts are multiples of BLOCK)."""
+    if t.data_ptr() % 16 or layout.batch_stride % vec:
+        return False
+    return layout.inner >= row_len or (layout.inner % vec == 0 and layout.outer_stride % vec == 0)
+
+
+# ---------------------------------------------------------------------------------------------
+# launchers
+
+
+def pair_sq_distances(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``(B, ...) x (B, ...) -> (B,)`` float32 on a's device (inputs validated by the op layer)."""
+    p = pair_layout(a, b)
+    out = torch.empty((p.rows,), dtype=torch.float32, device=a.device)
+    if p.rows == 0:
+        return out
+    if p.row_len == 0:
+        return out.zero_()
+    chunk = chunk_size(p.rows, p.row_len)
+    nchunks = triton.cdiv(p.row_len, chunk)
+    partial = torch.empty((p.rows * nchunks,), dtype=torch.float32, device=a.device)
+    vec = _vec(a.dtype)
+    contig = p.contiguous_rows
+    aligned = _aligned(p.a, p.la, p.row_len, vec) and _aligned(p.b, p.lb, p.row_len, vec)
+    _stage1_single[(p.rows * nchunks,)](
+        p.a, p.b, partial, p.row_len, nchunks, chunk,
+        p.la.batch_stride, p.la.inner, p.la.outer_stride, p.lb.batch_stride, p.lb.inner, p.lb.outer_stride,
+        CONTIG=contig, ALIGNED=aligned, VEC=vec, BLOCK=BLOCK, num_warps=STAGE1_WARPS,
+    )
+    _stage2[(p.rows,)](partial, out, p.rows, partial, nchunks, GROUPED=False, NCOL=_NCOL,
+                       BLOCK=STAGE2_BLOCK, num_warps=STAGE2_WARPS)
+    return out
+
+
+@dataclass
+class _GroupPlan:
+    layout: torch.Tensor  # (G, NCOL) int64 on the device
+    task_group: torch.Tensor  # (tasks,) int32 on the device: task -> g
+    tasks: int
+    aligned: bool
+
+
+_PLANS: OrderedDict[tuple, _GroupPlan] = OrderedDict()
+_PLAN_CACHE_SIZE = 64
+
+
+def _plan(layouts: list[PairLayout], device: torch.device, aligned: bool) -> _GroupPlan:
+    key = (device, aligned, tuple((p.la, p.lb, p.rows, p.row_len) for p in layouts))
+    plan = _PLANS.get(key)
+    if plan is not None:
+        _PLANS.move_to_end(key)
+        return plan
+    table = []
+    counts = []
+    tasks = 0
+    for p in layouts:
+        chunk = chunk_size(p.rows, p.row_len)
+        nchunks = triton.cdiv(max(p.row_len, 1), chunk)
+        table.append([p.la.batch_stride, p.la.inner, p.la.outer_stride, p.lb.batch_stride, p.lb.inner,
+                      p.lb.outer_stride, p.row_len, nchunks, chunk, tasks, int(p.contiguous_rows)])
+        counts.append(p.rows * nchunks)
+        tasks += p.rows * nchunks
+    layout = torch.tensor(table, dtype=torch.int64)
+    task_group = torch.repeat_interleave(torch.arange(len(layouts), dtype=torch.int32),
+                                         torch.tensor(counts, dtype=torch.int64))
+    plan = _GroupPlan(_to_device(layout, device), _to_device(task_group, device), tasks, aligned)
+    _PLANS[key] = plan
+    if len(_PLANS) > _PLAN_CACHE_SIZE:
+        _PLANS.popitem(last=False)
+    return plan
+
+
+def _to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """Host table -> device without synchronising (pinned staging, non-blocking copy)."""
+    if device.type == "cpu":
+        return t
+    return t.pin_memory().to(device, non_blocking=True)
+
+
+def pair_sq_distances_grouped(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]) -> torch.Tensor:
+    """G pairs of ``(B, ...)`` tensors -> ``(G, B)`` float32, one launch per stage.
+
+    All tensors share dtype, device and ``B`` (validated by the op layer); widths may differ.
+    """
+    layouts = [pair_layout(x, y) for x, y in zip(a, b, strict=True)]
+    groups, rows = len(layouts), layouts[0].rows
+    device = layouts[0].a.device
+    out = torch.empty((groups, rows), dtype=torch.float32, device=device)
+    if rows == 0:
+        return out
+    dtype = layouts[0].a.dtype
+    vec = _vec(dtype)
+    es = layouts[0].a.element_size()
+    tensors = [t for p in layouts for t in (p.a, p.b)]
+    base = min(tensors, key=lambda t: t.data_ptr())
+    base_ptr = base.data_ptr()
+    aligned = base_ptr % 16 == 0 and all(
+        _aligned(p.a, p.la, p.row_len, vec) and _aligned(p.b, p.lb, p.row_len, vec) for p in layouts
+    )
+    plan = _plan(layouts, device, aligned)
+    offsets = torch.tensor([(t.data_ptr() - base_ptr) // es for t in tensors], dtype=torch.int64)
+    offsets = _to_device(offsets, device)
+    partial = torch.empty((plan.tasks,), dtype=torch.float32, device=device)
+    _stage1_grouped[(plan.tasks,)](
+        base, offsets, plan.layout, plan.task_group, partial,
+        NCOL=_NCOL, ALIGNED=aligned, VEC=vec, BLOCK=BLOCK, num_warps=STAGE1_WARPS,
+    )
+    _stage2[(groups * rows,)](partial, out, rows, plan.layout, 0, GROUPED=True, NCOL=_NCOL,
+                              BLOCK=STAGE2_BLOCK, num_warps=STAGE2_WARPS)
+    return out
