@@ -1,0 +1,343 @@
+"""One benchmark harness for every table in bench/: timing, the machine's own floors, records.
+
+- ``time_fn(fn, device=...)`` -> ``Timing`` (median, q10, q90 seconds of one call). On CUDA each call
+  is bracketed by CUDA events and the device is synchronised; on CPU ``time.perf_counter``.
+- Floors measured in the same run as the numbers they normalise: ``read_bandwidth`` (bytes/s of the
+  best of a few large read-only reductions: what a memory-bound reduction can reach at most),
+  ``copy_bandwidth`` (``dst.copy_(src)``, read + write bytes counted), ``matmul_rate`` (FLOP/s of a
+  large ``torch.mm``).
+- ``machine_info()``: CPU, cores, GPU, versions and date, stored beside every number.
+- ``format_table`` / ``print_table`` for the printed tables, ``write_json`` (atomic) for the records.
+
+Timings on shared machines are noisy: report medians and ratios measured in one run.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Seconds per call: median and the 10% / 90% quantiles over ``reps`` timed calls."""
+
+    median: float
+    q10: float
+    q90: float
+    reps: int
+    times: tuple[float, ...] = field(repr=False, default=())
+
+    def to_dict(self) -> dict[str, float | int]:
+        d = asdict(self)
+        d.pop("times")
+        return d
+
+
+def _quantile(sorted_xs: Sequence[float], q: float) -> float:
+    """Linear-interpolated quantile of an already sorted, non-empty sequence."""
+    if len(sorted_xs) == 1:
+        return sorted_xs[0]
+    pos = q * (len(sorted_xs) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(sorted_xs) - 1)
+    return sorted_xs[lo] + (sorted_xs[hi] - sorted_xs[lo]) * (pos - lo)
+
+
+def _device(device: str | torch.device) -> torch.device:
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device={device!r} but CUDA is not available on this machine")
+    return dev
+
+
+def time_fn(
+    fn: Callable[[], Any],
+    *,
+    device: str | torch.device = "cpu",
+    warmup: int = 2,
+    reps: int | None = None,
+    min_time: float = 0.3,
+    min_reps: int = 5,
+    max_reps: int = 200,
+) -> Timing:
+    """Times ``fn()`` (no arguments; its result is discarded).
+
+    ``warmup`` untimed calls, then either exactly ``reps`` timed calls, or (``reps=None``) calls until
+    both ``min_reps`` calls and ``min_time`` seconds have been spent, at most ``max_reps``.
+    """
+    dev = _device(device)
+    if warmup < 0:
+        raise ValueError(f"warmup must be >= 0, got {warmup}")
+    if reps is not None and reps < 1:
+        raise ValueError(f"reps must be >= 1 or None, got {reps}")
+    cuda = dev.type == "cuda"
+    for _ in range(warmup):
+        fn()
+    if cuda:
+        torch.cuda.synchronize(dev)
+    times: list[float] = []
+    spent = 0.0
+    while True:
+        if cuda:
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            t = start.elapsed_time(end) / 1e3
+        else:
+            t0 = time.perf_counter()
+            fn()
+            t = time.perf_counter() - t0
+        times.append(t)
+        spent += t
+        n = len(times)
+        if reps is not None:
+            if n >= reps:
+                break
+        elif (n >= min_reps and spent >= min_time) or n >= max_reps:
+            break
+    s = sorted(times)
+    return Timing(statistics.median(s), _quantile(s, 0.1), _quantile(s, 0.9), len(s), tuple(times))
+
+
+def time_interleaved(
+    fns: dict[str, Callable[[], Any]],
+    *,
+    device: str | torch.device = "cpu",
+    warmup: int = 1,
+    min_time: float = 0.3,
+    min_rounds: int = 5,
+    max_rounds: int = 100,
+) -> dict[str, Timing]:
+    """Times several functions in interleaved rounds (one call of each per round, order rotated).
+
+    On a shared machine the load changes from second to second; interleaving gives every function
+    the same share of it, so the ratios of the medians are far steadier than back-to-back runs.
+    Stops after ``min_rounds`` rounds once ``min_time`` seconds have been spent in total.
+    """
+    dev = _device(device)
+    names = list(fns)
+    times: dict[str, list[float]] = {n: [] for n in names}
+    for n in names:
+        for _ in range(warmup):
+            fns[n]()
+    spent = 0.0
+    rounds = 0
+    while rounds < max_rounds and (rounds < min_rounds or spent < min_time):
+        order = names[rounds % len(names):] + names[: rounds % len(names)]
+        for n in order:
+            t = time_fn(fns[n], device=dev, warmup=0, reps=1).median
+            times[n].append(t)
+            spent += t
+        rounds += 1
+    out = {}
+    for n, ts in times.items():
+        s = sorted(ts)
+        out[n] = Timing(statistics.median(s), _quantile(s, 0.1), _quantile(s, 0.9), len(s), tuple(ts))
+    return out
+
+
+# --- the machine's own floors -----------------------------------------------------------------
+
+
+def floor_probe(device: str | torch.device = "cpu", nbytes: int | None = None
+                ) -> tuple[Callable[[], Any], int, str]:
+    """``(fn, bytes_moved, name)``: one call of the floor measurement, to interleave with a kernel.
+
+    CPU: ``amax`` over a float32 buffer of ``nbytes`` (default 256 MiB, far larger than any cache),
+    read once. CUDA: ``dst.copy_(src)`` of ``nbytes`` (default 1 GiB), read + write counted.
+    """
+    dev = _device(device)
+    if dev.type == "cuda":
+        nbytes = nbytes or 2**30
+        src = torch.ones(nbytes // 4, dtype=torch.float32, device=dev)
+        dst = torch.empty_like(src)
+        return (lambda: dst.copy_(src)), 2 * tensor_bytes(src), "copy bandwidth"
+    nbytes = nbytes or 256 * 2**20
+    buf = torch.ones(nbytes // 4, dtype=torch.float32, device=dev)
+    return (lambda: torch.amax(buf)), tensor_bytes(buf), "read bandwidth"
+
+
+def read_bandwidth(device: str | torch.device = "cpu", nbytes: int = 512 * 2**20, reps: int = 5) -> float:
+    """Bytes/s of the best of a few large read-only reductions (``sum``, ``amax``) over ``nbytes``.
+
+    The ceiling of any reduction that reads its inputs once: the % columns divide by it.
+    """
+    dev = _device(device)
+    buf = torch.ones(nbytes // 4, dtype=torch.float32, device=dev)
+    best = float("inf")
+    for reduce in (torch.sum, torch.amax):
+        t = time_fn(lambda r=reduce: r(buf), device=dev, warmup=1, reps=reps)
+        best = min(best, t.median)  # medians, like every timing it normalises
+    return buf_bytes(nbytes // 4, torch.float32) / best
+
+
+def copy_bandwidth(device: str | torch.device = "cuda", nbytes: int = 1024 * 2**20, reps: int = 10) -> float:
+    """Bytes/s of ``dst.copy_(src)`` over ``nbytes`` buffers, counting read + write (2 x nbytes)."""
+    dev = _device(device)
+    src = torch.ones(nbytes // 4, dtype=torch.float32, device=dev)
+    dst = torch.empty_like(src)
+    t = time_fn(lambda: dst.copy_(src), device=dev, warmup=2, reps=reps)
+    return 2 * buf_bytes(nbytes // 4, torch.float32) / t.median
+
+
+def matmul_rate(device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32, n: int | None = None,
+                reps: int = 5) -> float:
+    """FLOP/s (2 n^3 per product) of ``torch.mm`` of two ``(n, n)`` matrices of ``dtype``."""
+    dev = _device(device)
+    if n is None:
+        n = 8192 if dev.type == "cuda" else 1024
+    a = torch.randn(n, n, device=dev).to(dtype)
+    b = torch.randn(n, n, device=dev).to(dtype)
+    t = time_fn(lambda: torch.mm(a, b), device=dev, warmup=2, reps=reps)
+    return 2 * n**3 / t.median
+
+
+def buf_bytes(numel: int, dtype: torch.dtype) -> int:
+    return numel * torch.empty((), dtype=dtype).element_size()
+
+
+def tensor_bytes(*tensors: torch.Tensor) -> int:
+    """Bytes a kernel must read to see every element of ``tensors`` once (logical sizes, not storage)."""
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+# --- machine record -----------------------------------------------------------------------------
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _version(module: str) -> str | None:
+    try:
+        mod = __import__(module)
+    except Exception:  # noqa: BLE001 - any import failure means "not available"
+        return None
+    return getattr(mod, "__version__", "unknown")
+
+
+def machine_info(device: str | torch.device | None = None) -> dict[str, Any]:
+    """CPU model, cores, threads, GPU name, torch/triton/timm/package versions, date (UTC)."""
+    info: dict[str, Any] = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "cpu": _cpu_model(),
+        "cpu_cores": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda_runtime": torch.version.cuda,
+        "triton": _version("triton"),
+        "timm": _version("timm"),
+        "vitplast_kernels": _version("vitplast_kernels"),
+        "gpu": None,
+    }
+    if torch.cuda.is_available() and (device is None or torch.device(device).type == "cuda"):
+        idx = torch.device(device).index if device is not None else None
+        idx = torch.cuda.current_device() if idx is None else idx
+        info["gpu"] = torch.cuda.get_device_name(idx)
+        info["gpu_capability"] = ".".join(map(str, torch.cuda.get_device_capability(idx)))
+    return info
+
+
+def machine_line(info: dict[str, Any]) -> str:
+    """One printable line naming the machine and versions of ``info``."""
+    hw = f"{info['cpu']} ({info['cpu_cores']} cores, {info['torch_threads']} torch threads)"
+    if info.get("gpu"):
+        hw = f"{info['gpu']} (sm_{info.get('gpu_capability', '?').replace('.', '')}) + {hw}"
+    return (f"{hw}; torch {info['torch']}, triton {info['triton']}, "
+            f"vitplast_kernels {info['vitplast_kernels']}; {info['date']}")
+
+
+# --- tables and records -------------------------------------------------------------------------
+
+
+def _cell(v: Any, fmt: str | None) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        if v != v:  # NaN
+            return "nan"
+        return format(v, fmt) if fmt else f"{v:.3g}"
+    return str(v)
+
+
+def format_table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str, str | None]]) -> str:
+    """A fixed-width text table. ``columns``: (key in row, header, format spec or None)."""
+    cells = [[_cell(r.get(k), f) for k, _, f in columns] for r in rows]
+    heads = [h for _, h, _ in columns]
+    widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, h in enumerate(heads)]
+    first = "  ".join(h.ljust(w) if i == 0 else h.rjust(w) for i, (h, w) in enumerate(zip(heads, widths,
+                                                                                             strict=True)))
+    lines = [first, "  ".join("-" * w for w in widths)]
+    for c in cells:
+        lines.append("  ".join(x.ljust(w) if i == 0 else x.rjust(w)
+                               for i, (x, w) in enumerate(zip(c, widths, strict=True))))
+    return "\n".join(lines)
+
+
+def print_table(title: str, rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str, str | None]],
+                note: str | None = None) -> None:
+    print(f"\n## {title}")
+    if note:
+        print(note)
+    print(format_table(rows, columns), flush=True)
+
+
+def write_json(path: str | os.PathLike, obj: Any) -> Path:
+    """Writes ``obj`` as JSON to ``path`` atomically (temp file in the same folder, then rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(obj, f, indent=2, default=_json_default)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return path
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, Timing):
+        return o.to_dict()
+    if isinstance(o, torch.dtype):
+        return str(o).removeprefix("torch.")
+    if isinstance(o, torch.device | Path):
+        return str(o)
+    raise TypeError(f"cannot write {type(o).__name__} to JSON")
+
+
+def rel_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
+    """Max relative error of ``actual`` against ``expected`` (both (B,), compared in float64 on host)."""
+    a = actual.detach().double().cpu()
+    e = expected.detach().double().cpu()
+    return ((a - e).abs() / e.abs().clamp_min(1e-300)).max().item()
