@@ -9,6 +9,7 @@ from __future__ import annotations
 from ._extension import cpu_extension_available, cuda_extension_available
 from ._library import register_fakes as _register_fakes
 from .backends import backend_names
+from .capture import Capture, capture
 from .paired import (
     pair_distances,
     pair_ratios,
@@ -16,13 +17,22 @@ from .paired import (
     pair_sq_distances_grouped,
     ratio_from_sq,
 )
+from .pairing import get_pairing, register_pairing
+from .plasticity import pairwise_plasticity
 from .reference import pair_ratios_reference, pair_sq_distances_reference
+from .result import PlasticityResult
 
 __version__ = "0.1.0"
 
 _register_fakes()
 
 __all__ = [
+    "Capture",
+    "PlasticityResult",
+    "capture",
+    "get_pairing",
+    "pairwise_plasticity",
+    "register_pairing",
     "backend_names",
     "cpu_extension_available",
     "cuda_extension_available",

@@ -1,0 +1,136 @@
+"""Pairing schemes: which sequences of a batch are compared, as small strategy objects.
+
+A scheme turns captured tensors ``(N, ...)`` (``N`` sequences first) into per-pair sums of squared
+differences ``S[p] = sum_k (T[i_p, k] - T[j_p, k])^2``, float32, and turns a component's input and
+output sums ``(S_in, S_out)`` into the five statistics a :class:`~vitplast_kernels.result.PlasticityResult`
+accumulates. Capture knows nothing of pairs beyond this interface.
+
+Schemes:
+
+- ``"halves"`` (:class:`Halves`): a batch of ``N = 2B`` sequences, sequence ``i`` paired with ``i + B``.
+  **Matched pairs** (the paper: ``X`` from the pretraining data, ``Y`` from the downstream data, ``X[i]``
+  paired with ``Y[i]``) are the halves of ``torch.cat([X, Y])``.
+- ``"all"``: every distinct pair ``i < j`` of one batch (issue 5); :func:`get_pairing` names it and says
+  it is not available yet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from .paired import pair_sq_distances_grouped
+
+# statistics accumulated per (component, layer), in this order, float64
+STAT_FIELDS = ("count", "sum", "sumsq", "identical", "nonfinite")
+
+
+class Pairing:
+    """Interface of a pairing scheme (subclass it; register with :func:`register_pairing`)."""
+
+    name: str = "?"
+
+    def check(self, n: int, where: str) -> None:
+        """Raises ValueError when a batch of ``n`` sequences cannot be paired; ``where`` names the tensor."""
+        raise NotImplementedError
+
+    def n_pairs(self, n: int) -> int:
+        """Number of pairs a batch of ``n`` sequences holds."""
+        raise NotImplementedError
+
+    def sq_sums(self, tensors: Sequence[torch.Tensor], *, backend: str = "auto") -> torch.Tensor:
+        """``G`` tensors ``(N, ...)`` (same ``N``, same device; widths and dtypes may differ) -> ``(G, P)``
+        float32 per-pair sums of squared differences, in pair order."""
+        raise NotImplementedError
+
+    def stats(self, s_in: torch.Tensor, s_out: torch.Tensor) -> torch.Tensor:
+        """``(..., P)`` input and output sums -> ``(..., 5)`` float64 statistics (see :func:`pair_stats`)."""
+        return pair_stats(s_in, s_out)
+
+
+def pair_stats(s_in: torch.Tensor, s_out: torch.Tensor) -> torch.Tensor:
+    """Per-pair sums -> ``(..., 5)`` float64 ``[count, sum, sumsq, identical, nonfinite]`` over the last dim.
+
+    ``rate[p] = sqrt(s_out[p] / s_in[p])`` (in float64). A pair is *identical* when ``s_in[p] == 0``
+    (excluded: the definition is over distinct pairs), *non-finite* when it is not identical and
+    ``s_in``, ``s_out`` or the rate is not finite; every other pair is *used*: ``count`` pairs, ``sum``
+    and ``sumsq`` of their rates. No host-device synchronisation.
+    """
+    s_in = s_in.detach().to(torch.float64)
+    s_out = s_out.detach().to(torch.float64)
+    if s_out.shape != s_in.shape:
+        s_in = s_in.expand_as(s_out)
+    identical = s_in == 0
+    rate = (s_out / s_in).sqrt()
+    valid = ~identical & torch.isfinite(rate) & torch.isfinite(s_in) & torch.isfinite(s_out)
+    nonfinite = ~identical & ~valid
+    r = torch.where(valid, rate, torch.zeros((), dtype=torch.float64, device=rate.device))
+    return torch.stack(
+        [valid.sum(-1).double(), r.sum(-1), (r * r).sum(-1), identical.sum(-1).double(),
+         nonfinite.sum(-1).double()],
+        dim=-1,
+    )
+
+
+class Halves(Pairing):
+    """``N = 2B`` sequences: pair ``i`` is ``(T[i], T[i + B])``. Matched pairs: ``torch.cat([X, Y])``."""
+
+    name = "halves"
+
+    def check(self, n: int, where: str) -> None:
+        if n < 2 or n % 2:
+            raise ValueError(
+                f"pairs='halves' needs an even batch of at least 2 sequences (2B: sequence i is paired "
+                f"with i + B), got {n} sequences in {where}. For matched pairs pass torch.cat([X, Y]) "
+                "with X and Y of the same size."
+            )
+
+    def n_pairs(self, n: int) -> int:
+        return n // 2
+
+    def sq_sums(self, tensors: Sequence[torch.Tensor], *, backend: str = "auto") -> torch.Tensor:
+        tensors = list(tensors)
+        n = tensors[0].shape[0]
+        b = n // 2
+        # one grouped launch per dtype (the grouped op needs one dtype); results back in input order
+        out: list[torch.Tensor | None] = [None] * len(tensors)
+        by_dtype: dict[torch.dtype, list[int]] = {}
+        for g, t in enumerate(tensors):
+            by_dtype.setdefault(t.dtype, []).append(g)
+        for idx in by_dtype.values():
+            sums = pair_sq_distances_grouped(
+                [tensors[g][:b] for g in idx], [tensors[g][b:] for g in idx], backend=backend
+            )
+            for k, g in enumerate(idx):
+                out[g] = sums[k]
+        return torch.stack(out)  # type: ignore[arg-type]
+
+
+class _AllPairsPlaceholder(Pairing):
+    name = "all"
+
+    def __init__(self) -> None:
+        raise NotImplementedError(
+            "pairs='all' (every distinct pair i < j of a batch, through Gram matrices) is issue 5 and is "
+            "not implemented yet; use pairs='halves'."
+        )
+
+
+_PAIRINGS: dict[str, type[Pairing]] = {"halves": Halves, "all": _AllPairsPlaceholder}
+
+
+def register_pairing(name: str, cls: type[Pairing]) -> None:
+    """Installs (or replaces) the scheme called ``name``: how issue 5 plugs in ``"all"``."""
+    _PAIRINGS[name] = cls
+
+
+def get_pairing(pairs: str | Pairing) -> Pairing:
+    """The scheme called ``pairs`` (``"halves"``; ``"all"`` once issue 5 registers it), or ``pairs``
+    itself when it already is a :class:`Pairing`."""
+    if isinstance(pairs, Pairing):
+        return pairs
+    cls = _PAIRINGS.get(pairs)
+    if cls is None:
+        raise ValueError(f"pairs must be one of {tuple(_PAIRINGS)}, got {pairs!r}")
+    return cls()

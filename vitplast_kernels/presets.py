@@ -1,0 +1,195 @@
+"""Component mappings: which modules of a model are LN1, MHA, LN2, FC1, FC2, as module-name globs.
+
+A mapping is ``{label: pattern}`` or ``{label: (pattern, pattern, ...)}`` (several modules whose outputs
+together form the component, e.g. a SwiGLU's ``fc1_g`` and ``fc1_x``: the component is the stacked
+linear map, its output distance sums over the parts; all parts share one input). Patterns match dotted
+module names segment by segment: ``*`` is one segment (its value is the *layer*), ``**`` any number of
+segments (``**.blocks.*.attn`` matches ``blocks.3.attn`` and ``_orig_mod.blocks.3.attn``).
+
+The embedding (the input ``e`` of the decomposition protocol) is a module name whose output is ``e``,
+or ``"<name>:input"`` for a module's first input (``"**.blocks.0:input"``: the tokens entering the
+first block, i.e. the output of timm's ``patch_drop``/``norm_pre``).
+
+:func:`detect` tries the presets below in order and returns the first whose every pattern matches.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+import torch
+
+COMPONENTS = ("LN1", "MHA", "LN2", "FC1", "FC2")
+
+Pattern = str | tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A named mapping; ``proj`` is the output projection inside the MHA module (per-head rates)."""
+
+    name: str
+    components: dict[str, Pattern]
+    embedding: str
+    proj: str | None = None
+    description: str = ""
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+def _pre_norm(prefix: str, ln1: str, attn: str, ln2: str, fc1: Pattern, fc2: str) -> dict[str, Pattern]:
+    def p(x: Pattern) -> Pattern:
+        return tuple(f"{prefix}.{s}" for s in x) if isinstance(x, tuple) else f"{prefix}.{x}"
+
+    return {"LN1": p(ln1), "MHA": p(attn), "LN2": p(ln2), "FC1": p(fc1), "FC2": p(fc2)}
+
+
+PRESETS: tuple[Preset, ...] = (
+    Preset(
+        "timm-vit",
+        _pre_norm("**.blocks.*", "norm1", "attn", "norm2", "mlp.fc1", "mlp.fc2"),
+        "**.blocks.0:input",
+        proj="proj",
+        description="timm VisionTransformer/DeiT/DINOv2 and Eva/DINOv3 blocks with an Mlp, GluMlp or "
+        "SwiGLUPacked (fc1 -> act -> fc2)",
+    ),
+    Preset(
+        "timm-swiglu",
+        _pre_norm("**.blocks.*", "norm1", "attn", "norm2", ("mlp.fc1_g", "mlp.fc1_x"), "mlp.fc2"),
+        "**.blocks.0:input",
+        proj="proj",
+        description="timm Eva/DINOv3 blocks with a SwiGLU (fc1_g, fc1_x -> fc2): FC1 = both gates",
+    ),
+    Preset(
+        "dinov2-swiglu-w12",
+        _pre_norm("**.blocks.*", "norm1", "attn", "norm2", "mlp.w12", "mlp.w3"),
+        "**.blocks.0:input",
+        proj="proj",
+        description="DINOv2 reference blocks with a fused SwiGLU FFN (w12 -> w3)",
+    ),
+    Preset(
+        "hf-vit",
+        _pre_norm("**.encoder.layer.*", "layernorm_before", "attention", "layernorm_after",
+                  "intermediate.dense", "output.dense"),
+        "**.encoder.layer.0:input",
+        proj="output.dense",
+        description="HF transformers ViT/DeiT/BEiT-style pre-norm layers",
+    ),
+    Preset(
+        "hf-bert",
+        {
+            "LN1": "**.encoder.layer.*.attention.output.LayerNorm",
+            "MHA": "**.encoder.layer.*.attention",
+            "LN2": "**.encoder.layer.*.output.LayerNorm",
+            "FC1": "**.encoder.layer.*.intermediate.dense",
+            "FC2": "**.encoder.layer.*.output.dense",
+        },
+        "**.encoder.layer.0:input",
+        proj="output.dense",
+        description="HF BERT-style post-norm layers (BERT, RoBERTa, MiniLM): MHA = the attention block "
+        "(self-attention + output dense + residual LayerNorm), LN1/LN2 = the post-norm LayerNorms",
+    ),
+    Preset(
+        "hf-gpt2",
+        _pre_norm("**.h.*", "ln_1", "attn", "ln_2", "mlp.c_fc", "mlp.c_proj"),
+        "**.h.0:input",
+        proj="c_proj",
+        description="HF GPT-2 blocks (Conv1D linears)",
+    ),
+)
+
+
+def preset(name: str) -> Preset:
+    for p in PRESETS:
+        if p.name == name:
+            return p
+    raise ValueError(f"preset must be one of {tuple(p.name for p in PRESETS)}, got {name!r}")
+
+
+def _compile(pattern: str) -> re.Pattern[str]:
+    segs = pattern.split(".")
+    if segs[-1] == "**":
+        raise ValueError(f"pattern {pattern!r} must end with a module name, not '**'")
+    rx = ""
+    for i, seg in enumerate(segs):
+        if seg == "**":
+            rx += r"(?:[^.]+\.)*"  # zero or more whole segments
+        else:
+            rx += re.escape(seg).replace(r"\*", r"([^.]+)") + (r"\." if i < len(segs) - 1 else "")
+    return re.compile(rx + "$")
+
+
+def match(pattern: str, names: Iterable[str]) -> dict[tuple[str, ...], str]:
+    """``{layer key: module name}`` for the names matching ``pattern``; the key holds what each ``*``
+    matched. Raises ValueError when two names give the same key (ambiguous pattern)."""
+    rx = _compile(pattern)
+    found: dict[tuple[str, ...], str] = {}
+    for name in names:
+        m = rx.match(name)
+        if m is None:
+            continue
+        key = m.groups()
+        if key in found:
+            raise ValueError(
+                f"pattern {pattern!r} matches both {found[key]!r} and {name!r} for the same layer {key}: "
+                "make it more specific"
+            )
+        found[key] = name
+    return found
+
+
+def layer_sort_key(key: tuple[str, ...]) -> tuple:
+    return tuple((0, int(k), "") if k.isdigit() else (1, 0, k) for k in key)
+
+
+def resolve(
+    model: torch.nn.Module, components: Mapping[str, Pattern]
+) -> tuple[list[tuple[str, ...]], dict[str, dict[tuple[str, ...], tuple[str, ...]]]]:
+    """Matches a mapping against ``model``: (layer keys in block order, ``{label: {layer: module names}}``).
+
+    Raises ValueError naming the label and pattern that match nothing.
+    """
+    names = [n for n, _ in model.named_modules() if n]
+    out: dict[str, dict[tuple[str, ...], tuple[str, ...]]] = {}
+    layers: set[tuple[str, ...]] = set()
+    for label, pat in components.items():
+        pats = (pat,) if isinstance(pat, str) else tuple(pat)
+        if not pats:
+            raise ValueError(f"components[{label!r}] holds no pattern")
+        per_part = [match(p, names) for p in pats]
+        for p, found in zip(pats, per_part, strict=True):
+            if not found:
+                raise ValueError(
+                    f"components[{label!r}] pattern {p!r} matches no module of {type(model).__name__} "
+                    f"(module names look like {names[:6]}...)"
+                )
+        keys = set(per_part[0])
+        for p, found in zip(pats[1:], per_part[1:], strict=True):
+            if set(found) != keys:
+                raise ValueError(
+                    f"components[{label!r}]: part {p!r} matches layers {sorted(found)} but {pats[0]!r} "
+                    f"matches {sorted(keys)}"
+                )
+        out[label] = {k: tuple(found[k] for found in per_part) for k in keys}
+        layers |= keys
+    return sorted(layers, key=layer_sort_key), out
+
+
+def detect(model: torch.nn.Module) -> Preset:
+    """The first preset whose every pattern (and its embedding) matches a module of ``model``."""
+    names = [n for n, _ in model.named_modules() if n]
+    for p in PRESETS:
+        pats = [s for v in p.components.values() for s in ((v,) if isinstance(v, str) else v)]
+        emb = p.embedding.split(":")[0]
+        try:
+            if all(match(s, names) for s in pats) and match(emb, names):
+                return p
+        except ValueError:
+            continue
+    raise ValueError(
+        f"no component found: {type(model).__name__} matches none of the presets "
+        f"{tuple(p.name for p in PRESETS)}. Pass components={{'LN1': 'blocks.*.norm1', 'MHA': "
+        "'blocks.*.attn', ...}} (module-name globs, * = the layer index) and, for "
+        "protocol='decomposition', embedding='<module name>' or '<module name>:input'."
+    )

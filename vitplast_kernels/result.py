@@ -1,0 +1,311 @@
+"""``PlasticityResult``: per component and layer statistics of the pair rates, and their reports.
+
+What is stored are *sums*, exactly combinable across batches and ranks: per component ``c`` and
+layer ``l``, float64 ``[count, sum, sumsq, identical, nonfinite]`` (see
+:data:`vitplast_kernels.pairing.STAT_FIELDS`): pairs used, sum and sum of squares of their rates,
+pairs excluded because their input distance is 0, pairs with a non-finite value (never averaged in).
+The sums stay on the device they were computed on until a value is asked for.
+
+Derived values (float64 CPU tensors, NaN where undefined):
+
+- ``mean = sum / count``;
+- ``std`` = sample standard deviation (``count - 1`` in the denominator);
+- 95% CI: normal approximation ``mean +- 1.96 * std / sqrt(count)``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+
+import torch
+
+from .pairing import STAT_FIELDS
+
+Z95 = 1.959963984540054
+
+
+def _atomic_write(path: str | os.PathLike, write) -> None:
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    suffix = os.path.splitext(path)[1]
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=suffix, dir=folder)
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _finite_or_none(xs: Sequence[float]) -> list[float | None]:
+    return [x if math.isfinite(x) else None for x in xs]
+
+
+class PlasticityResult:
+    """Statistics of the pair rates ``||f(x) - f(y)|| / ||x - y||`` per component and layer.
+
+    Args:
+        stats: ``(C, L, 5)`` float64 sums (any device), component-major.
+        components: the ``C`` component labels, in report order.
+        layers: the ``L`` layer labels, in block order.
+        heads: optional ``(L, H, 5)`` float64 sums of the per-head MHA rates (``per_head=True``).
+        meta: JSON-serialisable facts about the measurement (protocol, pairs, tokens, model, ...).
+    """
+
+    def __init__(
+        self,
+        stats: torch.Tensor,
+        components: Sequence[str],
+        layers: Sequence[str],
+        *,
+        heads: torch.Tensor | None = None,
+        meta: Mapping | None = None,
+    ) -> None:
+        components, layers = tuple(components), tuple(str(x) for x in layers)
+        if stats.shape != (len(components), len(layers), len(STAT_FIELDS)):
+            raise ValueError(
+                f"stats must have shape (C, L, 5) = ({len(components)}, {len(layers)}, 5), "
+                f"got {tuple(stats.shape)}"
+            )
+        if heads is not None and (heads.dim() != 3 or heads.shape[0] != len(layers) or heads.shape[2] != 5):
+            raise ValueError(
+                f"heads must have shape (L, H, 5) with L = {len(layers)}, got {tuple(heads.shape)}"
+            )
+        self._stats = stats.detach()
+        self._heads = None if heads is None else heads.detach()
+        self.components: tuple[str, ...] = components
+        self.layers: tuple[str, ...] = layers
+        self.meta: dict = dict(meta or {})
+        self._host_cache: torch.Tensor | None = None
+        self._host_heads: torch.Tensor | None = None
+
+    # ---------------------------------------------------------------- raw sums
+    @property
+    def stats(self) -> torch.Tensor:
+        """``(C, L, 5)`` float64 sums on their device (no synchronisation)."""
+        return self._stats
+
+    @property
+    def head_stats(self) -> torch.Tensor | None:
+        return self._heads
+
+    @property
+    def n_layers(self) -> int:
+        return len(self.layers)
+
+    def _host(self) -> torch.Tensor:
+        if self._host_cache is None:  # the first value asked for: the only host-device sync
+            self._host_cache = self._stats.to("cpu", torch.float64)
+        return self._host_cache
+
+    def _row(self, component: str) -> torch.Tensor:
+        try:
+            i = self.components.index(component)
+        except ValueError:
+            raise KeyError(
+                f"component {component!r} was not measured; measured: {self.components}"
+            ) from None
+        return self._host()[i]
+
+    # ---------------------------------------------------------------- derived values
+    @staticmethod
+    def _mean_std(s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        n, tot, sq = s[..., 0], s[..., 1], s[..., 2]
+        nan = torch.full_like(n, float("nan"))
+        mean = torch.where(n > 0, tot / n.clamp_min(1), nan)
+        var = (sq - tot * tot / n.clamp_min(1)) / (n - 1).clamp_min(1)
+        std = torch.where(n > 1, var.clamp_min(0).sqrt(), nan)
+        return mean, std
+
+    def mean(self, component: str) -> torch.Tensor:
+        """``(L,)`` float64 mean rate per layer (NaN where no pair was used)."""
+        return self._mean_std(self._row(component))[0]
+
+    def std(self, component: str) -> torch.Tensor:
+        """``(L,)`` float64 sample standard deviation of the rates per layer."""
+        return self._mean_std(self._row(component))[1]
+
+    def ci(self, component: str) -> torch.Tensor:
+        """``(L, 2)`` float64 95% CI per layer: ``mean -+ 1.96 std / sqrt(n)`` (normal approximation)."""
+        s = self._row(component)
+        mean, std = self._mean_std(s)
+        half = Z95 * std / s[..., 0].clamp_min(1).sqrt()
+        return torch.stack([mean - half, mean + half], dim=-1)
+
+    def n_pairs(self, component: str) -> torch.Tensor:
+        """``(L,)`` int64 pairs used per layer."""
+        return self._row(component)[:, 0].round().long()
+
+    def n_identical(self, component: str) -> torch.Tensor:
+        """``(L,)`` int64 pairs excluded because their input distance is 0."""
+        return self._row(component)[:, 3].round().long()
+
+    def n_nonfinite(self, component: str) -> torch.Tensor:
+        """``(L,)`` int64 pairs with a non-finite distance or rate (excluded)."""
+        return self._row(component)[:, 4].round().long()
+
+    def overall(self, component: str) -> float:
+        """Mean over layers of the per-layer mean rates (layers without pairs skipped)."""
+        m = self.mean(component)
+        m = m[torch.isfinite(m)]
+        return float(m.mean()) if m.numel() else float("nan")
+
+    def ranking(self) -> list[tuple[str, float]]:
+        """``[(component, overall mean), ...]``, most plastic first (NaN last)."""
+        vals = [(c, self.overall(c)) for c in self.components]
+        return sorted(vals, key=lambda cv: (not math.isfinite(cv[1]), -cv[1] if math.isfinite(cv[1]) else 0))
+
+    def head_mean(self) -> torch.Tensor:
+        """``(L, H)`` float64 mean per-head MHA rates (``per_head=True``)."""
+        if self._heads is None:
+            raise ValueError("no per-head statistics: measure with capture(..., per_head=True)")
+        if self._host_heads is None:
+            self._host_heads = self._heads.to("cpu", torch.float64)
+        return self._mean_std(self._host_heads)[0]
+
+    def nonfinite_report(self) -> list[tuple[str, str, int]]:
+        """``[(component, layer, pairs), ...]`` wherever a non-finite pair occurred."""
+        h = self._host()
+        return [
+            (c, self.layers[l], int(h[i, l, 4]))
+            for i, c in enumerate(self.components)
+            for l in range(self.n_layers)
+            if h[i, l, 4] > 0
+        ]
+
+    # ---------------------------------------------------------------- combination
+    def merge(self, other: PlasticityResult) -> PlasticityResult:
+        """Sums of two measurements of the same components and layers (e.g. two datasets)."""
+        if other.components != self.components or other.layers != self.layers:
+            raise ValueError(
+                f"cannot merge results over {other.components} x {len(other.layers)} layers into "
+                f"{self.components} x {len(self.layers)} layers"
+            )
+        heads = None
+        if self._heads is not None and other._heads is not None:
+            heads = self._heads + other._heads.to(self._heads.device)
+        return PlasticityResult(self._stats + other._stats.to(self._stats.device), self.components,
+                                self.layers, heads=heads, meta=self.meta)
+
+    def all_reduce(self, group=None) -> PlasticityResult:
+        """The result over all ranks of ``group``: sums all-reduced (:mod:`vitplast_kernels.distributed`)."""
+        from .distributed import all_reduce_result
+
+        return all_reduce_result(self, group=group)
+
+    # ---------------------------------------------------------------- reports
+    def table(self) -> str:
+        """A text table: one row per layer, ``mean +- CI half-width`` per component, then the overall row."""
+        width = max(12, *(len(c) + 2 for c in self.components))
+        head = f"{'layer':>6} " + "".join(f"{c:>{width}}" for c in self.components)
+        lines = [head, "-" * len(head)]
+        cols = {c: (self.mean(c), self.ci(c)) for c in self.components}
+        for l, name in enumerate(self.layers):
+            cells = []
+            for c in self.components:
+                m, ci = cols[c][0][l].item(), cols[c][1][l]
+                half = (ci[1] - ci[0]).item() / 2
+                cell = "n/a" if not math.isfinite(m) else (
+                    f"{m:.3f}±{half:.3f}" if math.isfinite(half) else f"{m:.3f}"
+                )
+                cells.append(f"{cell:>{width}}")
+            lines.append(f"{name:>6} " + "".join(cells))
+        lines.append("-" * len(head))
+        lines.append(f"{'mean':>6} " + "".join(f"{self.overall(c):>{width}.3f}" for c in self.components))
+        pairs = {c: int(self.n_pairs(c).sum()) for c in self.components}
+        excl = {c: int(self.n_identical(c).sum()) for c in self.components}
+        bad = {c: int(self.n_nonfinite(c).sum()) for c in self.components}
+        lines.append(f"pairs used {pairs}; identical (excluded) {excl}; non-finite {bad}")
+        lines.append("ranking: " + " > ".join(f"{c} ({v:.3f})" for c, v in self.ranking()))
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return (f"PlasticityResult(components={self.components}, n_layers={self.n_layers}, "
+                f"meta={self.meta})")
+
+    def to_dict(self) -> dict:
+        """JSON-ready dict: the raw sums (exact, for :meth:`from_dict`) and the derived values."""
+        out: dict = {"format": "vitplast-plasticity/1", "meta": self.meta, "layers": list(self.layers),
+                     "stat_fields": list(STAT_FIELDS), "components": {}}
+        for i, c in enumerate(self.components):
+            ci = self.ci(c)
+            out["components"][c] = {
+                "sums": self._host()[i].tolist(),
+                "mean": _finite_or_none(self.mean(c).tolist()),
+                "std": _finite_or_none(self.std(c).tolist()),
+                "ci95": [_finite_or_none(r) for r in ci.tolist()],
+                "n_pairs": self.n_pairs(c).tolist(),
+                "n_identical": self.n_identical(c).tolist(),
+                "n_nonfinite": self.n_nonfinite(c).tolist(),
+                "overall": self.overall(c) if math.isfinite(self.overall(c)) else None,
+            }
+        out["ranking"] = [[c, v if math.isfinite(v) else None] for c, v in self.ranking()]
+        if self._heads is not None:
+            out["heads"] = {"sums": self._heads.cpu().double().tolist(),
+                            "mean": [_finite_or_none(r) for r in self.head_mean().tolist()]}
+        return out
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> PlasticityResult:
+        """Inverse of :meth:`to_dict` (rebuilt from the raw sums)."""
+        comps = list(d["components"])
+        stats = torch.tensor([d["components"][c]["sums"] for c in comps], dtype=torch.float64)
+        stats = stats.reshape(len(comps), len(d["layers"]), len(STAT_FIELDS))
+        heads = torch.tensor(d["heads"]["sums"], dtype=torch.float64) if d.get("heads") else None
+        return cls(stats, comps, d["layers"], heads=heads, meta=d.get("meta"))
+
+    def to_json(self, path: str | os.PathLike) -> None:
+        """Writes :meth:`to_dict` as JSON atomically (temporary file + ``os.replace``)."""
+        text = json.dumps(self.to_dict(), indent=1)
+
+        def write(tmp: str) -> None:
+            with open(tmp, "w") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+
+        _atomic_write(path, write)
+
+    @classmethod
+    def from_json(cls, path: str | os.PathLike) -> PlasticityResult:
+        with open(path) as f:
+            return cls.from_dict(json.load(f))
+
+    def plot(self, path: str | os.PathLike, *, title: str | None = None) -> None:
+        """Saves a figure (format from the suffix, atomically): left, the per-layer mean rate of each
+        component with its 95% CI band; right, a box plot per component of its per-layer means."""
+        import matplotlib
+
+        matplotlib.use("Agg", force=False)
+        import matplotlib.pyplot as plt
+
+        fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4), gridspec_kw={"width_ratios": [3, 2]})
+        x = list(range(self.n_layers))
+        boxes = []
+        for c in self.components:
+            m, ci = self.mean(c).numpy(), self.ci(c).numpy()
+            line = ax1.plot(x, m, marker="o", ms=3, label=c)[0]
+            ax1.fill_between(x, ci[:, 0], ci[:, 1], color=line.get_color(), alpha=0.2)
+            boxes.append(m[torch.isfinite(self.mean(c)).numpy()])
+        ax1.set_xticks(x, self.layers if self.n_layers <= 24 else None)
+        ax1.set_xlabel("layer")
+        ax1.set_ylabel("plasticity (mean rate)")
+        ax1.axhline(1.0, color="grey", lw=0.8, ls="--")
+        ax1.legend(fontsize=8)
+        ax2.boxplot(boxes, tick_labels=list(self.components))
+        ax2.axhline(1.0, color="grey", lw=0.8, ls="--")
+        ax2.set_ylabel("per-layer plasticity")
+        meta = ", ".join(f"{k}={v}" for k, v in self.meta.items() if k in ("model", "protocol", "pairs"))
+        fig.suptitle(title or f"Plasticity per component{' (' + meta + ')' if meta else ''}", fontsize=10)
+        fig.tight_layout()
+        try:
+            _atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=120))
+        finally:
+            plt.close(fig)
