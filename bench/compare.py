@@ -138,6 +138,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="fewer shapes and shorter timing (a smoke run)")
     p.add_argument("--sections", nargs="+", choices=SECTIONS, metavar="SECTION",
                    help=f"run only these sections (default all: {', '.join(SECTIONS)})")
+    p.add_argument("--threads", type=int, help="torch (and OpenMP) threads; default: torch's choice")
     p.add_argument("--no-compile", action="store_true", help="leave out the torch.compile peer")
     return p.parse_args(argv)
 
@@ -147,6 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.device == "cuda" and not torch.cuda.is_available():
         print("--device cuda but no CUDA device is available", file=sys.stderr)
         return 2
+    if args.threads:
+        torch.set_num_threads(args.threads)
     t0 = time.perf_counter()
     info = machine_info(args.device)
     print(f"# bench/compare.py --device {args.device}{' --quick' if args.quick else ''}")
