@@ -10,7 +10,8 @@ Work is cut into tasks (tensor g, row, chunk of whole ``BLOCK``s of logical elem
 B = 32 rows fill a large GPU. Stage 1: one program per task sums ``(a - b)^2`` in float32 lanes and
 writes one float32 partial per task. Stage 2: one program per output ``(g, row)`` sums that row's
 partials in float64, in a fixed order. No atomics: results are bitwise repeatable. The chunk size of a
-tensor depends only on its own ``(B, K)``, so a tensor gives the same bits alone or in a group.
+tensor depends only on its own ``(B, K)``, so a tensor is cut the same way alone or in a group (the
+bits may still differ: the compiler may lay lanes out differently in the two kernels).
 
 Layouts (mirror of csrc/row_layout.h): a tensor is read in place when its non-batch dims collapse to
 ``(outer, inner-contiguous)``; rows that are contiguous take a vectorised path, other collapsible
@@ -346,13 +347,18 @@ def pair_sq_distances_grouped(a: Sequence[torch.Tensor], b: Sequence[torch.Tenso
     vec = _vec(dtype)
     es = layouts[0].a.element_size()
     tensors = [t for p in layouts for t in (p.a, p.b)]
-    base = min(tensors, key=lambda t: t.data_ptr())
+    live = [t for t in tensors if t.numel() > 0]  # empty tensors are never read (offset 0)
+    if not live:
+        return out.zero_()
+    base = min(live, key=lambda t: t.data_ptr())
     base_ptr = base.data_ptr()
     aligned = base_ptr % 16 == 0 and all(
-        _aligned(p.a, p.la, p.row_len, vec) and _aligned(p.b, p.lb, p.row_len, vec) for p in layouts
+        _aligned(p.a, p.la, p.row_len, vec) and _aligned(p.b, p.lb, p.row_len, vec)
+        for p in layouts if p.row_len
     )
     plan = _plan(layouts, device, aligned)
-    offsets = torch.tensor([(t.data_ptr() - base_ptr) // es for t in tensors], dtype=torch.int64)
+    offsets = torch.tensor([(t.data_ptr() - base_ptr) // es if t.numel() else 0 for t in tensors],
+                           dtype=torch.int64)
     offsets = _to_device(offsets, device)
     partial = torch.empty((plan.tasks,), dtype=torch.float32, device=device)
     _stage1_grouped[(plan.tasks,)](

@@ -11,14 +11,16 @@
 // descriptor travels as a kernel argument; a group's table is copied to the device from pinned
 // memory with a non-blocking copy on the current stream: the launch path never synchronises.
 #include <ATen/ATen.h>
-#include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>  // (not ATen/cuda/CUDAContext.h: it needs the cuSPARSE/cuBLAS headers)
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <torch/library.h>
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <numeric>
 #include <vector>
 
@@ -240,16 +242,28 @@ TensorDesc make_desc(const at::Tensor& a, const at::Tensor& b, std::vector<at::T
   return t;
 }
 
+// Multiprocessor count of a device (an attribute query: no synchronisation), cached.
+int multiprocessors(int device) {
+  static std::array<std::atomic<int>, 64> cache{};
+  if (device < 0 || device >= 64) device = 0;
+  int n = cache[device].load(std::memory_order_relaxed);
+  if (n == 0) {
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
+    cache[device].store(n, std::memory_order_relaxed);
+  }
+  return n;
+}
+
 void launch(const at::Tensor& like, DescArg& d, const at::Tensor& table_host, at::Tensor& out) {
   const c10::cuda::CUDAGuard guard(like.device());
-  cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   at::Tensor table_dev;
   if (d.groups > 1) {
     table_dev = table_host.to(like.device(), /*non_blocking=*/true);
     d.table = reinterpret_cast<const TensorDesc*>(table_dev.const_data_ptr());
   }
   at::Tensor partial = at::empty({d.tasks}, like.options().dtype(at::kFloat));
-  const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  const int sms = multiprocessors(like.get_device());
   const int64_t grid1 = std::min<int64_t>(d.tasks, static_cast<int64_t>(sms) * 8);
   switch (like.scalar_type()) {
     case at::kFloat:
