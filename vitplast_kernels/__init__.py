@@ -8,6 +8,12 @@ from __future__ import annotations
 
 from ._extension import cpu_extension_available, cuda_extension_available
 from ._library import register_fakes as _register_fakes
+from .all_pairs import (
+    all_pair_distances,
+    all_pair_ratios,
+    all_pair_sq_distances,
+    all_pair_sq_distances_reference,
+)
 from .backends import backend_names
 from .capture import Capture, capture
 from .paired import (
@@ -27,6 +33,10 @@ __version__ = "0.1.0"
 _register_fakes()
 
 __all__ = [
+    "all_pair_distances",
+    "all_pair_ratios",
+    "all_pair_sq_distances",
+    "all_pair_sq_distances_reference",
     "Capture",
     "PlasticityResult",
     "capture",

@@ -1,0 +1,240 @@
+"""Triton kernels for all distinct pairs: split-K Gram on tensor cores, fused distance epilogue, masked
+direct recompute of the pairs the Gram cannot resolve (design and error model: ``all_pairs``).
+
+Three launches, no host-device synchronisation (except once per shape on CUDA, to pick a tile config):
+
+1. ``_gram_partial_kernel`` grid ``(T, S)``: tile ``t`` of the lower block triangle (``T = nb (nb + 1)
+   / 2`` tiles of ``BM x BM``, ``nb = ceil(N / BM)``) times K-chunk ``s``: ``tl.dot`` of the two row
+   blocks over the chunk, float32 accumulator, written to a workspace ``(S, T, BM, BM)``. Tiles vary
+   fastest so the programs reading the same K-chunk run together (the second read hits L2).
+2. ``_gram_finish_kernel`` grid ``(T,)``: sums the S partials in float64 in a fixed order (deterministic),
+   takes the norms from the diagonal tiles, forms ``n_i + n_j - 2 G_ij``, marks unreliable pairs with
+   -1 (``S_ij < tau (n_i + n_j)`` or not finite), writes the tile and its mirror, zero diagonal.
+3. ``_recompute_kernel`` grid ``(N, N)``: programs of the strict lower triangle whose entry is -1
+   recompute ``sum_k (x_i - x_j)^2`` directly in float64 and write both entries; the rest exit at once.
+
+Inputs: ``x`` of shape ``(N, K)`` float32/float16/bfloat16 with unit inner stride; output ``(N, N)``
+float32. bf16/fp16 tiles go to ``tl.dot`` as they are (products exact in float32); float32 uses
+``tf32x3`` on GPU. Offsets are 64-bit. Runs under ``TRITON_INTERPRET=1`` on CPU tensors (tests).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import torch
+
+from .all_pairs import U32, gram_error, reliability_threshold
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # pragma: no cover - triton is a dependency of CUDA torch builds
+    triton = None
+
+C_GPU = 0.5  # Gram error constant on GPU (uncalibrated: ten times the CPU measurement)
+TF32X3_PRODUCT_ERR = 2.0**-21  # relative error of one float32 product through tf32x3
+
+
+def interpreted() -> bool:
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def usable(device: torch.device) -> bool:
+    """Whether ``backend="triton"`` can run on tensors of ``device``."""
+    if triton is None:
+        return False
+    return device.type == "cuda" or (device.type == "cpu" and interpreted())
+
+
+if triton is not None:
+
+    @triton.jit
+    def _gram_partial_kernel(
+        x_ptr, ws_ptr, tiles_ptr, N, K, stride_row, chunk,
+        BM: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr,
+        MASK_ROWS: tl.constexpr, MASK_K: tl.constexpr, UPCAST: tl.constexpr,
+    ):
+        t = tl.program_id(0)
+        s = tl.program_id(1)
+        num_tiles = tl.num_programs(0)
+        bi = tl.load(tiles_ptr + 2 * t).to(tl.int64)
+        bj = tl.load(tiles_ptr + 2 * t + 1).to(tl.int64)
+        rm = bi * BM + tl.arange(0, BM).to(tl.int64)
+        rn = bj * BM + tl.arange(0, BM).to(tl.int64)
+        rk = tl.arange(0, BK).to(tl.int64)
+        k_start = s.to(tl.int64) * chunk
+        k_end = tl.minimum(k_start + chunk, K)
+        a_ptrs = x_ptr + rm[:, None] * stride_row + (k_start + rk)[None, :]  # (BM, BK)
+        b_ptrs = x_ptr + rn[None, :] * stride_row + (k_start + rk)[:, None]  # (BK, BM)
+        acc = tl.zeros((BM, BM), dtype=tl.float32)
+        for k in range(k_start, k_end, BK):
+            if MASK_ROWS or MASK_K:
+                mk = (k + rk) < k_end
+                a = tl.load(a_ptrs, mask=(rm[:, None] < N) & mk[None, :], other=0.0)
+                b = tl.load(b_ptrs, mask=(rn[None, :] < N) & mk[:, None], other=0.0)
+            else:
+                a = tl.load(a_ptrs)
+                b = tl.load(b_ptrs)
+            if UPCAST:  # the interpreter's tl.dot mishandles bf16; exact products either way
+                a = a.to(tl.float32)
+                b = b.to(tl.float32)
+            acc = tl.dot(a, b, acc, input_precision=PREC)
+            a_ptrs += BK
+            b_ptrs += BK
+        offs = tl.arange(0, BM)
+        ws = ws_ptr + (s.to(tl.int64) * num_tiles + t) * (BM * BM)
+        tl.store(ws + offs[:, None] * BM + offs[None, :], acc)
+
+    @triton.jit
+    def _gram_finish_kernel(ws_ptr, tiles_ptr, out_ptr, N, S, tau, BM: tl.constexpr):
+        t = tl.program_id(0)
+        num_tiles = tl.num_programs(0)
+        bi = tl.load(tiles_ptr + 2 * t).to(tl.int64)
+        bj = tl.load(tiles_ptr + 2 * t + 1).to(tl.int64)
+        ti = bi * (bi + 3) // 2  # index of diagonal tile (bi, bi)
+        tj = bj * (bj + 3) // 2
+        offs = tl.arange(0, BM)
+        tile = offs[:, None] * BM + offs[None, :]
+        diag = offs * (BM + 1)
+        g = tl.zeros((BM, BM), dtype=tl.float64)
+        ni = tl.zeros((BM,), dtype=tl.float64)
+        nj = tl.zeros((BM,), dtype=tl.float64)
+        stride_s = num_tiles.to(tl.int64) * (BM * BM)
+        g_ptrs = ws_ptr + t.to(tl.int64) * (BM * BM) + tile
+        ni_ptrs = ws_ptr + ti * (BM * BM) + diag
+        nj_ptrs = ws_ptr + tj * (BM * BM) + diag
+        for _ in range(0, S):  # fixed order: deterministic
+            g += tl.load(g_ptrs).to(tl.float64)
+            ni += tl.load(ni_ptrs).to(tl.float64)
+            nj += tl.load(nj_ptrs).to(tl.float64)
+            g_ptrs += stride_s
+            ni_ptrs += stride_s
+            nj_ptrs += stride_s
+        scale = ni[:, None] + nj[None, :]
+        sq = tl.maximum(scale - 2.0 * g, 0.0)
+        ok = sq >= tau * scale  # False for NaN: recomputed directly
+        rows = bi * BM + offs.to(tl.int64)
+        cols = bj * BM + offs.to(tl.int64)
+        val = tl.where(ok, sq, -1.0).to(tl.float32)
+        val = tl.where(rows[:, None] == cols[None, :], 0.0, val)
+        inside = (rows[:, None] < N) & (cols[None, :] < N)
+        lower = rows[:, None] >= cols[None, :]
+        strict = rows[:, None] > cols[None, :]
+        tl.store(out_ptr + rows[:, None] * N + cols[None, :], val, mask=inside & lower)
+        tl.store(out_ptr + cols[None, :] * N + rows[:, None], val, mask=inside & strict)
+
+    @triton.jit
+    def _recompute_kernel(x_ptr, out_ptr, N, K, stride_row, BLOCK: tl.constexpr):
+        j = tl.program_id(0).to(tl.int64)
+        i = tl.program_id(1).to(tl.int64)
+        if j < i:
+            flag = tl.load(out_ptr + i * N + j)
+            if flag < 0:
+                acc = tl.zeros((BLOCK,), dtype=tl.float64)
+                offs0 = tl.arange(0, BLOCK).to(tl.int64)
+                for k in range(0, K, BLOCK):
+                    offs = k + offs0
+                    m = offs < K
+                    xi = tl.load(x_ptr + i * stride_row + offs, mask=m, other=0.0).to(tl.float64)
+                    xj = tl.load(x_ptr + j * stride_row + offs, mask=m, other=0.0).to(tl.float64)
+                    d = xi - xj
+                    acc += d * d
+                r = tl.sum(acc, axis=0).to(tl.float32)
+                tl.store(out_ptr + i * N + j, r)
+                tl.store(out_ptr + j * N + i, r)
+
+
+# (BM, BK, num_warps, num_stages) tried on CUDA; the fastest per (N, K, dtype, device) is kept
+_CUDA_CONFIGS = ((128, 64, 8, 3), (64, 64, 4, 4), (128, 32, 8, 4), (64, 128, 4, 3))
+_INTERPRET_CONFIG = (16, 32, 1, 1)
+_config_cache: dict[tuple, tuple[int, int, int, int]] = {}
+_tiles_cache: dict[tuple, torch.Tensor] = {}
+
+
+def _tiles(nb: int, device: torch.device) -> torch.Tensor:
+    """``(T, 2)`` int32 ``(bi, bj)`` of the lower block triangle, row-major (``t = bi(bi+1)/2 + bj``)."""
+    key = (nb, device)
+    if key not in _tiles_cache:
+        ij = [(i, j) for i in range(nb) for j in range(i + 1)]
+        _tiles_cache[key] = torch.tensor(ij, dtype=torch.int32).to(device)
+    return _tiles_cache[key]
+
+
+def _splits(num_tiles: int, k: int, bk: int, device: torch.device, splits: int | None) -> tuple[int, int]:
+    """(S, chunk): K cut into S chunks of ``chunk`` (a multiple of BK) for about 2 programs per SM."""
+    if splits is None:
+        if device.type == "cuda":
+            sms = torch.cuda.get_device_properties(device).multi_processor_count
+            splits = max(1, math.ceil(2 * sms / num_tiles))
+        else:
+            splits = 2
+    splits = max(1, min(splits, math.ceil(k / bk)))
+    chunk = math.ceil(math.ceil(k / splits) / bk) * bk
+    return math.ceil(k / chunk), chunk
+
+
+def _launch(x: torch.Tensor, config: tuple[int, int, int, int], splits: int | None) -> torch.Tensor:
+    n, k = x.shape
+    bm, bk, warps, stages = config
+    nb = math.ceil(n / bm)
+    tiles = _tiles(nb, x.device)
+    num_tiles = tiles.shape[0]
+    s, chunk = _splits(num_tiles, k, bk, x.device, splits)
+    if x.dtype == torch.float32 and not interpreted():
+        prec, product_err = "tf32x3", TF32X3_PRODUCT_ERR
+    else:
+        prec, product_err = "ieee", (0.0 if x.dtype != torch.float32 else U32)
+    tau = reliability_threshold(gram_error(k, s, C_GPU, product_err))
+    ws = torch.empty((s, num_tiles, bm, bm), dtype=torch.float32, device=x.device)
+    out = torch.empty((n, n), dtype=torch.float32, device=x.device)
+    launch = {} if interpreted() else {"num_warps": warps, "num_stages": stages}
+    _gram_partial_kernel[(num_tiles, s)](
+        x, ws, tiles, n, k, x.stride(0), chunk, BM=bm, BK=bk, PREC=prec,
+        MASK_ROWS=n % bm != 0, MASK_K=k % chunk != 0,
+        UPCAST=interpreted() and x.dtype == torch.bfloat16, **launch,
+    )
+    _gram_finish_kernel[(num_tiles,)](ws, tiles, out, n, s, tau, BM=bm)
+    _recompute_kernel[(n, n)](x, out, n, k, x.stride(0), BLOCK=1024 if not interpreted() else 64)
+    return out
+
+
+def _pick_config(x: torch.Tensor) -> tuple[int, int, int, int]:
+    if x.device.type != "cuda":
+        return _INTERPRET_CONFIG
+    key = (x.shape[0], x.shape[1], x.dtype, x.device)
+    if key not in _config_cache:
+        best, best_t = _CUDA_CONFIGS[0], float("inf")
+        for cfg in _CUDA_CONFIGS:
+            if cfg[0] > max(64, 2 ** math.ceil(math.log2(x.shape[0]))):
+                continue
+            try:
+                _launch(x, cfg, None)  # compile + warm
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                for _ in range(3):
+                    _launch(x, cfg, None)
+                end.record()
+                end.synchronize()
+                ms = start.elapsed_time(end)
+            except Exception:  # a config the compiler rejects (e.g. shared memory) is skipped
+                continue
+            if ms < best_t:
+                best, best_t = cfg, ms
+        _config_cache[key] = best
+    return _config_cache[key]
+
+
+def all_pair_sq_distances_triton(x: torch.Tensor, *, splits: int | None = None,
+                                 config: tuple[int, int, int, int] | None = None) -> torch.Tensor:
+    """``(N, K) -> (N, N)`` float32 squared distances of all pairs of rows (see module docstring).
+
+    ``splits`` forces the number of K-chunks, ``config`` = ``(BM, BK, num_warps, num_stages)`` the
+    tile config (tests and benchmarks); by default both are chosen per shape and device.
+    """
+    if triton is None:
+        raise RuntimeError("backend='triton' needs the triton package (pip install triton)")
+    if x.stride(1) != 1 or x.stride(0) < x.shape[1]:
+        x = x.contiguous()
+    return _launch(x, config or _pick_config(x), splits)
