@@ -311,7 +311,7 @@ def run_one(cfg: dict, train: str, lr: float, seed: int, run_path: Path, dctx: D
     from .monitor import Monitor, component_means, measure_plasticity
     from .trainable import apply_lora, choose_components, count_parameters, select_trainable
 
-    run_cfg = {k: v for k, v in cfg.items() if k not in ("train", "lr", "seed")}
+    run_cfg = {k: v for k, v in cfg.items() if k not in ("train", "lr", "seed") and not k.startswith("_")}
     run_cfg.update(train=train, lr=lr, seed=seed)
     rd = RunDir(run_path, writer=dctx.is_main)
     err = None
@@ -578,7 +578,8 @@ def finetune(**options) -> dict:
         text = format_table(rows)
         result = {"runs": summaries, "table": rows, "table_text": text}
         if dctx.is_main and len(combos) > 1:
-            write_json_atomic(out / "grid_summary.json", {"config": {**cfg, "out": str(out)}, **result})
+            public = {k: v for k, v in cfg.items() if not k.startswith("_")}
+            write_json_atomic(out / "grid_summary.json", {"config": public, **result})
             if cfg["plots"]:
                 from .finetune_plots import plot_grid
 

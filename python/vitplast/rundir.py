@@ -36,7 +36,7 @@ SUMMARY = "summary.json"
 RESUME_FREE_KEYS = frozenset({"resume", "progress", "tensorboard", "out", "plots", "device", "workers"})
 
 
-class RunDirError(RuntimeError):
+class RunDirError(ValueError):
     """A run directory cannot be used as asked (finished, unfinished without --resume, mismatch)."""
 
 

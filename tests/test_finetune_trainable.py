@@ -1,0 +1,126 @@
+"""Parameter selection of `vitplast finetune --train ...`: each choice trains exactly what it says.
+
+The expected sets are written independently of vitplast.trainable, from timm's parameter names.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+
+import pytest
+import torch
+from vitplast import trainable as T
+
+DEPTH = 3
+
+
+@pytest.fixture(scope="module")
+def vit():
+    import timm
+
+    return timm.create_model("vit_tiny_patch16_224", pretrained=False, num_classes=5, img_size=16,
+                             patch_size=8, depth=DEPTH, embed_dim=32, num_heads=2)
+
+
+# component -> regex over timm ViT parameter names
+EXPECTED = {
+    "MHA": r"blocks\.\d+\.attn\.",
+    "FC1": r"blocks\.\d+\.mlp\.fc1\.",
+    "FC2": r"blocks\.\d+\.mlp\.fc2\.",
+    "LN1": r"blocks\.\d+\.norm1\.",
+    "LN2": r"blocks\.\d+\.norm2\.",
+}
+HEAD = r"head\."
+
+
+def _trainable(model):
+    return {n for n, p in model.named_parameters() if p.requires_grad}
+
+
+def _matching(model, *patterns):
+    return {n for n, _ in model.named_parameters() if any(re.match(p, n) for p in patterns)}
+
+
+@pytest.mark.parametrize("component", list(EXPECTED))
+def test_component_in_every_block_plus_head(vit, component):
+    names = T.select_trainable(vit, component)
+    expected = _matching(vit, EXPECTED[component], HEAD)
+    assert _trainable(vit) == expected == set(names)
+    blocks_hit = {int(n.split(".")[1]) for n in expected if n.startswith("blocks.")}
+    assert blocks_hit == set(range(DEPTH))
+    assert all(p.requires_grad == (n in expected) for n, p in vit.named_parameters())
+
+
+def test_head_full_and_combination(vit):
+    T.select_trainable(vit, "head")
+    assert _trainable(vit) == _matching(vit, HEAD)
+    T.select_trainable(vit, "full")
+    assert _trainable(vit) == {n for n, _ in vit.named_parameters()}
+    T.select_trainable(vit, "mha+fc2")  # case-insensitive, + joins components
+    assert _trainable(vit) == _matching(vit, EXPECTED["MHA"], EXPECTED["FC2"], HEAD)
+
+
+def test_groups_partition_all_parameters(vit):
+    groups = T.component_parameter_names(vit)
+    flat = [n for names in groups.values() for n in names]
+    assert len(flat) == len(set(flat)) == len(list(vit.named_parameters()))
+    assert "cls_token" in groups["other"] and "pos_embed" in groups["other"]
+
+
+@pytest.mark.parametrize("bad, match", [
+    ("MLP", "unknown choice 'MLP'"), ("", "--train must be one of"), ("full+MHA", "cannot be combined"),
+])
+def test_parse_train_errors(bad, match):
+    with pytest.raises(ValueError, match=match):
+        T.parse_train(bad)
+
+
+def test_choose_components_greedy_budget(vit):
+    groups = T.component_parameter_names(vit)
+    size = {c: T.count_parameters(vit, groups[c]) for c in T.COMPONENTS}
+    head = T.count_parameters(vit, groups["head"])
+    plast = {"MHA": 1.5, "FC1": 1.2, "FC2": 1.1, "LN2": 0.6, "LN1": 0.4}
+    # MHA fits, FC1 does not, LN2 and LN1 (small) still fit
+    budget = head + size["MHA"] + size["LN2"] + size["LN1"] + 1
+    assert budget < head + size["MHA"] + size["FC1"]
+    assert T.choose_components(plast, vit, budget) == ["MHA", "LN2", "LN1"]
+    assert T.choose_components(plast, vit, None) == ["MHA"]
+    assert T.choose_components({**plast, "MHA": float("nan")}, vit, None) == ["FC1"]
+    with pytest.raises(ValueError, match="smaller than the head"):
+        T.choose_components(plast, vit, head - 1)
+    chosen = T.choose_components(plast, vit, head + size["FC2"])
+    assert chosen and chosen[0] in ("MHA", "FC1", "FC2")
+    frozen = set(T.freeze_list(plast, vit, head + size["FC2"]))
+    kept = _matching(vit, *(EXPECTED[c] for c in chosen), HEAD)
+    assert frozen == {n for n, _ in vit.named_parameters()} - kept
+
+
+def test_choose_components_from_plasticity_result(vit):
+    import vitplast_kernels as vk
+
+    x = torch.randn(8, 3, 16, 16)
+    with vk.capture(vit, protocol="in_situ", pairs="halves") as acts:
+        vit(x)
+    res = vk.pairwise_plasticity(acts)
+    best = max(T.COMPONENTS, key=lambda c: float(res.mean(c).mean()))
+    assert T.choose_components(res, vit, None) == [best]
+
+
+def test_lora_config_and_missing_peft(vit, monkeypatch):
+    try:
+        import peft  # noqa: F401
+    except ImportError:
+        with pytest.raises(ImportError, match=r"pip install 'vitplast-kernels\[lora\]'"):
+            T.lora_config(["MHA"], vit)
+        return
+    import copy
+
+    cfg = T.lora_config({"MHA": 2.0, "FC1": 1.0, "LN1": 5.0}, vit)  # LN has no LoRA target
+    assert set(cfg.target_modules) == {f"blocks.{i}.attn.{m}" for i in range(DEPTH) for m in ("qkv", "proj")}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = T.apply_lora(copy.deepcopy(vit))
+    names = _trainable(model)
+    assert names and all("lora_" in n or ".head." in n for n in names)
+    assert any("attn.qkv.lora_A" in n for n in names)
