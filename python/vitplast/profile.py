@@ -1,0 +1,279 @@
+"""Time and size a plasticity measurement on a (large) timm model.
+
+Prints, and writes as JSON (``--out DIR/profile.json``) with a plot of time per layer
+(``DIR/profile_layers.png``):
+
+- images/s of the plain forward, of forward + capture (a whole measurement step: hooks, reductions,
+  result read on the host), of naive hooks with the paper's eager distance, and of the paper's protocol
+  (outputs of every component on the host, then eager distances; on large models estimated from one
+  block times the depth, and flagged as such);
+- time per layer and per component, without and with capture;
+- achieved GB/s of the reductions on block 0's tensors;
+- peak memory of each (GPU: torch.cuda.max_memory_allocated; CPU: peak RSS deltas);
+- host memory the paper's protocol would need for the batch.
+
+Random weights are used (timing does not depend on them). Example::
+
+    vitplast profile --model vit_huge_patch14_224 --device cuda --batch-size 256 --dtype bfloat16
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
+          "float16": "float16", "fp16": "float16"}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default="vit_huge_patch14_224", help="timm model name")
+    p.add_argument("--device", default="cuda" if _cuda() else "cpu", help="cpu, cuda, cuda:1, ...")
+    p.add_argument("--batch-size", type=int, default=8, help="images per forward (2B for pairs=halves)")
+    p.add_argument("--dtype", default="float32", choices=sorted(DTYPES), help="model and input dtype")
+    p.add_argument("--protocol", default="in_situ", choices=("in_situ", "decomposition"))
+    p.add_argument("--pairs", default="halves", help="pairing scheme (halves; all once available)")
+    p.add_argument("--img-size", type=int, help="input resolution (default: the model's)")
+    p.add_argument("--depth", type=int, help="override the number of blocks (a smaller, faster model)")
+    p.add_argument("--threads", type=int, help="CPU threads for torch and the kernels (default: torch's)")
+    p.add_argument("--reps", type=int, default=5, help="timed rounds per variant (medians reported)")
+    p.add_argument("--paper", default="auto", choices=("auto", "full", "one-block", "skip"),
+                   help="run the paper's protocol on every block, estimate it from block 0 times the depth, "
+                   "or skip it; auto: full when its host memory is under --paper-max-gb")
+    p.add_argument("--paper-max-gb", type=float, default=4.0)
+    p.add_argument("--no-layers", action="store_true", help="skip the per-layer / per-component timing")
+    p.add_argument("--out", default="results/profile", metavar="DIR", help="JSON and plot folder")
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _build(args: argparse.Namespace):
+    import timm
+    import torch
+
+    kwargs: dict[str, Any] = {"pretrained": False}
+    if args.img_size:
+        kwargs["img_size"] = args.img_size
+    if args.depth:
+        kwargs["depth"] = args.depth
+    dtype = getattr(torch, DTYPES[args.dtype])
+    device = torch.device(args.device)
+    model = timm.create_model(args.model, **kwargs).eval().to(device=device, dtype=dtype)
+    cfg = model.pretrained_cfg if hasattr(model, "pretrained_cfg") else {}
+    size = args.img_size or (cfg.get("input_size") or (3, 224, 224))[-1]
+    gen = torch.Generator().manual_seed(0)
+    images = torch.randn(args.batch_size, 3, size, size, generator=gen).to(device=device, dtype=dtype)
+    return model, images
+
+
+def profile(args: argparse.Namespace) -> dict[str, Any]:
+    """Every measurement of the module docstring, as one JSON-ready dict."""
+    import torch
+
+    import vitplast_kernels as vk
+
+    from . import profiler as pf
+
+    if args.batch_size < 2 or (args.pairs == "halves" and args.batch_size % 2):
+        raise ValueError(f"--batch-size must be even and >= 2 for pairs=halves, got {args.batch_size}")
+    if args.reps < 1:
+        raise ValueError(f"--reps must be >= 1, got {args.reps}")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    model, images = _build(args)
+    device = images.device
+    st = pf.structure(model)
+    n_layers = len(st.layers)
+    n_modules = sum(len(n) for c in st.components for n in st.modules[c].values())
+    rec: dict[str, Any] = {
+        "args": {k: v for k, v in vars(args).items() if not k.startswith("_") and k != "command"},
+        "model": args.model, "device": str(device), "dtype": DTYPES[args.dtype],
+        "batch_size": args.batch_size,
+        "protocol": args.protocol, "pairs": args.pairs, "image_size": images.shape[-1],
+        "layers": n_layers, "components": list(st.components), "component_modules": n_modules,
+        "params": sum(p.numel() for p in model.parameters()), "machine": _machine(device),
+        "memory_method": pf.memory_method(device),
+    }
+    print(f"# {args.model}: {n_layers} layers, {n_modules} component modules, "
+          f"{rec['params'] / 1e6:.0f}M params; batch {args.batch_size} x {tuple(images.shape[1:])} "
+          f"{DTYPES[args.dtype]} on {device}", flush=True)
+
+    fns = {
+        "forward": pf.forward_fn(model, images),
+        "capture": pf.capture_fn(model, images, args.protocol, args.pairs),
+        "naive_hooks": pf.naive_hooks_fn(model, images, st),
+    }
+    times = pf.time_rounds(fns, device, args.reps)
+    mem = {k: pf.peak_memory(fn, device) for k, fn in fns.items()}
+
+    host = pf.paper_host_bytes(model, images, st)
+    rec["paper_host_bytes"] = host
+    mode = args.paper
+    if mode == "auto":
+        mode = "full" if host <= args.paper_max_gb * 1e9 else "one-block"
+    if mode != "skip":
+        paper_runs = [pf.paper_protocol(model, images, st, blocks=None if mode == "full" else 1)
+                      for _ in range(max(1, min(args.reps, 3)))]
+        secs = sorted(r["seconds"] for r in paper_runs)
+        paper = dict(paper_runs[0], seconds=secs[len(secs) // 2], reps=len(secs), mode=mode)
+        times["paper"] = {"median": paper["seconds"], "min": secs[0], "max": secs[-1], "reps": len(secs)}
+        if mode == "full":
+            mem["paper"] = pf.peak_memory(lambda: pf.paper_protocol(model, images, st), device)
+        rec["paper"] = paper
+
+    fwd = times["forward"]["median"]
+    variants = {}
+    for k, t in times.items():
+        variants[k] = {"seconds": t["median"], "min_s": t["min"], "max_s": t["max"], "reps": t["reps"],
+                       "images_per_s": args.batch_size / t["median"], "vs_forward": t["median"] / fwd,
+                       "peak_bytes": mem.get(k, {}).get("peak"),
+                       "peak_delta_bytes": mem.get(k, {}).get("delta")}
+    rec["variants"] = variants
+    cap = variants["capture"]
+    rec["capture_overhead"] = cap["seconds"] / fwd - 1
+    if mem["forward"]["peak"] and mem["capture"]["peak"]:
+        rec["capture_peak_memory_overhead"] = mem["capture"]["peak"] / mem["forward"]["peak"] - 1
+    if "paper" in variants:
+        rec["speedup_vs_paper"] = variants["paper"]["seconds"] / cap["seconds"]
+    rec["speedup_vs_naive_hooks"] = variants["naive_hooks"]["seconds"] / cap["seconds"]
+    rec["reductions"] = pf.reduction_rate(model, images, st, pairs=args.pairs, reps=args.reps)
+    if not args.no_layers:
+        reps = max(1, min(args.reps, 3))
+        rec["layer_times"] = {"forward": pf.layer_times(model, images, st, reps=reps),
+                              "capture": pf.layer_times(model, images, st, reps=reps,
+                                                        protocol=args.protocol, pairs=args.pairs)}
+    rec["kernels_backend"] = vk.backends.resolve("auto", device).name
+    return rec
+
+
+def _machine(device) -> dict[str, Any]:
+    import torch
+
+    info = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "cpu": platform.processor() or platform.machine(), "cpu_cores": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(), "torch": torch.__version__}
+    try:
+        with open("/proc/cpuinfo") as f:
+            info["cpu"] = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    if device.type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(device)
+    return info
+
+
+def _gb(x: float | None) -> str:
+    return "-" if x is None else f"{x / 1e9:.2f}"
+
+
+def report(rec: dict[str, Any]) -> str:
+    """The printed table of a :func:`profile` record."""
+    lines = [f"{'variant':<12} {'s/batch':>9} {'images/s':>9} {'x forward':>9} {'peak GB':>8} "
+             f"{'+GB':>7}"]
+    names = {"forward": "forward", "capture": f"+capture ({rec['protocol']})", "naive_hooks": "naive hooks",
+             "paper": "paper protocol"}
+    for k, v in rec["variants"].items():
+        lines.append(f"{k:<12} {v['seconds']:>9.4f} {v['images_per_s']:>9.1f} {v['vs_forward']:>9.2f} "
+                     f"{_gb(v['peak_bytes']):>8} {_gb(v['peak_delta_bytes']):>7}   {names.get(k, '')}")
+    out = ["\n".join(lines)]
+    out.append(f"capture adds {100 * rec['capture_overhead']:.1f}% to the forward time"
+               + (f", {100 * rec['capture_peak_memory_overhead']:.2f}% to its peak memory"
+                  if "capture_peak_memory_overhead" in rec else ""))
+    if "paper" in rec:
+        p = rec["paper"]
+        est = (f" (ESTIMATED: block 0 timed, per-block part x {rec['layers']})" if p["estimated"] else "")
+        out.append(f"speed of forward + capture: {rec['speedup_vs_paper']:.1f}x the paper's protocol{est}, "
+                   f"{rec['speedup_vs_naive_hooks']:.2f}x naive hooks")
+    out.append(f"paper's protocol would hold {rec['paper_host_bytes'] / 1e9:.2f} GB on the host for this "
+               "batch "
+               f"(every component output of every block, both halves, {rec['dtype']})")
+    r = rec["reductions"]
+    out.append(f"reductions: {r['tensors']} distinct tensors of block 0, {r['bytes'] / 1e6:.1f} MB in "
+               f"{1e3 * r['seconds']:.2f} ms = {r['GBps']:.1f} GB/s (backend {rec['kernels_backend']}); "
+               f"x {rec['layers']} layers = {1e3 * r['per_forward_s']:.1f} ms per forward")
+    out.append(f"memory: {rec['memory_method']}")
+    if "layer_times" in rec:
+        lt = rec["layer_times"]
+        comps = list(lt["forward"]["per_component"])
+        head = f"{'layer':<6} {'fwd ms':>8} {'+cap ms':>8} " + " ".join(f"{c:>7}" for c in comps)
+        rows = [head + "   (component ms: forward / with capture)"]
+        for lay, t in lt["forward"]["per_layer"].items():
+            tc = lt["capture"]["per_layer"].get(lay)
+            cells = " ".join(f"{1e3 * lt['forward']['per_component'][c].get(lay, 0):>7.2f}" for c in comps)
+            rows.append(f"{lay:<6} {1e3 * t:>8.2f} {1e3 * tc if tc else 0:>8.2f} {cells}")
+        capc = " ".join(f"{1e3 * sum(lt['capture']['per_component'][c].values()):>7.2f}" for c in comps)
+        fwdc = " ".join(f"{1e3 * sum(lt['forward']['per_component'][c].values()):>7.2f}" for c in comps)
+        rows.append(f"{'total':<6} {1e3 * sum(lt['forward']['per_layer'].values()):>8.2f} "
+                    f"{1e3 * sum(lt['capture']['per_layer'].values()):>8.2f} {fwdc}")
+        rows.append(f"{'':<6} {'':>8} {'':>8} {capc}   (with capture)")
+        out.append("\n".join(rows))
+    return "\n".join(out)
+
+
+def plot_layers(rec: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    lt = rec["layer_times"]
+    layers = list(lt["forward"]["per_layer"])
+    xs = range(len(layers))
+    fig, ax = plt.subplots(figsize=(max(6, 0.3 * len(layers) + 3), 4))
+    bottom = [0.0] * len(layers)
+    for c, per in lt["forward"]["per_component"].items():
+        vals = [1e3 * per.get(lay, 0.0) for lay in layers]
+        ax.bar([x - 0.2 for x in xs], vals, 0.4, bottom=bottom, label=f"{c} (forward)")
+        bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
+    ax.bar([x + 0.2 for x in xs], [1e3 * lt["capture"]["per_layer"][lay] for lay in layers], 0.4,
+           color="0.4", label=f"layer with capture ({rec['protocol']})")
+    ax.plot([x - 0.2 for x in xs], [1e3 * lt["forward"]["per_layer"][lay] for lay in layers], "k_",
+            markersize=8, label="layer (forward)")
+    ax.set_xticks(list(xs), layers, fontsize=7)
+    ax.set_xlabel("layer")
+    ax.set_ylabel("ms per batch")
+    ax.set_title(f"{rec['model']} batch {rec['batch_size']} {rec['dtype']} on {rec['device']}", fontsize=9)
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(obj, f, indent=2)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        rec = profile(args)
+    except ValueError as exc:
+        print(f"vitplast profile: error: {exc}", file=sys.stderr)
+        return 2
+    print(report(rec))
+    out = Path(args.out)
+    _write_json(out / "profile.json", rec)
+    print(f"# wrote {out / 'profile.json'}")
+    if "layer_times" in rec:
+        plot_layers(rec, out / "profile_layers.png")
+        print(f"# wrote {out / 'profile_layers.png'}")
+    return 0
