@@ -16,6 +16,28 @@ import sys
 
 from setuptools import setup
 
+
+def _real_cuda_home() -> None:
+    """nvcc on PATH may be a wrapper script (e.g. /usr/local/bin/nvcc running /usr/local/cuda-13.0/bin/nvcc):
+    torch would then take /usr/local as CUDA_HOME and not find libcudart. Point CUDA_HOME at the toolkit."""
+    if os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH"):
+        return
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        return
+    home = os.path.dirname(os.path.dirname(os.path.realpath(nvcc)))
+    if any(glob.glob(os.path.join(home, d, "libcudart.so*")) for d in ("lib64", "lib")):
+        return
+    for cand in ("/usr/local/cuda", *sorted(glob.glob("/usr/local/cuda-*"), reverse=True)):
+        if os.path.exists(os.path.join(cand, "bin", "nvcc")) and any(
+            glob.glob(os.path.join(cand, d, "libcudart.so*")) for d in ("lib64", "lib")
+        ):
+            os.environ["CUDA_HOME"] = cand
+            return
+
+
+_real_cuda_home()
+
 try:
     import torch
     from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, CUDAExtension

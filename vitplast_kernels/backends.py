@@ -84,6 +84,7 @@ register_backend(Backend("cpu", ("cpu",), cpu_extension_available, require_cpu_e
 _optional_loaded = False
 
 
+@torch.compiler.assume_constant_result  # run eagerly (imports) when torch.compile traces a first call
 def _load_optional_backends() -> None:
     """Imports the GPU backend modules (they register themselves); cheap after the first call."""
     global _optional_loaded

@@ -79,6 +79,7 @@ def measure(device: int | None = None) -> dict[str, float]:
     return result
 
 
+@torch.compiler.assume_constant_result  # evaluated once while torch.compile traces, not traced
 def choose() -> str:
     """The backend name ``"auto"`` resolves to for CUDA tensors (see module docstring)."""
     forced = os.environ.get(ENV_OVERRIDE, "").strip().lower()

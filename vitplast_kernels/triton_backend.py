@@ -16,20 +16,24 @@ import torch
 
 from .backends import Backend, register_backend
 
+# fixed at import, like the kernels' interpreter switch (plain constants: torch.compile traces them)
+_HAVE_TRITON = importlib.util.find_spec("triton") is not None
+_INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+
 
 def _interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET") == "1"
+    return _INTERPRET
 
 
 def triton_available() -> bool:
     """True when Triton is importable and can run here (a CUDA device, or the interpreter)."""
-    return importlib.util.find_spec("triton") is not None and (torch.cuda.is_available() or _interpreting())
+    return _HAVE_TRITON and (_INTERPRET or torch.cuda.is_available())
 
 
 def require_triton() -> None:
-    if importlib.util.find_spec("triton") is None:
+    if not _HAVE_TRITON:
         raise RuntimeError("backend='triton' needs the `triton` package (pip install triton)")
-    if not (torch.cuda.is_available() or _interpreting()):
+    if not (_INTERPRET or torch.cuda.is_available()):
         raise RuntimeError(
             "backend='triton' needs a CUDA device (or TRITON_INTERPRET=1 set before import to run "
             "Triton's interpreter on CPU tensors, slowly)"
