@@ -1,0 +1,91 @@
+"""Cost of per-step plasticity monitoring in a finetuning step: ``python bench/finetune_overhead.py``.
+
+Times, interleaved in rounds on the same batch, the training step of ``vitplast finetune`` (forward,
+cross-entropy, backward, optimiser step) without monitoring and with it (``halves`` of the training
+batch, every component of every block captured in situ, gradient norm per component, loss; the
+record built, which synchronises once). Both paths are the driver's own (``vitplast.monitor.Monitor``),
+for each ``--train`` choice given. Target (issue 6): monitored / unmonitored <= 1.15 (medians).
+
+Prints one table and, with ``--json PATH``, writes the numbers with the machine and versions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import warnings
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import torch  # noqa: E402
+from harness import machine_info, machine_line, print_table, time_interleaved, write_json  # noqa: E402
+
+
+def make_step(model, x, y, monitor, it, opt):
+    def step():
+        with monitor.training_forward(it):
+            logits = model(x)
+        loss = torch.nn.functional.cross_entropy(logits.float(), y)
+        loss.backward()
+        if monitor.due(it):
+            monitor.record(it, loss, opt.param_groups[0]["lr"])
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return step
+
+
+def bench(model_name: str, img_size: int, batch: int, train: str, device: str, min_time: float,
+          min_rounds: int) -> dict:
+    from vitplast.models import create_vit
+    from vitplast.monitor import Monitor
+    from vitplast.trainable import select_trainable
+
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = create_vit(model_name, 10, img_size=img_size).to(device).train()
+    select_trainable(model, train)
+    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=1e-4, momentum=0.9)
+    x = torch.randn(batch, 3, img_size, img_size, device=device)
+    y = torch.randint(0, 10, (batch,), device=device)
+    monitor = Monitor(model, every=2)  # iteration 0 is monitored, iteration 1 is not
+    t = time_interleaved({"plain": make_step(model, x, y, monitor, 1, opt),
+                          "monitored": make_step(model, x, y, monitor, 0, opt)},
+                         device=device, warmup=1, min_time=min_time, min_rounds=min_rounds)
+    return {"model": model_name, "img_size": img_size, "batch": batch, "train": train,
+            "plain_ms": 1e3 * t["plain"].median, "monitored_ms": 1e3 * t["monitored"].median,
+            "ratio": t["monitored"].median / t["plain"].median, "rounds": t["plain"].reps,
+            "plain_q10_q90_ms": [1e3 * t["plain"].q10, 1e3 * t["plain"].q90],
+            "monitored_q10_q90_ms": [1e3 * t["monitored"].q10, 1e3 * t["monitored"].q90]}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="vit_tiny_patch16_224")
+    p.add_argument("--img-size", type=int, default=224)
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--train", default="full,MHA", help="comma-separated --train choices to time")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--min-time", type=float, default=15.0, help="seconds per --train choice, at least")
+    p.add_argument("--min-rounds", type=int, default=9)
+    p.add_argument("--json", help="write the numbers and the machine here")
+    a = p.parse_args(argv)
+    info = machine_info(a.device)
+    rows = [bench(a.model, a.img_size, a.batch_size, t, a.device, a.min_time, a.min_rounds)
+            for t in a.train.split(",")]
+    print(machine_line(info))
+    title = f"finetuning step, monitored every step vs not ({a.model}, {a.img_size}px, batch {a.batch_size})"
+    print_table(title,
+                rows, [("train", "train", None), ("plain_ms", "plain ms", ".1f"),
+                       ("monitored_ms", "monitored ms", ".1f"), ("ratio", "monitored / plain", ".3f"),
+                       ("rounds", "rounds", None)])
+    print("target: ratio <= 1.15 (issue 6); medians of interleaved rounds")
+    if a.json:
+        write_json(a.json, {"machine": info, "rows": rows})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
