@@ -33,6 +33,10 @@ demo: install
 bench: install
 	$(BIN)/python bench/compare.py --json $(OUT)/bench_cpu.json
 
+# on a GPU machine with torch/triton in the system python3 (no venv): rebuild, GPU tests, GPU table
+gpu-check:
+	bash bench/gpu_check.sh $(OUT)
+
 lint: install
 	$(BIN)/ruff check .
 

@@ -58,15 +58,16 @@ def _sq_contig(a_ptr, b_ptr, a_row, b_row, k0, k1, ALIGNED: tl.constexpr, VEC: t
     """float32 lanes of sum (a - b)^2 over logical elements [k0, k1) of contiguous rows."""
     acc = tl.zeros([BLOCK], dtype=tl.float32)
     lanes = tl.arange(0, BLOCK)
-    if ALIGNED:
-        a_row = tl.multiple_of(a_row, VEC)
-        b_row = tl.multiple_of(b_row, VEC)
-    k0 = tl.multiple_of(k0, BLOCK)
     full = (k1 - k0) // BLOCK
     for i in range(0, full):
-        k = k0 + i * BLOCK
-        x = tl.load(a_ptr + (a_row + k) + lanes).to(tl.float32)
-        y = tl.load(b_ptr + (b_row + k) + lanes).to(tl.float32)
+        k = k0 + i * BLOCK  # k0 is a multiple of BLOCK
+        oa = a_row + k + lanes
+        ob = b_row + k + lanes
+        if ALIGNED:  # row starts are multiples of VEC: 16-byte vector loads
+            oa = tl.multiple_of(oa, VEC)
+            ob = tl.multiple_of(ob, VEC)
+        x = tl.load(a_ptr + oa).to(tl.float32)
+        y = tl.load(b_ptr + ob).to(tl.float32)
         d = x - y
         acc += d * d
     k = k0 + full * BLOCK

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# GPU check for a CUDA machine with torch + triton + pytest preinstalled in python3 (no venv, no network):
+# rebuild the extensions in place, run the GPU tests, print the GPU benchmark table.
+#   bash bench/gpu_check.sh [OUTDIR]     (default: $OUT, else ./results/gpu)
+# Writes OUTDIR/gpu_check.log (everything) and OUTDIR/bench_gpu.json. A failing step is logged and the
+# script goes on; each step gets a share of a ~290 s deadline so the whole check ends within 5 minutes.
+set -u
+OUTDIR="${1:-${OUT:-./results/gpu}}"
+mkdir -p "$OUTDIR"
+OUTDIR="$(cd "$OUTDIR" && pwd)"
+cd "$(dirname "$0")/.."
+PY="${PYTHON:-python3}"
+export PYTHONPATH="$PWD:$PWD/python${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+LOG="$OUTDIR/gpu_check.log"
+: > "$LOG"
+DEADLINE=$(( $(date +%s) + ${GPU_CHECK_SECONDS:-290} ))
+SUMMARY=""
+
+# step NAME CAP_SECONDS CMD...: runs CMD with a timeout of min(CAP, time left), logs output and rc
+step() {
+  local name=$1 cap=$2; shift 2
+  local left=$(( DEADLINE - $(date +%s) ))
+  (( left < cap )) && cap=$left
+  if (( cap < 5 )); then
+    echo "=== $name: skipped (no time left)" | tee -a "$LOG"; SUMMARY+="$name=skipped "; return
+  fi
+  echo "=== $name (timeout ${cap}s): $*" | tee -a "$LOG"
+  local t0=$(date +%s)
+  timeout "$cap" "$@" 2>&1 | tee -a "$LOG"
+  local rc=${PIPESTATUS[0]}
+  echo "=== $name: rc=$rc in $(( $(date +%s) - t0 )) s" | tee -a "$LOG"
+  SUMMARY+="$name=$rc "
+}
+
+step info 20 bash -c "nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv; \
+  $PY -c 'import sys, torch, triton; print(sys.version.split()[0], \"torch\", torch.__version__, \"cuda\", torch.version.cuda, \"triton\", triton.__version__)'"
+step build 120 env VITPLAST_BUILD_CUDA=1 MAX_JOBS="$(nproc)" "$PY" setup.py build_ext --inplace
+step import 20 "$PY" -c "import vitplast_kernels as vk; print('cuda extension:', vk.cuda_extension_available(), vk.backend_names())"
+step gpu-tests 110 "$PY" -m pytest -q -m gpu -p no:cacheprovider tests/
+if [ -f bench/compare.py ] && grep -q -- "--sections" bench/compare.py; then
+  step bench 110 "$PY" bench/compare.py --device cuda --quick --sections paired "gpu grouped" \
+    --json "$OUTDIR/bench_gpu.json"
+else
+  step bench 110 "$PY" bench/gpu_paired.py --quick --json "$OUTDIR/bench_gpu.json"
+fi
+step cpu-tests 60 "$PY" -m pytest -q -x -m "not gpu and not slow" -p no:cacheprovider \
+  tests/test_triton_paired.py tests/test_paired_ops.py tests/test_op_layer.py
+echo "=== summary: $SUMMARY" | tee -a "$LOG"
