@@ -175,7 +175,8 @@ def _splits(num_tiles: int, k: int, bk: int, device: torch.device, splits: int |
     return math.ceil(k / chunk), chunk
 
 
-def _launch(x: torch.Tensor, config: tuple[int, int, int, int], splits: int | None) -> torch.Tensor:
+def _launch(x: torch.Tensor, config: tuple[int, int, int, int], splits: int | None,
+            tau: float | None = None) -> torch.Tensor:
     n, k = x.shape
     bm, bk, warps, stages = config
     nb = math.ceil(n / bm)
@@ -186,7 +187,8 @@ def _launch(x: torch.Tensor, config: tuple[int, int, int, int], splits: int | No
         prec, product_err = "tf32x3", TF32X3_PRODUCT_ERR
     else:
         prec, product_err = "ieee", (0.0 if x.dtype != torch.float32 else U32)
-    tau = reliability_threshold(gram_error(k, s, C_GPU, product_err))
+    if tau is None:
+        tau = reliability_threshold(gram_error(k, s, C_GPU, product_err))
     ws = torch.empty((s, num_tiles, bm, bm), dtype=torch.float32, device=x.device)
     out = torch.empty((n, n), dtype=torch.float32, device=x.device)
     launch = {} if interpreted() else {"num_warps": warps, "num_stages": stages}
@@ -227,14 +229,25 @@ def _pick_config(x: torch.Tensor) -> tuple[int, int, int, int]:
 
 
 def all_pair_sq_distances_triton(x: torch.Tensor, *, splits: int | None = None,
-                                 config: tuple[int, int, int, int] | None = None) -> torch.Tensor:
+                                 config: tuple[int, int, int, int] | None = None,
+                                 tau: float | None = None) -> torch.Tensor:
     """``(N, K) -> (N, N)`` float32 squared distances of all pairs of rows (see module docstring).
 
     ``splits`` forces the number of K-chunks, ``config`` = ``(BM, BK, num_warps, num_stages)`` the
-    tile config (tests and benchmarks); by default both are chosen per shape and device.
+    tile config (tests and benchmarks); by default both are chosen per shape and device. ``tau``
+    overrides the trust threshold (``0.0``: trust every Gram value; the bench calibrates with it).
     """
     if triton is None:
         raise RuntimeError("backend='triton' needs the triton package (pip install triton)")
     if x.stride(1) != 1 or x.stride(0) < x.shape[1]:
         x = x.contiguous()
-    return _launch(x, config or _pick_config(x), splits)
+    return _launch(x, config or _pick_config(x), splits, tau)
+
+
+def launch_plan(x: torch.Tensor, splits: int | None = None) -> dict[str, int]:
+    """The tile config and split-K plan used for ``x (N, K)`` (benchmarks report and calibrate with it)."""
+    bm, bk, warps, stages = _pick_config(x)
+    num_tiles = math.ceil(x.shape[0] / bm) * (math.ceil(x.shape[0] / bm) + 1) // 2
+    s, chunk = _splits(num_tiles, x.shape[1], bk, x.device, splits)
+    return {"BM": bm, "BK": bk, "num_warps": warps, "num_stages": stages, "tiles": num_tiles,
+            "splits": s, "chunk": chunk}
