@@ -59,6 +59,12 @@ _HEAD_ATTRS = ("num_heads", "num_attention_heads", "n_head", "n_heads")
 _PROJ_NAMES = ("proj", "out_proj", "o_proj", "c_proj", "output.dense", "dense", "wo")
 
 
+def _eager(fn):
+    """Hooks run eagerly under torch.compile: the compiled graph breaks around them (their identity
+    cache and Python bookkeeping are not traceable) instead of recompiling for every call site."""
+    return torch.compiler.disable(fn, recursive=True)
+
+
 def _first_tensor(obj: Any) -> torch.Tensor | None:
     if isinstance(obj, torch.Tensor):
         return obj
@@ -335,13 +341,16 @@ class Capture:
             self._head_acc[li] = st if prev is None else prev + st
 
     # ---------------------------------------------------------------- hooks
+    @_eager
     def _on_root_start(self, module, args) -> None:
         self.n_forwards += 1
         self._clear_forward_state()
 
+    @_eager
     def _on_root_end(self, module, args, output) -> None:
         self._clear_forward_state()
 
+    @_eager
     def _in_situ_hook(self, ci, li, nparts, name, module, args, kwargs, output) -> None:
         if self._extra_call:
             return
@@ -359,14 +368,17 @@ class Capture:
         self._e = e.detach()
         self._s_e = self._sums([self._e], f"embedding {name}", cache=False)[0]
 
+    @_eager
     def _on_embedding_input(self, module, args, kwargs) -> None:
         if not self._extra_call:
             self._set_embedding(_input_of(args, kwargs), self._embedding_module)
 
+    @_eager
     def _on_embedding_output(self, module, args, output) -> None:
         if not self._extra_call:
             self._set_embedding(_first_tensor(output), self._embedding_module)
 
+    @_eager
     def _decomposition_hook(self, ci, li, nparts, name, pad, module, args, kwargs) -> None:
         if self._extra_call:
             return
@@ -382,10 +394,14 @@ class Capture:
                     f"{name} takes {pad} channels, fewer than e's {e.shape[-1]}: cannot zero-pad"
                 )
             e = torch.nn.functional.pad(e, (0, pad - e.shape[-1]))
+        # e replaces the input everywhere it is passed (self-attention: query = key = value)
+        x = _input_of(args, kwargs)
+        args = tuple(e if a is x else a for a in args) if args else (e,)
+        kwargs = {k: (e if v is x else v) for k, v in kwargs.items()}
         self._extra_call = True
         try:
             with torch.no_grad():
-                y = _first_tensor(module(e, *args[1:], **kwargs))
+                y = _first_tensor(module(*args, **kwargs))
         finally:
             self._extra_call = False
         if y is None:
@@ -394,6 +410,7 @@ class Capture:
         del y, e
         self._add(ci, li, nparts, self._s_e, s_out)
 
+    @_eager
     def _proj_hook(self, li, heads, name, module, args) -> None:
         if (self.protocol == "decomposition") != self._extra_call:
             return  # in_situ: the real forward only; decomposition: the call on e only

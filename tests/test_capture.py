@@ -1,0 +1,451 @@
+"""capture(...) + pairwise_plasticity on real and hand-written transformers, against float64 truths.
+
+The references below never use the package: their own forward hooks store the activations in
+float64 (in_situ), or they call block submodules on the embedding output (decomposition), and
+compute ``||f(x) - f(y)|| / ||x - y||`` per pair, pair ``i`` = ``(i, i + B)``.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import vitplast_kernels as vk
+
+timm = pytest.importorskip("timm")
+
+COMPS = ("LN1", "MHA", "LN2", "FC1", "FC2")
+RTOL = 2e-5  # float32 sums of float32 activations vs float64 sums of the same activations
+
+
+@pytest.fixture(scope="module")
+def vit():
+    """The full 12-block vit_tiny (random init, fixed seed) for the float64 comparisons."""
+    torch.manual_seed(0)
+    return timm.create_model("vit_tiny_patch16_224", img_size=32, pretrained=False).eval()
+
+
+@pytest.fixture(scope="module")
+def small():
+    """vit_tiny cut to 3 blocks: the same code paths, a quarter of the time (2-core CI)."""
+    torch.manual_seed(5)
+    return timm.create_model("vit_tiny_patch16_224", img_size=32, depth=3, pretrained=False).eval()
+
+
+def _images(n, gen):
+    return torch.randn(n, 3, 32, 32, generator=gen)
+
+
+def _rates64(x: torch.Tensor, y: torch.Tensor, sl=None) -> torch.Tensor:
+    """(2B, ...) input and output -> (B,) float64 rates of pairs (i, i + B)."""
+    x, y = x.double(), y.double()
+    if sl is not None:
+        x, y = x[:, sl], y[:, sl]
+    b = x.shape[0] // 2
+    num = (y[:b] - y[b:]).pow(2).flatten(1).sum(1)
+    den = (x[:b] - x[b:]).pow(2).flatten(1).sum(1)
+    return (num / den).sqrt()
+
+
+def _timm_modules(model):
+    return {
+        "LN1": [b.norm1 for b in model.blocks], "MHA": [b.attn for b in model.blocks],
+        "LN2": [b.norm2 for b in model.blocks], "FC1": [b.mlp.fc1 for b in model.blocks],
+        "FC2": [b.mlp.fc2 for b in model.blocks],
+    }
+
+
+def _in_situ_reference(model, mods, images, sl=None):
+    """{component: (L, B) float64 rates} from the real forward, with our own hooks."""
+    store: dict = {}
+    handles = []
+    for c, layer_mods in mods.items():
+        for l, m in enumerate(layer_mods):
+            def hook(mod, args, out, c=c, l=l):
+                out = out[0] if isinstance(out, tuple) else out
+                store[(c, l)] = (args[0].detach().double().clone(), out.detach().double().clone())
+            handles.append(m.register_forward_hook(hook))
+    try:
+        with torch.no_grad():
+            model(images)
+    finally:
+        for h in handles:
+            h.remove()
+    return {c: torch.stack([_rates64(*store[(c, l)], sl=sl) for l in range(len(ms))])
+            for c, ms in mods.items()}
+
+
+def _timm_embedding(model, images):
+    with torch.no_grad():
+        x = model.patch_embed(images)
+        x = model._pos_embed(x)
+        x = model.patch_drop(x)
+        return model.norm_pre(x)
+
+
+def _decomposition_reference(blocks_fns, e):
+    """blocks_fns: {component: [callable per layer]}; FC2 gets e zero-padded (callable's job)."""
+    out = {}
+    with torch.no_grad():
+        for c, fns in blocks_fns.items():
+            out[c] = torch.stack([_rates64(e, fn(e)) for fn in fns])
+    return out
+
+
+def _check(res, ref, rtol=RTOL):
+    """Result vs (L, B) float64 rates; pairs with identical inputs (NaN rates) are excluded."""
+    assert res.components == tuple(ref)
+    for c, rates in ref.items():
+        valid = torch.isfinite(rates)
+        n = valid.sum(1)
+        r0 = torch.where(valid, rates, 0)
+        mean = r0.sum(1) / n
+        std = ((torch.where(valid, rates - mean[:, None], 0) ** 2).sum(1) / (n - 1)).sqrt()
+        std = torch.where(n > 1, std, float("nan"))
+        got = res.mean(c)
+        assert got.shape == (rates.shape[0],), c
+        assert torch.allclose(got, mean, rtol=rtol, atol=0, equal_nan=True), (c, got, mean)
+        assert torch.allclose(res.std(c), std, rtol=1e-3, atol=1e-7, equal_nan=True), c
+        assert torch.equal(res.n_pairs(c), n) and torch.equal(res.n_identical(c), (~valid).sum(1))
+        ci = res.ci(c)
+        half = 1.959963984540054 * std / n.sqrt()
+        assert torch.allclose(ci[:, 1] - ci[:, 0], 2 * half, rtol=1e-3, atol=1e-7, equal_nan=True)
+
+
+def test_in_situ_matches_float64_reference(vit, gen):
+    x = _images(6, gen)
+    with vk.capture(vit, protocol="in_situ", pairs="halves") as acts:
+        with torch.no_grad():
+            vit(x)
+    res = vk.pairwise_plasticity(acts)
+    assert res.components == COMPS and res.n_layers == 12 and acts.preset == "timm-vit"
+    _check(res, _in_situ_reference(vit, _timm_modules(vit), x))
+
+
+def test_in_situ_reduces_each_distinct_tensor_once(small, gen):
+    x = _images(4, gen)
+    acts = vk.capture(small)
+    seen = []
+    orig = acts.pairing.sq_sums
+
+    def counting(tensors, **kw):
+        seen.extend(tuple(t.shape) for t in tensors)
+        return orig(tensors, **kw)
+
+    acts.pairing.sq_sums = counting
+    with acts, torch.no_grad():
+        small(x)
+    # per pre-norm block: block input, LN1 out (= MHA in), MHA out, LN2 in, LN2 out (= FC1 in),
+    # FC1 out, FC2 in, FC2 out -> 8 tensors, not 10
+    assert len(seen) == 8 * 3
+
+
+def test_decomposition_matches_float64_reference(vit, gen):
+    x = _images(6, gen)
+    with vk.capture(vit, protocol="decomposition") as acts:
+        with torch.no_grad():
+            vit(x)
+    res = vk.pairwise_plasticity(acts)
+    e = _timm_embedding(vit, x)
+    d = e.shape[-1]
+
+    def fc2(b):
+        return lambda t: b.mlp.fc2(torch.cat([t, t.new_zeros(*t.shape[:-1], b.mlp.fc2.in_features - d)], -1))
+
+    fns = {
+        "LN1": [b.norm1 for b in vit.blocks], "MHA": [b.attn for b in vit.blocks],
+        "LN2": [b.norm2 for b in vit.blocks], "FC1": [b.mlp.fc1 for b in vit.blocks],
+        "FC2": [fc2(b) for b in vit.blocks],
+    }
+    ref = _decomposition_reference(fns, e)
+    _check(res, ref)
+    # every LN of the decomposition sees the same e; LN1 == LN2 only when their params agree (init)
+    assert torch.allclose(res.mean("LN1"), res.mean("LN2"))
+
+
+class _Block(nn.Module):
+    """A pre-norm block whose modules are named unlike timm's."""
+
+    def __init__(self, d, h):
+        super().__init__()
+        self.attn_norm = nn.LayerNorm(d)
+        self.attn = nn.MultiheadAttention(d, h, batch_first=True)
+        self.ffn_norm = nn.LayerNorm(d)
+        self.ffn = nn.Sequential()
+        self.ffn.add_module("fc1", nn.Linear(d, 3 * d))
+        self.ffn.add_module("act", nn.GELU())
+        self.ffn.add_module("fc2", nn.Linear(3 * d, d))
+
+    def forward(self, x):
+        h = self.attn_norm(x)
+        x = x + self.attn(h, h, h, need_weights=False)[0]
+        return x + self.ffn(self.ffn_norm(x))
+
+
+class _Net(nn.Module):
+    def __init__(self, d=24, h=4, depth=3, vocab=50):
+        super().__init__()
+        self.embedding = nn.Embedding(vocab, d)
+        self.blocks = nn.ModuleList(_Block(d, h) for _ in range(depth))
+        self.head = nn.Linear(d, 2)
+
+    def forward(self, ids):
+        x = self.embedding(ids)
+        for b in self.blocks:
+            x = b(x)
+        return self.head(x.mean(1))
+
+
+MAPPING = {"LN1": "blocks.*.attn_norm", "MHA": "blocks.*.attn", "LN2": "blocks.*.ffn_norm",
+           "FC1": "blocks.*.ffn.fc1", "FC2": "blocks.*.ffn.fc2"}
+
+
+def test_custom_mapping_hand_written_transformer(gen):
+    torch.manual_seed(1)
+    net = _Net().eval()
+    ids = torch.randint(0, 50, (8, 7), generator=gen)
+    with pytest.raises(ValueError, match="no component found"):
+        vk.capture(net)
+    with vk.capture(net, components=MAPPING) as acts, torch.no_grad():
+        net(ids)
+    res = vk.pairwise_plasticity(acts)
+    mods = {"LN1": [b.attn_norm for b in net.blocks], "MHA": [b.attn for b in net.blocks],
+            "LN2": [b.ffn_norm for b in net.blocks], "FC1": [b.ffn.fc1 for b in net.blocks],
+            "FC2": [b.ffn.fc2 for b in net.blocks]}
+    _check(res, _in_situ_reference(net, mods, ids))
+
+    with vk.capture(net, components=MAPPING, embedding="embedding", protocol="decomposition") as acts:
+        with torch.no_grad():
+            net(ids)
+    res = vk.pairwise_plasticity(acts)
+    e = net.embedding(ids).detach()
+    fns = {"LN1": [b.attn_norm for b in net.blocks],
+           "MHA": [(lambda t, b=b: b.attn(t, t, t, need_weights=False)[0]) for b in net.blocks],
+           "LN2": [b.ffn_norm for b in net.blocks], "FC1": [b.ffn.fc1 for b in net.blocks],
+           "FC2": [(lambda t, b=b: b.ffn.fc2(torch.cat([t, 0 * t, 0 * t], -1))) for b in net.blocks]}
+    _check(res, _decomposition_reference(fns, e))
+
+
+def test_matched_pairs_are_halves_of_cat(small, gen):
+    """X[i] paired with Y[i] (two datasets) == halves of torch.cat([X, Y]), vs separate forwards."""
+    X, Y = _images(3, gen), _images(3, gen) * 0.5 + 1
+    with vk.capture(small) as acts, torch.no_grad():
+        small(torch.cat([X, Y]))
+    res = vk.pairwise_plasticity(acts)
+    fx, fy = {}, {}
+    for store, inp in ((fx, X), (fy, Y)):
+        h = small.blocks[2].mlp.fc1.register_forward_hook(lambda m, a, o, s=store: s.update(i=a[0], o=o))
+        with torch.no_grad():
+            small(inp)
+        h.remove()
+    num = (fx["o"].double() - fy["o"].double()).pow(2).flatten(1).sum(1)
+    den = (fx["i"].double() - fy["i"].double()).pow(2).flatten(1).sum(1)
+    assert torch.allclose(res.mean("FC1")[2], (num / den).sqrt().mean(), rtol=1e-5)
+
+
+def test_accumulation_over_batches(small, gen):
+    a, b = _images(4, gen), _images(6, gen)
+    with vk.capture(small) as acts, torch.no_grad():
+        small(a)
+        small(b)
+    res = vk.pairwise_plasticity(acts)
+    assert acts.n_forwards == 2
+    assert (res.n_pairs("MHA") == 5).all()
+    ra = _in_situ_reference(small, _timm_modules(small), a)
+    rb = _in_situ_reference(small, _timm_modules(small), b)
+    for c in COMPS:
+        both = torch.cat([ra[c], rb[c]], 1)
+        assert torch.allclose(res.mean(c), both.mean(1), rtol=RTOL), c
+        assert torch.allclose(res.std(c), both.std(1), rtol=1e-3), c
+
+
+def test_identical_and_nonfinite_pairs(small, gen):
+    x = _images(6, gen)
+    x[3] = x[0]  # pair 0 identical
+    with vk.capture(small) as acts, torch.no_grad():
+        small(x)
+    res = vk.pairwise_plasticity(acts, strict=True)
+    for c in COMPS:
+        assert (res.n_identical(c) == 1).all() and (res.n_pairs(c) == 2).all(), c
+        assert (res.n_nonfinite(c) == 0).all()
+    x[1, 0, 0, 0] = float("nan")  # pair 1 becomes non-finite everywhere downstream
+    with vk.capture(small) as acts, torch.no_grad():
+        small(x)
+    res = vk.pairwise_plasticity(acts)
+    assert (res.n_nonfinite("FC2") == 1).all() and (res.n_pairs("FC2") == 1).all()
+    assert torch.isfinite(res.mean("FC2")).all()
+    with pytest.raises(ValueError, match=r"LN1 layer 0: 1 pair"):
+        vk.pairwise_plasticity(acts, strict=True)
+
+
+def test_training_gradients_unchanged(gen):
+    torch.manual_seed(2)
+    model = timm.create_model("vit_tiny_patch16_224", img_size=32, depth=3, pretrained=False).train()
+    x, target = _images(4, gen), torch.randint(0, 1000, (4,), generator=gen)
+
+    def grads(protocol):
+        model.zero_grad(set_to_none=True)
+        if protocol is None:
+            loss = nn.functional.cross_entropy(model(x), target)
+            loss.backward()
+        else:
+            with vk.capture(model, protocol=protocol) as acts:
+                loss = nn.functional.cross_entropy(model(x), target)
+                loss.backward()
+            res = vk.pairwise_plasticity(acts)
+            assert not res.stats.requires_grad and torch.isfinite(res.mean("MHA")).all()
+        return loss.detach(), [p.grad.clone() for p in model.parameters()]
+
+    l0, g0 = grads(None)
+    for protocol in ("in_situ", "decomposition"):
+        l1, g1 = grads(protocol)
+        assert torch.equal(l0, l1)
+        assert all(torch.equal(a, b) for a, b in zip(g0, g1, strict=True)), protocol
+
+
+def _n_hooks(model):
+    return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())
+
+
+def test_hooks_removed_on_exit_and_on_exception(small, gen):
+    before = _n_hooks(small)
+    with vk.capture(small, per_head=True) as acts:
+        assert _n_hooks(small) > before
+        with torch.no_grad():
+            small(_images(2, gen))
+    assert _n_hooks(small) == before
+    with pytest.raises(ValueError, match="even batch"):
+        with vk.capture(small, protocol="decomposition"), torch.no_grad():
+            small(_images(3, gen))  # odd batch: raised from inside the forward
+    assert _n_hooks(small) == before
+    assert not acts.attached and acts._e is None and not acts._cache
+
+
+def test_errors(small, gen):
+    for n in (1, 5):
+        with pytest.raises(ValueError, match=f"pairs='halves' needs an even batch.*got {n} sequences"):
+            with vk.capture(small), torch.no_grad():
+                small(_images(n, gen))
+    with pytest.raises(ValueError, match="no component found"):
+        vk.capture(nn.Sequential(nn.Linear(3, 3)))
+    with pytest.raises(ValueError, match=r"components\['FC2'\] pattern 'blocks.\*.ffn' matches no module"):
+        vk.capture(small, components={"FC2": "blocks.*.ffn"})
+    with pytest.raises(ValueError, match="protocol must be"):
+        vk.capture(small, protocol="paper")
+    with pytest.raises(NotImplementedError, match="issue 5"):
+        vk.capture(small, pairs="all")
+    with pytest.raises(RuntimeError, match="no forward pass"):
+        with vk.capture(small) as acts:
+            pass
+        vk.pairwise_plasticity(acts)
+    with pytest.raises(ValueError, match="needs embedding="):
+        vk.capture(small, components={"MHA": "blocks.*.attn"}, protocol="decomposition")
+
+
+def test_per_head(small, gen):
+    x = _images(6, gen)
+    with vk.capture(small, per_head=True) as acts, torch.no_grad():
+        small(x)
+    res = vk.pairwise_plasticity(acts)
+    heads = small.blocks[0].attn.num_heads
+    store = {}
+    hs = [b.attn.proj.register_forward_pre_hook(lambda m, a, l=l: store.update({("o", l): a[0]}))
+          for l, b in enumerate(small.blocks)]
+    hs += [b.attn.register_forward_pre_hook(lambda m, a, l=l: store.update({("i", l): a[0]}))
+           for l, b in enumerate(small.blocks)]
+    with torch.no_grad():
+        small(x)
+    for h in hs:
+        h.remove()
+    got = res.head_mean()
+    assert got.shape == (3, heads)
+    for l in range(3):
+        o, i = store[("o", l)].double(), store[("i", l)].double()
+        dh = o.shape[-1] // heads
+        for h in range(heads):
+            num = (o[:3, :, h * dh:(h + 1) * dh] - o[3:, :, h * dh:(h + 1) * dh]).pow(2).sum((1, 2))
+            den = (i[:3] - i[3:]).pow(2).sum((1, 2))
+            assert torch.allclose(got[l, h], (num / den).sqrt().mean(), rtol=RTOL), (l, h)
+
+
+@pytest.mark.parametrize("tokens,sl", [("cls", slice(0, 1)), ("patches", slice(1, None))])
+def test_token_subsets(small, gen, tokens, sl):
+    x = _images(4, gen)
+    with vk.capture(small, tokens=tokens) as acts, torch.no_grad():
+        small(x)
+    res = vk.pairwise_plasticity(acts)
+    _check(res, _in_situ_reference(small, _timm_modules(small), x, sl=sl))
+
+
+def test_no_grad_inference_mode_autocast(small, gen):
+    x = _images(4, gen)
+    out = {}
+    for name, ctx in (("no_grad", torch.no_grad), ("inference_mode", torch.inference_mode),
+                      ("bf16", lambda: torch.autocast("cpu", dtype=torch.bfloat16))):
+        with vk.capture(small) as acts, ctx():
+            small(x)
+            small(x)
+        out[name] = vk.pairwise_plasticity(acts)
+    for c in COMPS:
+        assert torch.equal(out["no_grad"].mean(c), out["inference_mode"].mean(c))
+        # bf16 activations: the rates move by the bf16 rounding of the activations
+        assert torch.allclose(out["bf16"].mean(c), out["no_grad"].mean(c), rtol=0.1), c
+
+
+def test_compiled_model(gen):
+    """Hooks registered before compilation are honoured; an already compiled model is not silently
+    measured as nothing."""
+    torch.manual_seed(3)
+    model = timm.create_model("vit_tiny_patch16_224", img_size=32, depth=1, pretrained=False).eval()
+    x = _images(4, gen)
+    with vk.capture(model) as eager, torch.no_grad():
+        model(x)
+    ref = vk.pairwise_plasticity(eager)
+    torch._dynamo.reset()
+    try:
+        with vk.capture(model) as acts, torch.no_grad():
+            compiled = torch.compile(model, backend="eager")
+            compiled(x)
+        res = vk.pairwise_plasticity(acts)
+        for c in COMPS:
+            assert torch.allclose(res.mean(c), ref.mean(c), rtol=1e-5), c
+        # compiled first (its code cached without hooks), captured afterwards
+        with vk.capture(compiled) as late, torch.no_grad():
+            compiled(x)
+        try:
+            res2 = vk.pairwise_plasticity(late)
+        except RuntimeError as exc:
+            assert "compile" in str(exc)
+        else:
+            for c in COMPS:
+                assert torch.allclose(res2.mean(c), ref.mean(c), rtol=1e-5), c
+    finally:
+        torch._dynamo.reset()
+
+
+def test_swiglu_eva_with_rope(gen):
+    """Eva (DINOv3-style) blocks: rotary embeddings passed as kwargs, SwiGLU FC1 = fc1_g and fc1_x."""
+    from timm.models.eva import Eva
+
+    torch.manual_seed(4)
+    model = Eva(img_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=2, swiglu_mlp=True,
+                scale_mlp=True, use_rot_pos_emb=True, ref_feat_shape=(4, 4), num_classes=3).eval()
+    x = _images(4, gen)
+    for protocol in ("in_situ", "decomposition"):
+        with vk.capture(model, protocol=protocol) as acts, torch.no_grad():
+            model(x)
+        res = vk.pairwise_plasticity(acts)
+        assert acts.preset == "timm-swiglu" and res.components == COMPS
+        assert all(torch.isfinite(res.mean(c)).all() for c in COMPS)
+    # FC1 in situ = the stacked map [fc1_g; fc1_x]
+    store = {}
+    hs = [model.blocks[1].mlp.fc1_g.register_forward_hook(lambda m, a, o: store.update(i=a[0], g=o)),
+          model.blocks[1].mlp.fc1_x.register_forward_hook(lambda m, a, o: store.update(x=o))]
+    with vk.capture(model) as acts, torch.no_grad():
+        model(x)
+    for h in hs:
+        h.remove()
+    res = vk.pairwise_plasticity(acts)
+    ref = _rates64(store["i"], torch.cat([store["g"], store["x"]], -1)).mean()
+    assert torch.allclose(res.mean("FC1")[1], ref, rtol=RTOL)
