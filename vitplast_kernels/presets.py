@@ -77,6 +77,13 @@ PRESETS: tuple[Preset, ...] = (
         description="HF transformers ViT/DeiT/BEiT-style pre-norm layers",
     ),
     Preset(
+        "hf-vit-layers",
+        _pre_norm("**.layers.*", "layernorm_before", "attention", "layernorm_after", "mlp.fc1", "mlp.fc2"),
+        "**.layers.0:input",
+        proj="o_proj",
+        description="HF transformers ViT (v5 layout: layers.N.attention.o_proj, mlp.fc1/fc2)",
+    ),
+    Preset(
         "hf-bert",
         {
             "LN1": "**.encoder.layer.*.attention.output.LayerNorm",
