@@ -1,0 +1,73 @@
+"""End-to-end section of bench/compare.py: a whole measurement step on a timm ViT (random weights).
+
+Per model: seconds per batch of the plain forward, of forward + ``vitplast_kernels.capture``
+(in_situ, halves, result read on the host), of naive forward hooks with the paper's eager distance,
+and of the paper's protocol (every component on ``e``, outputs to the host, eager distances), timed in
+interleaved rounds (medians); ``x naive`` / ``x paper`` = their time / forward + capture time.
+The measurements are those of ``vitplast profile`` (python/vitplast/profiler.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+# (model, images per batch, dtype): small enough for a 2-core CPU / a short GPU run
+CONFIGS = {
+    "cpu": [("vit_small_patch16_224", 8, torch.float32), ("vit_base_patch16_224", 8, torch.float32)],
+    "cuda": [("vit_base_patch16_224", 256, torch.bfloat16), ("vit_large_patch16_224", 128, torch.bfloat16)],
+}
+
+COLUMNS = [
+    ("model", "model", None),
+    ("batch", "batch", None),
+    ("dtype", "dtype", None),
+    ("forward_ms", "forward ms", ".1f"),
+    ("capture_ms", "+capture ms", ".1f"),
+    ("overhead_pct", "capture +%", ".1f"),
+    ("reductions_ms", "kernels ms", ".1f"),
+    ("naive_ms", "naive hooks ms", ".1f"),
+    ("paper_ms", "paper ms", ".1f"),
+    ("x_naive_hooks", "x naive", ".2f"),
+    ("x_paper", "x paper", ".1f"),
+    ("images_per_s", "img/s (+cap)", ".1f"),
+]
+
+
+def _row(model_name: str, batch: int, dtype: torch.dtype, device: torch.device, reps: int) -> dict[str, Any]:
+    import timm
+    from vitplast import profiler as pf
+
+    model = timm.create_model(model_name, pretrained=False).eval().to(device=device, dtype=dtype)
+    size = model.pretrained_cfg.get("input_size", (3, 224, 224))[-1]
+    gen = torch.Generator().manual_seed(0)
+    images = torch.randn(batch, 3, size, size, generator=gen).to(device=device, dtype=dtype)
+    st = pf.structure(model)
+    fns = {"forward": pf.forward_fn(model, images),
+           "capture": pf.capture_fn(model, images, "in_situ", "halves"),
+           "naive": pf.naive_hooks_fn(model, images, st),
+           "paper": lambda: pf.paper_protocol(model, images, st)}
+    t = {k: v["median"] for k, v in pf.time_rounds(fns, device, reps).items()}
+    red = pf.reduction_rate(model, images, st, reps=reps)
+    return {"model": model_name, "batch": batch, "dtype": str(dtype).removeprefix("torch."),
+            "forward_ms": 1e3 * t["forward"], "capture_ms": 1e3 * t["capture"],
+            "overhead_pct": 100 * (t["capture"] / t["forward"] - 1), "naive_ms": 1e3 * t["naive"],
+            "paper_ms": 1e3 * t["paper"], "x_naive_hooks": t["naive"] / t["capture"],
+            "x_paper": t["paper"] / t["capture"], "images_per_s": batch / t["capture"],
+            "reductions_ms": 1e3 * red["per_forward_s"], "reductions_GBps": red["GBps"],
+            "paper_host_GB": pf.paper_host_bytes(model, images, st) / 1e9, "layers": len(st.layers)}
+
+
+def rows(device: str, quick: bool = False) -> tuple[list[dict[str, Any]], str]:
+    dev = torch.device(device)
+    configs = CONFIGS[dev.type][:1] if quick else CONFIGS[dev.type]
+    reps = 3 if quick else 5
+    out = [_row(m, b, dt, dev, reps) for m, b, dt in configs]
+    note = (f"timm models, random weights, on {device}; medians of {reps} interleaved rounds; capture = "
+            "vitplast_kernels.capture(in_situ, halves) + pairwise_plasticity + host read; naive = forward "
+            "hooks with the eager formula; paper = its protocol (every component on e, outputs to host, "
+            "eager distances), all blocks; x = peer time / capture time; kernels ms = block 0's distinct "
+            "tensors reduced alone, times the depth (the kernels' share of the capture cost); same numbers "
+            "as `vitplast profile`")
+    return out, note
