@@ -1,0 +1,230 @@
+"""The embedded default model: a small timm ViT pretrained by this package on digits 0-4, on CPU.
+
+No weights can be downloaded where this package runs, yet measuring a random-init ViT is misleading
+(random-init ViTs rank components almost opposite to pretrained ones). So the default model is trained
+here, once: a timm VisionTransformer (``vit_tiny_patch16_224`` architecture resized: 32x32 images, 8x8
+patches = 16 tokens + CLS, width 96, depth 6, 3 heads, MLP ratio 4) trained on scikit-learn's digits
+0-4 (the "pretraining" classes; digits 5-9 play the downstream data) with AdamW, a cosine schedule,
+label smoothing and random affine augmentation.
+
+The checkpoint is cached as ``<cache>/digits_vit-<hash>.safetensors``, where ``<cache>`` is
+``cache_dir``, else ``$VITPLAST_CACHE``, else ``~/.cache/vitplast``, and ``<hash>`` covers the whole
+``DigitsConfig`` and the seed. It is written atomically (temporary file + rename), so concurrent or
+killed runs never leave a partial file. Training is reproducible from the seed (same machine, same
+thread count: bitwise; elsewhere up to float rounding).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from vitplast.data import load_dataset
+
+
+@dataclasses.dataclass(frozen=True)
+class DigitsConfig:
+    """Architecture and training recipe of the embedded digits ViT (every field enters the cache key)."""
+
+    model: str = "vit_tiny_patch16_224"  # timm architecture, resized by the fields below
+    img_size: int = 32
+    patch_size: int = 8
+    embed_dim: int = 96
+    depth: int = 6
+    num_heads: int = 3
+    mlp_ratio: float = 4.0
+    classes: str = "0-4"  # pretraining classes (digits spec 'digits:<classes>')
+    epochs: int = 40
+    batch_size: int = 64
+    lr: float = 2e-3
+    weight_decay: float = 0.05
+    warmup_epochs: int = 3
+    label_smoothing: float = 0.1
+    max_rotate_deg: float = 12.0  # augmentation: random rotation, scale and shift
+    max_scale: float = 0.12
+    max_shift: float = 0.12  # fraction of the image half-width
+
+    def timm_kwargs(self) -> dict:
+        """Keyword arguments that make ``create_vit(self.model, ...)`` build this architecture."""
+        return dict(patch_size=self.patch_size, embed_dim=self.embed_dim, depth=self.depth,
+                    num_heads=self.num_heads, mlp_ratio=self.mlp_ratio)
+
+    def key(self, seed: int) -> str:
+        """16 hex digits identifying (config, seed)."""
+        blob = json.dumps({"config": dataclasses.asdict(self), "seed": seed, "v": 1}, sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
+    """``cache_dir``, else ``$VITPLAST_CACHE``, else ``~/.cache/vitplast``."""
+    if cache_dir is not None:
+        return Path(cache_dir)
+    env = os.environ.get("VITPLAST_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "vitplast"
+
+
+def build_digits_vit(config: DigitsConfig | None = None, weights: str | os.PathLike | None = None,
+                     num_classes: int | None = None) -> nn.Module:
+    """The digits ViT architecture (random init unless ``weights``; no warning for random init here).
+
+    ``num_classes`` defaults to the number of pretraining classes; another value gets a fresh head
+    (with the usual head-shape warning when ``weights`` are loaded).
+    """
+    from vitplast.models import create_vit
+
+    cfg = config or DigitsConfig()
+    n = num_classes if num_classes is not None else load_dataset(f"digits:{cfg.classes}", "val").num_classes
+    with warnings.catch_warnings():
+        if weights is None:
+            warnings.filterwarnings("ignore", message=".*no weights given.*")
+        return create_vit(cfg.model, n, img_size=cfg.img_size,
+                          weights=None if weights is None else os.fspath(weights), **cfg.timm_kwargs())
+
+
+def _augment(x: torch.Tensor, cfg: DigitsConfig, g: torch.Generator) -> torch.Tensor:
+    """Random rotation / scale / shift of ``x`` (b, 3, H, W) through one batched ``grid_sample``."""
+    b = x.shape[0]
+    angle = (torch.rand(b, generator=g) * 2 - 1) * math.radians(cfg.max_rotate_deg)
+    scale = 1 + (torch.rand(b, generator=g) * 2 - 1) * cfg.max_scale
+    shift = (torch.rand(b, 2, generator=g) * 2 - 1) * cfg.max_shift
+    cos, sin = torch.cos(angle) / scale, torch.sin(angle) / scale
+    theta = torch.stack([torch.stack([cos, -sin, shift[:, 0]], 1),
+                         torch.stack([sin, cos, shift[:, 1]], 1)], 1)  # (b, 2, 3)
+    grid = nn.functional.affine_grid(theta, list(x.shape), align_corners=False)
+    return nn.functional.grid_sample(x, grid, padding_mode="border", align_corners=False)
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, dataset, batch_size: int = 256) -> float:
+    """Top-1 accuracy of ``model`` on an in-memory dataset (``.images``, ``.labels``)."""
+    was_training = model.training
+    model.eval()
+    correct = 0
+    for i in range(0, len(dataset), batch_size):
+        logits = model(dataset.images[i:i + batch_size])
+        correct += int((logits.argmax(-1) == dataset.labels[i:i + batch_size]).sum())
+    model.train(was_training)
+    return correct / max(len(dataset), 1)
+
+
+def pretrain(config: DigitsConfig, seed: int = 0, progress: bool = True) -> tuple[nn.Module, dict]:
+    """Train the digits ViT from scratch on ``digits:<config.classes>`` (train split) on CPU.
+
+    Returns ``(model in eval mode, info)``, ``info`` holding ``val_acc`` (on the val split), ``seconds``.
+    Uses its own RNG streams (the caller's global RNG state is restored afterwards).
+    """
+    from tqdm.auto import tqdm
+
+    start = time.perf_counter()
+    train = load_dataset(f"digits:{config.classes}", "train", img_size=config.img_size, seed=seed)
+    val = load_dataset(f"digits:{config.classes}", "val", img_size=config.img_size, seed=seed)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = build_digits_vit(config, num_classes=train.num_classes)
+    model.train()
+    g = torch.Generator().manual_seed(seed + 1)
+    opt = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    steps_per_epoch = math.ceil(len(train) / config.batch_size)
+    total = config.epochs * steps_per_epoch
+    warmup = config.warmup_epochs * steps_per_epoch
+
+    def lr_at(step: int) -> float:
+        if step < warmup:
+            return config.lr * (step + 1) / warmup
+        t = (step - warmup) / max(total - warmup, 1)
+        return config.lr * 0.5 * (1 + math.cos(math.pi * t))
+
+    loss_fn = nn.CrossEntropyLoss(label_smoothing=config.label_smoothing)
+    bar = tqdm(range(config.epochs), desc="pretraining digits ViT (one time)", disable=not progress,
+               unit="epoch")
+    step = 0
+    for _ in bar:
+        order = torch.randperm(len(train), generator=g)
+        for i in range(0, len(train), config.batch_size):
+            idx = order[i:i + config.batch_size]
+            x = _augment(train.images[idx], config, g)
+            for group in opt.param_groups:
+                group["lr"] = lr_at(step)
+            loss = loss_fn(model(x), train.labels[idx])
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            step += 1
+        bar.set_postfix(loss=f"{loss.item():.3f}")
+    model.eval()
+    info = {"val_acc": evaluate(model, val), "seconds": time.perf_counter() - start,
+            "train_images": len(train), "val_images": len(val)}
+    if progress:
+        print(f"digits ViT: val accuracy {info['val_acc']:.3f} on digits {config.classes} "
+              f"({info['seconds']:.0f} s)", flush=True)
+    return model, info
+
+
+def _write_atomic(model: nn.Module, path: Path, metadata: dict[str, str]) -> None:
+    from safetensors.torch import save_file
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
+        save_file(state, tmp, metadata=metadata)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def digits_checkpoint(cache_dir: str | os.PathLike | None = None, seed: int = 0, progress: bool = True,
+                      config: DigitsConfig | None = None) -> Path:
+    """Path of the cached pretrained checkpoint (``.safetensors``), pretraining it first if absent."""
+    cfg = config or DigitsConfig()
+    path = cache_root(cache_dir) / f"digits_vit-{cfg.key(seed)}.safetensors"
+    if path.is_file():
+        return path
+    model, info = pretrain(cfg, seed=seed, progress=progress)
+    meta = {"config": json.dumps(dataclasses.asdict(cfg), sort_keys=True), "seed": str(seed),
+            "val_acc": f"{info['val_acc']:.6f}", "train_seconds": f"{info['seconds']:.1f}",
+            "torch": torch.__version__}
+    _write_atomic(model, path, meta)
+    return path
+
+
+def checkpoint_info(path: str | os.PathLike) -> dict:
+    """The metadata stored with a cached checkpoint (config, seed, val_acc, train_seconds, torch)."""
+    from safetensors import safe_open
+
+    with safe_open(os.fspath(path), framework="pt") as f:
+        meta = dict(f.metadata() or {})
+    if "config" in meta:
+        meta["config"] = json.loads(meta["config"])
+    return meta
+
+
+def pretrained_digits_vit(cache_dir: str | os.PathLike | None = None, seed: int = 0, progress: bool = True,
+                          config: DigitsConfig | None = None) -> nn.Module:
+    """The embedded default model: the digits ViT pretrained on digits 0-4, in eval mode, float32, CPU.
+
+    Pretrains once (about a minute or two on 2 CPU cores with the default config) and caches the
+    checkpoint (see the module docstring); later calls load it in about a second. Inputs are images
+    ``(N, 3, 32, 32)`` float32 as given by ``vitplast.data.load_dataset("digits...", img_size=32)``.
+    """
+    cfg = config or DigitsConfig()
+    path = digits_checkpoint(cache_dir, seed=seed, progress=progress, config=cfg)
+    try:
+        return build_digits_vit(cfg, weights=path)
+    except Exception as exc:  # unreadable cache file (e.g. written by an incompatible version): redo
+        warnings.warn(f"cached digits ViT {path} unreadable ({exc}); pretraining again", stacklevel=2)
+        path.unlink(missing_ok=True)
+        return build_digits_vit(cfg, weights=digits_checkpoint(cache_dir, seed, progress, cfg))
