@@ -148,6 +148,8 @@ def profile(args: argparse.Namespace) -> dict[str, Any]:
         rec["speedup_vs_paper"] = variants["paper"]["seconds"] / cap["seconds"]
     rec["speedup_vs_naive_hooks"] = variants["naive_hooks"]["seconds"] / cap["seconds"]
     rec["reductions"] = pf.reduction_rate(model, images, st, pairs=args.pairs, reps=args.reps)
+    # the kernels' share: steadier than the difference of two noisy forward times on a shared machine
+    rec["reductions_share_of_forward"] = rec["reductions"]["per_forward_s"] / fwd
     if not args.no_layers:
         reps = max(1, min(args.reps, 3))
         rec["layer_times"] = {"forward": pf.layer_times(model, images, st, reps=reps),
@@ -201,7 +203,8 @@ def report(rec: dict[str, Any]) -> str:
     r = rec["reductions"]
     out.append(f"reductions: {r['tensors']} distinct tensors of block 0, {r['bytes'] / 1e6:.1f} MB in "
                f"{1e3 * r['seconds']:.2f} ms = {r['GBps']:.1f} GB/s (backend {rec['kernels_backend']}); "
-               f"x {rec['layers']} layers = {1e3 * r['per_forward_s']:.1f} ms per forward")
+               f"x {rec['layers']} layers = {1e3 * r['per_forward_s']:.1f} ms per forward "
+               f"({100 * rec['reductions_share_of_forward']:.1f}% of the forward)")
     out.append(f"memory: {rec['memory_method']}")
     if "layer_times" in rec:
         lt = rec["layer_times"]
