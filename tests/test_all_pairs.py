@@ -179,3 +179,135 @@ def test_triton_gpu_vit_sizes(dtype, gen):
     a = _near_duplicates(130, 197 * 384, dtype, gen, offset=5.0).cuda()
     assert_matrix_exact(vk.all_pair_sq_distances(a, backend="triton").cpu(), a.cpu(), f"cuda {dtype}")
     assert torch.equal(vk.all_pair_sq_distances(a), vk.all_pair_sq_distances(a))
+
+
+# ---------------------------------------------------------------------------------------------
+# pairs="all" in the capture and in pairwise_plasticity
+# ---------------------------------------------------------------------------------------------
+
+COMPS = ("LN1", "MHA", "LN2", "FC1", "FC2")
+
+
+@pytest.fixture(scope="module")
+def small_vit():
+    timm = pytest.importorskip("timm")
+    torch.manual_seed(3)
+    return timm.create_model("vit_tiny_patch16_224", img_size=32, depth=2, pretrained=False).eval()
+
+
+def _all_rates64(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """(N, ...) input and output -> (N(N-1)/2,) float64 rates over i < j, by plain loops."""
+    x, y = x.double().flatten(1), y.double().flatten(1)
+    out = []
+    for i in range(x.shape[0]):
+        for j in range(i + 1, x.shape[0]):
+            out.append(((y[i] - y[j]).square().sum() / (x[i] - x[j]).square().sum()).sqrt())
+    return torch.stack(out)
+
+
+def _jackknife64(rates: torch.Tensor, n: int) -> float:
+    """Var of the mean rate by leaving out each sequence in turn (NaN rates excluded), float64."""
+    pairs = [(i, j) for i in range(n) for j in range(i + 1, n)]
+    loo = []
+    for k in range(n):
+        keep = torch.tensor([k not in p for p in pairs]) & torch.isfinite(rates)
+        loo.append(rates[keep].mean())
+    loo = torch.stack(loo)
+    return float((n - 1) / n * (loo - loo.mean()).square().sum())
+
+
+def _reference_in_situ(model, images):
+    mods = {"LN1": [b.norm1 for b in model.blocks], "MHA": [b.attn for b in model.blocks],
+            "LN2": [b.norm2 for b in model.blocks], "FC1": [b.mlp.fc1 for b in model.blocks],
+            "FC2": [b.mlp.fc2 for b in model.blocks]}
+    store, handles = {}, []
+    for c, ms in mods.items():
+        for l, m in enumerate(ms):
+            def hook(mod, a, o, c=c, l=l):
+                store[(c, l)] = (a[0].detach().clone(), o.detach().clone())
+
+            handles.append(m.register_forward_hook(hook))
+    with torch.no_grad():
+        model(images)
+    for h in handles:
+        h.remove()
+    return {c: [store[(c, l)] for l in range(len(ms))] for c, ms in mods.items()}
+
+
+def test_capture_all_pairs_matches_float64(small_vit, gen):
+    n = 7
+    images = torch.randn(n, 3, 32, 32, generator=gen)
+    images[4] = images[1]  # an identical pair: excluded and counted
+    with vk.capture(small_vit, pairs="all") as acts, torch.no_grad():
+        small_vit(images)
+    res = vk.pairwise_plasticity(acts)
+    assert res.meta["pairs"] == "all" and res.stat_fields[-1] == "var_w"
+    ref = _reference_in_situ(small_vit, images)
+    for c in COMPS:
+        for l, (x, y) in enumerate(ref[c]):
+            rates = _all_rates64(x, y)
+            ok = torch.isfinite(rates)
+            assert res.n_pairs(c)[l] == ok.sum() == n * (n - 1) // 2 - 1, c
+            assert res.n_identical(c)[l] == 1
+            assert res.mean(c)[l].item() == pytest.approx(rates[ok].mean().item(), rel=2e-5), (c, l)
+            assert res.std(c)[l].item() == pytest.approx(rates[ok].std().item(), rel=1e-3, abs=1e-7)
+            sem = math.sqrt(_jackknife64(rates, n))
+            assert res.sem(c)[l].item() == pytest.approx(sem, rel=1e-3, abs=1e-9), (c, l)
+            half = (res.ci(c)[l, 1] - res.ci(c)[l, 0]).item() / 2
+            assert half == pytest.approx(1.959963984540054 * sem, rel=1e-3, abs=1e-9)
+
+
+def test_capture_all_pairs_two_batches(small_vit, gen):
+    a, b = torch.randn(4, 3, 32, 32, generator=gen), torch.randn(5, 3, 32, 32, generator=gen)
+    with vk.capture(small_vit, pairs="all") as acts, torch.no_grad():
+        small_vit(a)
+        small_vit(b)
+    res = vk.pairwise_plasticity(acts)
+    ra, rb = _reference_in_situ(small_vit, a), _reference_in_situ(small_vit, b)
+    for c in COMPS:
+        assert (res.n_pairs(c) == 6 + 10).all()
+        for l in range(2):
+            r1, r2 = _all_rates64(*ra[c][l]), _all_rates64(*rb[c][l])
+            mean = torch.cat([r1, r2]).mean().item()
+            assert res.mean(c)[l].item() == pytest.approx(mean, rel=2e-5)
+            var = (6**2 * _jackknife64(r1, 4) + 10**2 * _jackknife64(r2, 5)) / 16**2
+            assert res.sem(c)[l].item() == pytest.approx(math.sqrt(var), rel=1e-3)
+
+
+def test_all_pairs_with_two_sequences_equals_halves(small_vit, gen):
+    images = torch.randn(2, 3, 32, 32, generator=gen)
+    results = {}
+    for pairs in ("all", "halves"):
+        with vk.capture(small_vit, pairs=pairs) as acts, torch.no_grad():
+            small_vit(images)
+        results[pairs] = vk.pairwise_plasticity(acts)
+    for c in COMPS:
+        assert torch.equal(results["all"].n_pairs(c), results["halves"].n_pairs(c))
+        assert torch.allclose(results["all"].mean(c), results["halves"].mean(c), rtol=1e-6)
+        assert results["all"].ci(c).isnan().all() and results["halves"].ci(c).isnan().all()
+
+
+def test_pairwise_plasticity_tensors_and_u_statistic_error(gen):
+    """The jackknife standard error matches the spread of the estimate over independent batches; the
+    naive std / sqrt(pairs) is far too small (pairs share sequences)."""
+    n, reps = 16, 150
+    w = torch.randn(6, 6, generator=gen)
+    means, sems, naive = [], [], []
+    for _ in range(reps):
+        x = torch.randn(n, 6, generator=gen) * torch.rand(n, 1, generator=gen) * 3
+        res = vk.pairwise_plasticity({"f": (x, torch.tanh(x @ w))}, pairs="all")
+        means.append(res.mean("f").item())
+        sems.append(res.sem("f").item())
+        naive.append(res.std("f").item() / math.sqrt(res.n_pairs("f").item()))
+    spread = torch.tensor(means).std().item()
+    assert 0.7 < torch.tensor(sems).mean().item() / spread < 1.5
+    assert torch.tensor(naive).mean().item() / spread < 0.5
+    merged = vk.pairwise_plasticity({"f": (x, torch.tanh(x @ w))}, pairs="all")
+    assert merged.to_dict()["stat_fields"][-1] == "var_w"
+    back = vk.PlasticityResult.from_dict(merged.to_dict())
+    assert torch.equal(back.sem("f"), merged.sem("f"))
+
+
+def test_all_pairs_errors():
+    with pytest.raises(ValueError, match="pairs='all' needs a batch of at least 2 sequences"):
+        vk.pairwise_plasticity({"f": (torch.randn(1, 4), torch.randn(1, 4))}, pairs="all")

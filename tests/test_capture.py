@@ -333,8 +333,9 @@ def test_errors(small, gen):
         vk.capture(small, components={"FC2": "blocks.*.ffn"})
     with pytest.raises(ValueError, match="protocol must be"):
         vk.capture(small, protocol="paper")
-    with pytest.raises(NotImplementedError, match="issue 5"):
-        vk.capture(small, pairs="all")
+    with pytest.raises(ValueError, match="pairs='all' needs a batch of at least 2 sequences"):
+        with vk.capture(small, pairs="all"), torch.no_grad():
+            small(_images(1, gen))
     with pytest.raises(RuntimeError, match="no forward pass"):
         with vk.capture(small) as acts:
             pass

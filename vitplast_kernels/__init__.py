@@ -24,6 +24,7 @@ from .paired import (
     ratio_from_sq,
 )
 from .pairing import get_pairing, register_pairing
+from .pairing_all import AllPairs  # registers pairs="all"
 from .plasticity import pairwise_plasticity
 from .reference import pair_ratios_reference, pair_sq_distances_reference
 from .result import PlasticityResult
@@ -33,6 +34,7 @@ __version__ = "0.1.0"
 _register_fakes()
 
 __all__ = [
+    "AllPairs",
     "all_pair_distances",
     "all_pair_ratios",
     "all_pair_sq_distances",

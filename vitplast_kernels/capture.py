@@ -49,7 +49,7 @@ from typing import Any
 import torch
 
 from . import presets as _presets
-from .pairing import STAT_FIELDS, Pairing, get_pairing
+from .pairing import Pairing, get_pairing
 from .result import PlasticityResult
 
 PROTOCOLS = ("in_situ", "decomposition")
@@ -439,7 +439,7 @@ class Capture:
                 "torch._dynamo.reset() after attaching the capture so that it recompiles with the hooks."
             )
         first = next(iter(self._stats.values()))
-        zero = torch.zeros(len(STAT_FIELDS), dtype=torch.float64, device=first.device)
+        zero = torch.zeros(len(self.pairing.stat_fields), dtype=torch.float64, device=first.device)
         stats = torch.stack([
             torch.stack([self._stats.get((ci, li), zero).to(first.device) for li in range(len(self.layers))])
             for ci in range(len(self.components))
@@ -447,7 +447,7 @@ class Capture:
         heads = None
         if self._head_acc:
             h = max(n for _, n in self._heads.values())
-            zh = torch.zeros(h, len(STAT_FIELDS), dtype=torch.float64, device=first.device)
+            zh = torch.zeros(h, len(self.pairing.stat_fields), dtype=torch.float64, device=first.device)
             heads = torch.stack(
                 [self._head_acc.get(li, zh).to(first.device) for li in range(len(self.layers))]
             )

@@ -30,6 +30,7 @@ class Pairing:
     """Interface of a pairing scheme (subclass it; register with :func:`register_pairing`)."""
 
     name: str = "?"
+    stat_fields: tuple[str, ...] = STAT_FIELDS  # what stats() returns along its last dim
 
     def check(self, n: int, where: str) -> None:
         """Raises ValueError when a batch of ``n`` sequences cannot be paired; ``where`` names the tensor."""

@@ -49,7 +49,8 @@ def _from_tensors(acts: Mapping[str, InOut | Sequence[InOut]], pairs: str, backe
             s = pairing.sq_sums([x.detach(), y.detach()], backend=backend)
             row.append(pairing.stats(s[0], s[1]))
         device = row[0].device
-        row += [torch.zeros(5, dtype=torch.float64, device=device)] * (n_layers - len(row))
+        pad = torch.zeros(len(pairing.stat_fields), dtype=torch.float64, device=device)
+        row += [pad] * (n_layers - len(row))
         rows.append(torch.stack([r.to(device) for r in row]))
     device = rows[0].device
     stats = torch.stack([r.to(device) for r in rows])

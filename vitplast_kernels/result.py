@@ -10,7 +10,11 @@ Derived values (float64 CPU tensors, NaN where undefined):
 
 - ``mean = sum / count``;
 - ``std`` = sample standard deviation (``count - 1`` in the denominator);
-- 95% CI: normal approximation ``mean +- 1.96 * std / sqrt(count)``.
+- 95% CI: normal approximation ``mean +- 1.96 * sem``, ``sem`` (standard error of the mean) =
+  ``std / sqrt(count)`` for disjoint pairs (``halves``). With ``pairs="all"`` the pairs of a batch
+  share sequences and are not independent: the stats carry a sixth field ``var_w`` (jackknife over
+  sequences of each batch's U-statistic, see :mod:`vitplast_kernels.pairing_all`) and
+  ``sem = sqrt(var_w) / count``.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from collections.abc import Mapping, Sequence
 import torch
 
 from .pairing import STAT_FIELDS
+from .pairing_all import U_STAT_FIELDS
 
 Z95 = 1.959963984540054
 
@@ -69,14 +74,20 @@ class PlasticityResult:
         meta: Mapping | None = None,
     ) -> None:
         components, layers = tuple(components), tuple(str(x) for x in layers)
-        if stats.shape != (len(components), len(layers), len(STAT_FIELDS)):
+        fields = {len(STAT_FIELDS): STAT_FIELDS, len(U_STAT_FIELDS): U_STAT_FIELDS}
+        if (stats.dim() != 3 or stats.shape[:2] != (len(components), len(layers))
+                or stats.shape[2] not in fields):
             raise ValueError(
-                f"stats must have shape (C, L, 5) = ({len(components)}, {len(layers)}, 5), "
+                f"stats must have shape (C, L, 5) = ({len(components)}, {len(layers)}, 5) (6 with "
+                'pairs="all"), '
                 f"got {tuple(stats.shape)}"
             )
-        if heads is not None and (heads.dim() != 3 or heads.shape[0] != len(layers) or heads.shape[2] != 5):
+        self.stat_fields: tuple[str, ...] = fields[stats.shape[2]]
+        if heads is not None and (heads.dim() != 3 or heads.shape[0] != len(layers)
+                                  or heads.shape[2] != stats.shape[2]):
             raise ValueError(
-                f"heads must have shape (L, H, 5) with L = {len(layers)}, got {tuple(heads.shape)}"
+                f"heads must have shape (L, H, {stats.shape[2]}) with L = {len(layers)}, got "
+                f"{tuple(heads.shape)}"
             )
         self._stats = stats.detach()
         self._heads = None if heads is None else heads.detach()
@@ -132,11 +143,23 @@ class PlasticityResult:
         """``(L,)`` float64 sample standard deviation of the rates per layer."""
         return self._mean_std(self._row(component))[1]
 
+    @staticmethod
+    def _sem(s: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+        if s.shape[-1] > len(STAT_FIELDS):  # pairs="all": jackknife variance of the U-statistics
+            n = s[..., 0]
+            return torch.where(n > 0, s[..., 5].sqrt() / n.clamp_min(1), torch.full_like(n, float("nan")))
+        return std / s[..., 0].clamp_min(1).sqrt()
+
+    def sem(self, component: str) -> torch.Tensor:
+        """``(L,)`` float64 standard error of the mean rate per layer (see the module docstring)."""
+        s = self._row(component)
+        return self._sem(s, self._mean_std(s)[1])
+
     def ci(self, component: str) -> torch.Tensor:
-        """``(L, 2)`` float64 95% CI per layer: ``mean -+ 1.96 std / sqrt(n)`` (normal approximation)."""
+        """``(L, 2)`` float64 95% CI per layer: ``mean -+ 1.96 sem`` (normal approximation)."""
         s = self._row(component)
         mean, std = self._mean_std(s)
-        half = Z95 * std / s[..., 0].clamp_min(1).sqrt()
+        half = Z95 * self._sem(s, std)
         return torch.stack([mean - half, mean + half], dim=-1)
 
     def n_pairs(self, component: str) -> torch.Tensor:
@@ -233,7 +256,7 @@ class PlasticityResult:
     def to_dict(self) -> dict:
         """JSON-ready dict: the raw sums (exact, for :meth:`from_dict`) and the derived values."""
         out: dict = {"format": "vitplast-plasticity/1", "meta": self.meta, "layers": list(self.layers),
-                     "stat_fields": list(STAT_FIELDS), "components": {}}
+                     "stat_fields": list(self.stat_fields), "components": {}}
         for i, c in enumerate(self.components):
             ci = self.ci(c)
             out["components"][c] = {
@@ -257,7 +280,7 @@ class PlasticityResult:
         """Inverse of :meth:`to_dict` (rebuilt from the raw sums)."""
         comps = list(d["components"])
         stats = torch.tensor([d["components"][c]["sums"] for c in comps], dtype=torch.float64)
-        stats = stats.reshape(len(comps), len(d["layers"]), len(STAT_FIELDS))
+        stats = stats.reshape(len(comps), len(d["layers"]), len(d.get("stat_fields", STAT_FIELDS)))
         heads = torch.tensor(d["heads"]["sums"], dtype=torch.float64) if d.get("heads") else None
         return cls(stats, comps, d["layers"], heads=heads, meta=d.get("meta"))
 
