@@ -33,6 +33,7 @@ constexpr int kThreads = 256;
 constexpr int kUnroll = 4;              // independent 16-byte loads in flight per operand and thread
 constexpr int64_t kTile = 4096;         // chunk sizes are multiples of this (logical elements)
 constexpr int64_t kTargetTasks = 2048;  // aim per tensor: enough blocks to fill the GPU at small B
+constexpr int64_t kMinTilesPerChunk = 4;
 constexpr int64_t kMaxTilesPerChunk = 16;
 constexpr int kStage2Warps = 8;
 
@@ -148,21 +149,21 @@ __device__ __forceinline__ float block_sum(float v, float* shared) {
   return s;
 }
 
-__device__ __forceinline__ TensorDesc find_desc(const DescArg& d, int64_t task) {
-  if (d.groups == 1) return d.one;
-  int lo = 0, hi = d.groups - 1;  // last g with task_begin <= task
-  while (lo < hi) {
-    int mid = (lo + hi + 1) / 2;
-    if (d.table[mid].task_begin <= task) lo = mid; else hi = mid - 1;
-  }
-  return d.table[lo];
+// Index of the tensor owning `task`: the last g with task_begin <= task. A block's tasks increase
+// (grid-stride), so the search walks forward from the previous answer `g`: usually 0 or 1 steps
+// instead of a chain of dependent global loads.
+__device__ __forceinline__ int find_group(const DescArg& d, int64_t task, int g) {
+  while (g + 1 < d.groups && d.table[g + 1].task_begin <= task) ++g;
+  return g;
 }
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads) stage1_kernel(DescArg d, float* __restrict__ partial) {
   __shared__ float shared[kThreads / 32];
+  int g = 0;
   for (int64_t task = blockIdx.x; task < d.tasks; task += gridDim.x) {
-    const TensorDesc t = find_desc(d, task);
+    if (d.groups > 1) g = find_group(d, task, g);
+    const TensorDesc t = d.groups == 1 ? d.one : d.table[g];
     const int64_t local = task - t.task_begin;
     const int64_t row = local / t.nchunks;
     const int64_t k0 = (local - row * t.nchunks) * t.chunk;
@@ -229,7 +230,9 @@ TensorDesc make_desc(const at::Tensor& a, const at::Tensor& b, std::vector<at::T
   t.seg_len = std::max<int64_t>(p.seg_len, 1);
   const int64_t tiles = cdiv(std::max<int64_t>(p.row_len, 1), kTile);
   const int64_t want_per_row = cdiv(kTargetTasks, std::max<int64_t>(p.rows, 1));
-  const int64_t tiles_per_chunk = std::clamp<int64_t>(cdiv(tiles, want_per_row), 1, kMaxTilesPerChunk);
+  // at least kMinTilesPerChunk tiles (when the row has them): per-task overheads stay small
+  const int64_t tiles_per_chunk = std::clamp<int64_t>(
+      cdiv(tiles, want_per_row), std::min(tiles, kMinTilesPerChunk), kMaxTilesPerChunk);
   t.chunk = tiles_per_chunk * kTile;
   t.nchunks = cdiv(std::max<int64_t>(p.row_len, 1), t.chunk);
   const int64_t vec_elems = 16 / p.a.element_size();
