@@ -368,6 +368,20 @@ def test_per_head(small, gen):
             num = (o[:3, :, h * dh:(h + 1) * dh] - o[3:, :, h * dh:(h + 1) * dh]).pow(2).sum((1, 2))
             den = (i[:3] - i[3:]).pow(2).sum((1, 2))
             assert torch.allclose(got[l, h], (num / den).sqrt().mean(), rtol=RTOL), (l, h)
+    # decomposition: the heads of attn(e), e = the tokens entering blocks[0]
+    with vk.capture(small, per_head=True, protocol="decomposition") as acts, torch.no_grad():
+        small(x)
+    got = vk.pairwise_plasticity(acts).head_mean()
+    e = _timm_embedding(small, x).double()
+    den = (e[:3] - e[3:]).pow(2).sum((1, 2))
+    for l, b in enumerate(small.blocks):
+        h = b.attn.proj.register_forward_pre_hook(lambda m, a: store.update(o=a[0].double()))
+        with torch.no_grad():
+            b.attn(e.float())
+        h.remove()
+        o = store["o"].unflatten(-1, (heads, -1))
+        num = (o[:3] - o[3:]).pow(2).sum((1, 3))  # (pairs, heads)
+        assert torch.allclose(got[l], (num / den[:, None]).sqrt().mean(0), rtol=RTOL), l
 
 
 @pytest.mark.parametrize("tokens,sl", [("cls", slice(0, 1)), ("patches", slice(1, None))])

@@ -65,6 +65,11 @@ def _eager(fn):
     return torch.compiler.disable(fn, recursive=True)
 
 
+def _version(t: torch.Tensor) -> int:
+    """In-place modification counter (inference tensors have none and cannot be modified outside)."""
+    return -1 if t.is_inference() else t._version
+
+
 def _first_tensor(obj: Any) -> torch.Tensor | None:
     if isinstance(obj, torch.Tensor):
         return obj
@@ -187,7 +192,8 @@ class Capture:
         self._head_acc: dict[int, torch.Tensor] = {}
         self._pending: dict[tuple[int, int], list[Any]] = {}
         self._pending_heads: dict[int, torch.Tensor] = {}
-        self._cache: dict[int, tuple[weakref.ref, torch.Tensor]] = {}
+        # id(tensor) -> (weak reference, its per-pair sums, its version counter when reduced)
+        self._cache: dict[int, tuple[weakref.ref, torch.Tensor, int]] = {}
         self._e: torch.Tensor | None = None
         self._s_e: torch.Tensor | None = None
         self._extra_call = False  # inside a decomposition call of a component on e
@@ -302,7 +308,7 @@ class Capture:
         todo: list[int] = []
         for i, t in enumerate(tensors):
             hit = self._cache.get(id(t)) if cache else None
-            if hit is not None and hit[0]() is t:
+            if hit is not None and hit[0]() is t and hit[2] == _version(t):  # same object, unmodified
                 out[i] = hit[1]
             elif not any(tensors[j] is t for j in todo):
                 todo.append(i)
@@ -311,7 +317,7 @@ class Capture:
             for j, i in enumerate(todo):
                 out[i] = sums[j]
                 if cache:
-                    self._cache[id(tensors[i])] = (weakref.ref(tensors[i]), sums[j])
+                    self._cache[id(tensors[i])] = (weakref.ref(tensors[i]), sums[j], _version(tensors[i]))
         for i, t in enumerate(tensors):  # duplicates inside this call
             if out[i] is None:
                 out[i] = out[next(j for j in todo if tensors[j] is t)]
