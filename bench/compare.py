@@ -27,6 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch  # noqa: E402
 from harness import (  # noqa: E402
     copy_bandwidth,
+    load_warning,
     machine_info,
     machine_line,
     print_table,
@@ -111,8 +112,8 @@ def plot(results: dict[str, Any], path: str | os.PathLike, title: str) -> None:
         return
     fig, axes = plt.subplots(len(panels), 1, figsize=(10, 3.6 * len(panels)), squeeze=False)
     for ax, (name, rows, keys) in zip(axes[:, 0], panels, strict=True):
-        labels = [" ".join(str(r.get(k, "")) for k in ("shape", "dtype", "label", "config") if k in r)
-                  or str(i) for i, r in enumerate(rows)]
+        label_keys = ("case", "model", "shape", "N x K", "batch", "dtype", "method", "label", "config")
+        labels = [" ".join(str(r[k]) for k in label_keys if k in r) or str(i) for i, r in enumerate(rows)]
         width = 0.8 / len(keys)
         for j, k in enumerate(keys):
             ax.bar([i + j * width for i in range(len(rows))], [r.get(k) or 0 for r in rows], width,
@@ -154,6 +155,9 @@ def main(argv: list[str] | None = None) -> int:
     info = machine_info(args.device)
     print(f"# bench/compare.py --device {args.device}{' --quick' if args.quick else ''}")
     print(f"# machine: {machine_line(info)}")
+    if args.device == "cpu" and (warning := load_warning(info)):
+        print(f"# {warning}")
+        info["warning"] = warning
     floors = {"read_Bps": read_bandwidth(args.device)}
     if args.device == "cuda":
         floors["copy_Bps"] = copy_bandwidth(args.device)

@@ -40,7 +40,9 @@ def _row(model_name: str, batch: int, dtype: torch.dtype, device: torch.device, 
     import timm
     from vitplast import profiler as pf
 
-    model = timm.create_model(model_name, pretrained=False).eval().to(device=device, dtype=dtype)
+    with torch.device(device):
+        model = timm.create_model(model_name, pretrained=False)
+    model = model.eval().to(device=device, dtype=dtype)
     size = model.pretrained_cfg.get("input_size", (3, 224, 224))[-1]
     gen = torch.Generator().manual_seed(0)
     images = torch.randn(batch, 3, size, size, generator=gen).to(device=device, dtype=dtype)
@@ -63,7 +65,7 @@ def _row(model_name: str, batch: int, dtype: torch.dtype, device: torch.device, 
 def rows(device: str, quick: bool = False) -> tuple[list[dict[str, Any]], str]:
     dev = torch.device(device)
     configs = CONFIGS[dev.type][:1] if quick else CONFIGS[dev.type]
-    reps = 3 if quick else 5
+    reps = 3 if quick or dev.type == "cpu" else 5
     out = [_row(m, b, dt, dev, reps) for m, b, dt in configs]
     note = (f"timm models, random weights, on {device}; medians of {reps} interleaved rounds; capture = "
             "vitplast_kernels.capture(in_situ, halves) + pairwise_plasticity + host read; naive = forward "

@@ -252,6 +252,7 @@ def machine_info(device: str | torch.device | None = None) -> dict[str, Any]:
         "timm": _version("timm"),
         "vitplast_kernels": _version("vitplast_kernels"),
         "gpu": None,
+        "loadavg_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
     }
     if torch.cuda.is_available() and (device is None or torch.device(device).type == "cuda"):
         idx = torch.device(device).index if device is not None else None
@@ -266,8 +267,21 @@ def machine_line(info: dict[str, Any]) -> str:
     hw = f"{info['cpu']} ({info['cpu_cores']} cores, {info['torch_threads']} torch threads)"
     if info.get("gpu"):
         hw = f"{info['gpu']} (sm_{info.get('gpu_capability', '?').replace('.', '')}) + {hw}"
+    load = info.get("loadavg_1min")
     return (f"{hw}; torch {info['torch']}, triton {info['triton']}, "
-            f"vitplast_kernels {info['vitplast_kernels']}; {info['date']}")
+            f"vitplast_kernels {info['vitplast_kernels']}; {info['date']}"
+            + (f"; load average {load:.1f}" if load is not None else ""))
+
+
+def load_warning(info: dict[str, Any]) -> str | None:
+    """A warning when other processes hold the CPUs (load average above the core count): multithreaded
+    CPU timings then include waits for descheduled OpenMP threads; ``--threads 1`` is steadier."""
+    load, cores = info.get("loadavg_1min"), info.get("cpu_cores") or 1
+    if load is None or load <= cores:
+        return None
+    return (f"WARNING: load average {load:.1f} on {cores} cores: other processes share the CPUs, CPU times "
+            f"with {info['torch_threads']} threads include waits for descheduled threads; ratios from "
+            "interleaved rounds are steadier than absolute times (--threads 1 steadier still)")
 
 
 # --- tables and records -------------------------------------------------------------------------

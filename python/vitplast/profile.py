@@ -69,7 +69,9 @@ def _build(args: argparse.Namespace):
         kwargs["depth"] = args.depth
     dtype = getattr(torch, DTYPES[args.dtype])
     device = torch.device(args.device)
-    model = timm.create_model(args.model, **kwargs).eval().to(device=device, dtype=dtype)
+    with torch.device(device):  # parameters created (and randomly initialised) on the device: fast for ViT-H
+        model = timm.create_model(args.model, **kwargs)
+    model = model.eval().to(device=device, dtype=dtype)
     cfg = model.pretrained_cfg if hasattr(model, "pretrained_cfg") else {}
     size = args.img_size or (cfg.get("input_size") or (3, 224, 224))[-1]
     gen = torch.Generator().manual_seed(0)
