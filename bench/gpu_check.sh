@@ -43,6 +43,10 @@ if [ -f bench/compare.py ] && grep -q -- "--sections" bench/compare.py; then
 else
   step bench 150 "$PY" bench/gpu_paired.py --quick --json "$OUTDIR/bench_gpu.json"
 fi
+# issue 7: ViT-Huge/14, batch 256, bf16, in_situ capture of all 160 components vs forward / paper protocol
+# (random weights; paper protocol estimated from block 0 x 32: its 43 GB of host copies are not made)
+step profile 100 "$PY" -m vitplast.cli profile --model vit_huge_patch14_224 --device cuda --batch-size 256 \
+  --dtype bfloat16 --protocol in_situ --pairs halves --reps 3 --out "$OUTDIR/profile"
 step cpu-tests 60 "$PY" -m pytest -q -x -m "not gpu and not slow" -p no:cacheprovider --continue-on-collection-errors \
   tests/test_triton_paired.py tests/test_paired_ops.py tests/test_op_layer.py
 echo "=== summary: $SUMMARY" | tee -a "$LOG"
