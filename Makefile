@@ -27,8 +27,9 @@ install: $(VENV)/.build-stamp
 test: install
 	$(BIN)/python -m pytest -q tests
 
+# the embedded default: digits ViT pretrained here once (cached), matched pairs digits 0-4 vs 5-9
 demo: install
-	$(BIN)/python bench/compare.py
+	$(BIN)/vitplast measure --out $(OUT)/demo
 
 bench: install
 	$(BIN)/python bench/compare.py --json $(OUT)/bench_cpu.json
