@@ -59,6 +59,10 @@ U32 = 2.0**-24  # unit roundoff of float32
 ETA = 5e-6  # relative error budget on the distance spent on the Gram error (half of 1e-5)
 C_CPU = 0.25  # Gram error constant of the CPU path (measured worst ~0.05, see module docstring)
 CPU_CHUNK = 4096  # target chunk length L of the CPU split-K
+# below this many multiply-adds (N * N * K) the CPU path runs on one thread: the work takes about a
+# millisecond and OpenMP fork/join on a loaded machine costs more (measured on the 2-core CI box under
+# load: 48 ms with 2 threads vs 0.4 ms with 1 for N=8, K=197*384)
+CPU_SINGLE_THREAD_MACS = 1 << 26
 
 
 def gram_error(k_total: int, splits: int, c: float, product_err: float = 0.0) -> float:
@@ -142,8 +146,30 @@ def _recompute_pairs(x: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) ->
     return torch.cat(parts) if parts else torch.empty(0, dtype=torch.float32, device=x.device)
 
 
+class _Threads:
+    """Temporarily runs torch's CPU ops on ``n`` threads (restored on exit)."""
+
+    def __init__(self, n: int | None) -> None:
+        self.n, self.prev = n, None
+
+    def __enter__(self) -> None:
+        if self.n is not None and torch.get_num_threads() != self.n:
+            self.prev = torch.get_num_threads()
+            torch.set_num_threads(self.n)
+
+    def __exit__(self, *exc) -> None:
+        if self.prev is not None:
+            torch.set_num_threads(self.prev)
+
+
 def _all_pairs_cpu(a: torch.Tensor, chunk: int = CPU_CHUNK) -> torch.Tensor:
     """``(N, K)`` -> ``(N, N)`` float32 via the split-K BLAS Gram (see the module docstring)."""
+    small = a.shape[0] ** 2 * a.shape[1] <= CPU_SINGLE_THREAD_MACS
+    with _Threads(1 if small else None):
+        return _all_pairs_cpu_impl(a, chunk)
+
+
+def _all_pairs_cpu_impl(a: torch.Tensor, chunk: int) -> torch.Tensor:
     n = a.shape[0]
     x = a.to(torch.float32)
     if x.stride(1) != 1:
