@@ -69,11 +69,11 @@ if triton is not None:
         a_ptrs = x_ptr + rm[:, None] * stride_row + (k_start + rk)[None, :]  # (BM, BK)
         b_ptrs = x_ptr + rn[None, :] * stride_row + (k_start + rk)[:, None]  # (BK, BM)
         acc = tl.zeros((BM, BM), dtype=tl.float32)
-        for k in range(k_start, k_end, BK):
-            if MASK_ROWS or MASK_K:
-                mk = (k + rk) < k_end
-                a = tl.load(a_ptrs, mask=(rm[:, None] < N) & mk[None, :], other=0.0)
-                b = tl.load(b_ptrs, mask=(rn[None, :] < N) & mk[:, None], other=0.0)
+        k_full = k_start + (k_end - k_start) // BK * BK
+        for _ in range(k_start, k_full, BK):  # whole K-blocks: masks only on rows, if N % BM != 0
+            if MASK_ROWS:
+                a = tl.load(a_ptrs, mask=rm[:, None] < N, other=0.0)
+                b = tl.load(b_ptrs, mask=rn[None, :] < N, other=0.0)
             else:
                 a = tl.load(a_ptrs)
                 b = tl.load(b_ptrs)
@@ -83,6 +83,15 @@ if triton is not None:
             acc = tl.dot(a, b, acc, input_precision=PREC)
             a_ptrs += BK
             b_ptrs += BK
+        if MASK_K:  # the last chunk's tail, shorter than BK
+            if k_full < k_end:
+                mk = (k_full + rk) < k_end
+                a = tl.load(a_ptrs, mask=(rm[:, None] < N) & mk[None, :], other=0.0)
+                b = tl.load(b_ptrs, mask=(rn[None, :] < N) & mk[:, None], other=0.0)
+                if UPCAST:
+                    a = a.to(tl.float32)
+                    b = b.to(tl.float32)
+                acc = tl.dot(a, b, acc, input_precision=PREC)
         offs = tl.arange(0, BM)
         ws = ws_ptr + (s.to(tl.int64) * num_tiles + t) * (BM * BM)
         tl.store(ws + offs[:, None] * BM + offs[None, :], acc)
@@ -183,10 +192,12 @@ def _launch(x: torch.Tensor, config: tuple[int, int, int, int], splits: int | No
     tiles = _tiles(nb, x.device)
     num_tiles = tiles.shape[0]
     s, chunk = _splits(num_tiles, k, bk, x.device, splits)
-    if x.dtype == torch.float32 and not interpreted():
+    if interpreted():
+        prec, product_err = "ieee", (U32 if x.dtype == torch.float32 else 0.0)
+    elif x.dtype == torch.float32:
         prec, product_err = "tf32x3", TF32X3_PRODUCT_ERR
-    else:
-        prec, product_err = "ieee", (0.0 if x.dtype != torch.float32 else U32)
+    else:  # 16-bit operands: tensor-core products are exact in float32 whatever this says
+        prec, product_err = "tf32", 0.0
     if tau is None:
         tau = reliability_threshold(gram_error(k, s, C_GPU, product_err))
     ws = torch.empty((s, num_tiles, bm, bm), dtype=torch.float32, device=x.device)
@@ -194,10 +205,11 @@ def _launch(x: torch.Tensor, config: tuple[int, int, int, int], splits: int | No
     launch = {} if interpreted() else {"num_warps": warps, "num_stages": stages}
     _gram_partial_kernel[(num_tiles, s)](
         x, ws, tiles, n, k, x.stride(0), chunk, BM=bm, BK=bk, PREC=prec,
-        MASK_ROWS=n % bm != 0, MASK_K=k % chunk != 0,
+        MASK_ROWS=n % bm != 0, MASK_K=k % bk != 0,
         UPCAST=interpreted() and x.dtype == torch.bfloat16, **launch,
     )
-    _gram_finish_kernel[(num_tiles,)](ws, tiles, out, n, s, tau, BM=bm)
+    finish = {} if interpreted() else {"num_warps": 8 if bm >= 128 else 4}  # float64 tile in registers
+    _gram_finish_kernel[(num_tiles,)](ws, tiles, out, n, s, tau, BM=bm, **finish)
     _recompute_kernel[(n, n)](x, out, n, k, x.stride(0), BLOCK=1024 if not interpreted() else 64)
     return out
 
