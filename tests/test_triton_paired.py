@@ -33,7 +33,7 @@ def _ref(a, b):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize(
     "shape",
-    [(1, 1), (3, 5, 17), (2, BLOCK + 3), (1, 3 * BLOCK + 5), (5, 3, 2731)],
+    [(1, 1), (3, 5, 17), (2, BLOCK + 3), (1, 9 * BLOCK + 5), (5, 3, 2731)],
     ids=["1x1", "odd", "block+tail", "multi-chunk", "B5"],
 )
 def test_single_matches_reference(dtype, shape, gen):
@@ -45,8 +45,9 @@ def test_single_matches_reference(dtype, shape, gen):
 
 
 def test_multi_chunk_rows_really_split():
-    # one row of 3 BLOCKs + 5 is cut into 4 tasks, summed in stage 2
-    assert tp.chunk_size(1, 3 * BLOCK + 5) == BLOCK
+    # one row of 9 BLOCKs + 5 is cut into 3 tasks of MIN_BLOCKS_PER_CHUNK BLOCKs, summed in stage 2
+    assert tp.chunk_size(1, 9 * BLOCK + 5) == tp.MIN_BLOCKS_PER_CHUNK * BLOCK == 4 * BLOCK
+    assert tp.chunk_size(7, 3 * BLOCK + 5) == 4 * BLOCK  # a short row is one task
     # B = 32 rows of a ViT-Huge activation are split into > 20 chunks each (occupancy on 132 SMs)
     assert 257 * 1280 // tp.chunk_size(32, 257 * 1280) >= 20
     assert tp.chunk_size(10**6, 10) == BLOCK
@@ -101,9 +102,9 @@ def _group(dtype, gen):
     """Tensors of different widths and layouts sharing B = 3 pairs."""
     big = rand((6, 7, 130), dtype, gen, DEVICE)
     wide = rand((3, 2, 300), dtype, gen, DEVICE)
-    xs = [rand((3, 5, 13), dtype, gen, DEVICE), big[:3], rand((3, BLOCK + 9), dtype, gen, DEVICE),
+    xs = [rand((3, 5, 13), dtype, gen, DEVICE), big[:3], rand((3, 9 * BLOCK + 9), dtype, gen, DEVICE),
           wide[:, :, 100:230], rand((3, 4, 8), dtype, gen, DEVICE).transpose(1, 2)]
-    ys = [rand((3, 5, 13), dtype, gen, DEVICE), big[3:], rand((3, BLOCK + 9), dtype, gen, DEVICE),
+    ys = [rand((3, 5, 13), dtype, gen, DEVICE), big[3:], rand((3, 9 * BLOCK + 9), dtype, gen, DEVICE),
           wide[:, :, 5:135], rand((3, 8, 4), dtype, gen, DEVICE)]
     return xs, ys
 

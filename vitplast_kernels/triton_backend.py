@@ -3,7 +3,9 @@
 ``vitplast::pair_sq_distances_triton(Tensor a, Tensor b) -> Tensor``: ``(B, ...) x (B, ...) -> (B,)``
 float32; ``vitplast::pair_sq_distances_grouped_triton(Tensor[] a, Tensor[] b) -> Tensor``: ``(G, B)``
 float32. Both have fake implementations, so ``torch.compile(fullgraph=True)`` traces through them and
-``torch.library.opcheck`` passes. The backend runs on CUDA tensors, and on CPU tensors too when
+``torch.library.opcheck`` passes. Eager calls on plain tensors skip the op's dispatch and call the
+launchers directly (same kernels, same results); traced calls go through the ops. The backend runs
+on CUDA tensors, and on CPU tensors too when
 ``TRITON_INTERPRET=1`` (Triton's interpreter: how CI tests the kernels without a GPU).
 """
 
@@ -69,11 +71,25 @@ def _pair_sq_distances_grouped_triton_fake(a: list[torch.Tensor], b: list[torch.
     return a[0].new_empty((len(a), a[0].shape[0]), dtype=torch.float32)
 
 
+def _eager(t: torch.Tensor) -> bool:
+    """True when a call can skip the custom-op machinery: not traced by torch.compile / export, and a
+    plain tensor (not a FakeTensor or another subclass, which need the op's fake implementation)."""
+    return not torch.compiler.is_compiling() and type(t) is torch.Tensor
+
+
 def _pair_sq(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    if _eager(a):  # eager: straight to the launcher (the op's dispatch costs tens of microseconds)
+        from . import triton_paired
+
+        return triton_paired.pair_sq_distances(a, b)
     return torch.ops.vitplast.pair_sq_distances_triton(a, b)
 
 
 def _grouped(a, b) -> torch.Tensor:
+    if _eager(a[0]):
+        from . import triton_paired
+
+        return triton_paired.pair_sq_distances_grouped(a, b)
     return torch.ops.vitplast.pair_sq_distances_grouped_triton(list(a), list(b))
 
 

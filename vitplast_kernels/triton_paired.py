@@ -38,6 +38,7 @@ import triton.language as tl
 
 BLOCK = 4096  # logical elements per loop step of a program (chunks are whole BLOCKs)
 TARGET_TASKS = 2048  # tasks aimed at per tensor: fills a 132-SM GPU even at B = 32
+MIN_BLOCKS_PER_CHUNK = 4  # per-program prologue (layout loads) amortised over >= 16K elements
 MAX_BLOCKS_PER_CHUNK = 16
 STAGE1_WARPS = 8
 STAGE2_BLOCK = 128
@@ -243,21 +244,75 @@ def pair_layout(a: torch.Tensor, b: torch.Tensor) -> PairLayout:
 
 
 def chunk_size(rows: int, row_len: int) -> int:
-    """Logical elements per task: whole BLOCKs, enough tasks to fill the GPU, at most 16 BLOCKs."""
+    """Logical elements per task: whole BLOCKs, enough tasks to fill the GPU, 4 to 16 BLOCKs
+    (fewer when the row is shorter)."""
     blocks = max(1, triton.cdiv(row_len, BLOCK))
     per_row = triton.cdiv(TARGET_TASKS, max(rows, 1))
-    return BLOCK * min(max(1, triton.cdiv(blocks, per_row)), MAX_BLOCKS_PER_CHUNK)
+    want = max(triton.cdiv(blocks, per_row), min(blocks, MIN_BLOCKS_PER_CHUNK))
+    return BLOCK * min(want, MAX_BLOCKS_PER_CHUNK)
+
+
+_VEC = {torch.float32: 4, torch.float16: 8, torch.bfloat16: 8}  # elements per 16-byte load
 
 
 def _vec(dtype: torch.dtype) -> int:
-    return 16 // torch.empty((), dtype=dtype).element_size()
+    return _VEC[dtype]
+
+
+def _strides_aligned(layout: RowLayout, row_len: int, vec: int) -> bool:
+    """Every run starts a multiple of ``vec`` elements after the data pointer (chunk starts are
+    multiples of BLOCK); with a 16-byte aligned pointer, every run starts on a 16-byte boundary."""
+    if layout.batch_stride % vec:
+        return False
+    return layout.inner >= row_len or (layout.inner % vec == 0 and layout.outer_stride % vec == 0)
 
 
 def _aligned(t: torch.Tensor, layout: RowLayout, row_len: int, vec: int) -> bool:
-    """Every run of ``t`` starts on a 16-byte boundary (chunk starts are multiples of BLOCK)."""
-    if t.data_ptr() % 16 or layout.batch_stride % vec:
-        return False
-    return layout.inner >= row_len or (layout.inner % vec == 0 and layout.outer_stride % vec == 0)
+    """Every run of ``t`` starts on a 16-byte boundary."""
+    return t.data_ptr() % 16 == 0 and _strides_aligned(layout, row_len, vec)
+
+
+@dataclass(frozen=True)
+class _PairPlan:
+    """What a pair's layout decides, cached by (shapes, strides, dtype): pointers are not part of it."""
+
+    copy_a: bool  # the view cannot be streamed: copied with .contiguous() on every call
+    copy_b: bool
+    la: RowLayout
+    lb: RowLayout
+    rows: int
+    row_len: int
+    contiguous_rows: bool
+    chunk: int
+    nchunks: int
+    strides_aligned: bool  # alignment up to the data pointers (checked per call)
+
+
+_PAIR_PLANS: OrderedDict[tuple, _PairPlan] = OrderedDict()
+_PAIR_PLAN_CACHE_SIZE = 1024
+
+
+def _pair_key(a: torch.Tensor, b: torch.Tensor) -> tuple:
+    return (a.shape, a.stride(), b.shape, b.stride(), a.dtype)
+
+
+def _pair_plan(a: torch.Tensor, b: torch.Tensor, key: tuple | None = None) -> _PairPlan:
+    key = _pair_key(a, b) if key is None else key
+    plan = _PAIR_PLANS.get(key)
+    if plan is not None:
+        return plan
+    p = pair_layout(a, b)
+    vec = _vec(a.dtype)
+    chunk = chunk_size(p.rows, p.row_len)
+    plan = _PairPlan(
+        copy_a=p.a is not a, copy_b=p.b is not b, la=p.la, lb=p.lb, rows=p.rows, row_len=p.row_len,
+        contiguous_rows=p.contiguous_rows, chunk=chunk, nchunks=triton.cdiv(max(p.row_len, 1), chunk),
+        strides_aligned=_strides_aligned(p.la, p.row_len, vec) and _strides_aligned(p.lb, p.row_len, vec),
+    )
+    _PAIR_PLANS[key] = plan
+    if len(_PAIR_PLANS) > _PAIR_PLAN_CACHE_SIZE:
+        _PAIR_PLANS.popitem(last=False)
+    return plan
 
 
 # ---------------------------------------------------------------------------------------------
@@ -266,24 +321,24 @@ def _aligned(t: torch.Tensor, layout: RowLayout, row_len: int, vec: int) -> bool
 
 def pair_sq_distances(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """``(B, ...) x (B, ...) -> (B,)`` float32 on a's device (inputs validated by the op layer)."""
-    p = pair_layout(a, b)
+    p = _pair_plan(a, b)
     out = torch.empty((p.rows,), dtype=torch.float32, device=a.device)
     if p.rows == 0:
         return out
     if p.row_len == 0:
         return out.zero_()
-    chunk = chunk_size(p.rows, p.row_len)
-    nchunks = triton.cdiv(p.row_len, chunk)
-    partial = torch.empty((p.rows * nchunks,), dtype=torch.float32, device=a.device)
-    vec = _vec(a.dtype)
-    contig = p.contiguous_rows
-    aligned = _aligned(p.a, p.la, p.row_len, vec) and _aligned(p.b, p.lb, p.row_len, vec)
-    _stage1_single[(p.rows * nchunks,)](
-        p.a, p.b, partial, p.row_len, nchunks, chunk,
+    if p.copy_a:
+        a = a.contiguous()
+    if p.copy_b:
+        b = b.contiguous()
+    partial = torch.empty((p.rows * p.nchunks,), dtype=torch.float32, device=a.device)
+    aligned = p.strides_aligned and a.data_ptr() % 16 == 0 and b.data_ptr() % 16 == 0
+    _stage1_single[(p.rows * p.nchunks,)](
+        a, b, partial, p.row_len, p.nchunks, p.chunk,
         p.la.batch_stride, p.la.inner, p.la.outer_stride, p.lb.batch_stride, p.lb.inner, p.lb.outer_stride,
-        CONTIG=contig, ALIGNED=aligned, VEC=vec, BLOCK=BLOCK, num_warps=STAGE1_WARPS,
+        CONTIG=p.contiguous_rows, ALIGNED=aligned, VEC=_vec(a.dtype), BLOCK=BLOCK, num_warps=STAGE1_WARPS,
     )
-    _stage2[(p.rows,)](partial, out, p.rows, partial, nchunks, GROUPED=False, NCOL=_NCOL,
+    _stage2[(p.rows,)](partial, out, p.rows, partial, p.nchunks, GROUPED=False, NCOL=_NCOL,
                        BLOCK=STAGE2_BLOCK, num_warps=STAGE2_WARPS)
     return out
 
@@ -293,33 +348,42 @@ class _GroupPlan:
     layout: torch.Tensor  # (G, NCOL) int64 on the device
     task_group: torch.Tensor  # (tasks,) int32 on the device: task -> g
     tasks: int
-    aligned: bool
+    rows: int
+    copies: tuple[int, ...]  # indices into [a0, b0, a1, b1, ...] copied with .contiguous() per call
+    live: tuple[int, ...]  # indices of non-empty tensors (empty ones are never read: offset 0)
+    strides_aligned: bool
 
 
 _PLANS: OrderedDict[tuple, _GroupPlan] = OrderedDict()
 _PLAN_CACHE_SIZE = 64
 
 
-def _plan(layouts: list[PairLayout], device: torch.device, aligned: bool) -> _GroupPlan:
-    key = (device, aligned, tuple((p.la, p.lb, p.rows, p.row_len) for p in layouts))
+def _plan(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor], device: torch.device) -> _GroupPlan:
+    """The group's plan, cached by its signature (shapes, strides, dtype, device)."""
+    keys = tuple(_pair_key(x, y) for x, y in zip(a, b, strict=True))
+    key = (device, keys)
     plan = _PLANS.get(key)
     if plan is not None:
         _PLANS.move_to_end(key)
         return plan
-    table = []
-    counts = []
+    table, counts, copies, live = [], [], [], []
     tasks = 0
-    for p in layouts:
-        chunk = chunk_size(p.rows, p.row_len)
-        nchunks = triton.cdiv(max(p.row_len, 1), chunk)
+    strides_aligned = True
+    for g, (x, y, k) in enumerate(zip(a, b, keys, strict=True)):
+        p = _pair_plan(x, y, k)
         table.append([p.la.batch_stride, p.la.inner, p.la.outer_stride, p.lb.batch_stride, p.lb.inner,
-                      p.lb.outer_stride, p.row_len, nchunks, chunk, tasks, int(p.contiguous_rows)])
-        counts.append(p.rows * nchunks)
-        tasks += p.rows * nchunks
+                      p.lb.outer_stride, p.row_len, p.nchunks, p.chunk, tasks, int(p.contiguous_rows)])
+        counts.append(p.rows * p.nchunks)
+        tasks += p.rows * p.nchunks
+        copies += [i for i, c in ((2 * g, p.copy_a), (2 * g + 1, p.copy_b)) if c]
+        if p.rows and p.row_len:
+            live += [2 * g, 2 * g + 1]
+            strides_aligned = strides_aligned and p.strides_aligned
     layout = torch.tensor(table, dtype=torch.int64)
-    task_group = torch.repeat_interleave(torch.arange(len(layouts), dtype=torch.int32),
+    task_group = torch.repeat_interleave(torch.arange(len(table), dtype=torch.int32),
                                          torch.tensor(counts, dtype=torch.int64))
-    plan = _GroupPlan(_to_device(layout, device), _to_device(task_group, device), tasks, aligned)
+    plan = _GroupPlan(_to_device(layout, device), _to_device(task_group, device), tasks,
+                      a[0].shape[0], tuple(copies), tuple(live), strides_aligned)
     _PLANS[key] = plan
     if len(_PLANS) > _PLAN_CACHE_SIZE:
         _PLANS.popitem(last=False)
@@ -336,35 +400,36 @@ def _to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
 def pair_sq_distances_grouped(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]) -> torch.Tensor:
     """G pairs of ``(B, ...)`` tensors -> ``(G, B)`` float32, one launch per stage.
 
-    All tensors share dtype, device and ``B`` (validated by the op layer); widths may differ.
+    All tensors share dtype, device and ``B`` (validated by the op layer); widths may differ. Per call
+    only the pointers are read: layouts, chunking and the task table come from the cached plan.
     """
-    layouts = [pair_layout(x, y) for x, y in zip(a, b, strict=True)]
-    groups, rows = len(layouts), layouts[0].rows
-    device = layouts[0].a.device
+    device = a[0].device
+    plan = _plan(a, b, device)
+    groups, rows = len(a), plan.rows
     out = torch.empty((groups, rows), dtype=torch.float32, device=device)
     if rows == 0:
         return out
-    dtype = layouts[0].a.dtype
-    vec = _vec(dtype)
-    es = layouts[0].a.element_size()
-    tensors = [t for p in layouts for t in (p.a, p.b)]
-    live = [t for t in tensors if t.numel() > 0]  # empty tensors are never read (offset 0)
-    if not live:
+    if not plan.live:
         return out.zero_()
-    base = min(live, key=lambda t: t.data_ptr())
-    base_ptr = base.data_ptr()
-    aligned = base_ptr % 16 == 0 and all(
-        _aligned(p.a, p.la, p.row_len, vec) and _aligned(p.b, p.lb, p.row_len, vec)
-        for p in layouts if p.row_len
-    )
-    plan = _plan(layouts, device, aligned)
-    offsets = torch.tensor([(t.data_ptr() - base_ptr) // es if t.numel() else 0 for t in tensors],
-                           dtype=torch.int64)
-    offsets = _to_device(offsets, device)
+    tensors = [t for pair in zip(a, b, strict=True) for t in pair]
+    for i in plan.copies:
+        tensors[i] = tensors[i].contiguous()
+    ptrs = [t.data_ptr() for t in tensors]
+    base_i = min(plan.live, key=ptrs.__getitem__)
+    base_ptr = ptrs[base_i]
+    es = tensors[base_i].element_size()
+    aligned = plan.strides_aligned and all(ptrs[i] % 16 == 0 for i in plan.live)
+    offsets = [0] * len(ptrs)
+    for i in plan.live:
+        offsets[i] = (ptrs[i] - base_ptr) // es
+    if device.type == "cpu":
+        offsets_dev = torch.tensor(offsets, dtype=torch.int64)
+    else:
+        offsets_dev = torch.tensor(offsets, dtype=torch.int64, pin_memory=True).to(device, non_blocking=True)
     partial = torch.empty((plan.tasks,), dtype=torch.float32, device=device)
     _stage1_grouped[(plan.tasks,)](
-        base, offsets, plan.layout, plan.task_group, partial,
-        NCOL=_NCOL, ALIGNED=aligned, VEC=vec, BLOCK=BLOCK, num_warps=STAGE1_WARPS,
+        tensors[base_i], offsets_dev, plan.layout, plan.task_group, partial,
+        NCOL=_NCOL, ALIGNED=aligned, VEC=_vec(a[0].dtype), BLOCK=BLOCK, num_warps=STAGE1_WARPS,
     )
     _stage2[(groups * rows,)](partial, out, rows, plan.layout, 0, GROUPED=True, NCOL=_NCOL,
                               BLOCK=STAGE2_BLOCK, num_warps=STAGE2_WARPS)
