@@ -10,8 +10,9 @@ Schemes:
 - ``"halves"`` (:class:`Halves`): a batch of ``N = 2B`` sequences, sequence ``i`` paired with ``i + B``.
   **Matched pairs** (the paper: ``X`` from the pretraining data, ``Y`` from the downstream data, ``X[i]``
   paired with ``Y[i]``) are the halves of ``torch.cat([X, Y])``.
-- ``"all"``: every distinct pair ``i < j`` of one batch (issue 5); :func:`get_pairing` names it and says
-  it is not available yet.
+- ``"all"``: every distinct pair ``i < j`` of one batch (issue 5):
+  :class:`~vitplast_kernels.pairing_all.AllPairs`, registered when the package is imported (it
+  carries a sixth statistic, the U-statistic's variance).
 """
 
 from __future__ import annotations
