@@ -35,7 +35,7 @@ DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="vit_huge_patch14_224", help="timm model name")
-    p.add_argument("--device", default="cuda" if _cuda() else "cpu", help="cpu, cuda, cuda:1, ...")
+    p.add_argument("--device", default="auto", help="auto (cuda when available), cpu, cuda, cuda:1, ...")
     p.add_argument("--batch-size", type=int, default=8, help="images per forward (2B for pairs=halves)")
     p.add_argument("--dtype", default="float32", choices=sorted(DTYPES), help="model and input dtype")
     p.add_argument("--protocol", default="in_situ", choices=("in_situ", "decomposition"))
@@ -52,12 +52,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default="results/profile", metavar="DIR", help="JSON and plot folder")
 
 
-def _cuda() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
-
-
 def _build(args: argparse.Namespace):
     import timm
     import torch
@@ -68,7 +62,8 @@ def _build(args: argparse.Namespace):
     if args.depth:
         kwargs["depth"] = args.depth
     dtype = getattr(torch, DTYPES[args.dtype])
-    device = torch.device(args.device)
+    device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto"
+                          else args.device)
     with torch.device(device):  # parameters created (and randomly initialised) on the device: fast for ViT-H
         model = timm.create_model(args.model, **kwargs)
     model = model.eval().to(device=device, dtype=dtype)
