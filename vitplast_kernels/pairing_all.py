@@ -70,12 +70,11 @@ def u_stats(s_in: torch.Tensor, s_out: torch.Tensor) -> torch.Tensor:
     r = torch.where(valid, rate, zero)
     v = valid.to(torch.float64)
     rows, cols = triu_pairs(n, rate.device)
-    lead = r.shape[:-1]
-    row_sum = torch.zeros((*lead, n), dtype=torch.float64, device=r.device)
-    row_cnt = torch.zeros_like(row_sum)
-    for idx in (rows, cols):  # every pair belongs to both of its sequences
-        row_sum = row_sum.index_add(-1, idx, r)
-        row_cnt = row_cnt.index_add(-1, idx, v)
+    # every pair belongs to both of its sequences: per-sequence sums over the symmetric (N, N) matrix
+    # (a scatter to distinct positions and a fixed-order sum: deterministic, no atomics)
+    mat = torch.zeros((2, *r.shape[:-1], n, n), dtype=torch.float64, device=r.device)
+    mat[..., rows, cols] = torch.stack([r, v])
+    row_sum, row_cnt = (mat + mat.transpose(-1, -2)).sum(-1)
     count = v.sum(-1, keepdim=True)
     loo_cnt = count - row_cnt
     loo = (r.sum(-1, keepdim=True) - row_sum) / loo_cnt  # NaN/inf where undefined
