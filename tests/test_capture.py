@@ -225,6 +225,11 @@ def test_custom_mapping_hand_written_transformer(gen):
            "LN2": [b.ffn_norm for b in net.blocks], "FC1": [b.ffn.fc1 for b in net.blocks],
            "FC2": [(lambda t, b=b: b.ffn.fc2(torch.cat([t, 0 * t, 0 * t], -1))) for b in net.blocks]}
     _check(res, _decomposition_reference(fns, e))
+    # nn.MultiheadAttention never calls out_proj as a module: per-head rates cannot be hooked
+    with vk.capture(net, components=MAPPING, per_head=True) as acts, torch.no_grad():
+        net(ids)
+    with pytest.warns(UserWarning, match="no per-head rates"):
+        vk.pairwise_plasticity(acts)
 
 
 def test_matched_pairs_are_halves_of_cat(small, gen):

@@ -42,6 +42,7 @@ code: :meth:`Capture.result` then raises instead of returning nothing.
 from __future__ import annotations
 
 import functools
+import warnings
 import weakref
 from collections.abc import Mapping
 from typing import Any
@@ -66,7 +67,8 @@ def _eager(fn):
 
 
 def _version(t: torch.Tensor) -> int:
-    """In-place modification counter (inference tensors have none and cannot be modified outside)."""
+    """In-place modification counter; inference tensors have none (-1: changes made in place under
+    inference_mode go unnoticed by the identity cache)."""
     return -1 if t.is_inference() else t._version
 
 
@@ -443,6 +445,13 @@ class Capture:
                 "If the model was torch.compile'd before capture, the compiled code ignores hooks added "
                 "later: capture the uncompiled model and compile it inside the with-block, or run "
                 "torch._dynamo.reset() after attaching the capture so that it recompiles with the hooks."
+            )
+        if self.per_head and not self._head_acc:
+            warnings.warn(
+                f"per_head=True but no output projection ({sorted({p for p, _ in self._heads.values()})[:2]}"
+                "...) was called as a module (nn.MultiheadAttention, for one, uses its weights directly): "
+                "the result has no per-head rates",
+                stacklevel=2,
             )
         first = next(iter(self._stats.values()))
         zero = torch.zeros(len(self.pairing.stat_fields), dtype=torch.float64, device=first.device)
