@@ -2,10 +2,11 @@
 
 No weights can be downloaded where this package runs, yet measuring a random-init ViT is misleading
 (random-init ViTs rank components almost opposite to pretrained ones). So the default model is trained
-here, once: a timm VisionTransformer (``vit_tiny_patch16_224`` architecture resized: 32x32 images, 8x8
-patches = 16 tokens + CLS, width 96, depth 6, 3 heads, MLP ratio 4) trained on scikit-learn's digits
-0-4 (the "pretraining" classes; digits 5-9 play the downstream data) with AdamW, a cosine schedule,
-label smoothing and random affine augmentation.
+here, once: a timm VisionTransformer (``vit_tiny_patch16_224`` architecture resized: 32x32 images,
+8x8 patches = 16 tokens + CLS, width 64, depth 4, 2 heads, MLP ratio 4; 0.2 M parameters) trained on
+scikit-learn's digits 0-4 (the "pretraining" classes; digits 5-9 play the downstream data) for 40
+epochs with AdamW, a cosine schedule, label smoothing and random affine augmentation (about 99% val
+accuracy on digits 0-4).
 
 The checkpoint is cached as ``<cache>/digits_vit-<hash>.safetensors``, where ``<cache>`` is
 ``cache_dir``, else ``$VITPLAST_CACHE``, else ``~/.cache/vitplast``, and ``<hash>`` covers the whole
@@ -39,14 +40,14 @@ class DigitsConfig:
     model: str = "vit_tiny_patch16_224"  # timm architecture, resized by the fields below
     img_size: int = 32
     patch_size: int = 8
-    embed_dim: int = 96
-    depth: int = 6
-    num_heads: int = 3
+    embed_dim: int = 64
+    depth: int = 4
+    num_heads: int = 2
     mlp_ratio: float = 4.0
     classes: str = "0-4"  # pretraining classes (digits spec 'digits:<classes>')
     epochs: int = 40
     batch_size: int = 64
-    lr: float = 2e-3
+    lr: float = 3e-3
     weight_decay: float = 0.05
     warmup_epochs: int = 3
     label_smoothing: float = 0.1
