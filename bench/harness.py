@@ -301,9 +301,11 @@ def load_warning(info: dict[str, Any]) -> str | None:
     load, cores = info.get("loadavg_1min"), info.get("cpu_cores") or 1
     if load is None or load <= cores:
         return None
-    return (f"WARNING: load average {load:.1f} on {cores} cores: other processes share the CPUs, CPU times "
-            f"with {info['torch_threads']} threads include waits for descheduled threads; ratios from "
-            "interleaved rounds are steadier than absolute times (--threads 1 steadier still)")
+    threads = info.get("torch_threads") or 1
+    waits = (f"; with {threads} threads CPU times include waits for descheduled threads (--threads 1 is "
+             "steadier)" if threads > 1 else "")
+    return (f"WARNING: load average {load:.1f} on {cores} cores: other processes share the CPUs, absolute "
+            f"times are inflated and noisy, ratios from interleaved rounds are steadier{waits}")
 
 
 # --- tables and records -------------------------------------------------------------------------
