@@ -77,7 +77,7 @@ def _near_duplicates(n: int, k: int, dtype, gen, offset: float = 0.0) -> torch.T
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("offset", [0.0, 30.0])
 def test_near_duplicates_and_identical_rows(backend, dtype, offset, gen):
-    a = _near_duplicates(20, 3 * 41, dtype, gen, offset)
+    a = _near_duplicates(14, 3 * 41, dtype, gen, offset)
     got = _run(a, backend)
     assert got[0, 1] == 0 and got[4, 5] == 0
     assert_matrix_exact(got, a, f"{backend} {dtype} offset={offset}")
@@ -86,8 +86,8 @@ def test_near_duplicates_and_identical_rows(backend, dtype, offset, gen):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_triton_split_k_and_masks(dtype, gen):
     # N not a multiple of the tile, K not a multiple of the chunk, several K-chunks
-    a = _near_duplicates(21, 173, dtype, gen, offset=3.0)
-    for splits in (1, 3, 7):
+    a = _near_duplicates(19, 173, dtype, gen, offset=3.0)
+    for splits in (1, 4):
         assert_matrix_exact(_run(a, "triton", splits=splits), a, f"triton splits={splits} {dtype}")
 
 
@@ -122,7 +122,7 @@ def test_strided_inputs(backend, gen):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_deterministic(backend, gen):
-    a = _near_duplicates(17, 90, torch.bfloat16, gen, offset=10.0)
+    a = _near_duplicates(13, 90, torch.bfloat16, gen, offset=10.0)
     assert torch.equal(_run(a, backend), _run(a, backend))
 
 
@@ -290,7 +290,7 @@ def test_all_pairs_with_two_sequences_equals_halves(small_vit, gen):
 def test_pairwise_plasticity_tensors_and_u_statistic_error(gen):
     """The jackknife standard error matches the spread of the estimate over independent batches; the
     naive std / sqrt(pairs) is far too small (pairs share sequences)."""
-    n, reps = 16, 150
+    n, reps = 16, 80
     w = torch.randn(6, 6, generator=gen)
     means, sems, naive = [], [], []
     for _ in range(reps):
