@@ -62,7 +62,7 @@ CPU_CHUNK = 4096  # target chunk length L of the CPU split-K
 # below this many multiply-adds (N * N * K) the CPU path runs on one thread: the work takes about a
 # millisecond and OpenMP fork/join on a loaded machine costs more (measured on the 2-core CI box under
 # load: 48 ms with 2 threads vs 0.4 ms with 1 for N=8, K=197*384)
-CPU_SINGLE_THREAD_MACS = 1 << 26
+CPU_SINGLE_THREAD_MACS = 1 << 27
 
 
 def gram_error(k_total: int, splits: int, c: float, product_err: float = 0.0) -> float:
