@@ -190,8 +190,12 @@ class Capture:
             self._find_heads(proj_name)
         # runtime state
         self._handles: list[Any] = []
-        self._stats: dict[tuple[int, int], torch.Tensor] = {}
-        self._head_acc: dict[int, torch.Tensor] = {}
+        # rows (component * L + layer, s_in (P,), s_out (P,)) of the running forward; statistics are
+        # computed for all of them at once when it ends (a few launches per forward, not per hook)
+        self._rows: list[tuple[int, torch.Tensor, torch.Tensor]] = []
+        self._head_rows: list[tuple[int, torch.Tensor, torch.Tensor]] = []  # (layer, s_in (P,), (H, P))
+        self._acc: torch.Tensor | None = None  # (C * L, F) float64 sums
+        self._head_acc: torch.Tensor | None = None  # (L, H, F)
         self._pending: dict[tuple[int, int], list[Any]] = {}
         self._pending_heads: dict[int, torch.Tensor] = {}
         # id(tensor) -> (weak reference, its per-pair sums, its version counter when reduced)
@@ -275,6 +279,7 @@ class Capture:
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
+        self._flush()
         self._clear_forward_state()
         self.attached = False
 
@@ -325,9 +330,44 @@ class Capture:
                 out[i] = out[next(j for j in todo if tensors[j] is t)]
         return out  # type: ignore[return-value]
 
-    def _accumulate(self, key: tuple[int, int], st: torch.Tensor) -> None:
-        prev = self._stats.get(key)
-        self._stats[key] = st if prev is None else prev + st  # out of place: safe for inference tensors
+    @staticmethod
+    def _scatter_add(acc: torch.Tensor | None, size: int, rows: list[int], st: torch.Tensor) -> torch.Tensor:
+        """``acc[rows] += st`` out of place (safe for inference tensors), deterministic: each pass adds
+        to distinct rows only (no two atomic adds to one address)."""
+        if acc is None:
+            acc = torch.zeros((size, *st.shape[1:]), dtype=torch.float64, device=st.device)
+        passes: list[list[int]] = []
+        for k, r in enumerate(rows):
+            for p in passes:
+                if all(rows[j] != r for j in p):
+                    p.append(k)
+                    break
+            else:
+                passes.append([k])
+        for p in passes:
+            idx = torch.tensor([rows[k] for k in p], device=st.device)
+            sel = st if len(p) == len(rows) else st[torch.tensor(p, device=st.device)]
+            acc = acc.index_add(0, idx, sel)
+        return acc
+
+    def _flush(self) -> None:
+        """Turns the rows of the running forward into statistics and adds them to the accumulators."""
+        n_rows = len(self.components) * len(self.layers)
+        for rows, heads in ((self._rows, False), (self._head_rows, True)):
+            by_p: dict[int, list[tuple[int, torch.Tensor, torch.Tensor]]] = {}
+            for row in rows:
+                by_p.setdefault(row[1].shape[-1], []).append(row)
+            rows.clear()
+            for group in by_p.values():
+                keys = [k for k, _, _ in group]
+                s_in = torch.stack([a for _, a, _ in group])
+                s_out = torch.stack([b for _, _, b in group])
+                if heads:  # (K, H, P) against the MHA input (K, 1, P)
+                    st = self.pairing.stats(s_in.unsqueeze(1), s_out)
+                    self._head_acc = self._scatter_add(self._head_acc, len(self.layers), keys, st)
+                else:
+                    st = self.pairing.stats(s_in, s_out)
+                    self._acc = self._scatter_add(self._acc, n_rows, keys, st)
 
     def _add(self, ci: int, li: int, nparts: int, s_in: torch.Tensor, s_out: torch.Tensor) -> None:
         self.n_fired += 1
@@ -341,21 +381,20 @@ class Capture:
                 return
             del self._pending[(ci, li)]
             s_out = p[1]
-        self._accumulate((ci, li), self.pairing.stats(s_in, s_out))
+        self._rows.append((ci * len(self.layers) + li, s_in, s_out))
         if self.components[ci] == "MHA" and li in self._pending_heads:
-            heads = self._pending_heads.pop(li)  # (H, P)
-            st = self.pairing.stats(s_in.unsqueeze(0), heads)
-            prev = self._head_acc.get(li)
-            self._head_acc[li] = st if prev is None else prev + st
+            self._head_rows.append((li, s_in, self._pending_heads.pop(li)))  # heads: (H, P)
 
     # ---------------------------------------------------------------- hooks
     @_eager
     def _on_root_start(self, module, args) -> None:
         self.n_forwards += 1
+        self._flush()
         self._clear_forward_state()
 
     @_eager
     def _on_root_end(self, module, args, output) -> None:
+        self._flush()
         self._clear_forward_state()
 
     @_eager
@@ -434,7 +473,8 @@ class Capture:
     # ---------------------------------------------------------------- result
     def result(self) -> PlasticityResult:
         """The accumulated statistics (no host-device sync). Raises when nothing was measured."""
-        if not self._stats:
+        self._flush()  # rows of a forward whose root hooks did not run (a submodule called directly)
+        if self._acc is None:
             if self.n_forwards == 0:
                 raise RuntimeError(
                     "nothing was measured: no forward pass of the model ran inside capture(...); call "
@@ -446,26 +486,15 @@ class Capture:
                 "later: capture the uncompiled model and compile it inside the with-block, or run "
                 "torch._dynamo.reset() after attaching the capture so that it recompiles with the hooks."
             )
-        if self.per_head and not self._head_acc:
+        if self.per_head and self._head_acc is None:
             warnings.warn(
                 f"per_head=True but no output projection ({sorted({p for p, _ in self._heads.values()})[:2]}"
                 "...) was called as a module (nn.MultiheadAttention, for one, uses its weights directly): "
                 "the result has no per-head rates",
                 stacklevel=2,
             )
-        first = next(iter(self._stats.values()))
-        zero = torch.zeros(len(self.pairing.stat_fields), dtype=torch.float64, device=first.device)
-        stats = torch.stack([
-            torch.stack([self._stats.get((ci, li), zero).to(first.device) for li in range(len(self.layers))])
-            for ci in range(len(self.components))
-        ])
-        heads = None
-        if self._head_acc:
-            h = max(n for _, n in self._heads.values())
-            zh = torch.zeros(h, len(self.pairing.stat_fields), dtype=torch.float64, device=first.device)
-            heads = torch.stack(
-                [self._head_acc.get(li, zh).to(first.device) for li in range(len(self.layers))]
-            )
+        stats = self._acc.view(len(self.components), len(self.layers), self._acc.shape[-1])
+        heads = self._head_acc
         meta = {"protocol": self.protocol, "pairs": self.pairing.name, "tokens": self.tokens,
                 "model": type(getattr(self.model, "_orig_mod", self.model)).__name__,
                 "preset": self.preset, "forwards": self.n_forwards}
@@ -473,8 +502,9 @@ class Capture:
 
     def reset(self) -> None:
         """Forgets the accumulated sums (the hooks stay)."""
-        self._stats.clear()
-        self._head_acc.clear()
+        self._acc = self._head_acc = None
+        self._rows.clear()
+        self._head_rows.clear()
         self._clear_forward_state()
         self.n_forwards = self.n_fired = 0
 
