@@ -99,6 +99,10 @@ def test_cpu_threshold_edge_long_rows(gen):
     a = torch.randn(k, generator=gen) * scale + torch.randn(n, k, generator=gen)
     sq, unreliable, _ = ap._gram_sq(a, ap.CPU_CHUNK)
     assert unreliable.sum() == 0, "the edge case should be resolved by the Gram alone"
+    gram_only = sq.float().tril(-1)
+    assert_matrix_exact(gram_only + gram_only.T, a, "cpu Gram at the threshold edge")
+    assert ap._probe_wants_centring(a, ap.CPU_CHUNK)  # ... where the probe centres first
+    assert not ap._probe_wants_centring(a - a[:1], ap.CPU_CHUNK)
     assert_matrix_exact(vk.all_pair_sq_distances(a, backend="cpu"), a, "cpu threshold edge")
 
 

@@ -37,10 +37,12 @@ against float64) for float32, float16 and bfloat16 inputs:
    Identical rows are always unreliable (S = 0) and come out exactly 0.
 3. **Centre when many pairs are unreliable (CPU).** Distances are translation invariant but the
    cancellation is not: rows sharing a large common component (positional embeddings, massive
-   activations) all have small ``r``. When more than ``N / 2`` pairs are unreliable the rows are
-   centred (the mean row subtracted, in float32) and the Gram redone once before recomputing the
-   rest. Centring always would cost a full extra pass over the data on CPU (measured about as long
-   as the Gram itself), so it is done only when it pays.
+   activations) all have small ``r``. A probe Gram over 8 column slices of 512 (a few % of the
+   cost) predicts whether more than ``N / 2`` pairs will be unreliable; if so the rows are centred
+   (the first row subtracted, in float32: any common vector works, this one costs no extra read)
+   before the Gram; if the probe missed it, the Gram is redone once on centred rows. Centring
+   always would cost a full extra pass over the data on CPU (measured about as long as the Gram
+   itself), so it is done only when it pays.
 
 Only the Gram's lower triangle is used; on GPU only the triangle's tiles are computed, norms come from
 the diagonal tiles and the distance epilogue (norms, cancellation test, mirror, zero diagonal) is fused
@@ -169,16 +171,38 @@ def _all_pairs_cpu(a: torch.Tensor, chunk: int = CPU_CHUNK) -> torch.Tensor:
         return _all_pairs_cpu_impl(a, chunk)
 
 
+PROBE_SLICES, PROBE_WIDTH = 8, 512
+
+
+def _probe_wants_centring(x: torch.Tensor, chunk: int) -> bool:
+    """Whether more than N/2 pairs would be unreliable, judged on ``PROBE_SLICES`` column slices of
+    ``PROBE_WIDTH`` spread over K (about ``4096 / K`` of the Gram's cost): then the rows are centred
+    before the Gram instead of after a wasted one."""
+    n, k = x.shape
+    if k < 4 * PROBE_SLICES * PROBE_WIDTH:
+        return False  # short rows: a second Gram is cheap, the fallback handles it
+    gram = torch.zeros(n, n, dtype=torch.float64)
+    for start in torch.linspace(0, k - PROBE_WIDTH, PROBE_SLICES).long().tolist():
+        part = x[:, start : start + PROBE_WIDTH]
+        gram += (part @ part.T).to(torch.float64)
+    norms = gram.diagonal()
+    scale = norms[:, None] + norms[None, :]
+    tau = reliability_threshold(gram_error(k, max(1, k // chunk), C_CPU))
+    low = ((scale - 2 * gram) < 2 * tau * scale).tril(-1)
+    return int(low.sum()) > n // 2
+
+
 def _all_pairs_cpu_impl(a: torch.Tensor, chunk: int) -> torch.Tensor:
     n = a.shape[0]
     x = a.to(torch.float32)
     if x.stride(1) != 1:
         x = x.contiguous()
+    centred = _probe_wants_centring(x, chunk)
+    if centred:
+        x = x - x[:1]  # anchor row: one read and one write pass (the mean row would add a read)
     sq, unreliable, _ = _gram_sq(x, chunk)
-    if int(unreliable.sum()) > n // 2:
-        centred = x - x.mean(0, keepdim=True)
-        sq2, unreliable2, _ = _gram_sq(centred, chunk)
-        sq, unreliable = sq2, unreliable2
+    if not centred and int(unreliable.sum()) > n // 2:  # the probe missed it
+        sq, unreliable, _ = _gram_sq(x - x[:1], chunk)
     out = sq.to(torch.float32)
     rows, cols = unreliable.nonzero(as_tuple=True)
     if rows.numel():
