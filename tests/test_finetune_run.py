@@ -53,6 +53,26 @@ def test_probe_monitoring_is_fixed_and_frozen_blocks_stay_put(tmp_path):
     assert set(mon[0]["grad_norm"]) == {"head"}  # frozen components have no gradient
 
 
+def test_bf16_autocast_run_monitors_finite_values(tmp_path):
+    _run(tmp_path, train="FC1", amp="bf16", steps=2, batch_size=16, monitor_every=1, grad_clip=1.0)
+    mon = [r for r in read_jsonl(tmp_path / "run" / "metrics.jsonl") if r["kind"] == "monitor"]
+    assert len(mon) == 2
+    assert all(math.isfinite(v) for r in mon for c in COMPONENTS for v in r["plasticity"][c])
+    assert set(mon[0]["grad_norm"]) == {"FC1", "head"}
+
+
+def test_tensorboard_missing_is_a_clear_error(tmp_path):
+    try:
+        import tensorboard  # noqa: F401
+    except ImportError:
+        with pytest.raises(ImportError, match="pip install tensorboard"):
+            _run(tmp_path, train="head", steps=1, batch_size=16, tensorboard=True)
+        assert not (tmp_path / "run").exists()  # refused before any directory is made
+    else:
+        _run(tmp_path, train="head", steps=1, batch_size=16, tensorboard=True)
+        assert any((tmp_path / "run" / "tb").iterdir())
+
+
 def test_kill_and_resume_equals_uninterrupted(tmp_path):
     kw = dict(train="MHA", optimizer="sgd", lr="0.05", schedule="cosine", steps=12, batch_size=16,
               monitor_every=3, eval_every=4, checkpoint_every=4, seed="3")

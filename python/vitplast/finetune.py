@@ -150,6 +150,12 @@ def resolve_options(options: dict) -> dict:
             raise ValueError(f"--device: not a device: {dev!r} (auto, cpu, cuda, cuda:1, ...)") from None
         if dev.startswith("cuda") and not torch.cuda.is_available():
             raise ValueError(f"--device {dev}: CUDA is not available on this machine")
+    if cfg["tensorboard"]:
+        _tensorboard_writer_class()  # fail before any directory is made
+    if any(parse_train(t) == ("lora",) for t in trains):
+        from .trainable import _import_peft
+
+        _import_peft()
     if not isinstance(cfg["model_kwargs"], dict):
         raise ValueError(f"model_kwargs must be a dict, got {type(cfg['model_kwargs']).__name__}")
     return cfg
@@ -339,6 +345,10 @@ def run_one(cfg: dict, train: str, lr: float, seed: int, run_path: Path, dctx: D
     train_ds, val_ds = _load_data(cfg, seed, img_size)
     model.to(device).train()
     feed = StepBatches(train_ds, cfg["batch_size"], seed, dctx.rank, dctx.world)
+    if cfg["monitor_every"] and not cfg["probe"] and (cfg["batch_size"] // dctx.world) % 2:
+        local = cfg["batch_size"] // dctx.world
+        raise ValueError(f"--batch-size {cfg['batch_size']} gives {local} images per process: must be even "
+                         "to monitor on the training batch halves (or pass --probe N)")
     ckpt = rd.checkpoint
     parts = parse_train(train)
     chosen = None
@@ -475,12 +485,16 @@ def _progress(cfg, dctx, total, initial, desc):
                 dynamic_ncols=True, leave=False)
 
 
-def _tensorboard(run_path: Path):
+def _tensorboard_writer_class():
     try:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError as exc:
         raise ImportError("--tensorboard needs the tensorboard package: pip install tensorboard") from exc
-    return SummaryWriter(str(run_path / "tb"))
+    return SummaryWriter
+
+
+def _tensorboard(run_path: Path):
+    return _tensorboard_writer_class()(str(run_path / "tb"))
 
 
 def _tb_write(tb, rec: dict, step: int) -> None:
