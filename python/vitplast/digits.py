@@ -191,6 +191,9 @@ def _write_atomic(model: nn.Module, path: Path, metadata: dict[str, str]) -> Non
     try:
         state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
         save_file(state, tmp, metadata=metadata)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; a cache file is as readable as any other
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
