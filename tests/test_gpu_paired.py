@@ -83,6 +83,23 @@ def test_grouped_matches_reference(backend, dtype):
 
 
 @pytest.mark.parametrize("backend", GPU_BACKENDS)
+def test_grouped_many_small_tensors(backend):
+    # hundreds of tensors of a few tasks each between two wide ones: many tensors share one window of
+    # the CUDA kernel's task -> tensor hints, and every output row is summed by its last block
+    _need(backend)
+    gen = _g()
+    widths = [1 + (7 * g) % 300 for g in range(400)]
+    xs = [rand((3, 1000, 41), torch.bfloat16, gen, "cuda")]
+    xs += [rand((3, w), torch.bfloat16, gen, "cuda") for w in widths]
+    xs += [rand((3, 2, 70_000), torch.bfloat16, gen, "cuda")]
+    ys = [rand(tuple(x.shape), torch.bfloat16, gen, "cuda") for x in xs]
+    got = vk.pair_sq_distances_grouped(xs, ys, backend=backend)
+    want = torch.stack([_ref(x, y) for x, y in zip(xs, ys, strict=True)])
+    assert_close_rel(got, want, SQ_RTOL[torch.bfloat16], f"{backend} many small")
+    assert torch.equal(vk.pair_sq_distances_grouped(xs, ys, backend=backend), got)
+
+
+@pytest.mark.parametrize("backend", GPU_BACKENDS)
 def test_bitwise_deterministic(backend):
     _need(backend)
     gen = _g()
