@@ -197,7 +197,8 @@ def _all_pairs_cpu_impl(a: torch.Tensor, chunk: int) -> torch.Tensor:
     x = a.to(torch.float32)
     if x.stride(1) != 1:
         x = x.contiguous()
-    centred = _probe_wants_centring(x, chunk)
+    with _Threads(1):  # 8 small products: fork/join would cost more than the work
+        centred = _probe_wants_centring(x, chunk)
     if centred:
         x = x - x[:1]  # anchor row: one read and one write pass (the mean row would add a read)
     sq, unreliable, _ = _gram_sq(x, chunk)
