@@ -120,6 +120,13 @@ def test_auto_picks_components_within_budget(tmp_path):
     assert auto and set(auto[0]["plasticity"]) == set(COMPONENTS) and auto[0]["chosen"] == s["trained"]
 
 
+def test_embedded_model_rejects_other_sizes(tmp_path, capsys):
+    argv = ["finetune", "--out", str(tmp_path / "o"), "--img-size", "64"]
+    assert cli_main(argv) == 2
+    assert "digits-vit takes 32x32 images" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--train", "MLP"], "unknown choice 'MLP'"),
     (["--lr", "fast"], "--lr: cannot read 'fast'"),

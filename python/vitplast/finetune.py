@@ -156,6 +156,14 @@ def resolve_options(options: dict) -> dict:
         from .trainable import _import_peft
 
         _import_peft()
+    if cfg["model"] == DEFAULT_MODEL:
+        from .digits import DigitsConfig
+
+        size = DigitsConfig().img_size
+        if cfg["img_size"] not in (None, size):
+            raise ValueError(f"--img-size {cfg['img_size']}: {DEFAULT_MODEL} takes {size}x{size} images")
+        if cfg["model_kwargs"]:
+            raise ValueError(f"--model-arg does not apply to {DEFAULT_MODEL} (its architecture is fixed)")
     if not isinstance(cfg["model_kwargs"], dict):
         raise ValueError(f"model_kwargs must be a dict, got {type(cfg['model_kwargs']).__name__}")
     return cfg
