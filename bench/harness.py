@@ -144,26 +144,45 @@ def time_interleaved(
     min_time: float = 0.3,
     min_rounds: int = 5,
     max_rounds: int = 100,
+    min_sample: float | None = None,
 ) -> dict[str, Timing]:
-    """Times several functions in interleaved rounds (one call of each per round, order rotated).
+    """Times several functions in interleaved rounds (one sample of each per round, order rotated).
 
     On a shared machine the load changes from second to second; interleaving gives every function
     the same share of it, so the ratios of the medians are far steadier than back-to-back runs.
     Stops after ``min_rounds`` rounds once ``min_time`` seconds have been spent in total.
+    A sample is ``k`` back-to-back calls, ``k`` chosen per function (after warm-up) so that a sample
+    lasts at least ``min_sample`` seconds (default: 2 ms on CUDA, where one short kernel is shorter than
+    the event resolution and launch jitter; one call on CPU); times are per call.
     """
     dev = _device(device)
+    if min_sample is None:
+        min_sample = 2e-3 if dev.type == "cuda" else 0.0
     names = list(fns)
     times: dict[str, list[float]] = {n: [] for n in names}
     for n in names:
         for _ in range(warmup):
             fns[n]()
+    inner = {}
+    for n in names:
+        one = time_fn(fns[n], device=dev, warmup=0, reps=1).median if min_sample > 0 else 1.0
+        inner[n] = max(1, min(1000, math.ceil(min_sample / max(one, 1e-9))))
+
+    def batch(fn: Callable[[], Any], k: int) -> Callable[[], None]:
+        def run() -> None:
+            for _ in range(k):
+                fn()
+
+        return run
+
+    samplers = {n: batch(fns[n], inner[n]) for n in names}
     spent = 0.0
     rounds = 0
     while rounds < max_rounds and (rounds < min_rounds or spent < min_time):
         order = names[rounds % len(names):] + names[: rounds % len(names)]
         for n in order:
-            t = time_fn(fns[n], device=dev, warmup=0, reps=1).median
-            times[n].append(t)
+            t = time_fn(samplers[n], device=dev, warmup=0, reps=1).median
+            times[n].append(t / inner[n])
             spent += t
         rounds += 1
     out = {}
