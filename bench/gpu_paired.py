@@ -60,7 +60,9 @@ COLUMNS = [
     ("x_loop_ours", "x loop ours", ".2f"),
     ("err", "err", ".1e"),
 ]
-NOTE = ("GPU kernels; x peer = peer time / ours (medians of interleaved rounds); MB read = both inputs "
+NOTE = ("GPU kernels; ms = per call in batches of >= 2 ms of back-to-back calls between two CUDA events "
+        "(host running ahead, as in training); x peer = peer time / ours (medians of interleaved rounds); "
+        "MB read = both inputs "
         "once; % copy = GB/s / copy bandwidth (read + write bytes) timed in the same rounds; group = one "
         "grouped launch for 160 tensors vs a Python loop of each peer; err = max rel. error of distances "
         "vs float64")

@@ -1,15 +1,20 @@
 // CUDA implementation of vitplast::pair_sq_distances(_grouped).
 //
 // Work is cut into tasks: one task = one (tensor g, row, chunk of `chunk` logical elements).
-// Stage 1 (grid-stride over tasks): a 256-thread block streams its chunk with 16-byte vector loads
-// when the layout allows it (scalar fallback otherwise), accumulates (a - b)^2 in float32 per thread,
-// reduces with warp shuffles + shared memory in a fixed order, and writes one float partial per task.
-// Stage 2: one warp per output (g, row) sums that row's partials in double, in a fixed order.
-// No float atomics anywhere: the same inputs give bitwise the same outputs. All offsets are int64.
+// One launch, one block per task (the hardware scheduler balances the waves; a grid-stride loop only
+// past the grid limit): a 256-thread block streams its chunk with 16-byte vector loads when the layout
+// allows it (scalar fallback otherwise), accumulates (a - b)^2 in float32 per thread, reduces with
+// warp shuffles + shared memory in a fixed order and writes one float partial per task. Then it takes
+// an integer ticket for its output (g, row) (threadfence + atomicAdd on an unsigned counter zeroed by
+// a memset before the launch); the block that takes the last ticket sums that row's partials in
+// double, in a fixed order (lane-strided over one warp, then shuffles), and writes the output.
+// Only integer atomics decide *who* sums, never *what* or in which order: the same inputs give bitwise
+// the same outputs. All offsets are int64.
 //
 // Tensor descriptors (pointers, layouts, task ranges) are built on the host. A single tensor's
-// descriptor travels as a kernel argument; a group's table is copied to the device from pinned
-// memory with a non-blocking copy on the current stream: the launch path never synchronises.
+// descriptor travels as a kernel argument; a group's table (plus a task -> tensor hint per window of
+// 2^kHintShift tasks) is copied to the device from pinned memory with a non-blocking copy on the
+// current stream: the launch path never synchronises.
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -19,8 +24,8 @@
 #include <torch/library.h>
 
 #include <algorithm>
-#include <array>
 #include <atomic>
+#include <cstring>
 #include <numeric>
 #include <vector>
 
@@ -31,11 +36,17 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kUnroll = 4;              // independent 16-byte loads in flight per operand and thread
+// >= 3 resident blocks per SM (ptxas -v, sm_90: 80 registers, <= 36 bytes of spills outside the loop):
+// 768 threads x 4 x 2 x 16 B = 96 KiB of loads in flight per SM, above H200 bandwidth x latency per SM
+// (~30 GB/s x ~2 us). Without the bound ptxas took 88-100 registers: 2 blocks, 64 KiB. A bound of 4
+// blocks (64 registers) spilled up to 188 bytes.
+constexpr int kMinBlocksPerSM = 3;
 constexpr int64_t kTile = 4096;         // chunk sizes are multiples of this (logical elements)
-constexpr int64_t kTargetTasks = 2048;  // aim per tensor: enough blocks to fill the GPU at small B
+constexpr int64_t kTargetTasks = 4096;  // aim per tensor: several waves of blocks on 132 SMs at B=32..128
 constexpr int64_t kMinTilesPerChunk = 4;
 constexpr int64_t kMaxTilesPerChunk = 16;
-constexpr int kStage2Warps = 8;
+constexpr int kHintShift = 8;  // one task -> tensor hint per 256 tasks
+constexpr int64_t kMaxGrid = 0x7fffffff;
 
 struct TensorDesc {
   const void* a;
@@ -53,6 +64,7 @@ struct TensorDesc {
 
 struct DescArg {
   const TensorDesc* table;  // device table (G > 1), or nullptr
+  const int32_t* hints;     // device: hints[w] = the tensor owning task w << kHintShift (G > 1)
   TensorDesc one;           // the descriptor when G == 1
   int32_t groups;
   int64_t rows;
@@ -149,20 +161,22 @@ __device__ __forceinline__ float block_sum(float v, float* shared) {
   return s;
 }
 
-// Index of the tensor owning `task`: the last g with task_begin <= task. A block's tasks increase
-// (grid-stride), so the search walks forward from the previous answer `g`: usually 0 or 1 steps
-// instead of a chain of dependent global loads.
-__device__ __forceinline__ int find_group(const DescArg& d, int64_t task, int g) {
+// Index of the tensor owning `task`: the last g with task_begin <= task. Starts from the hint of the
+// task's window and walks forward: 0 or 1 steps unless many tiny tensors share a window.
+__device__ __forceinline__ int find_group(const DescArg& d, int64_t task) {
+  int g = __ldg(d.hints + (task >> kHintShift));
   while (g + 1 < d.groups && d.table[g + 1].task_begin <= task) ++g;
   return g;
 }
 
 template <typename T>
-__global__ void __launch_bounds__(kThreads) stage1_kernel(DescArg d, float* __restrict__ partial) {
+__global__ void __launch_bounds__(kThreads, kMinBlocksPerSM)
+    paired_kernel(DescArg d, float* __restrict__ partial, unsigned* __restrict__ tickets,
+                  float* __restrict__ out) {
   __shared__ float shared[kThreads / 32];
-  int g = 0;
+  __shared__ bool last;
   for (int64_t task = blockIdx.x; task < d.tasks; task += gridDim.x) {
-    if (d.groups > 1) g = find_group(d, task, g);
+    const int g = d.groups > 1 ? find_group(d, task) : 0;
     const TensorDesc t = d.groups == 1 ? d.one : d.table[g];
     const int64_t local = task - t.task_begin;
     const int64_t row = local / t.nchunks;
@@ -180,23 +194,24 @@ __global__ void __launch_bounds__(kThreads) stage1_kernel(DescArg d, float* __re
       k = run_end;
     }
     const float s = block_sum(acc, shared);
-    if (threadIdx.x == 0) partial[task] = s;
-  }
-}
-
-__global__ void __launch_bounds__(kStage2Warps * 32)
-    stage2_kernel(DescArg d, const float* __restrict__ partial, float* __restrict__ out) {
-  const int64_t o = static_cast<int64_t>(blockIdx.x) * kStage2Warps + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  if (o >= d.groups * d.rows) return;
-  const int64_t g = o / d.rows, row = o % d.rows;
-  const TensorDesc t = d.groups == 1 ? d.one : d.table[g];
-  const float* p = partial + t.task_begin + row * t.nchunks;
-  double s = 0.0;
-  for (int64_t c = lane; c < t.nchunks; c += 32) s += static_cast<double>(p[c]);
+    const int64_t o = static_cast<int64_t>(g) * d.rows + row;  // output (g, row)
+    if (threadIdx.x == 0) {
+      partial[task] = s;
+      __threadfence();  // the partial is visible device-wide before the ticket is taken
+      last = atomicAdd(tickets + o, 1u) == static_cast<unsigned>(t.nchunks - 1);
+    }
+    __syncthreads();
+    if (last && threadIdx.x < 32) {  // every partial of row o is written: sum them, fixed order
+      __threadfence();
+      const float* p = partial + t.task_begin + row * t.nchunks;
+      double r = 0.0;
+      for (int64_t c = threadIdx.x; c < t.nchunks; c += 32) r += static_cast<double>(__ldcg(p + c));
 #pragma unroll
-  for (int off = 16; off > 0; off >>= 1) s += __shfl_down_sync(0xffffffffu, s, off);
-  if (lane == 0) out[o] = static_cast<float>(s);
+      for (int off = 16; off > 0; off >>= 1) r += __shfl_down_sync(0xffffffffu, r, off);
+      if (threadIdx.x == 0) out[o] = static_cast<float>(r);
+    }
+    // `last` is rewritten only after block_sum's barriers of the next task: no extra barrier needed
+  }
 }
 
 // Same checks as vitplast::check_pair_inputs (csrc/ops.h). That function lives in _C, which Python
@@ -245,18 +260,19 @@ TensorDesc make_desc(const at::Tensor& a, const at::Tensor& b, std::vector<at::T
   return t;
 }
 
-// Multiprocessor count of a device (an attribute query: no synchronisation), cached.
-int multiprocessors(int device) {
-  static std::array<std::atomic<int>, 64> cache{};
-  if (device < 0 || device >= 64) device = 0;
-  int n = cache[device].load(std::memory_order_relaxed);
-  if (n == 0) {
-    C10_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
-    cache[device].store(n, std::memory_order_relaxed);
+// Tasks of the windows of 2^kHintShift tasks: hints[w] = the tensor owning task w << kHintShift.
+int64_t hint_count(int64_t tasks) { return cdiv(tasks, int64_t{1} << kHintShift); }
+
+void fill_hints(const TensorDesc* descs, int64_t groups, int64_t tasks, int32_t* hints) {
+  int64_t g = 0;
+  for (int64_t w = 0; w < hint_count(tasks); ++w) {
+    const int64_t first = w << kHintShift;
+    while (g + 1 < groups && descs[g + 1].task_begin <= first) ++g;
+    hints[w] = static_cast<int32_t>(g);
   }
-  return n;
 }
 
+// `table_host`: pinned bytes, the G descriptors then the hints (G > 1 only).
 void launch(const at::Tensor& like, DescArg& d, const at::Tensor& table_host, at::Tensor& out) {
   const c10::cuda::CUDAGuard guard(like.device());
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
@@ -264,28 +280,30 @@ void launch(const at::Tensor& like, DescArg& d, const at::Tensor& table_host, at
   if (d.groups > 1) {
     table_dev = table_host.to(like.device(), /*non_blocking=*/true);
     d.table = reinterpret_cast<const TensorDesc*>(table_dev.const_data_ptr());
+    d.hints = reinterpret_cast<const int32_t*>(static_cast<const char*>(table_dev.const_data_ptr()) +
+                                               d.groups * sizeof(TensorDesc));
   }
-  at::Tensor partial = at::empty({d.tasks}, like.options().dtype(at::kFloat));
-  const int sms = multiprocessors(like.get_device());
-  const int64_t grid1 = std::min<int64_t>(d.tasks, static_cast<int64_t>(sms) * 8);
+  const int64_t outputs = d.groups * d.rows;
+  // one buffer: tasks float partials, then outputs unsigned tickets (zeroed here, on the stream)
+  at::Tensor scratch = at::empty({d.tasks + outputs}, like.options().dtype(at::kFloat));
+  float* partial = scratch.data_ptr<float>();
+  unsigned* tickets = reinterpret_cast<unsigned*>(partial + d.tasks);
+  C10_CUDA_CHECK(cudaMemsetAsync(tickets, 0, outputs * sizeof(unsigned), stream));
+  const unsigned grid = static_cast<unsigned>(std::min<int64_t>(d.tasks, kMaxGrid));
+  float* o = out.data_ptr<float>();
   switch (like.scalar_type()) {
     case at::kFloat:
-      stage1_kernel<float><<<static_cast<unsigned>(grid1), kThreads, 0, stream>>>(d, partial.data_ptr<float>());
+      paired_kernel<float><<<grid, kThreads, 0, stream>>>(d, partial, tickets, o);
       break;
     case at::kHalf:
-      stage1_kernel<at::Half><<<static_cast<unsigned>(grid1), kThreads, 0, stream>>>(d, partial.data_ptr<float>());
+      paired_kernel<at::Half><<<grid, kThreads, 0, stream>>>(d, partial, tickets, o);
       break;
     case at::kBFloat16:
-      stage1_kernel<at::BFloat16><<<static_cast<unsigned>(grid1), kThreads, 0, stream>>>(
-          d, partial.data_ptr<float>());
+      paired_kernel<at::BFloat16><<<grid, kThreads, 0, stream>>>(d, partial, tickets, o);
       break;
     default:
       TORCH_CHECK(false, "vitplast: unsupported dtype ", like.scalar_type());
   }
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-  const int64_t outputs = d.groups * d.rows;
-  stage2_kernel<<<static_cast<unsigned>(cdiv(outputs, kStage2Warps)), kStage2Warps * 32, 0, stream>>>(
-      d, partial.const_data_ptr<float>(), out.data_ptr<float>());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
@@ -323,15 +341,19 @@ at::Tensor pair_sq_distances_grouped_cuda(at::TensorList a, at::TensorList b) {
   at::Tensor out = at::empty({groups, rows}, a[0].options().dtype(at::kFloat));
   if (rows == 0) return out;
   std::vector<at::Tensor> keep;
-  at::Tensor table = at::empty({groups * static_cast<int64_t>(sizeof(TensorDesc))},
-                               at::TensorOptions().dtype(at::kByte).pinned_memory(true));
-  auto* descs = reinterpret_cast<TensorDesc*>(table.data_ptr());
+  std::vector<TensorDesc> descs(groups);
   int64_t tasks = 0;
   for (int64_t g = 0; g < groups; ++g) {
     descs[g] = make_desc(a[g], b[g], keep);
     descs[g].task_begin = tasks;
     tasks += rows * descs[g].nchunks;  // empty rows (K == 0) get one task that sums nothing
   }
+  const int64_t desc_bytes = groups * static_cast<int64_t>(sizeof(TensorDesc));
+  at::Tensor table = at::empty({desc_bytes + hint_count(tasks) * static_cast<int64_t>(sizeof(int32_t))},
+                               at::TensorOptions().dtype(at::kByte).pinned_memory(true));
+  std::memcpy(table.data_ptr(), descs.data(), desc_bytes);
+  fill_hints(descs.data(), groups, tasks,
+             reinterpret_cast<int32_t*>(static_cast<char*>(table.data_ptr()) + desc_bytes));
   DescArg d{};
   d.one = descs[0];
   d.groups = static_cast<int32_t>(groups);
