@@ -163,27 +163,31 @@ def time_interleaved(
     for n in names:
         for _ in range(warmup):
             fns[n]()
+    cuda = dev.type == "cuda"
+    if cuda:
+        torch.cuda.synchronize(dev)
+
+    def per_call(fn: Callable[[], Any], k: int) -> float:
+        """Seconds per call of ``k`` back-to-back calls (between two CUDA events on GPU)."""
+        if cuda:
+            return _cuda_batch_seconds(fn, k)
+        t0 = time.perf_counter()
+        for _ in range(k):
+            fn()
+        return (time.perf_counter() - t0) / k
+
     inner = {}
     for n in names:
-        one = time_fn(fns[n], device=dev, warmup=0, reps=1).median if min_sample > 0 else 1.0
+        one = per_call(fns[n], 1) if min_sample > 0 else 1.0
         inner[n] = max(1, min(1000, math.ceil(min_sample / max(one, 1e-9))))
-
-    def batch(fn: Callable[[], Any], k: int) -> Callable[[], None]:
-        def run() -> None:
-            for _ in range(k):
-                fn()
-
-        return run
-
-    samplers = {n: batch(fns[n], inner[n]) for n in names}
     spent = 0.0
     rounds = 0
     while rounds < max_rounds and (rounds < min_rounds or spent < min_time):
         order = names[rounds % len(names):] + names[: rounds % len(names)]
         for n in order:
-            t = time_fn(samplers[n], device=dev, warmup=0, reps=1).median
-            times[n].append(t / inner[n])
-            spent += t
+            t = per_call(fns[n], inner[n])
+            times[n].append(t)
+            spent += t * inner[n]
         rounds += 1
     out = {}
     for n, ts in times.items():
