@@ -469,3 +469,28 @@ def test_swiglu_eva_with_rope(gen):
     res = vk.pairwise_plasticity(acts)
     ref = _rates64(store["i"], torch.cat([store["g"], store["x"]], -1)).mean()
     assert torch.allclose(res.mean("FC1")[1], ref, rtol=RTOL)
+
+
+def test_module_called_twice_per_forward(gen):
+    """A shared module contributes the pairs of each call (two rows of one forward, same layer)."""
+    torch.manual_seed(6)
+    lin = nn.Linear(6, 6)
+
+    class Twice(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = lin
+
+        def forward(self, x):
+            return self.lin(torch.tanh(self.lin(x)))
+
+    model = Twice()
+    x = torch.randn(8, 3, 6, generator=gen)
+    with vk.capture(model, components={"FC": "lin"}) as acts, torch.no_grad():
+        model(x)
+    res = vk.pairwise_plasticity(acts)
+    with torch.no_grad():
+        h = lin(x)
+        ref = torch.cat([_rates64(x, h), _rates64(torch.tanh(h), lin(torch.tanh(h)))])
+    assert res.n_pairs("FC").tolist() == [8]
+    assert torch.allclose(res.mean("FC"), ref.mean().unsqueeze(0), rtol=RTOL)

@@ -195,6 +195,7 @@ class Capture:
         self._rows: list[tuple[int, torch.Tensor, torch.Tensor]] = []
         self._head_rows: list[tuple[int, torch.Tensor, torch.Tensor]] = []  # (layer, s_in (P,), (H, P))
         self._acc: torch.Tensor | None = None  # (C * L, F) float64 sums
+        self._index_cache: dict[tuple, torch.Tensor] = {}
         self._head_acc: torch.Tensor | None = None  # (L, H, F)
         self._pending: dict[tuple[int, int], list[Any]] = {}
         self._pending_heads: dict[int, torch.Tensor] = {}
@@ -330,8 +331,17 @@ class Capture:
                 out[i] = out[next(j for j in todo if tensors[j] is t)]
         return out  # type: ignore[return-value]
 
-    @staticmethod
-    def _scatter_add(acc: torch.Tensor | None, size: int, rows: list[int], st: torch.Tensor) -> torch.Tensor:
+    def _index(self, rows: list[int], device: torch.device) -> torch.Tensor:
+        """Row indices on the device, cached: the same forward gives the same rows (one copy ever)."""
+        key = (tuple(rows), device)
+        idx = self._index_cache.get(key)
+        if idx is None:
+            idx = self._index_cache[key] = torch.tensor(rows, dtype=torch.long, device=device)
+        return idx
+
+    def _scatter_add(
+        self, acc: torch.Tensor | None, size: int, rows: list[int], st: torch.Tensor
+    ) -> torch.Tensor:
         """``acc[rows] += st`` out of place (safe for inference tensors), deterministic: each pass adds
         to distinct rows only (no two atomic adds to one address)."""
         if acc is None:
@@ -345,8 +355,8 @@ class Capture:
             else:
                 passes.append([k])
         for p in passes:
-            idx = torch.tensor([rows[k] for k in p], device=st.device)
-            sel = st if len(p) == len(rows) else st[torch.tensor(p, device=st.device)]
+            idx = self._index([rows[k] for k in p], st.device)
+            sel = st if len(p) == len(rows) else st[self._index(p, st.device)]
             acc = acc.index_add(0, idx, sel)
         return acc
 
