@@ -7,11 +7,13 @@ Usage::
     res = vitplast_kernels.pairwise_plasticity(acts)
 
 Every hook reduces what it sees *immediately* through the paired op (per pair: a sum of squared
-differences, float32), turns input and output sums into rates and adds ``[count, sum, sumsq,
-identical, nonfinite]`` (float64) to the accumulator of its (component, layer). Only those sums are
-kept, on the activations' device; no activation outlives the forward; hooks work on ``.detach()``-ed
-tensors (no autograd graph growth, the training step's gradients are unchanged); no host-device
-synchronisation happens until a value of the result is asked for.
+differences, float32) and keeps only those ``(P,)`` sums of its input and output. When the forward
+ends, the rates of all (component, layer) rows are computed at once and ``[count, sum, sumsq,
+identical, nonfinite]`` (float64; a sixth field with ``pairs="all"``) are added to the accumulators,
+on the activations' device. No activation outlives the forward; hooks work on ``.detach()``-ed tensors
+(no autograd graph growth, the training step's gradients are unchanged); no host-device
+synchronisation happens until a value of the result is asked for. Matched pairs (``X[i]`` from one
+dataset with ``Y[i]`` from another, as in the paper) are measured as ``model(torch.cat([X, Y]))``.
 
 Protocols:
 
@@ -34,9 +36,11 @@ Finer views: ``per_head=True`` adds per-head MHA rates: head ``h``'s rate is ``|
 (token 0), the tokens after the ``num_prefix_tokens`` prefix (patches), or all tokens. Attention mixes
 tokens, so MHA's token-subset rate compares subset outputs computed from the full sequence.
 
-``torch.compile``: hooks registered before compilation are honoured (capture first, then compile and
-run inside the with-block). Hooks added to an already compiled model may be ignored by the compiled
-code: :meth:`Capture.result` then raises instead of returning nothing.
+``torch.compile``: the hooks run eagerly (``torch.compiler.disable``: the graph breaks around each
+hook). Hooks registered before compilation are honoured (capture, then compile and run inside the
+with-block: tested); with this torch, capturing an already compiled model also works (dynamo guards on
+the hooks and recompiles). Should a compiled model ever run without calling the hooks,
+:meth:`Capture.result` raises instead of returning nothing.
 """
 
 from __future__ import annotations
