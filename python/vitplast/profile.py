@@ -53,8 +53,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _build(args: argparse.Namespace):
-    import timm
     import torch
+
+    try:
+        import timm
+    except ImportError as exc:
+        raise ValueError("vitplast profile builds its models with timm: pip install timm "
+                         "(or the package's extra: pip install 'vitplast-kernels[apps]')") from exc
 
     kwargs: dict[str, Any] = {"pretrained": False}
     if args.img_size:
