@@ -27,11 +27,9 @@ import time
 import warnings
 from pathlib import Path
 
-import torch
-
 PROTOCOLS = ("in_situ", "decomposition")
 PAIRS = ("halves",)  # "all" comes with the all-pairs op (issue 5)
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}  # torch dtype names
 DEFAULT_DATA = "digits:0-4"
 DEFAULT_PAIR_DATA = "digits:5-9"
 
@@ -81,7 +79,7 @@ def _default_img_size(model_name: str) -> int:
     return 224
 
 
-def _model_img_size(model: torch.nn.Module, fallback: int) -> int:
+def _model_img_size(model, fallback: int) -> int:
     pe = getattr(model, "patch_embed", None)
     size = getattr(pe, "img_size", None)
     if isinstance(size, (tuple, list)) and size:
@@ -102,7 +100,10 @@ def _batches(dataset, n_images: int, batches: int, seed: int):
         yield images
 
 
-def _autocast(device: torch.device, dtype: torch.dtype):
+def _autocast(device, dtype_name: str):
+    import torch
+
+    dtype = getattr(torch, DTYPES[dtype_name])
     if dtype == torch.float32:
         from contextlib import nullcontext
 
@@ -124,6 +125,7 @@ def measure(model: str | None = None, weights: str | None = None, data: str | No
     ``out``: a directory receiving ``plasticity.json`` and ``plasticity.png``. ``log``: where the
     summary lines go (``None`` for silence).
     """
+    import torch
     from tqdm.auto import tqdm
 
     import vitplast_kernels
@@ -205,7 +207,7 @@ def measure(model: str | None = None, weights: str | None = None, data: str | No
     n_run = min(batches, available)
 
     with vitplast_kernels.capture(net, protocol=protocol, pairs=pairs) as acts:
-        with torch.no_grad(), _autocast(dev, DTYPES[dtype]):
+        with torch.no_grad(), _autocast(dev, dtype):
             for xb, yb in tqdm(stream, total=n_run, desc=f"measuring ({protocol})", disable=not progress,
                                unit="batch"):
                 batch = xb if yb is None else torch.cat([xb, yb])
