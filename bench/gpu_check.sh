@@ -19,8 +19,10 @@ DEADLINE=$(( $(date +%s) + ${GPU_CHECK_SECONDS:-230} ))
 SUMMARY=""
 
 # step NAME CAP_SECONDS CMD...: runs CMD with a timeout of min(CAP, time left), logs output and rc
+# GPU_CHECK_STEPS="info build ..." runs only the named steps (default: all)
 step() {
   local name=$1 cap=$2; shift 2
+  if [[ -n "${GPU_CHECK_STEPS:-}" && " $GPU_CHECK_STEPS " != *" $name "* ]]; then return; fi
   local left=$(( DEADLINE - $(date +%s) ))
   (( left < cap )) && cap=$left
   if (( cap < 5 )); then
@@ -41,7 +43,7 @@ step build 110 env VITPLAST_BUILD_CUDA=1 MAX_JOBS="$(nproc)" "$PY" setup.py buil
 # throwing TORCH_CHECK when built with /opt/gcc/bin/g++: the lead investigates)
 step diag 10 bash -c "ldd vitplast_kernels/_C*.so | grep -E 'stdc|gcc_s|gomp'; which g++; g++ --version | head -1"
 step import 15 "$PY" -c "import vitplast_kernels as vk; print('cuda extension:', vk.cuda_extension_available(), vk.backend_names())"
-step gpu-tests 75 "$PY" -m pytest -q -m gpu -p no:cacheprovider --continue-on-collection-errors tests/
+step gpu-tests 75 "$PY" -m pytest -q -m gpu -p no:cacheprovider --continue-on-collection-errors ${GPU_TESTS:-tests/}
 step bench-gpu 60 "$PY" bench/gpu_paired.py --quick --json "$OUTDIR/bench_gpu.json"
 step bench-all-pairs 35 "$PY" bench/compare.py --device cuda --quick --sections "all pairs" \
   --json "$OUTDIR/bench_gpu_compare.json"
@@ -49,6 +51,7 @@ step bench-all-pairs 35 "$PY" bench/compare.py --device cuda --quick --sections 
 # paper protocol (random weights; the paper's protocol estimated from block 0 x 32: no 43 GB host copy)
 step profile 60 "$PY" -m vitplast.cli profile --model vit_huge_patch14_224 --device cuda --batch-size 256 \
   --dtype bfloat16 --protocol in_situ --pairs halves --reps 3 --out "$OUTDIR/profile"
+step abi-probe 20 env PYTHON="$PY" bash bench/gpu_abi_probe.sh "$OUTDIR"
 step cpu-tests 40 "$PY" -m pytest -q -x -m "not gpu and not slow" -p no:cacheprovider --continue-on-collection-errors \
   tests/test_triton_paired.py tests/test_paired_ops.py tests/test_op_layer.py
 echo "=== summary: $SUMMARY" | tee -a "$LOG"
