@@ -70,8 +70,11 @@ def main(argv=None) -> int:
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--min-time", type=float, default=15.0, help="seconds per --train choice, at least")
     p.add_argument("--min-rounds", type=int, default=9)
+    p.add_argument("--threads", type=int, help="torch.set_num_threads (e.g. 1 on an oversubscribed machine)")
     p.add_argument("--json", help="write the numbers and the machine here")
     a = p.parse_args(argv)
+    if a.threads:
+        torch.set_num_threads(a.threads)
     info = machine_info(a.device)
     rows = [bench(a.model, a.img_size, a.batch_size, t, a.device, a.min_time, a.min_rounds)
             for t in a.train.split(",")]
