@@ -84,6 +84,14 @@ def test_matched_measurement_equals_independent_float64(cache):
         assert int(res.n_pairs(c).sum()) == 2 * 2 * 8  # 2 layers x 2 batches x 8 pairs
 
 
+def test_all_pairs_within_one_dataset(cache):
+    res = measure(cache_dir=str(cache), pretrain_config=TINY, data="digits:0-4", pairs="all", batches=1,
+                  batch_size=4, progress=False, log=None)
+    for c in res.components:
+        assert res.n_pairs(c).tolist() == [28, 28]  # 8 images: 8 * 7 / 2 distinct pairs, 2 layers
+        assert torch.isfinite(res.mean(c)).all()
+
+
 def test_timm_model_on_image_folder_decomposition(tmp_path):
     from PIL import Image
 

@@ -28,8 +28,9 @@ import warnings
 from pathlib import Path
 
 PROTOCOLS = ("in_situ", "decomposition")
-PAIRS = ("halves",)  # "all" comes with the all-pairs op (issue 5)
+PAIRS = ("halves", "all")
 DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}  # torch dtype names
+DIGITS_MODEL = "digits-vit"  # same name as `vitplast finetune --model`
 DEFAULT_DATA = "digits:0-4"
 DEFAULT_PAIR_DATA = "digits:5-9"
 
@@ -38,7 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``vitplast measure``."""
     a = parser.add_argument
     a("--model", default=None,
-      help="timm model name (default: the embedded digits ViT, pretrained here on digits 0-4)")
+      help=f"timm model name, or {DIGITS_MODEL!r} (the default: the embedded ViT pretrained here on "
+           "digits 0-4)")
     a("--weights", default=None, metavar="PATH",
       help="local checkpoint (.safetensors / .pth / .npz); without it a --model is random init (warns)")
     a("--data", default=None, metavar="SPEC",
@@ -50,7 +52,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--protocol", default="in_situ", choices=PROTOCOLS,
       help="in_situ: real forward, each component sees its real input; decomposition: every component "
            "applied to the embedding output (the paper's protocol)")
-    a("--pairs", default="halves", choices=PAIRS, help="pairing scheme (halves: i with i + B)")
+    a("--pairs", default="halves", choices=PAIRS,
+      help="halves: image i with i + B of each batch of 2B (default); all: every distinct pair of the 2B "
+           "images (with --pair-data, X-X and Y-Y pairs too)")
     a("--batches", type=int, default=4, help="forward passes to accumulate (default 4)")
     a("--batch-size", type=int, default=64, help="pairs per forward pass; each forward sees 2x as many "
                                                  "images (default 64)")
@@ -150,6 +154,8 @@ def measure(model: str | None = None, weights: str | None = None, data: str | No
             pair_data = DEFAULT_PAIR_DATA
 
     start = time.perf_counter()
+    if model == DIGITS_MODEL:
+        model = None
     if model is None:
         from vitplast.digits import DigitsConfig, build_digits_vit, checkpoint_info, digits_checkpoint
 
@@ -189,7 +195,8 @@ def measure(model: str | None = None, weights: str | None = None, data: str | No
     n_params = sum(p.numel() for p in net.parameters())
     log(f"model: {model_desc}, {n_params / 1e6:.2f} M parameters")
     if y_set is None:
-        log(f"pairs: {pairs} within {data!r} ({len(x_set)} images), {batch_size} pairs per batch")
+        per = batch_size if pairs == "halves" else batch_size * (2 * batch_size - 1)
+        log(f"pairs: {pairs} within {data!r} ({len(x_set)} images), {per} pairs per batch")
         stream = ((xb, None) for xb in _batches(x_set, 2 * batch_size, batches, seed))
         available = len(x_set) // (2 * batch_size)
     else:
