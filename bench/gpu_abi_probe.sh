@@ -30,3 +30,23 @@ try:
     torch.zeros(2, 3) @ torch.zeros(4, 5)
 except RuntimeError as e:
     print('raised RuntimeError ok:', str(e).splitlines()[0])"
+
+# Same CPU op rebuilt with the system compiler (CC=gcc CXX=g++) instead of $CXX, probed again:
+# tells whether the crash follows the compiler.
+if [[ -n "${CXX:-}" && "$(command -v g++)" != "$CXX" ]]; then
+  tmp=/tmp/vitplast_abi_sys
+  rm -rf "$tmp"; mkdir -p "$tmp/pkg"
+  if VITPLAST_BUILD_CUDA=0 CC=gcc CXX=g++ "$py" setup.py build_ext --build-lib "$tmp/lib" --build-temp "$tmp/tmp" \
+      >"$out/abi_sys_build.txt" 2>&1; then
+    cp -r vitplast_kernels "$tmp/pkg/" && rm -f "$tmp/pkg/vitplast_kernels/"_C*.so
+    cp "$tmp/lib/vitplast_kernels/"_C*.so "$tmp/pkg/vitplast_kernels/"
+    PYTHONPATH="$tmp/pkg${PYTHONPATH:+:$PYTHONPATH}" probe cpu_check_system_gxx "import torch, vitplast_kernels
+assert vitplast_kernels.__file__.startswith('$tmp'), vitplast_kernels.__file__
+try:
+    torch.ops.vitplast.pair_sq_distances(torch.zeros(2, 3), torch.zeros(2, 4))
+except RuntimeError as e:
+    print('raised RuntimeError ok:', str(e).splitlines()[0])"
+  else
+    echo "abi probe: system g++ build failed (see abi_sys_build.txt)"
+  fi
+fi
