@@ -84,12 +84,12 @@ def _timm_embedding(model, images):
         return model.norm_pre(x)
 
 
-def _decomposition_reference(blocks_fns, e):
+def _decomposition_reference(blocks_fns, e, sl=None):
     """blocks_fns: {component: [callable per layer]}; FC2 gets e zero-padded (callable's job)."""
     out = {}
     with torch.no_grad():
         for c, fns in blocks_fns.items():
-            out[c] = torch.stack([_rates64(e, fn(e)) for fn in fns])
+            out[c] = torch.stack([_rates64(e, fn(e), sl=sl) for fn in fns])
     return out
 
 
@@ -285,11 +285,14 @@ def test_identical_and_nonfinite_pairs(small, gen):
 
 
 def test_training_gradients_unchanged(gen):
+    """Train mode with dropout: same loss and bitwise the same gradients with and without capture."""
     torch.manual_seed(2)
-    model = timm.create_model("vit_tiny_patch16_224", img_size=32, depth=3, pretrained=False).train()
+    model = timm.create_model("vit_tiny_patch16_224", img_size=32, depth=3, pretrained=False,
+                              drop_rate=0.1, proj_drop_rate=0.1, attn_drop_rate=0.1).train()
     x, target = _images(4, gen), torch.randint(0, 1000, (4,), generator=gen)
 
     def grads(protocol):
+        torch.manual_seed(7)  # the same dropout masks for every run
         model.zero_grad(set_to_none=True)
         if protocol is None:
             loss = nn.functional.cross_entropy(model(x), target)
@@ -396,6 +399,18 @@ def test_token_subsets(small, gen, tokens, sl):
         small(x)
     res = vk.pairwise_plasticity(acts)
     _check(res, _in_situ_reference(small, _timm_modules(small), x, sl=sl))
+    with vk.capture(small, tokens=tokens, protocol="decomposition") as acts, torch.no_grad():
+        small(x)
+    res = vk.pairwise_plasticity(acts)
+    e = _timm_embedding(small, x)
+
+    def fc2(b):
+        return lambda t: b.mlp.fc2(torch.cat([t, t.new_zeros(*t.shape[:-1], 3 * t.shape[-1])], -1))
+
+    fns = {"LN1": [b.norm1 for b in small.blocks], "MHA": [b.attn for b in small.blocks],
+           "LN2": [b.norm2 for b in small.blocks], "FC1": [b.mlp.fc1 for b in small.blocks],
+           "FC2": [fc2(b) for b in small.blocks]}
+    _check(res, _decomposition_reference(fns, e, sl=sl))
 
 
 def test_no_grad_inference_mode_autocast(small, gen):

@@ -26,8 +26,8 @@ Protocols:
   gets ``e`` zero-padded on the channel dim to its ``in_features`` (``[e, 0, 0, 0]`` for a 4d MLP), so
   its input distance is ``||e_x - e_y||``. When the real forward reaches a component, its hook calls the
   component once more on ``e`` (same extra arguments, e.g. rotary embeddings; under ``no_grad``),
-  reduces, drops the output: peak memory is one extra activation whatever the depth. In train mode,
-  dropout inside the extra calls consumes random numbers.
+  reduces, drops the output: peak memory is one extra activation whatever the depth. In train mode
+  the extra calls run on forked random generators: the real forward's dropout masks are unchanged.
 
 Finer views: ``per_head=True`` adds per-head MHA rates: head ``h``'s rate is ``||o_h(x) - o_h(y)|| /
 ||x - y||`` where ``o_h`` is head ``h``'s slice of the input of the attention's output projection
@@ -460,8 +460,11 @@ class Capture:
         args = tuple(e if a is x else a for a in args) if args else (e,)
         kwargs = {k: (e if v is x else v) for k, v in kwargs.items()}
         self._extra_call = True
+        # in train mode the extra call may draw random numbers (dropout): fork the generators so the
+        # real forward draws exactly what it would without capture
+        devices = [e.device] if e.device.type == "cuda" else []
         try:
-            with torch.no_grad():
+            with torch.no_grad(), torch.random.fork_rng(devices=devices, enabled=module.training):
                 y = _first_tensor(module(*args, **kwargs))
         finally:
             self._extra_call = False
