@@ -91,6 +91,27 @@ def test_triton_split_k_and_masks(dtype, gen):
         assert_matrix_exact(_run(a, "triton", splits=splits), a, f"triton splits={splits} {dtype}")
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("bk", [16, 32])
+def test_triton_mma_flush_gram_only(dtype, bk, gen):
+    # the Gram alone (tau=0: no recompute) with the MMA accumulator flushed every F BK-steps: chunks
+    # shorter than F steps, exactly F, multiples of F, F*m + r plus a K tail, a tail alone; any lost,
+    # doubled or misplaced partial is a relative error far above the bar
+    if not _triton_ok():
+        pytest.skip("triton not importable")
+    from vitplast_kernels import triton_all_pairs as tap
+
+    f = tap.flush_steps(bk)
+    assert f >= 2 and f * bk <= tap.MMA_FLUSH_K
+    step = f * bk
+    for k, splits in ((bk - 1, 1), (3 * bk, 1), (step, 1), (2 * step, 1), (2 * step + bk + 5, 1),
+                      (2 * step + bk + 5, 3), (5 * step, 2)):
+        a = rand((9, k), dtype, gen)
+        got = _run(a, "triton", splits=splits, config=(16, bk, 1, 1), tau=0.0)
+        assert_matrix_exact(got, a, f"triton Gram only, K={k} BK={bk} F={f} splits={splits} {dtype}")
+    assert tap.gram_eps(a) > 0
+
+
 def test_cpu_threshold_edge_long_rows(gen):
     # every pair just above the trust threshold at ViT-Small size: the Gram's worst trusted case
     n, k = 24, 257 * 384

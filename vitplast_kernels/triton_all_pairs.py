@@ -33,8 +33,22 @@ try:
 except ImportError:  # pragma: no cover - triton is a dependency of CUDA torch builds
     triton = None
 
-C_GPU = 0.5  # Gram error constant on GPU (uncalibrated: ten times the CPU measurement)
+C_GPU = 1.0  # rounding part of the GPU Gram error constant (flush adds, float64 combination)
 TF32X3_PRODUCT_ERR = 2.0**-21  # relative error of one float32 product through tf32x3
+MMA_FLUSH_K = 128  # products summed in the tensor-core accumulator before a flush (F * BK)
+MMA_TRUNC_PER_PRODUCT = 6.1e-9  # measured truncation bias per accumulated product (H200, see above)
+MMA_MARGIN = 4.0  # safety factor on the measured truncation bias
+
+
+def flush_steps(bk: int) -> int:
+    """``F``: BK-steps accumulated in the MMA accumulator between flushes (at least 2, see kernel)."""
+    return max(2, MMA_FLUSH_K // bk)
+
+
+def mma_truncation_error(bk: int, tf32x3: bool) -> float:
+    """Bound (with margin) of the relative Gram error from in-MMA truncation, flush every F*BK products;
+    tf32x3 chains three MMAs per step through one accumulator, hence three times the products."""
+    return MMA_MARGIN * MMA_TRUNC_PER_PRODUCT * flush_steps(bk) * bk * (3 if tf32x3 else 1)
 
 
 def interpreted() -> bool:
@@ -54,8 +68,9 @@ if triton is not None:
     def _gram_partial_kernel(
         x_ptr, ws_ptr, tiles_ptr, N, K, stride_row, chunk,
         BM: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr,
-        MASK_ROWS: tl.constexpr, MASK_K: tl.constexpr, UPCAST: tl.constexpr,
+        MASK_ROWS: tl.constexpr, MASK_K: tl.constexpr, UPCAST: tl.constexpr, F: tl.constexpr,
     ):
+        tl.static_assert(F >= 2, "F >= 2: with F == 1 the compiler folds the flush back into the MMA")
         t = tl.program_id(0)
         s = tl.program_id(1)
         num_tiles = tl.num_programs(0)
@@ -68,9 +83,16 @@ if triton is not None:
         k_end = tl.minimum(k_start + chunk, K)
         a_ptrs = x_ptr + rm[:, None] * stride_row + (k_start + rk)[None, :]  # (BM, BK)
         b_ptrs = x_ptr + rn[None, :] * stride_row + (k_start + rk)[:, None]  # (BK, BM)
+        # Tensor cores truncate inside their accumulator (error grows with the number of products it
+        # has summed), so ``part`` (the MMA accumulator) holds at most F dots: every F steps it is
+        # flushed into ``acc`` by an ordinary round-to-nearest float32 add and restarted from zero.
+        # ``acc`` is never a dot operand and ``part`` is loop-carried (F >= 2), so the flush cannot be
+        # folded back into ``tl.dot(a, b, acc)``.
         acc = tl.zeros((BM, BM), dtype=tl.float32)
-        k_full = k_start + (k_end - k_start) // BK * BK
-        for _ in range(k_start, k_full, BK):  # whole K-blocks: masks only on rows, if N % BM != 0
+        part = tl.zeros((BM, BM), dtype=tl.float32)
+        n_steps = (k_end - k_start) // BK
+        k_full = k_start + n_steps * BK
+        for step in range(0, n_steps):  # whole K-blocks: masks only on rows, if N % BM != 0
             if MASK_ROWS:
                 a = tl.load(a_ptrs, mask=rm[:, None] < N, other=0.0)
                 b = tl.load(b_ptrs, mask=rn[None, :] < N, other=0.0)
@@ -80,7 +102,10 @@ if triton is not None:
             if UPCAST:  # the interpreter's tl.dot mishandles bf16; exact products either way
                 a = a.to(tl.float32)
                 b = b.to(tl.float32)
-            acc = tl.dot(a, b, acc, input_precision=PREC)
+            part = tl.dot(a, b, part, input_precision=PREC)
+            if step % F == F - 1:  # flush: bounded MMA accumulation
+                acc += part
+                part = tl.zeros((BM, BM), dtype=tl.float32)
             a_ptrs += BK
             b_ptrs += BK
         if MASK_K:  # the last chunk's tail, shorter than BK
@@ -91,7 +116,8 @@ if triton is not None:
                 if UPCAST:
                     a = a.to(tl.float32)
                     b = b.to(tl.float32)
-                acc = tl.dot(a, b, acc, input_precision=PREC)
+                part = tl.dot(a, b, part, input_precision=PREC)
+        acc += part  # the last (n_steps % F) steps and the tail
         offs = tl.arange(0, BM)
         ws = ws_ptr + (s.to(tl.int64) * num_tiles + t) * (BM * BM)
         tl.store(ws + offs[:, None] * BM + offs[None, :], acc)
@@ -156,7 +182,8 @@ if triton is not None:
 
 
 # (BM, BK, num_warps, num_stages) tried on CUDA; the fastest per (N, K, dtype, device) is kept
-_CUDA_CONFIGS = ((128, 64, 8, 3), (64, 64, 4, 4), (128, 32, 8, 4), (64, 128, 4, 3))
+# (BK <= MMA_FLUSH_K / 2, so that F = MMA_FLUSH_K / BK >= 2 and the flush bound holds)
+_CUDA_CONFIGS = ((128, 64, 8, 3), (64, 64, 4, 4), (128, 32, 8, 4))
 _INTERPRET_CONFIG = (16, 32, 1, 1)
 _config_cache: dict[tuple, tuple[int, int, int, int]] = {}
 _tiles_cache: dict[tuple, torch.Tensor] = {}
@@ -184,6 +211,16 @@ def _splits(num_tiles: int, k: int, bk: int, device: torch.device, splits: int |
     return math.ceil(k / chunk), chunk
 
 
+def _precision(dtype: torch.dtype, bk: int) -> tuple[str, float]:
+    """(``tl.dot`` input precision, product + MMA truncation error term of the Gram error model)."""
+    if interpreted():  # numpy float32 products and sums, round-to-nearest: no MMA truncation
+        return "ieee", (U32 if dtype == torch.float32 else 0.0)
+    if dtype == torch.float32:
+        return "tf32x3", TF32X3_PRODUCT_ERR + mma_truncation_error(bk, True)
+    # 16-bit operands: tensor-core products are exact in float32 whatever "tf32" says
+    return "tf32", mma_truncation_error(bk, False)
+
+
 def _launch(x: torch.Tensor, config: tuple[int, int, int, int], splits: int | None,
             tau: float | None = None) -> torch.Tensor:
     n, k = x.shape
@@ -192,12 +229,7 @@ def _launch(x: torch.Tensor, config: tuple[int, int, int, int], splits: int | No
     tiles = _tiles(nb, x.device)
     num_tiles = tiles.shape[0]
     s, chunk = _splits(num_tiles, k, bk, x.device, splits)
-    if interpreted():
-        prec, product_err = "ieee", (U32 if x.dtype == torch.float32 else 0.0)
-    elif x.dtype == torch.float32:
-        prec, product_err = "tf32x3", TF32X3_PRODUCT_ERR
-    else:  # 16-bit operands: tensor-core products are exact in float32 whatever this says
-        prec, product_err = "tf32", 0.0
+    prec, product_err = _precision(x.dtype, bk)
     if tau is None:
         tau = reliability_threshold(gram_error(k, s, C_GPU, product_err))
     ws = torch.empty((s, num_tiles, bm, bm), dtype=torch.float32, device=x.device)
@@ -206,7 +238,7 @@ def _launch(x: torch.Tensor, config: tuple[int, int, int, int], splits: int | No
     _gram_partial_kernel[(num_tiles, s)](
         x, ws, tiles, n, k, x.stride(0), chunk, BM=bm, BK=bk, PREC=prec,
         MASK_ROWS=n % bm != 0, MASK_K=k % bk != 0,
-        UPCAST=interpreted() and x.dtype == torch.bfloat16, **launch,
+        UPCAST=interpreted() and x.dtype == torch.bfloat16, F=flush_steps(bk), **launch,
     )
     finish = {} if interpreted() else {"num_warps": 8 if bm >= 128 else 4}  # float64 tile in registers
     _gram_finish_kernel[(num_tiles,)](ws, tiles, out, n, s, tau, BM=bm, **finish)
@@ -262,4 +294,11 @@ def launch_plan(x: torch.Tensor, splits: int | None = None) -> dict[str, int]:
     num_tiles = math.ceil(x.shape[0] / bm) * (math.ceil(x.shape[0] / bm) + 1) // 2
     s, chunk = _splits(num_tiles, x.shape[1], bk, x.device, splits)
     return {"BM": bm, "BK": bk, "num_warps": warps, "num_stages": stages, "tiles": num_tiles,
-            "splits": s, "chunk": chunk}
+            "splits": s, "chunk": chunk, "flush_k": flush_steps(bk) * bk}
+
+
+def gram_eps(x: torch.Tensor, splits: int | None = None) -> float:
+    """The relative Gram error the trust threshold assumes for ``x (N, K)`` on its device (benchmarks
+    compare it with the measured one)."""
+    plan = launch_plan(x, splits)
+    return gram_error(x.shape[1], plan["splits"], C_GPU, _precision(x.dtype, plan["BK"])[1])
