@@ -13,8 +13,10 @@ like positional embeddings or massive activations, plus identical and near-dupli
 formula's hard case. ``err`` is the max over pairs of the relative error of the distance against
 float64; ``dup0`` says whether identical pairs come out exactly 0. Peers run on float32 up-casts made
 before timing (their cast is not timed). ``c_gram`` (in NOTE) is the measured Gram error constant of our
-split-K Gram (``max rel_err(d) * S_ij/(n_i+n_j) / (u sqrt(L/S))``), to compare with the constant the
-trust threshold assumes (``C_CPU`` / ``C_GPU``).
+split-K Gram (``max rel_err(d) * S_ij/(n_i+n_j) / (u sqrt(L/S))``), on both cases (on GPU the tensor
+cores' truncation bias shows on ``random`` rows and mostly cancels on ``shared`` ones), to compare with
+the constant the trust threshold assumes (``C_CPU`` on CPU; on GPU the effective ``eps / (u sqrt(L/S))``
+of ``triton_all_pairs.gram_eps``, which includes the in-MMA truncation term).
 """
 
 from __future__ import annotations
@@ -117,7 +119,7 @@ def _case_rows(case: str, x: torch.Tensor, device: str, mm_flops: float) -> tupl
             "method": name, "ms": t * 1e3, "x_cdist": t_cdist / t, "TFLOPs": flops / t / 1e12,
             "pct_mm": 100 * flops / t / mm_flops, "err": err, "dup0": "yes" if dup0 else "NO",
         })
-    c, _, _ = _gram_constant(x, ref) if case.startswith("shared") else (float("nan"), 0, 0)
+    c, _, _ = _gram_constant(x, ref)
     return rows, c
 
 
@@ -131,19 +133,30 @@ def rows(device: str = "cpu", quick: bool = False) -> list[dict]:
     else:
         mm_dtype, cases = torch.float32, [(128, 257 * 384, torch.float32)]
     mm_flops = matmul_rate(device, mm_dtype)
-    out, consts = [], []
+    out, consts, assumed = [], [], []
     for n, k, dtype in cases:
         for kind in ("random", "shared"):
             x = make_rows(n, k, dtype, kind, device)
             r, c = _case_rows(kind, x, device, mm_flops)
             out += r
-            if kind == "shared":
-                consts.append(f"{dtype} c_gram={c:.3f}")
-    assumed = "C_GPU=0.5" if device == "cuda" else f"C_CPU={ap.C_CPU}"
+            consts.append(f"{dtype} {kind} c_gram={c:.3f}")
+        if device == "cuda":
+            from vitplast_kernels import triton_all_pairs as tap
+
+            plan = tap.launch_plan(x)
+            eps = tap.gram_eps(x)
+            c_eff = eps / (ap.U32 * math.sqrt(plan["chunk"] / plan["splits"]))
+            assumed.append(
+                f"{dtype}: eps={eps:.2e} (c_eff={c_eff:.2f}"
+                f", C_GPU={tap.C_GPU}, flush every {plan['flush_k']} products, BK={plan['BK']}, "
+                f"S={plan['splits']}, L={plan['chunk']}, tau={ap.reliability_threshold(eps):.3f})"
+            )
+    if device != "cuda":
+        assumed.append(f"C_CPU={ap.C_CPU}")
     NOTE = (
         f"{mm_dtype} torch.mm rate measured in this run: {mm_flops / 1e12:.3f} TFLOP/s; FLOPs counted: "
-        f"one triangle N(N+1)/2*K*2 for every method. Gram error constant measured on 'shared': "
-        f"{', '.join(consts)} (threshold assumes {assumed}). Peers run on float32 up-casts."
+        f"one triangle N(N+1)/2*K*2 for every method. Gram error constant measured (Gram alone): "
+        f"{', '.join(consts)} (threshold assumes {'; '.join(assumed)}). Peers run on float32 up-casts."
     )
     return out
 

@@ -28,9 +28,10 @@ against float64) for float32, float16 and bfloat16 inputs:
    chunk 8.0e-7, S=8 1.2e-7, S=16 5.5e-8, S=32 3.8e-8, i.e. ``c ~= 0.05``. bf16/fp16 products
    are exact in float32, float32 inputs on GPU use ``tf32x3`` (products to ~2^-21).
 2. **Detect and recompute.** With ``eps = max(2u, C u sqrt(L / S))`` (``C = 0.25`` on CPU, five
-   times the measured worst; ``C = 0.5`` plus the tf32x3 product error on GPU, uncalibrated until
-   the GPU bench reports it) a pair is *unreliable* when ``S_ij < eps / eta * (n_i + n_j)`` with
-   ``eta = 5e-6`` (half the budget), or when its value is not finite. Unreliable pairs are
+   times the measured worst; on GPU ``C = 1.0`` plus the tf32x3 product error plus the measured
+   truncation bias of the tensor-core accumulator, see ``triton_all_pairs``) a pair is
+   *unreliable* when ``S_ij < eps / eta * (n_i + n_j)`` with ``eta = 5e-6`` (half the budget), or
+   when its value is not finite. Unreliable pairs are
    recomputed directly from the original rows: on CPU through ``pair_sq_distances`` on gathered
    rows (one host sync, CPU only); on GPU by a masked direct kernel launched over every pair of
    the triangle that exits at once for reliable pairs (no host-device sync; float64 accumulation).

@@ -16,6 +16,33 @@ Three launches, no host-device synchronisation (except once per shape on CUDA, t
 Inputs: ``x`` of shape ``(N, K)`` float32/float16/bfloat16 with unit inner stride; output ``(N, N)``
 float32. bf16/fp16 tiles go to ``tl.dot`` as they are (products exact in float32); float32 uses
 ``tf32x3`` on GPU. Offsets are 64-bit. Runs under ``TRITON_INTERPRET=1`` on CPU tensors (tests).
+
+Tensor-core accumulation and the GPU error model
+------------------------------------------------
+Hopper tensor cores do not round to nearest inside the MMA accumulator: products are aligned to the
+accumulator's exponent and truncated, so each accumulated product loses a fraction of an ulp of the
+*running sum*, always towards zero for same-sign sums (norms). The error is a bias, linear in the number
+of products summed in one accumulator, and it does not average out over the split-K chunks.
+Measured by the lead on an H200 (torch 2.11, triton 3.6, bf16, N=256, K=257*1280, S=88 chunks of
+L ~= 3760, one accumulator per chunk): max relative distance error 2.3e-5 on iid rows (where
+``r = S_ij / (n_i + n_j) ~= 1``, so ``rel_err(d) * r ~= 2.3e-5``), i.e. ``2.3e-5 / 3760 = 6.1e-9``
+(about 2^-27.3) per accumulated product (``MMA_TRUNC_PER_PRODUCT``); on rows sharing a large common
+component the bias mostly cancels in ``n_i + n_j - 2 G_ij`` (measured ``c_gram = 2.795``, i.e.
+``rel_err(d) * r = 1.1e-6``). The old model (``c u sqrt(L / S)`` with ``c = 0.5``: 2e-7) missed both.
+
+Since then ``_gram_partial_kernel`` flushes its MMA accumulator every ``F`` BK-steps (``F * BK =
+MMA_FLUSH_K = 128`` products, ``F >= 2``) into a float32 sum with ordinary round-to-nearest adds. The
+predicted truncation error drops by ``128 / 3760``: ``6.1e-9 * 128 = 7.8e-7`` (``rel_err(d) * r``) for
+16-bit inputs, three times that for float32 (tf32x3 may chain its three MMAs through one accumulator).
+The trust threshold uses ``eps = max(2u, C_GPU u sqrt(L / S)) + product_err + 4 * 6.1e-9 * F * BK *
+passes`` with ``C_GPU = 1.0`` for the rounding part (flush adds and float64 combination; the CPU's BLAS
+measures 0.05) and a 4x margin on the truncation bias: at the bench shape (bf16) ``eps = 3.5e-6``,
+``tau = 0.70`` (iid pairs, ``r ~= 1``, stay on the Gram path), an effective constant ``eps / (u
+sqrt(L / S)) ~= 9``, above the 2.795 measured before the flush even if the flush removed nothing of it.
+float32 on GPU: ``eps ~= 1e-5``, ``tau > 1``: every pair is recomputed directly (correct, slow) until a
+GPU run measures the flushed tf32x3 error (bench/all_pairs.py prints ``c_gram`` and the assumed ``eps``).
+Unverified on GPU: the error after the flush, and its cost (one 128x128 float32 add per F dots, and the
+compiler must keep the flush: ``part`` is loop-carried, ``acc`` is no dot operand).
 """
 
 from __future__ import annotations
