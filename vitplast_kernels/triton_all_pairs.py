@@ -33,7 +33,9 @@ component the bias mostly cancels in ``n_i + n_j - 2 G_ij`` (measured ``c_gram =
 Since then ``_gram_partial_kernel`` flushes its MMA accumulator every ``F`` BK-steps (``F * BK =
 MMA_FLUSH_K = 128`` products, ``F >= 2``) into a float32 sum with ordinary round-to-nearest adds. The
 predicted truncation error drops by ``128 / 3760``: ``6.1e-9 * 128 = 7.8e-7`` (``rel_err(d) * r``) for
-16-bit inputs, three times that for float32 (tf32x3 may chain its three MMAs through one accumulator).
+16-bit inputs, three times that for float32 (tf32x3 may chain its three MMAs through one accumulator;
+triton 3.8's sm_90 TTGIR instead adds the running sum after the three dots with a plain float32 add,
+so only BK products per MMA chain: not checked for triton 3.6).
 The trust threshold uses ``eps = max(2u, C_GPU u sqrt(L / S)) + product_err + 4 * 6.1e-9 * F * BK *
 passes`` with ``C_GPU = 1.0`` for the rounding part (flush adds and float64 combination; the CPU's BLAS
 measures 0.05) and a 4x margin on the truncation bias: at the bench shape (bf16) ``eps = 3.5e-6``,
