@@ -25,6 +25,7 @@ $(VENV)/.build-stamp: $(VENV)/.deps-stamp pyproject.toml setup.py $(CSRC)
 install: $(VENV)/.build-stamp
 
 test: install
+	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q tests
 
 # the embedded default: digits ViT pretrained here once (cached), matched pairs digits 0-4 vs 5-9

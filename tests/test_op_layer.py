@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import rand
 
 import vitplast_kernels as vk
-from helpers import rand
 
 
 @pytest.mark.parametrize(

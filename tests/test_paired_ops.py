@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import DTYPES, SQ_RTOL, assert_close_rel, rand, strided_views
 
 import vitplast_kernels as vk
-from helpers import DTYPES, SQ_RTOL, assert_close_rel, rand, strided_views
 
 CPU_BACKENDS = ["cpu", "torch", "auto"]
 
