@@ -4,24 +4,6 @@
 #include <Python.h>
 #include <torch/library.h>
 
-#include "ops.h"
-
-namespace vitplast {
-
-void check_pair_inputs(const at::Tensor& a, const at::Tensor& b) {
-  TORCH_CHECK(a.dim() >= 2, "vitplast: a must have at least 2 dims (B, ...), got ", a.dim());
-  TORCH_CHECK(a.sizes() == b.sizes(), "vitplast: a and b must have the same shape, got ",
-              a.sizes(), " and ", b.sizes());
-  TORCH_CHECK(a.scalar_type() == b.scalar_type(), "vitplast: a and b must have the same dtype, got ",
-              a.scalar_type(), " and ", b.scalar_type());
-  TORCH_CHECK(a.device() == b.device(), "vitplast: a and b must be on the same device");
-  auto st = a.scalar_type();
-  TORCH_CHECK(st == at::kFloat || st == at::kHalf || st == at::kBFloat16,
-              "vitplast: dtype must be float32, float16 or bfloat16, got ", st);
-}
-
-}  // namespace vitplast
-
 TORCH_LIBRARY(vitplast, m) {
   // (B, ...) x (B, ...) -> (B,) float32: sum over non-batch elements of (a - b)^2.
   m.def("pair_sq_distances(Tensor a, Tensor b) -> Tensor");

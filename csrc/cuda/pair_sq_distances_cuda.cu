@@ -23,6 +23,8 @@
 #include <cuda_fp16.h>
 #include <torch/library.h>
 
+#include "../ops.h"
+
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -214,18 +216,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSM)
   }
 }
 
-// Same checks as vitplast::check_pair_inputs (csrc/ops.h). That function lives in _C, which Python
-// loads with RTLD_LOCAL, so this module cannot link against it and keeps its own copy.
-void check_pair_inputs(const at::Tensor& a, const at::Tensor& b) {
-  TORCH_CHECK(a.dim() >= 2, "vitplast: a must have at least 2 dims (B, ...), got ", a.dim());
-  TORCH_CHECK(a.sizes() == b.sizes(), "vitplast: a and b must have the same shape, got ",
-              a.sizes(), " and ", b.sizes());
-  TORCH_CHECK(a.scalar_type() == b.scalar_type(), "vitplast: a and b must have the same dtype, got ",
-              a.scalar_type(), " and ", b.scalar_type());
-  TORCH_CHECK(a.device() == b.device(), "vitplast: a and b must be on the same device");
-  auto st = a.scalar_type();
-  TORCH_CHECK(st == at::kFloat || st == at::kHalf || st == at::kBFloat16,
-              "vitplast: dtype must be float32, float16 or bfloat16, got ", st);
+// The shared checks (csrc/ops.h) plus the device.
+void check_cuda_pair_inputs(const at::Tensor& a, const at::Tensor& b) {
+  check_pair_inputs(a, b);
   TORCH_CHECK(a.is_cuda(), "vitplast: the CUDA kernels need CUDA tensors, got ", a.device());
 }
 
@@ -308,7 +301,7 @@ void launch(const at::Tensor& like, DescArg& d, const at::Tensor& table_host, at
 }
 
 at::Tensor pair_sq_distances_cuda(const at::Tensor& a, const at::Tensor& b) {
-  check_pair_inputs(a, b);
+  check_cuda_pair_inputs(a, b);
   const int64_t rows = a.size(0);
   at::Tensor out = at::empty({rows}, a.options().dtype(at::kFloat));
   if (rows == 0) return out;
@@ -331,7 +324,7 @@ at::Tensor pair_sq_distances_grouped_cuda(at::TensorList a, at::TensorList b) {
   const int64_t groups = static_cast<int64_t>(a.size());
   const int64_t rows = a[0].size(0);
   for (int64_t g = 0; g < groups; ++g) {
-    check_pair_inputs(a[g], b[g]);
+    check_cuda_pair_inputs(a[g], b[g]);
     TORCH_CHECK(a[g].size(0) == rows, "vitplast: every tensor of the group must have ", rows,
                 " rows, tensor ", g, " has ", a[g].size(0));
     TORCH_CHECK(a[g].device() == a[0].device() && a[g].scalar_type() == a[0].scalar_type(),
