@@ -267,18 +267,24 @@ def paper_host_bytes(model: nn.Module, images: torch.Tensor, st: Structure) -> i
     """Host bytes the paper's protocol holds for one batch: every component output of every block for
     both halves, in the outputs' dtype (from block 0's output shapes times the depth)."""
     b = images.shape[0] // 2
-    named = dict(model.named_modules())
     sizes: list[int] = []
-    hooks = [named[n].register_forward_hook(
+    _forward_with_block0_hooks(
+        model, images, st,
         lambda _m, _a, o: sizes.append((o[0] if isinstance(o, tuple) else o)[:b].nbytes))
-        for c in st.components for n in st.modules[c].get(st.layers[0], ())]
+    return 2 * sum(sizes) * len(st.layers)
+
+
+def _forward_with_block0_hooks(model: nn.Module, images: torch.Tensor, st: Structure, hook) -> None:
+    """One no_grad forward with ``hook`` on every component module of the first layer."""
+    named = dict(model.named_modules())
+    hooks = [named[n].register_forward_hook(hook)
+             for c in st.components for n in st.modules[c].get(st.layers[0], ())]
     try:
         with torch.no_grad():
             model(images)
     finally:
         for h in hooks:
             h.remove()
-    return 2 * sum(sizes) * len(st.layers)
 
 
 # --- per layer / per component times ----------------------------------------------------------
@@ -349,21 +355,13 @@ def reduction_rate(model: nn.Module, images: torch.Tensor, st: Structure, *, pai
                    reps: int = 5) -> dict[str, float]:
     """Bytes and median seconds of reducing block 0's distinct component inputs/outputs (each read once)
     with the capture's pairing, in one grouped call: the kernels' GB/s on this model's tensors."""
-    named = dict(model.named_modules())
     seen: dict[int, torch.Tensor] = {}
 
     def hook(_m, args, output):
         for t in (args[0], output[0] if isinstance(output, tuple) else output):
             seen.setdefault(id(t), t)
 
-    hooks = [named[n].register_forward_hook(hook)
-             for c in st.components for n in st.modules[c].get(st.layers[0], ())]
-    try:
-        with torch.no_grad():
-            model(images)
-    finally:
-        for h in hooks:
-            h.remove()
+    _forward_with_block0_hooks(model, images, st, hook)
     tensors = list(seen.values())
     pairing = vk.get_pairing(pairs)
     t = time_rounds({"reduce": lambda: pairing.sq_sums(tensors)}, images.device, reps)["reduce"]["median"]
