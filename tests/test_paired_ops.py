@@ -110,6 +110,8 @@ def test_grouped_matches_single(backend, gen):
     assert got.shape == (4, 3)
     for g in range(4):
         assert_close_rel(got[g], vk.pair_sq_distances_reference(a[g], b[g]), 2e-5, f"group {g}")
+        if backend == "cpu":  # same blocks, same summation order: bitwise equal to the single op
+            assert torch.equal(got[g], vk.pair_sq_distances(a[g], b[g], backend="cpu")), f"group {g}"
 
 
 def test_more_than_2_31_elements():

@@ -1,14 +1,16 @@
 // CPU implementation of vitplast::pair_sq_distances(_grouped).
 //
-// Each row (pair) is cut into fixed blocks of kBlock logical elements; a task is
-// one (row, block). Tasks run in parallel (at::parallel_for, OpenMP in torch
-// builds), each writes its own double partial, and partials are summed per row
-// in block order: bitwise repeatable whatever the thread count. Every input
-// element is read once; no temporaries besides the (rows x blocks) partials.
+// Each row (pair) is cut into fixed blocks of kBlock logical elements; a task is one
+// (tensor, row, block). All tasks of a call (one tensor pair, or a whole group) run in one
+// parallel region (at::parallel_for, OpenMP in torch builds); each writes its own double
+// partial, and partials are summed per row in block order: bitwise repeatable whatever the
+// thread count or the group's composition. Every input element is read once; no temporaries
+// besides the partials.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "../ops.h"
@@ -54,40 +56,44 @@ double block_sq_sum(const PairLayout& p, const char* pa, const char* pb, int64_t
   return s;
 }
 
-// Writes out[0..B) (float32) for one pair of tensors.
-void pair_sq_distances_into(const at::Tensor& a, const at::Tensor& b, float* out) {
-  PairLayout p = make_pair_layout(a, b);
-  const int64_t rows = p.rows;
-  if (rows == 0) return;
-  if (p.row_len == 0) {
-    for (int64_t r = 0; r < rows; ++r) out[r] = 0.f;
-    return;
+// Writes out[g * rows + r] (float32) for every pair of tensors g of the group and every row r, in
+// one parallel region over all (tensor, row, block) tasks of the group; partials are summed per row
+// in block order, so the result does not depend on the group's composition or the thread count.
+void group_sq_distances_into(const std::vector<PairLayout>& group, int64_t rows, float* out) {
+  const int64_t G = static_cast<int64_t>(group.size());
+  std::vector<int64_t> blocks(G), first_task(G + 1, 0);
+  for (int64_t g = 0; g < G; ++g) {
+    blocks[g] = (group[g].row_len + kBlock - 1) / kBlock;  // 0 for empty rows
+    first_task[g + 1] = first_task[g] + rows * blocks[g];
   }
-  const int64_t blocks = (p.row_len + kBlock - 1) / kBlock;
-  const int64_t tasks = rows * blocks;
-  std::vector<double> partial(static_cast<size_t>(tasks));
-  const char* pa = static_cast<const char*>(p.a.const_data_ptr());
-  const char* pb = static_cast<const char*>(p.b.const_data_ptr());
-  const int64_t es = p.a.element_size();
-  const SpanDtype dt = span_dtype(p.a.scalar_type());
-  at::parallel_for(0, tasks, 1, [&](int64_t begin, int64_t end) {
+  std::vector<double> partial(static_cast<size_t>(first_task[G]));
+  at::parallel_for(0, first_task[G], 1, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
-      int64_t row = t / blocks, blk = t % blocks;
-      int64_t k0 = blk * kBlock, k1 = std::min(p.row_len, k0 + kBlock);
-      partial[t] = block_sq_sum(p, pa, pb, es, dt, row, k0, k1);
+      const int64_t g =
+          std::upper_bound(first_task.begin(), first_task.end(), t) - first_task.begin() - 1;
+      const PairLayout& p = group[g];
+      const int64_t local = t - first_task[g];
+      const int64_t row = local / blocks[g], blk = local % blocks[g];
+      const int64_t k0 = blk * kBlock, k1 = std::min(p.row_len, k0 + kBlock);
+      partial[t] = block_sq_sum(p, static_cast<const char*>(p.a.const_data_ptr()),
+                                static_cast<const char*>(p.b.const_data_ptr()), p.a.element_size(),
+                                span_dtype(p.a.scalar_type()), row, k0, k1);
     }
   });
-  for (int64_t r = 0; r < rows; ++r) {
-    double s = 0.0;
-    for (int64_t blk = 0; blk < blocks; ++blk) s += partial[r * blocks + blk];
-    out[r] = static_cast<float>(s);
+  for (int64_t g = 0; g < G; ++g) {
+    for (int64_t r = 0; r < rows; ++r) {
+      double s = 0.0;
+      const double* pr = partial.data() + first_task[g] + r * blocks[g];
+      for (int64_t blk = 0; blk < blocks[g]; ++blk) s += pr[blk];
+      out[g * rows + r] = static_cast<float>(s);
+    }
   }
 }
 
 at::Tensor pair_sq_distances_cpu(const at::Tensor& a, const at::Tensor& b) {
   check_pair_inputs(a, b);
   at::Tensor out = at::empty({a.size(0)}, a.options().dtype(at::kFloat));
-  pair_sq_distances_into(a, b, out.data_ptr<float>());
+  group_sq_distances_into({make_pair_layout(a, b)}, a.size(0), out.data_ptr<float>());
   return out;
 }
 
@@ -96,14 +102,17 @@ at::Tensor pair_sq_distances_grouped_cpu(at::TensorList a, at::TensorList b) {
               " and ", b.size());
   TORCH_CHECK(!a.empty(), "vitplast: the group is empty");
   const int64_t rows = a[0].size(0);
-  at::Tensor out = at::empty({static_cast<int64_t>(a.size()), rows},
-                             a[0].options().dtype(at::kFloat));
+  std::vector<PairLayout> group;
+  group.reserve(a.size());
   for (size_t g = 0; g < a.size(); ++g) {
     check_pair_inputs(a[g], b[g]);
     TORCH_CHECK(a[g].size(0) == rows, "vitplast: every tensor of the group must have ", rows,
                 " rows, tensor ", g, " has ", a[g].size(0));
-    pair_sq_distances_into(a[g], b[g], out.data_ptr<float>() + g * rows);
+    group.push_back(make_pair_layout(a[g], b[g]));
   }
+  at::Tensor out = at::empty({static_cast<int64_t>(a.size()), rows},
+                             a[0].options().dtype(at::kFloat));
+  group_sq_distances_into(group, rows, out.data_ptr<float>());
   return out;
 }
 
