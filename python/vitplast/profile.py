@@ -39,7 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=int, default=8, help="images per forward (2B for pairs=halves)")
     p.add_argument("--dtype", default="float32", choices=sorted(DTYPES), help="model and input dtype")
     p.add_argument("--protocol", default="in_situ", choices=("in_situ", "decomposition"))
-    p.add_argument("--pairs", default="halves", help="pairing scheme (halves; all once available)")
+    p.add_argument("--pairs", default="halves", help="pairing scheme: halves or all")
     p.add_argument("--img-size", type=int, help="input resolution (default: the model's)")
     p.add_argument("--depth", type=int, help="override the number of blocks (a smaller, faster model)")
     p.add_argument("--threads", type=int, help="CPU threads for torch and the kernels (default: torch's)")
@@ -61,14 +61,21 @@ def _build(args: argparse.Namespace):
         raise ValueError("vitplast profile builds its models with timm: pip install timm "
                          "(or the package's extra: pip install 'vitplast-kernels[apps]')") from exc
 
+    if not timm.is_model(args.model):
+        raise ValueError(f"--model {args.model!r} is not a timm model name")
     kwargs: dict[str, Any] = {"pretrained": False}
     if args.img_size:
         kwargs["img_size"] = args.img_size
     if args.depth:
         kwargs["depth"] = args.depth
     dtype = getattr(torch, DTYPES[args.dtype])
-    device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto"
-                          else args.device)
+    try:
+        device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto"
+                              else args.device)
+    except RuntimeError as exc:
+        raise ValueError(f"--device {args.device!r} is not a torch device") from exc
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"--device {args.device!r} requested but CUDA is not available")
     with torch.device(device):  # parameters created (and randomly initialised) on the device: fast for ViT-H
         model = timm.create_model(args.model, **kwargs)
     model = model.eval().to(device=device, dtype=dtype)
