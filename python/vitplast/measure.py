@@ -145,7 +145,10 @@ def measure(model: str | None = None, weights: str | None = None, data: str | No
     for name, v in (("batches", batches), ("batch_size", batch_size)):
         if not isinstance(v, int) or v < 1:
             raise ValueError(f"{name} must be a positive int, got {v!r}")
-    dev = torch.device(device)
+    try:
+        dev = torch.device(device)
+    except RuntimeError as exc:
+        raise ValueError(f"device {device!r} is not a torch device (cpu, cuda, cuda:1, ...)") from exc
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device {device!r} requested but CUDA is not available")
     if data is None:
