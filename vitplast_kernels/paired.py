@@ -47,6 +47,10 @@ def pair_ratios(
 
 def ratio_from_sq(num_sq: torch.Tensor, den_sq: torch.Tensor) -> torch.Tensor:
     """``sqrt(num_sq / den_sq)`` with NaN where ``den_sq == 0`` (identical inputs: no rate)."""
+    if num_sq.shape != den_sq.shape:
+        raise ValueError(
+            f"num_sq and den_sq must have the same shape, got {tuple(num_sq.shape)} and {tuple(den_sq.shape)}"
+        )
     nan = torch.full_like(den_sq, float("nan"))
     return torch.where(den_sq > 0, (num_sq / den_sq).sqrt(), nan)
 
