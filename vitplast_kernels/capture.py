@@ -544,7 +544,7 @@ def capture(
         model: any ``nn.Module``; inputs are ``(N, ...)`` with ``N`` sequences first.
         protocol: ``"in_situ"`` (the real forward) or ``"decomposition"`` (every component on ``e``).
         pairs: ``"halves"``: a batch of ``2B``, sequence ``i`` paired with ``i + B`` (matched pairs:
-            ``model(torch.cat([X, Y]))``); ``"all"`` comes with issue 5.
+            ``model(torch.cat([X, Y]))``); ``"all"``: every distinct pair ``i < j`` of the batch.
         components: ``{label: module-name glob or tuple of globs}`` (``*`` = layer index, ``**`` = any
             prefix); default: detected from the presets (timm ViT/DeiT/Eva/DINOv2/DINOv3, SwiGLU,
             HF ViT, BERT, GPT-2; see :mod:`vitplast_kernels.presets`).

@@ -10,7 +10,7 @@ Schemes:
 - ``"halves"`` (:class:`Halves`): a batch of ``N = 2B`` sequences, sequence ``i`` paired with ``i + B``.
   **Matched pairs** (the paper: ``X`` from the pretraining data, ``Y`` from the downstream data, ``X[i]``
   paired with ``Y[i]``) are the halves of ``torch.cat([X, Y])``.
-- ``"all"``: every distinct pair ``i < j`` of one batch (issue 5):
+- ``"all"``: every distinct pair ``i < j`` of one batch:
   :class:`~vitplast_kernels.pairing_all.AllPairs`, registered when the package is imported (it
   carries a sixth statistic, the U-statistic's variance).
 """
@@ -109,26 +109,16 @@ class Halves(Pairing):
         return torch.stack(out)  # type: ignore[arg-type]
 
 
-class _AllPairsPlaceholder(Pairing):
-    name = "all"
-
-    def __init__(self) -> None:
-        raise NotImplementedError(
-            "pairs='all' (every distinct pair i < j of a batch, through Gram matrices) is issue 5 and is "
-            "not implemented yet; use pairs='halves'."
-        )
-
-
-_PAIRINGS: dict[str, type[Pairing]] = {"halves": Halves, "all": _AllPairsPlaceholder}
+_PAIRINGS: dict[str, type[Pairing]] = {"halves": Halves}  # "all": registered by pairing_all on import
 
 
 def register_pairing(name: str, cls: type[Pairing]) -> None:
-    """Installs (or replaces) the scheme called ``name``: how issue 5 plugs in ``"all"``."""
+    """Installs (or replaces) the scheme called ``name`` (how :mod:`.pairing_all` adds ``"all"``)."""
     _PAIRINGS[name] = cls
 
 
 def get_pairing(pairs: str | Pairing) -> Pairing:
-    """The scheme called ``pairs`` (``"halves"``; ``"all"`` once issue 5 registers it), or ``pairs``
+    """The scheme called ``pairs`` (``"halves"``, ``"all"``, or any registered name), or ``pairs``
     itself when it already is a :class:`Pairing`."""
     if isinstance(pairs, Pairing):
         return pairs
