@@ -77,6 +77,9 @@ def pairwise_plasticity(
         strict: raise ValueError naming the component and layer if any pair had a non-finite value
             (this synchronises with the device).
         distributed: sum the statistics over the ranks of ``group`` (``torch.distributed``).
+        group: the ``torch.distributed`` process group for ``distributed=True`` (default: the world).
+        pairs: the pairing of a plain mapping (``"halves"`` or ``"all"``); a capture uses its own.
+        backend: the paired op's backend for a plain mapping; a capture uses its own.
     Returns:
         a :class:`PlasticityResult`; its sums stay on the device until a value is asked for.
     """
