@@ -509,3 +509,11 @@ def test_module_called_twice_per_forward(gen):
         ref = torch.cat([_rates64(x, h), _rates64(torch.tanh(h), lin(torch.tanh(h)))])
     assert res.n_pairs("FC").tolist() == [8]
     assert torch.allclose(res.mean("FC"), ref.mean().unsqueeze(0), rtol=RTOL)
+
+
+def test_prefix_tokens_errors(small, gen):
+    with pytest.raises(ValueError, match="prefix_tokens must be >= 0, got -1"):
+        vk.capture(small, tokens="patches", prefix_tokens=-1)
+    with vk.capture(small, tokens="patches", prefix_tokens=1000), torch.no_grad():
+        with pytest.raises(ValueError, match="no token of .* is left after the 1000 prefix tokens"):
+            small(_images(4, gen))

@@ -224,6 +224,8 @@ class Capture:
                 f"tokens={self.tokens!r} needs the number of prefix tokens (class/register tokens before "
                 "the patches): the model has no num_prefix_tokens attribute, pass prefix_tokens=N"
             )
+        if prefix_tokens < 0:
+            raise ValueError(f"prefix_tokens must be >= 0, got {prefix_tokens}")
         if self.tokens == "cls":
             if prefix_tokens < 1:
                 raise ValueError("tokens='cls' but the model has no prefix (class) token")
@@ -312,6 +314,9 @@ class Capture:
             if t.dim() < 3:
                 raise ValueError(f"tokens={self.tokens!r}: {where} has shape {tuple(t.shape)}, no token dim")
             t = t[:, self._token_slice]
+            if t.shape[1] == 0:
+                raise ValueError(f"tokens={self.tokens!r}: no token of {where} is left after the "
+                                 f"{self._token_slice.start} prefix tokens (prefix_tokens)")
         return t
 
     def _sums(self, tensors: list[torch.Tensor], where: str, cache: bool = True) -> list[torch.Tensor]:
