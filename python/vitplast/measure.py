@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import sys
 import time
 import warnings
@@ -134,6 +133,7 @@ def measure(model: str | None = None, weights: str | None = None, data: str | No
 
     import vitplast_kernels
     from vitplast.data import load_dataset
+    from vitplast.rundir import write_json_atomic
 
     log = log or (lambda *a, **k: None)
     if protocol not in PROTOCOLS:
@@ -232,18 +232,12 @@ def measure(model: str | None = None, weights: str | None = None, data: str | No
         out_dir.mkdir(parents=True, exist_ok=True)
         res.to_json(out_dir / "plasticity.json")
         res.plot(out_dir / "plasticity.png")
-        _write_run_info(out_dir / "run.json", dict(
+        write_json_atomic(out_dir / "run.json", dict(
             model=model or "digits-vit", weights=weights, data=data, pair_data=pair_data, protocol=protocol,
             pairs=pairs, batches=n_run, batch_size=batch_size, device=str(dev), dtype=dtype,
             img_size=img_size, seed=seed, split=split, seconds=round(elapsed, 3), model_desc=model_desc))
         log(f"wrote {out_dir / 'plasticity.json'}, {out_dir / 'plasticity.png'}, {out_dir / 'run.json'}")
     return res
-
-
-def _write_run_info(path: Path, info: dict) -> None:
-    tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(info, indent=2))
-    os.replace(tmp, path)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -21,11 +21,9 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import platform
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -262,28 +260,17 @@ def plot_layers(rec: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-def _write_json(path: Path, obj: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(obj, f, indent=2)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def run(args: argparse.Namespace) -> int:
     try:
         rec = profile(args)
     except ValueError as exc:
         print(f"vitplast profile: error: {exc}", file=sys.stderr)
         return 2
+    from vitplast.rundir import write_json_atomic
+
     print(report(rec))
     out = Path(args.out)
-    _write_json(out / "profile.json", rec)
+    write_json_atomic(out / "profile.json", rec)
     print(f"# wrote {out / 'profile.json'}")
     if "layer_times" in rec:
         plot_layers(rec, out / "profile_layers.png")
