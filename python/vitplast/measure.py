@@ -172,6 +172,9 @@ def measure(model: str | None = None, weights: str | None = None, data: str | No
             raise ValueError(f"img_size={img_size}: the digits ViT takes "
                              f"{cfg.img_size}x{cfg.img_size} images")
         img_size = cfg.img_size
+        # datasets before the (first-run, ~40 s) pretraining: a bad --data/--pair-data fails at once
+        x_set = load_dataset(data, split, img_size=img_size, seed=seed)
+        y_set = load_dataset(pair_data, split, img_size=img_size, seed=seed) if pair_data else None
         if weights is None:
             path = digits_checkpoint(cache_dir, seed=seed, progress=progress, config=cfg)
             info = checkpoint_info(path)
@@ -192,8 +195,8 @@ def measure(model: str | None = None, weights: str | None = None, data: str | No
         img_size = _model_img_size(net, img_size)
         model_desc = f"{model} ({'weights ' + str(weights) if weights else 'random init'})"
 
-    x_set = load_dataset(data, split, img_size=img_size, seed=seed)
-    y_set = load_dataset(pair_data, split, img_size=img_size, seed=seed) if pair_data else None
+        x_set = load_dataset(data, split, img_size=img_size, seed=seed)
+        y_set = load_dataset(pair_data, split, img_size=img_size, seed=seed) if pair_data else None
     net = net.to(dev).eval()
     n_params = sum(p.numel() for p in net.parameters())
     log(f"model: {model_desc}, {n_params / 1e6:.2f} M parameters")
