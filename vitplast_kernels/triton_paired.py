@@ -267,11 +267,6 @@ def _strides_aligned(layout: RowLayout, row_len: int, vec: int) -> bool:
     return layout.inner >= row_len or (layout.inner % vec == 0 and layout.outer_stride % vec == 0)
 
 
-def _aligned(t: torch.Tensor, layout: RowLayout, row_len: int, vec: int) -> bool:
-    """Every run of ``t`` starts on a 16-byte boundary."""
-    return t.data_ptr() % 16 == 0 and _strides_aligned(layout, row_len, vec)
-
-
 @dataclass(frozen=True)
 class _PairPlan:
     """What a pair's layout decides, cached by (shapes, strides, dtype): pointers are not part of it."""
