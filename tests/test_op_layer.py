@@ -37,6 +37,8 @@ def test_unknown_backend_and_device_mismatch():
         vk.pair_sq_distances_grouped([x], [])
     with pytest.raises(ValueError, match=r"a\[1\] has 3 rows"):
         vk.pair_sq_distances_grouped([x, torch.zeros(3, 4)], [x, torch.zeros(3, 4)])
+    with pytest.raises(TypeError, match="a must be a sequence of tensors"):
+        vk.pair_sq_distances_grouped(torch.zeros(3, 5, 4), torch.zeros(3, 5, 4))  # not 3 groups of (5, 4)
 
 
 def test_direct_op_call_checks_shapes():

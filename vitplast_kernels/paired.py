@@ -63,6 +63,12 @@ def pair_sq_distances_grouped(
     One launch for the whole group on GPU backends: what a capture uses to reduce every tensor of a
     forward pass at once.
     """
+    for name, group in (("a", a), ("b", b)):
+        if isinstance(group, torch.Tensor):
+            raise TypeError(
+                f"{name} must be a sequence of tensors (one per group member), got a single tensor of shape "
+                f"{tuple(group.shape)}: use pair_sq_distances for one pair of tensors"
+            )
     a, b = list(a), list(b)
     if len(a) != len(b):
         raise ValueError(f"a and b must hold as many tensors, got {len(a)} and {len(b)}")
