@@ -84,6 +84,8 @@ def test_no_sync_until_asked_and_merge(gen):
     assert m.n_pairs("f").item() == 6
     r = _truth(x, y)
     assert torch.allclose(m.mean("f"), torch.cat([r, r[:2]]).mean(), rtol=1e-6)
+    with pytest.raises(ValueError, match="cannot merge a pairs='all' result into a pairs='halves' one"):
+        a.merge(vk.pairwise_plasticity({"f": (x, y)}, pairs="all"))
 
 
 def test_json_roundtrip_atomic_and_table(tmp_path, gen):

@@ -211,6 +211,12 @@ class PlasticityResult:
                 f"cannot merge results over {other.components} x {len(other.layers)} layers into "
                 f"{self.components} x {len(self.layers)} layers"
             )
+        if other._stats.shape[-1] != self._stats.shape[-1]:
+            raise ValueError(
+                f"cannot merge a pairs={other.meta.get('pairs')!r} result into a "
+                f"pairs={self.meta.get('pairs')!r} one: their statistics differ ({other._stats.shape[-1]} "
+                f"vs {self._stats.shape[-1]} fields)"
+            )
         heads = None
         if self._heads is not None and other._heads is not None:
             heads = self._heads + other._heads.to(self._heads.device)
