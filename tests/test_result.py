@@ -128,3 +128,9 @@ def test_shape_validation():
         res.mean("b")
     with pytest.raises(ValueError, match="per_head=True"):
         res.head_mean()
+
+
+def test_mapping_dtype_error_names_the_entry():
+    x = torch.zeros(4, 2, dtype=torch.int64)
+    with pytest.raises(TypeError, match=r"acts\['f'\] input must be float32"):
+        vk.pairwise_plasticity({"f": (x, torch.zeros(4, 2))})
