@@ -56,11 +56,12 @@ def _grouped_loop(pair_sq: PairSqFn) -> GroupedFn:
     return grouped
 
 
-def _cpu_pair_sq(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+# The compiled ops: the dispatcher routes by device to the CPU (_C) or CUDA (_C_cuda) implementation.
+def dispatcher_pair_sq(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.ops.vitplast.pair_sq_distances(a, b)
 
 
-def _cpu_grouped(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]) -> torch.Tensor:
+def dispatcher_grouped(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]) -> torch.Tensor:
     return torch.ops.vitplast.pair_sq_distances_grouped(list(a), list(b))
 
 
@@ -79,7 +80,7 @@ register_backend(
     )
 )
 register_backend(Backend("cpu", ("cpu",), cpu_extension_available, require_cpu_extension,
-                         _cpu_pair_sq, _cpu_grouped))
+                         dispatcher_pair_sq, dispatcher_grouped))
 
 _optional_loaded = False
 

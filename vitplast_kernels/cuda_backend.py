@@ -18,23 +18,22 @@ import statistics
 import torch
 
 from ._extension import cuda_extension_available, require_cuda_extension
-from .backends import _BACKENDS, Backend, register_auto, register_backend
+from .backends import (
+    _BACKENDS,
+    Backend,
+    dispatcher_grouped,
+    dispatcher_pair_sq,
+    register_auto,
+    register_backend,
+)
 
 ENV_OVERRIDE = "VITPLAST_GPU_BACKEND"
 _CHOICES: dict[int, str] = {}  # CUDA device index -> backend name
 _TIMINGS: dict[int, dict[str, float]] = {}  # CUDA device index -> backend -> median ms (for reports)
 
 
-def _pair_sq(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    return torch.ops.vitplast.pair_sq_distances(a, b)
-
-
-def _grouped(a, b) -> torch.Tensor:
-    return torch.ops.vitplast.pair_sq_distances_grouped(list(a), list(b))
-
-
 register_backend(Backend("cuda", ("cuda",), cuda_extension_available, require_cuda_extension,
-                         _pair_sq, _grouped))
+                         dispatcher_pair_sq, dispatcher_grouped))
 
 
 def _usable(name: str) -> bool:

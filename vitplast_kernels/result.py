@@ -310,12 +310,10 @@ class PlasticityResult:
     def plot(self, path: str | os.PathLike, *, title: str | None = None) -> None:
         """Saves a figure (format from the suffix, atomically): left, the per-layer mean rate of each
         component with its 95% CI band; right, a box plot per component of its per-layer means."""
-        import matplotlib
+        from matplotlib.figure import Figure  # no pyplot: the user's backend and figures stay untouched
 
-        matplotlib.use("Agg", force=False)
-        import matplotlib.pyplot as plt
-
-        fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4), gridspec_kw={"width_ratios": [3, 2]})
+        fig = Figure(figsize=(11, 4))
+        ax1, ax2 = fig.subplots(1, 2, gridspec_kw={"width_ratios": [3, 2]})
         x = list(range(self.n_layers))
         boxes = []
         for c in self.components:
@@ -334,7 +332,4 @@ class PlasticityResult:
         meta = ", ".join(f"{k}={v}" for k, v in self.meta.items() if k in ("model", "protocol", "pairs"))
         fig.suptitle(title or f"Plasticity per component{' (' + meta + ')' if meta else ''}", fontsize=10)
         fig.tight_layout()
-        try:
-            _atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=120))
-        finally:
-            plt.close(fig)
+        _atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=120))
