@@ -22,7 +22,6 @@ import math
 import os
 import platform
 import statistics
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -30,6 +29,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from vitplast_kernels.atomic_io import atomic_write_bytes
 
 
 @dataclass(frozen=True)
@@ -369,21 +370,8 @@ def print_table(title: str, rows: Sequence[dict[str, Any]], columns: Sequence[tu
 def write_json(path: str | os.PathLike, obj: Any) -> Path:
     """Writes ``obj`` as JSON to ``path`` atomically (temp file in the same folder, then rename)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(obj, f, indent=2, default=_json_default)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    text = json.dumps(obj, indent=2, default=_json_default) + "\n"
+    atomic_write_bytes(path, text.encode())
     return path
 
 

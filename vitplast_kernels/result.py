@@ -22,31 +22,15 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from collections.abc import Mapping, Sequence
 
 import torch
 
+from .atomic_io import atomic_write
 from .pairing import STAT_FIELDS
 from .pairing_all import U_STAT_FIELDS
 
 Z95 = 1.959963984540054
-
-
-def _atomic_write(path: str | os.PathLike, write) -> None:
-    path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    suffix = os.path.splitext(path)[1]
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=suffix, dir=folder)
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def _finite_or_none(xs: Sequence[float]) -> list[float | None]:
@@ -300,7 +284,7 @@ class PlasticityResult:
                 f.flush()
                 os.fsync(f.fileno())
 
-        _atomic_write(path, write)
+        atomic_write(path, write)
 
     @classmethod
     def from_json(cls, path: str | os.PathLike) -> PlasticityResult:
@@ -332,4 +316,4 @@ class PlasticityResult:
         meta = ", ".join(f"{k}={v}" for k, v in self.meta.items() if k in ("model", "protocol", "pairs"))
         fig.suptitle(title or f"Plasticity per component{' (' + meta + ')' if meta else ''}", fontsize=10)
         fig.tight_layout()
-        _atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=120))
+        atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=120))

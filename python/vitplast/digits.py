@@ -28,7 +28,6 @@ import hashlib
 import json
 import math
 import os
-import tempfile
 import time
 import warnings
 from pathlib import Path
@@ -37,6 +36,7 @@ import torch
 from torch import nn
 
 from vitplast.data import load_dataset
+from vitplast_kernels.atomic_io import atomic_write
 
 
 @dataclasses.dataclass(frozen=True)
@@ -191,20 +191,8 @@ def _pretrain(config: DigitsConfig, seed: int, progress: bool) -> tuple[nn.Modul
 def _write_atomic(model: nn.Module, path: Path, metadata: dict[str, str]) -> None:
     from safetensors.torch import save_file
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
-        save_file(state, tmp, metadata=metadata)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; a cache file is as readable as any other
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
+    atomic_write(path, lambda tmp: save_file(state, tmp, metadata=metadata))
 
 
 def digits_checkpoint(cache_dir: str | os.PathLike | None = None, seed: int = 0, progress: bool = True,

@@ -8,10 +8,10 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+
+from vitplast_kernels.atomic_io import atomic_write
 
 from .trainable import COMPONENTS
 
@@ -27,17 +27,11 @@ def _figure(nrows: int, ncols: int, size):
 
 def _save(plt, fig, path: Path) -> Path:
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".png", dir=path.parent)
-    os.close(fd)
     try:
         fig.tight_layout()
-        fig.savefig(tmp, dpi=110)
-        os.replace(tmp, path)
+        atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110))
     finally:
         plt.close(fig)
-        if os.path.exists(tmp):
-            os.unlink(tmp)
     return path
 
 

@@ -19,13 +19,14 @@ from __future__ import annotations
 import json
 import os
 import random
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+
+from vitplast_kernels.atomic_io import atomic_write
 
 CONFIG = "config.json"
 METRICS = "metrics.jsonl"
@@ -41,19 +42,13 @@ class RunDirError(ValueError):
 
 
 def _atomic_write(path: Path, write) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
+    """``write(f)`` into a binary file object, atomically (vitplast_kernels.atomic_io)."""
+
+    def fill(tmp: str) -> None:
+        with open(tmp, "wb") as f:
             write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+
+    atomic_write(path, fill)
 
 
 def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
