@@ -350,6 +350,10 @@ def test_errors(small, gen):
         vk.pairwise_plasticity(acts)
     with pytest.raises(ValueError, match="needs embedding="):
         vk.capture(small, components={"MHA": "blocks.*.attn"}, protocol="decomposition")
+    with vk.capture(small) as acts, torch.no_grad():
+        small(_images(4, gen))
+    with pytest.raises(ValueError, match="chosen when the capture is made"):
+        vk.pairwise_plasticity(acts, pairs="all")  # would otherwise be silently ignored
 
 
 def test_per_head(small, gen):

@@ -66,8 +66,8 @@ def pairwise_plasticity(
     strict: bool = False,
     distributed: bool = False,
     group=None,
-    pairs: str = "halves",
-    backend: str = "auto",
+    pairs: str | None = None,
+    backend: str | None = None,
 ) -> PlasticityResult:
     """Per component and layer statistics of the pair rates ``||f(x) - f(y)||_F / ||x - y||_F``.
 
@@ -80,15 +80,22 @@ def pairwise_plasticity(
             (this synchronises with the device).
         distributed: sum the statistics over the ranks of ``group`` (``torch.distributed``).
         group: the ``torch.distributed`` process group for ``distributed=True`` (default: the world).
-        pairs: the pairing of a plain mapping (``"halves"`` or ``"all"``); a capture uses its own.
-        backend: the paired op's backend for a plain mapping; a capture uses its own.
+        pairs: the pairing of a plain mapping (``"halves"``, the default, or ``"all"``); a capture
+            uses the one given to :func:`capture` (passing ``pairs`` with a capture raises).
+        backend: the paired op's backend for a plain mapping (default ``"auto"``); a capture uses the
+            one given to :func:`capture` (passing ``backend`` with a capture raises).
     Returns:
         a :class:`PlasticityResult`; its sums stay on the device until a value is asked for.
     """
     if isinstance(acts, Capture):
+        if pairs is not None or backend is not None:
+            raise ValueError(
+                "pairs and backend are chosen when the capture is made: capture(model, pairs=..., "
+                "backend=...); pairwise_plasticity(acts) only reads it"
+            )
         res = acts.result()
     elif isinstance(acts, Mapping):
-        res = _from_tensors(acts, pairs, backend)
+        res = _from_tensors(acts, pairs or "halves", backend or "auto")
     else:
         raise TypeError(
             f"acts must be a capture(...) or a mapping {{name: (input, output)}}, got {type(acts).__name__}"
