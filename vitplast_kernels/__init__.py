@@ -23,7 +23,7 @@ from .paired import (
     pair_sq_distances_grouped,
     ratio_from_sq,
 )
-from .pairing import get_pairing, register_pairing
+from .pairing import Pairing, get_pairing, register_pairing
 from .pairing_all import AllPairs  # registers pairs="all"
 from .plasticity import pairwise_plasticity
 from .reference import pair_ratios_reference, pair_sq_distances_reference
@@ -42,6 +42,7 @@ __all__ = [
     "Capture",
     "PlasticityResult",
     "capture",
+    "Pairing",
     "get_pairing",
     "pairwise_plasticity",
     "register_pairing",

@@ -31,6 +31,13 @@ DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16
           "float16": "float16", "fp16": "float16"}
 
 
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="vit_huge_patch14_224", help="timm model name")
     p.add_argument("--device", default="auto", help="auto (cuda when available), cpu, cuda, cuda:1, ...")
@@ -40,7 +47,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pairs", default="halves", help="pairing scheme: halves or all")
     p.add_argument("--img-size", type=int, help="input resolution (default: the model's)")
     p.add_argument("--depth", type=int, help="override the number of blocks (a smaller, faster model)")
-    p.add_argument("--threads", type=int, help="CPU threads for torch and the kernels (default: torch's)")
+    p.add_argument("--threads", type=_positive_int,
+                   help="CPU threads for torch and the kernels (default: torch's)")
     p.add_argument("--reps", type=int, default=5, help="timed rounds per variant (medians reported)")
     p.add_argument("--paper", default="auto", choices=("auto", "full", "one-block", "skip"),
                    help="run the paper's protocol on every block, estimate it from block 0 times the depth, "
@@ -96,7 +104,7 @@ def profile(args: argparse.Namespace) -> dict[str, Any]:
         raise ValueError(f"--batch-size must be even and >= 2 for pairs=halves, got {args.batch_size}")
     if args.reps < 1:
         raise ValueError(f"--reps must be >= 1, got {args.reps}")
-    if args.threads:
+    if args.threads is not None:
         torch.set_num_threads(args.threads)
     model, images = _build(args)
     device = images.device
