@@ -51,7 +51,7 @@ step bench-all-pairs 35 "$PY" bench/compare.py --device cuda --quick --sections 
 # paper protocol (random weights; the paper's protocol estimated from block 0 x 32: no 43 GB host copy)
 step profile 60 "$PY" -m vitplast.cli profile --model vit_huge_patch14_224 --device cuda --batch-size 256 \
   --dtype bfloat16 --protocol in_situ --pairs halves --reps 3 --out "$OUTDIR/profile"
-step abi-probe 20 env PYTHON="$PY" bash bench/gpu_abi_probe.sh "$OUTDIR"
+step abi-probe 60 env PYTHON="$PY" bash bench/gpu_abi_probe.sh "$OUTDIR"
 step cpu-tests 40 "$PY" -m pytest -q -x -m "not gpu and not slow" -p no:cacheprovider --continue-on-collection-errors \
   tests/test_triton_paired.py tests/test_paired_ops.py tests/test_op_layer.py
 echo "=== summary: $SUMMARY" | tee -a "$LOG"
