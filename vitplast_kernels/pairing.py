@@ -51,6 +51,20 @@ class Pairing:
         return pair_stats(s_in, s_out)
 
 
+def used_rates(
+    s_in: torch.Tensor, s_out: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """float64 per-pair sums (same shape) -> ``(r, used, identical, nonfinite)``: the rates
+    ``sqrt(s_out / s_in)`` of the used pairs (0 elsewhere) and the three masks, by the rules of
+    :func:`pair_stats` (shared by every pairing scheme)."""
+    identical = s_in == 0
+    rate = (s_out / s_in).sqrt()
+    used = ~identical & torch.isfinite(rate) & torch.isfinite(s_in) & torch.isfinite(s_out)
+    nonfinite = ~identical & ~used
+    r = torch.where(used, rate, torch.zeros((), dtype=torch.float64, device=rate.device))
+    return r, used, identical, nonfinite
+
+
 def pair_stats(s_in: torch.Tensor, s_out: torch.Tensor) -> torch.Tensor:
     """Per-pair sums -> ``(..., 5)`` float64 ``[count, sum, sumsq, identical, nonfinite]`` over the last dim.
 
@@ -63,13 +77,15 @@ def pair_stats(s_in: torch.Tensor, s_out: torch.Tensor) -> torch.Tensor:
     s_out = s_out.detach().to(torch.float64)
     if s_out.shape != s_in.shape:
         s_in = s_in.expand_as(s_out)
-    identical = s_in == 0
-    rate = (s_out / s_in).sqrt()
-    valid = ~identical & torch.isfinite(rate) & torch.isfinite(s_in) & torch.isfinite(s_out)
-    nonfinite = ~identical & ~valid
-    r = torch.where(valid, rate, torch.zeros((), dtype=torch.float64, device=rate.device))
+    return stats_of(*used_rates(s_in, s_out))
+
+
+def stats_of(r: torch.Tensor, used: torch.Tensor, identical: torch.Tensor, nonfinite: torch.Tensor
+             ) -> torch.Tensor:
+    """The outputs of :func:`used_rates` -> ``(..., 5)`` float64 ``[count, sum, sumsq, identical,
+    nonfinite]`` over the last dim."""
     return torch.stack(
-        [valid.sum(-1).double(), r.sum(-1), (r * r).sum(-1), identical.sum(-1).double(),
+        [used.sum(-1).double(), r.sum(-1), (r * r).sum(-1), identical.sum(-1).double(),
          nonfinite.sum(-1).double()],
         dim=-1,
     )

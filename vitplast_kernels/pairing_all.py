@@ -32,7 +32,7 @@ from collections.abc import Sequence
 import torch
 
 from .all_pairs import all_pair_sq_distances
-from .pairing import STAT_FIELDS, Pairing, pair_stats, register_pairing
+from .pairing import STAT_FIELDS, Pairing, register_pairing, stats_of, used_rates
 
 U_STAT_FIELDS = (*STAT_FIELDS, "var_w")
 
@@ -62,14 +62,13 @@ def u_stats(s_in: torch.Tensor, s_out: torch.Tensor) -> torch.Tensor:
     s_in = s_in.detach().to(torch.float64)
     s_out = s_out.detach().to(torch.float64)
     s_in, s_out = torch.broadcast_tensors(s_in, s_out)
-    base = pair_stats(s_in, s_out)  # the same used / identical / non-finite rules as every scheme
     n = n_from_pairs(s_in.shape[-1])
-    rate = (s_out / s_in).sqrt()
-    valid = (s_in != 0) & torch.isfinite(rate) & torch.isfinite(s_in) & torch.isfinite(s_out)
-    zero = torch.zeros((), dtype=torch.float64, device=rate.device)
-    r = torch.where(valid, rate, zero)
+    masks = used_rates(s_in, s_out)  # the same used / identical / non-finite rules as every scheme
+    base = stats_of(*masks)
+    r, valid = masks[0], masks[1]
+    zero = torch.zeros((), dtype=torch.float64, device=r.device)
     v = valid.to(torch.float64)
-    rows, cols = triu_pairs(n, rate.device)
+    rows, cols = triu_pairs(n, r.device)
     # every pair belongs to both of its sequences: per-sequence sums over the symmetric (N, N) matrix
     # (a scatter to distinct positions and a fixed-order sum: deterministic, no atomics)
     mat = torch.zeros((2, *r.shape[:-1], n, n), dtype=torch.float64, device=r.device)
