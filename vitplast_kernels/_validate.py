@@ -59,3 +59,11 @@ def check_rows(names: Sequence[str], tensors: Sequence[torch.Tensor]) -> None:
                 f"{name} has {t.shape[0]} rows but {names[0]} has {rows}: every tensor must hold the "
                 "same pairs"
             )
+
+
+def check_output_input(fx: torch.Tensor, x: torch.Tensor) -> None:
+    """A component's outputs ``fx`` and inputs ``x`` must hold the same sequences, on one device
+    (their other dims may differ)."""
+    check_rows(["fx", "x"], [fx, x])
+    if fx.device != x.device:
+        raise ValueError(f"x is on {x.device} but fx is on {fx.device}")

@@ -57,6 +57,7 @@ import math
 import torch
 
 from . import _validate
+from .paired import ratio_from_sq
 
 U32 = 2.0**-24  # unit roundoff of float32
 ETA = 5e-6  # relative error budget on the distance spent on the Gram error (half of 1e-5)
@@ -278,11 +279,9 @@ def all_pair_distances(a: torch.Tensor, *, backend: str = "auto") -> torch.Tenso
 
 def ratios_from_sq_matrices(num_sq: torch.Tensor, den_sq: torch.Tensor) -> torch.Tensor:
     """``(N, N)`` rates ``sqrt(num_sq / den_sq)``: NaN on the diagonal and where ``den_sq == 0``."""
-    n = den_sq.shape[0]
-    off = ~torch.eye(n, dtype=torch.bool, device=den_sq.device)
-    ok = (den_sq > 0) & off
-    nan = torch.full_like(den_sq, float("nan"))
-    return torch.where(ok, (num_sq / torch.where(ok, den_sq, 1.0)).sqrt(), nan)
+    rates = ratio_from_sq(num_sq, den_sq)
+    rates.diagonal().fill_(float("nan"))
+    return rates
 
 
 def all_pair_ratios(fx: torch.Tensor, x: torch.Tensor, *, backend: str = "auto") -> torch.Tensor:
@@ -293,9 +292,7 @@ def all_pair_ratios(fx: torch.Tensor, x: torch.Tensor, *, backend: str = "auto")
     """
     fx = _validate.check_tensor("fx", fx)
     x = _validate.check_tensor("x", x)
-    _validate.check_rows(["fx", "x"], [fx, x])
-    if fx.device != x.device:
-        raise ValueError(f"x is on {x.device} but fx is on {fx.device}")
+    _validate.check_output_input(fx, x)
     num = all_pair_sq_distances(fx, backend=backend)
     den = all_pair_sq_distances(x, backend=backend)
     return ratios_from_sq_matrices(num, den)

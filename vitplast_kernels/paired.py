@@ -37,9 +37,7 @@ def pair_ratios(
     """
     fx, fy = _validate.check_pair("fx", fx, "fy", fy)
     x, y = _validate.check_pair("x", x, "y", y)
-    _validate.check_rows(["fx", "x"], [fx, x])
-    if fx.device != x.device:
-        raise ValueError(f"x is on {x.device} but fx is on {fx.device}")
+    _validate.check_output_input(fx, x)
     num = pair_sq_distances(fx, fy, backend=backend)
     den = pair_sq_distances(x, y, backend=backend)
     return ratio_from_sq(num, den)
