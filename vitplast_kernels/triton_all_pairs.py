@@ -7,11 +7,18 @@ Three launches, no host-device synchronisation (except once per shape on CUDA, t
    / 2`` tiles of ``BM x BM``, ``nb = ceil(N / BM)``) times K-chunk ``s``: ``tl.dot`` of the two row
    blocks over the chunk, float32 accumulator, written to a workspace ``(S, T, BM, BM)``. Tiles vary
    fastest so the programs reading the same K-chunk run together (the second read hits L2).
-2. ``_gram_finish_kernel`` grid ``(T,)``: sums the S partials in float64 in a fixed order (deterministic),
-   takes the norms from the diagonal tiles, forms ``n_i + n_j - 2 G_ij``, marks unreliable pairs with
-   -1 (``S_ij < tau (n_i + n_j)`` or not finite), writes the tile and its mirror, zero diagonal.
-3. ``_recompute_kernel`` grid ``(N, N)``: programs of the strict lower triangle whose entry is -1
-   recompute ``sum_k (x_i - x_j)^2`` directly in float64 and write both entries; the rest exit at once.
+2. ``_gram_finish_kernel`` grid ``(T, BM / ROWS)``: ``ROWS`` rows of one tile per program; sums the S
+   partials of each entry in float64 in a fixed order (deterministic), ``SB`` partials per step loaded
+   at once (independent loads in flight: the first version summed a whole tile per program, one
+   partial after the other, with 3 programs at N = 256 and a spilling float64 tile: a few hundred
+   parallel loads for the whole GPU), takes the norms from the diagonal tiles, forms ``n_i + n_j - 2
+   G_ij``, marks unreliable pairs with -1 (``S_ij < tau (n_i + n_j)`` or not finite), writes the entries
+   and their mirror, zero diagonal.
+3. ``_recompute_kernel`` grid ``(ceil(N / JB), N)``: program ``(jb, i)`` reads the flags of the pairs
+   ``(i, j)``, ``j`` in a block of ``JB`` below ``i``, with one vector load and exits when none is -1
+   (the common case: a few thousand programs instead of the N^2 of the first version); otherwise it
+   streams row ``i`` once beside the flagged rows ``j`` (masked loads) and recomputes ``sum_k (x_i -
+   x_j)^2`` directly in float64, writing both entries.
 
 Inputs: ``x`` of shape ``(N, K)`` float32/float16/bfloat16 with unit inner stride; output ``(N, N)``
 float32. bf16/fp16 tiles go to ``tl.dot`` as they are (products exact in float32); float32 uses
@@ -67,6 +74,10 @@ TF32X3_PRODUCT_ERR = 2.0**-21  # relative error of one float32 product through t
 MMA_FLUSH_K = 128  # products summed in the tensor-core accumulator before a flush (F * BK)
 MMA_TRUNC_PER_PRODUCT = 6.1e-9  # measured truncation bias per accumulated product (H200, see above)
 MMA_MARGIN = 4.0  # safety factor on the measured truncation bias
+# finish: ROWS tile rows per program (ROWS * BM entries), SB split-K partials per load step
+FINISH_ROWS, FINISH_SB, FINISH_WARPS = 2, 16, 8
+# recompute: JB candidate pairs (one row i, JB rows j) per program, BLOCK columns per step
+RECOMPUTE_JB, RECOMPUTE_BLOCK = 8, 256
 
 
 def flush_steps(bk: int) -> int:
@@ -152,62 +163,74 @@ if triton is not None:
         tl.store(ws + offs[:, None] * BM + offs[None, :], acc)
 
     @triton.jit
-    def _gram_finish_kernel(ws_ptr, tiles_ptr, out_ptr, N, S, tau, BM: tl.constexpr):
+    def _gram_finish_kernel(ws_ptr, tiles_ptr, out_ptr, N, S, tau,
+                            BM: tl.constexpr, ROWS: tl.constexpr, SB: tl.constexpr):
+        """Program ``(t, rb)``: rows ``rb * ROWS ..`` of tile ``t``, i.e. ``E = ROWS * BM`` Gram entries.
+        Loads ``SB`` partials of every entry at once (``SB x E`` independent loads in flight) and sums
+        them in float64: blocks of SB in a fixed order, a fixed-shape tree inside a block."""
+        E: tl.constexpr = ROWS * BM
         t = tl.program_id(0)
+        rb = tl.program_id(1)
         num_tiles = tl.num_programs(0)
         bi = tl.load(tiles_ptr + 2 * t).to(tl.int64)
         bj = tl.load(tiles_ptr + 2 * t + 1).to(tl.int64)
         ti = bi * (bi + 3) // 2  # index of diagonal tile (bi, bi)
         tj = bj * (bj + 3) // 2
-        offs = tl.arange(0, BM)
-        tile = offs[:, None] * BM + offs[None, :]
-        diag = offs * (BM + 1)
-        g = tl.zeros((BM, BM), dtype=tl.float64)
-        ni = tl.zeros((BM,), dtype=tl.float64)
-        nj = tl.zeros((BM,), dtype=tl.float64)
+        e = tl.arange(0, E)
+        r_loc = (rb * ROWS + e // BM).to(tl.int64)  # row inside the tile
+        c_loc = (e % BM).to(tl.int64)  # column inside the tile
+        g_off = t * (BM * BM) + r_loc * BM + c_loc
+        ni_off = ti * (BM * BM) + r_loc * (BM + 1)
+        nj_off = tj * (BM * BM) + c_loc * (BM + 1)
+        sb = tl.arange(0, SB).to(tl.int64)
         stride_s = num_tiles.to(tl.int64) * (BM * BM)
-        g_ptrs = ws_ptr + t.to(tl.int64) * (BM * BM) + tile
-        ni_ptrs = ws_ptr + ti * (BM * BM) + diag
-        nj_ptrs = ws_ptr + tj * (BM * BM) + diag
-        for _ in range(0, S):  # fixed order: deterministic
-            g += tl.load(g_ptrs).to(tl.float64)
-            ni += tl.load(ni_ptrs).to(tl.float64)
-            nj += tl.load(nj_ptrs).to(tl.float64)
-            g_ptrs += stride_s
-            ni_ptrs += stride_s
-            nj_ptrs += stride_s
-        scale = ni[:, None] + nj[None, :]
+        g = tl.zeros((E,), dtype=tl.float64)
+        ni = tl.zeros((E,), dtype=tl.float64)
+        nj = tl.zeros((E,), dtype=tl.float64)
+        for s0 in range(0, S, SB):  # fixed order: deterministic
+            s_idx = s0 + sb
+            m = (s_idx < S)[:, None]
+            base = s_idx[:, None] * stride_s
+            g += tl.sum(tl.load(ws_ptr + base + g_off[None, :], mask=m, other=0.0).to(tl.float64), axis=0)
+            ni += tl.sum(tl.load(ws_ptr + base + ni_off[None, :], mask=m, other=0.0).to(tl.float64), axis=0)
+            nj += tl.sum(tl.load(ws_ptr + base + nj_off[None, :], mask=m, other=0.0).to(tl.float64), axis=0)
+        scale = ni + nj
         sq = tl.maximum(scale - 2.0 * g, 0.0)
         ok = sq >= tau * scale  # False for NaN: recomputed directly
-        rows = bi * BM + offs.to(tl.int64)
-        cols = bj * BM + offs.to(tl.int64)
+        rows = bi * BM + r_loc
+        cols = bj * BM + c_loc
         val = tl.where(ok, sq, -1.0).to(tl.float32)
-        val = tl.where(rows[:, None] == cols[None, :], 0.0, val)
-        inside = (rows[:, None] < N) & (cols[None, :] < N)
-        lower = rows[:, None] >= cols[None, :]
-        strict = rows[:, None] > cols[None, :]
-        tl.store(out_ptr + rows[:, None] * N + cols[None, :], val, mask=inside & lower)
-        tl.store(out_ptr + cols[None, :] * N + rows[:, None], val, mask=inside & strict)
+        val = tl.where(rows == cols, 0.0, val)
+        inside = (rows < N) & (cols < N)
+        tl.store(out_ptr + rows * N + cols, val, mask=inside & (rows >= cols))
+        tl.store(out_ptr + cols * N + rows, val, mask=inside & (rows > cols))
 
     @triton.jit
-    def _recompute_kernel(x_ptr, out_ptr, N, K, stride_row, BLOCK: tl.constexpr):
-        j = tl.program_id(0).to(tl.int64)
+    def _recompute_kernel(x_ptr, out_ptr, N, K, stride_row, JB: tl.constexpr, BLOCK: tl.constexpr):
+        """Program ``(jb, i)``: the pairs ``(i, j)``, ``j`` in ``[jb * JB, jb * JB + JB)``, ``j < i``. One
+        vector load of their flags; programs with none set (almost all, usually) exit. Otherwise row
+        ``i`` is streamed once and the flagged rows ``j`` beside it (masked loads: unflagged rows cost
+        no traffic), differences squared and summed in float64."""
+        jb = tl.program_id(0).to(tl.int64)
         i = tl.program_id(1).to(tl.int64)
-        if j < i:
-            flag = tl.load(out_ptr + i * N + j)
-            if flag < 0:
-                acc = tl.zeros((BLOCK,), dtype=tl.float64)
-                offs0 = tl.arange(0, BLOCK).to(tl.int64)
-                for k in range(0, K, BLOCK):
-                    offs = k + offs0
-                    m = offs < K
-                    xi = tl.load(x_ptr + i * stride_row + offs, mask=m, other=0.0).to(tl.float64)
-                    xj = tl.load(x_ptr + j * stride_row + offs, mask=m, other=0.0).to(tl.float64)
-                    d = xi - xj
-                    acc += d * d
-                r = tl.sum(acc, axis=0).to(tl.float32)
-                tl.store(out_ptr + i * N + j, r)
-                tl.store(out_ptr + j * N + i, r)
+        j = jb * JB + tl.arange(0, JB).to(tl.int64)
+        valid = j < i
+        flag = tl.load(out_ptr + i * N + j, mask=valid, other=0.0)
+        need = valid & (flag < 0)
+        if tl.max(need.to(tl.int32), axis=0) > 0:
+            acc = tl.zeros((JB, BLOCK), dtype=tl.float64)
+            offs0 = tl.arange(0, BLOCK).to(tl.int64)
+            for k in range(0, K, BLOCK):
+                offs = k + offs0
+                m = offs < K
+                xi = tl.load(x_ptr + i * stride_row + offs, mask=m, other=0.0).to(tl.float64)
+                xj = tl.load(x_ptr + j[:, None] * stride_row + offs[None, :],
+                             mask=need[:, None] & m[None, :], other=0.0).to(tl.float64)
+                d = xj - xi[None, :]
+                acc += d * d
+            r = tl.sum(acc, axis=1).to(tl.float32)
+            tl.store(out_ptr + i * N + j, r, mask=need)
+            tl.store(out_ptr + j * N + i, r, mask=need)
 
 
 # (BM, BK, num_warps, num_stages) tried on CUDA; the fastest per (N, K, dtype, device) is kept
@@ -269,9 +292,12 @@ def _launch(x: torch.Tensor, config: tuple[int, int, int, int], splits: int | No
         MASK_ROWS=n % bm != 0, MASK_K=k % bk != 0,
         UPCAST=interpreted() and x.dtype == torch.bfloat16, F=flush_steps(bk), **launch,
     )
-    finish = {} if interpreted() else {"num_warps": 8 if bm >= 128 else 4}  # float64 tile in registers
-    _gram_finish_kernel[(num_tiles,)](ws, tiles, out, n, s, tau, BM=bm, **finish)
-    _recompute_kernel[(n, n)](x, out, n, k, x.stride(0), BLOCK=1024 if not interpreted() else 64)
+    rows = FINISH_ROWS if bm % FINISH_ROWS == 0 else 1
+    finish = {} if interpreted() else {"num_warps": FINISH_WARPS}
+    _gram_finish_kernel[(num_tiles, bm // rows)](ws, tiles, out, n, s, tau, BM=bm, ROWS=rows,
+                                                 SB=FINISH_SB, **finish)
+    jb, block = (RECOMPUTE_JB, RECOMPUTE_BLOCK) if not interpreted() else (4, 64)
+    _recompute_kernel[(triton.cdiv(n, jb), n)](x, out, n, k, x.stride(0), JB=jb, BLOCK=block)
     return out
 
 
