@@ -121,6 +121,22 @@ def test_grouped_matches_reference_and_single(dtype, gen):
         assert_close_rel(got[g], single, 1e-6, f"grouped[{g}] vs single")
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_grouped_contiguous_rows_take_the_vector_only_kernel(dtype, gen):
+    # every tensor with contiguous rows (what capture hands over): the STRIDED=False specialisation;
+    # widths with several chunks per row, a tail, a row shorter than one BLOCK, a batch slice
+    from vitplast_kernels import triton_paired as tp
+
+    big = rand((6, 2 * BLOCK + 5), dtype, gen, DEVICE)
+    xs = [rand((3, 5, 13), dtype, gen, DEVICE), big[:3], rand((3, 9 * BLOCK + 9), dtype, gen, DEVICE)]
+    ys = [rand((3, 5, 13), dtype, gen, DEVICE), big[3:], rand((3, 9 * BLOCK + 9), dtype, gen, DEVICE)]
+    assert not tp._plan(xs, ys, xs[0].device).strided
+    assert tp._plan(*_group(dtype, gen), xs[0].device).strided
+    got = vk.pair_sq_distances_grouped(xs, ys, backend="triton")
+    for g, (x, y) in enumerate(zip(xs, ys, strict=True)):
+        assert_close_rel(got[g], _ref(x, y), SQ_RTOL[dtype], f"contiguous group[{g}] {dtype}")
+
+
 def test_grouped_with_empty_rows_and_repeated_calls(gen):
     xs = [rand((2, 0), torch.float32, gen, DEVICE), rand((2, 50), torch.float32, gen, DEVICE)]
     ys = [rand((2, 0), torch.float32, gen, DEVICE), rand((2, 50), torch.float32, gen, DEVICE)]
