@@ -177,10 +177,63 @@ def rows(quick: bool = False) -> list[dict[str, Any]]:
     return out
 
 
+CHUNK_SWEEP = (16384, 32768, 49152, 65536, 98304)
+CHUNK_COLUMNS = [("case", "case", None), ("chunk", "chunk", None), ("ms", "ms", ".3f"),
+                 ("GBps", "GB/s", ".0f"), ("pct_copy", "% copy", ".0f")]
+
+
+def chunk_sweep_rows(min_time: float = 0.3) -> list[dict[str, Any]]:
+    """The CUDA kernel's time per chunk target (``VITPLAST_CUDA_CHUNK``, read per call) next to the
+    built-in policy, for the two bf16 singles and the ViT-H group, interleaved with the copy floor."""
+    dev = torch.device("cuda")
+    probe, probe_bytes, _ = floor_probe(dev)
+    gen = torch.Generator(device=dev).manual_seed(0)
+    cases = []
+    for shape in SINGLE_SHAPES:
+        x = torch.randn(shape, device=dev, generator=gen).to(torch.bfloat16)
+        y = torch.randn(shape, device=dev, generator=gen).to(torch.bfloat16)
+        cases.append(("x".join(map(str, shape)), tensor_bytes(x, y),
+                      lambda x=x, y=y: vk.pair_sq_distances(x, y, backend="cuda")))
+    xs, ys = [], []
+    for g in range(GROUP_TENSORS):
+        t = torch.randn((2 * GROUP_PAIRS, GROUP_TOKENS, GROUP_WIDTHS[g % len(GROUP_WIDTHS)]), device=dev,
+                        generator=gen, dtype=torch.bfloat16)
+        xs.append(t[:GROUP_PAIRS])
+        ys.append(t[GROUP_PAIRS:])
+    cases.append(("vit-h group", tensor_bytes(*xs, *ys),
+                  lambda: vk.pair_sq_distances_grouped(xs, ys, backend="cuda")))
+
+    def with_chunk(chunk, fn):
+        def run():
+            if chunk == "policy":
+                os.environ.pop("VITPLAST_CUDA_CHUNK", None)
+            else:
+                os.environ["VITPLAST_CUDA_CHUNK"] = str(chunk)
+            return fn()
+        return run
+
+    out = []
+    try:
+        for case, nbytes, fn in cases:
+            settings = ("policy",) + CHUNK_SWEEP
+            fns = {str(c): with_chunk(c, fn) for c in settings} | {"floor": probe}
+            times = time_interleaved(fns, device="cuda", min_time=min_time)
+            copy_bps = probe_bytes / times["floor"].median
+            for c in settings:
+                t = times[str(c)].median
+                out.append({"case": case, "chunk": str(c), "ms": t * 1e3, "GBps": nbytes / t / 1e9,
+                            "pct_copy": 100 * nbytes / t / copy_bps})
+    finally:
+        os.environ.pop("VITPLAST_CUDA_CHUNK", None)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="bfloat16 singles only, shorter timing")
     p.add_argument("--json", metavar="PATH", help="write machine info and rows as JSON (atomic)")
+    p.add_argument("--chunk-sweep", action="store_true",
+                   help="only the CUDA kernel time per forced chunk size (VITPLAST_CUDA_CHUNK)")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         print("bench/gpu_paired.py needs a CUDA device", file=sys.stderr)
@@ -188,6 +241,14 @@ def main(argv: list[str] | None = None) -> int:
     info = machine_info("cuda")
     print(f"# {machine_line(info)}")
     t0 = time.perf_counter()
+    if args.chunk_sweep:
+        sweep = chunk_sweep_rows()
+        print_table("cuda chunk sweep (bf16)", sweep, CHUNK_COLUMNS,
+                    "chunk = elements per task forced for every call ('policy': built-in choice)")
+        print(f"# {time.perf_counter() - t0:.0f} s")
+        if args.json:
+            write_json(args.json, {"machine": info, "rows": sweep})
+        return 0
     table = rows(args.quick)
     print_table("gpu paired (issue 4)", table, COLUMNS, NOTE)
     try:

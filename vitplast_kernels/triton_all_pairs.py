@@ -236,8 +236,12 @@ if triton is not None:
 # (BM, BK, num_warps, num_stages) tried on CUDA; the fastest per (N, K, dtype, device) is kept
 # (BK <= MMA_FLUSH_K / 2, so that F = MMA_FLUSH_K / BK >= 2 and the flush bound holds)
 _CUDA_CONFIGS = ((128, 64, 8, 3), (64, 64, 4, 4), (128, 32, 8, 4))
+# and K-splits for this many programs per SM: ptxas gives the BM=128 bf16 config 172 registers x 256
+# threads, i.e. ONE resident program per SM (bench/codegen_sm90.py), so the old fixed 2 per SM ran in
+# two waves; which one is faster is measured with the configs
+_PROGRAMS_PER_SM = (1, 2)
 _INTERPRET_CONFIG = (16, 32, 1, 1)
-_config_cache: dict[tuple, tuple[int, int, int, int]] = {}
+_config_cache: dict[tuple, tuple[tuple[int, int, int, int], int | None]] = {}
 _tiles_cache: dict[tuple, torch.Tensor] = {}
 
 
@@ -301,30 +305,45 @@ def _launch(x: torch.Tensor, config: tuple[int, int, int, int], splits: int | No
     return out
 
 
-def _pick_config(x: torch.Tensor) -> tuple[int, int, int, int]:
+def _pick_config(x: torch.Tensor) -> tuple[tuple[int, int, int, int], int | None]:
+    """(tile config, number of K-splits or None for the default) for ``x``: on CUDA every candidate
+    config x programs-per-SM is timed once per (N, K, dtype, device) and the fastest kept."""
     if x.device.type != "cuda":
-        return _INTERPRET_CONFIG
+        return _INTERPRET_CONFIG, None
     key = (x.shape[0], x.shape[1], x.dtype, x.device)
     if key not in _config_cache:
-        best, best_t = _CUDA_CONFIGS[0], float("inf")
+        sms = torch.cuda.get_device_properties(x.device).multi_processor_count
+        best, best_t = (_CUDA_CONFIGS[0], None), float("inf")
         for cfg in _CUDA_CONFIGS:
             if cfg[0] > max(64, 2 ** math.ceil(math.log2(x.shape[0]))):
                 continue
-            try:
-                _launch(x, cfg, None)  # compile + warm
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                for _ in range(3):
-                    _launch(x, cfg, None)
-                end.record()
-                end.synchronize()
-                ms = start.elapsed_time(end)
-            except Exception:  # a config the compiler rejects (e.g. shared memory) is skipped
-                continue
-            if ms < best_t:
-                best, best_t = cfg, ms
+            nb = math.ceil(x.shape[0] / cfg[0])
+            for per_sm in _PROGRAMS_PER_SM:
+                splits = max(1, math.ceil(per_sm * sms / (nb * (nb + 1) // 2)))
+                try:
+                    _launch(x, cfg, splits)  # compile + warm
+                    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    start.record()
+                    for _ in range(3):
+                        _launch(x, cfg, splits)
+                    end.record()
+                    end.synchronize()
+                    ms = start.elapsed_time(end)
+                except Exception:  # a config the compiler rejects (e.g. shared memory) is skipped
+                    continue
+                if ms < best_t:
+                    best, best_t = (cfg, splits), ms
         _config_cache[key] = best
     return _config_cache[key]
+
+
+def _plan_for(x: torch.Tensor, splits: int | None,
+              config: tuple[int, int, int, int] | None) -> tuple[tuple[int, int, int, int], int | None]:
+    """The explicit config/splits where given, the picked ones otherwise."""
+    if config is not None:
+        return config, splits
+    picked, picked_splits = _pick_config(x)
+    return picked, splits if splits is not None else picked_splits
 
 
 def all_pair_sq_distances_triton(x: torch.Tensor, *, splits: int | None = None,
@@ -340,12 +359,13 @@ def all_pair_sq_distances_triton(x: torch.Tensor, *, splits: int | None = None,
         raise RuntimeError("backend='triton' needs the triton package (pip install triton)")
     if x.stride(1) != 1 or x.stride(0) < x.shape[1]:
         x = x.contiguous()
-    return _launch(x, config or _pick_config(x), splits, tau)
+    cfg, s = _plan_for(x, splits, config)
+    return _launch(x, cfg, s, tau)
 
 
 def launch_plan(x: torch.Tensor, splits: int | None = None) -> dict[str, int]:
     """The tile config and split-K plan used for ``x (N, K)`` (benchmarks report and calibrate with it)."""
-    bm, bk, warps, stages = _pick_config(x)
+    (bm, bk, warps, stages), splits = _plan_for(x, splits, None)
     num_tiles = math.ceil(x.shape[0] / bm) * (math.ceil(x.shape[0] / bm) + 1) // 2
     s, chunk = _splits(num_tiles, x.shape[1], bk, x.device, splits)
     return {"BM": bm, "BK": bk, "num_warps": warps, "num_stages": stages, "tiles": num_tiles,

@@ -27,6 +27,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 #include <vector>
@@ -43,10 +44,18 @@ constexpr int kUnroll = 4;              // independent 16-byte loads in flight p
 // (~30 GB/s x ~2 us). Without the bound ptxas took 88-100 registers: 2 blocks, 64 KiB. A bound of 4
 // blocks (64 registers) spilled up to 188 bytes.
 constexpr int kMinBlocksPerSM = 3;
-constexpr int64_t kTile = 4096;         // chunk sizes are multiples of this (logical elements)
-constexpr int64_t kTargetTasks = 4096;  // aim per tensor: several waves of blocks on 132 SMs at B=32..128
-constexpr int64_t kMinTilesPerChunk = 4;
-constexpr int64_t kMaxTilesPerChunk = 16;
+// Chunking (host side, per call): a task's chunk aims at cdiv(total elements of the call, kTargetTasks)
+// elements, clamped to [kMinChunk, kMaxChunk], and every row of a tensor is cut into equal chunks
+// (rounded up to kChunkAlign) instead of whole 4096-element tiles plus a remainder. Why: the first
+// H200 run cut every row into 16384-element chunks plus a short tail (128x257x1280 bf16: 21 tasks per
+// row, the last of 1280 elements) and reached 73% of the copy bandwidth, while 45056-element chunks
+// (128x257x5120) reached 88%: a task's fixed costs (descriptor decode, block reduction, fence and
+// ticket, the last block's row sum) are paid per 64 KB. A group counts all its tensors, so the
+// 160-tensor ViT-H group gets large chunks too. NOT YET MEASURED on a GPU (see bench/gpu_check.sh).
+constexpr int64_t kTargetTasks = 1024;   // ~2.6 waves of 3 x 132 resident blocks on an H200
+constexpr int64_t kMinChunk = 8192;      // one unrolled block step (256 threads x 4 x 8 16-bit elements)
+constexpr int64_t kMaxChunk = 49152;     // 192 KB of bf16 reads per task (both operands)
+constexpr int64_t kChunkAlign = 256;     // chunk starts stay 16-byte aligned for every dtype
 constexpr int kHintShift = 8;  // one task -> tensor hint per 256 tasks
 constexpr int64_t kMaxGrid = 0x7fffffff;
 
@@ -57,7 +66,7 @@ struct TensorDesc {
   int64_t b_bs, b_inner, b_os;  // RowLayout of b
   int64_t row_len;              // K
   int64_t seg_len;              // contiguous run common to a and b (== K for contiguous rows)
-  int64_t chunk;                // logical elements per task (multiple of kTile)
+  int64_t chunk;                // logical elements per task (multiple of kChunkAlign)
   int64_t nchunks;              // tasks per row
   int64_t task_begin;           // first task (and partial) of this tensor
   int32_t aligned;              // 1: every run starts 16-byte aligned in a and b
@@ -224,9 +233,19 @@ void check_cuda_pair_inputs(const at::Tensor& a, const at::Tensor& b) {
 
 int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// Elements each task aims at for a call reading `total` elements per operand. VITPLAST_CUDA_CHUNK=<n>
+// forces n (rounded up to kChunkAlign) for every call: a tuning knob for bench/gpu_paired.py
+// --chunk-sweep, read per call so that one process can compare several values.
+int64_t chunk_target(int64_t total) {
+  if (const char* forced = std::getenv("VITPLAST_CUDA_CHUNK")) {
+    const long long n = std::atoll(forced);
+    if (n > 0) return cdiv(n, kChunkAlign) * kChunkAlign;
+  }
+  return std::clamp<int64_t>(cdiv(std::max<int64_t>(total, 1), kTargetTasks), kMinChunk, kMaxChunk);
+}
+
 // Descriptor of one pair of tensors; `keep` holds any contiguous copy alive until the launch.
-TensorDesc make_desc(const at::Tensor& a, const at::Tensor& b, std::vector<at::Tensor>& keep) {
-  PairLayout p = make_pair_layout(a, b);
+TensorDesc make_desc(const PairLayout& p, int64_t target, std::vector<at::Tensor>& keep) {
   keep.push_back(p.a);
   keep.push_back(p.b);
   TensorDesc t{};
@@ -236,19 +255,16 @@ TensorDesc make_desc(const at::Tensor& a, const at::Tensor& b, std::vector<at::T
   t.b_bs = p.lb.batch_stride; t.b_inner = p.lb.inner; t.b_os = p.lb.outer_stride;
   t.row_len = p.row_len;
   t.seg_len = std::max<int64_t>(p.seg_len, 1);
-  const int64_t tiles = cdiv(std::max<int64_t>(p.row_len, 1), kTile);
-  const int64_t want_per_row = cdiv(kTargetTasks, std::max<int64_t>(p.rows, 1));
-  // at least kMinTilesPerChunk tiles (when the row has them): per-task overheads stay small
-  const int64_t tiles_per_chunk = std::clamp<int64_t>(
-      cdiv(tiles, want_per_row), std::min(tiles, kMinTilesPerChunk), kMaxTilesPerChunk);
-  t.chunk = tiles_per_chunk * kTile;
-  t.nchunks = cdiv(std::max<int64_t>(p.row_len, 1), t.chunk);
+  const int64_t k = std::max<int64_t>(p.row_len, 1);
+  const int64_t pieces = cdiv(k, target);  // equal chunks: no short tail task per row
+  t.chunk = cdiv(cdiv(k, pieces), kChunkAlign) * kChunkAlign;
+  t.nchunks = cdiv(k, t.chunk);
   const int64_t vec_elems = 16 / p.a.element_size();
   const auto ok = [&](int64_t v) { return v % vec_elems == 0; };
   const bool ptrs = reinterpret_cast<uintptr_t>(t.a) % 16 == 0 && reinterpret_cast<uintptr_t>(t.b) % 16 == 0;
   t.aligned = ptrs && ok(t.a_bs) && ok(t.b_bs) && ok(t.seg_len) && ok(t.a_os) && ok(t.b_os) &&
               ok(t.a_inner) && ok(t.b_inner);
-  // contiguous rows: only the row starts matter (runs start at chunk starts, multiples of kTile)
+  // contiguous rows: only the row starts matter (runs start at chunk starts, multiples of kChunkAlign)
   if (t.seg_len >= t.row_len) t.aligned = ptrs && ok(t.a_bs) && ok(t.b_bs);
   return t;
 }
@@ -308,7 +324,8 @@ at::Tensor pair_sq_distances_cuda(const at::Tensor& a, const at::Tensor& b) {
   if (a.numel() == 0) return out.zero_();
   std::vector<at::Tensor> keep;
   DescArg d{};
-  d.one = make_desc(a, b, keep);
+  const PairLayout p = make_pair_layout(a, b);
+  d.one = make_desc(p, chunk_target(p.rows * p.row_len), keep);
   d.one.task_begin = 0;
   d.groups = 1;
   d.rows = rows;
@@ -334,10 +351,18 @@ at::Tensor pair_sq_distances_grouped_cuda(at::TensorList a, at::TensorList b) {
   at::Tensor out = at::empty({groups, rows}, a[0].options().dtype(at::kFloat));
   if (rows == 0) return out;
   std::vector<at::Tensor> keep;
+  std::vector<PairLayout> layouts;
+  layouts.reserve(groups);
+  int64_t total = 0;
+  for (int64_t g = 0; g < groups; ++g) {
+    layouts.push_back(make_pair_layout(a[g], b[g]));
+    total += layouts.back().rows * layouts.back().row_len;
+  }
+  const int64_t target = chunk_target(total);
   std::vector<TensorDesc> descs(groups);
   int64_t tasks = 0;
   for (int64_t g = 0; g < groups; ++g) {
-    descs[g] = make_desc(a[g], b[g], keep);
+    descs[g] = make_desc(layouts[g], target, keep);
     descs[g].task_begin = tasks;
     tasks += rows * descs[g].nchunks;  // empty rows (K == 0) get one task that sums nothing
   }
