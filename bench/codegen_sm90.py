@@ -4,7 +4,8 @@ Compiles every Triton kernel of the package ahead of time for ``sm_90`` at the b
 with the specialisations the JIT applies at launch (16-divisible pointers and integers, as
 ``triton.compile`` receives them from a real launch), and reports per kernel: registers, stack
 bytes (spills), shared memory, whether the main loop is software-pipelined (``cp.async`` copies
-issued ahead of the MMAs), warpgroup MMAs, 16-byte global loads. ``--check`` turns the expectations
+issued ahead of the MMAs), warpgroup MMAs, float32 adds on whole MMA tiles (the Gram's accumulator
+flush, which its error model relies on), 16-byte global loads. ``--check`` turns the expectations
 into an exit status (the CPU test suite runs it): the Gram loop pipelined on wgmma, no kernel
 spilling, 16-byte loads where the layout allows them.
 
@@ -51,6 +52,7 @@ class Report:
     async_copies: int  # cp.async instructions in the PTX (software pipelining of global -> shared)
     wgmma: int  # wgmma.mma_async instructions
     vec16_loads: int  # 16-byte global loads (ld.global.*.v4.b32 / .v2.b64)
+    mma_adds: int  # float32 adds on whole MMA-layout tiles in the TTGIR (the Gram's accumulator flush)
     problems: list[str]
 
 
@@ -110,6 +112,7 @@ def compile_report(fn, args: dict, *, num_warps: int, num_stages: int = 3, confi
         shared_bytes=int(k.metadata.shared), async_copies=ptx.count("cp.async.cg") + ptx.count("cp.async.ca"),
         wgmma=ptx.count("wgmma.mma_async"),
         vec16_loads=len(re.findall(r"ld\.global[\w.]*\.(?:v4\.(?:b32|f32|u32)|v2\.(?:b64|f64|u64))", ptx)),
+        mma_adds=len(re.findall(r"arith\.addf .*: tensor<\d+x\d+xf32, #mma", k.asm["ttgir"])),
         problems=[],
     )
 
@@ -139,6 +142,8 @@ def all_pairs_reports(n: int = 256, k: int = 257 * 1280) -> list[Report]:
                 r.problems.append("main loop not pipelined (no cp.async)")
             if r.wgmma == 0:
                 r.problems.append("no wgmma")
+            if dtype != torch.float32 and r.mma_adds < 2:  # the flush in the loop + the one after it
+                r.problems.append("MMA accumulator flush folded away (error model assumes it)")
             out.append(r)
         bm = tap._CUDA_CONFIGS[0][0]
         tiles = math.ceil(n / bm) * (math.ceil(n / bm) + 1) // 2
@@ -207,12 +212,13 @@ def main(argv: list[str] | None = None) -> int:
             r.problems.append(f"spills {r.spill_bytes} B")
     print(f"# triton {triton.__version__}, target sm_90 (H200), compiled ahead of time; ptxas -v figures")
     head = (f"{'kernel':24} {'config':38} {'regs':>4} {'spill':>5} {'smem KB':>7} {'cp.async':>8} "
-            f"{'wgmma':>5} {'16B ld':>6}  problems")
+            f"{'wgmma':>5} {'flush':>5} {'16B ld':>6}  problems")
     print(head)
     print("-" * len(head))
     for r in reports:
         print(f"{r.kernel:24} {r.config:38} {r.registers:4d} {r.spill_bytes:5d} {r.shared_bytes / 1024:7.0f} "
-              f"{r.async_copies:8d} {r.wgmma:5d} {r.vec16_loads:6d}  {'; '.join(r.problems) or '-'}")
+              f"{r.async_copies:8d} {r.wgmma:5d} {r.mma_adds:5d} {r.vec16_loads:6d}  "
+              f"{'; '.join(r.problems) or '-'}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps([asdict(r) for r in reports], indent=1))
