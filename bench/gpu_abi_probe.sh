@@ -5,15 +5,26 @@
 set -u
 out="${1:-${OUT:-results/gpu}}"
 mkdir -p "$out"
+out="$(cd "$out" && pwd)"
 py=${PYTHON:-python3}
 probe() {  # name, python code
   "$py" -c "$2" >"$out/abi_$1.txt" 2>&1
   echo "abi probe $1: exit $? ($(tail -n 1 "$out/abi_$1.txt"))"
 }
 echo "compilers: CXX=${CXX:-unset} c++=$(command -v c++) g++=$(command -v g++) $(g++ --version 2>/dev/null | head -1)"
+# Suspect (from the 2026-11-30 log: ldd listed libgcc_s but no libstdc++): $CXX links libstdc++
+# statically, so an exception thrown in the extension runs a second C++ runtime's __cxa_throw and is
+# caught by torch's. Evidence: NEEDED entries, and whether the .so defines the C++ ABI itself.
 for so in vitplast_kernels/_C*.so; do
   echo "$so:"; ldd "$so" | grep -E 'stdc|gcc_s|gomp' | sed 's/^/  /'
+  echo "  NEEDED: $(readelf -d "$so" 2>/dev/null | sed -n 's/.*Shared library: \[\(.*\)\]/\1/p' | tr '\n' ' ')"
+  echo "  defines __cxa_throw/__gxx_personality_v0: $(nm -D --defined-only "$so" 2>/dev/null \
+    | grep -cE ' (__cxa_throw|__gxx_personality_v0)$') (0 = uses the shared libstdc++)"
 done
+echo "CXX -v: $(${CXX:-g++} -v 2>&1 | tail -1)"
+echo "CXX link of libstdc++: $(echo 'int main(){ try { throw 1; } catch (int) {} }' | \
+  ${CXX:-g++} -x c++ - -o /tmp/abi_probe_exe 2>&1 && \
+  (ldd /tmp/abi_probe_exe | grep -c 'libstdc++') ) (1 = dynamic)"
 probe cpu_check "import torch, vitplast_kernels
 try:
     torch.ops.vitplast.pair_sq_distances(torch.zeros(2, 3), torch.zeros(2, 4))
@@ -31,22 +42,30 @@ try:
 except RuntimeError as e:
     print('raised RuntimeError ok:', str(e).splitlines()[0])"
 
-# Same CPU op rebuilt with the system compiler (CC=gcc CXX=g++) instead of $CXX, probed again:
-# tells whether the crash follows the compiler.
-if [[ -n "${CXX:-}" && "$(command -v g++)" != "$CXX" ]]; then
-  tmp=/tmp/vitplast_abi_sys
+# The CPU op rebuilt (a) with the system compiler instead of $CXX, (b) with $CXX but libstdc++ forced
+# shared (-lstdc++ ahead of the driver's own libraries), each probed again: tells whether the crash
+# follows the compiler or its static C++ runtime.
+rebuild_probe() {  # name, env assignments...
+  local name=$1; shift
+  local tmp=/tmp/vitplast_abi_$name
   rm -rf "$tmp"; mkdir -p "$tmp/pkg"
-  if VITPLAST_BUILD_CUDA=0 CC=gcc CXX=g++ "$py" setup.py build_ext --build-lib "$tmp/lib" --build-temp "$tmp/tmp" \
-      >"$out/abi_sys_build.txt" 2>&1; then
+  if env VITPLAST_BUILD_CUDA=0 "$@" "$py" setup.py build_ext --build-lib "$tmp/lib" --build-temp "$tmp/tmp" \
+      >"$out/abi_build_$name.txt" 2>&1; then
     cp -r vitplast_kernels "$tmp/pkg/" && rm -f "$tmp/pkg/vitplast_kernels/"_C*.so
     cp "$tmp/lib/vitplast_kernels/"_C*.so "$tmp/pkg/vitplast_kernels/"
-    PYTHONPATH="$tmp/pkg${PYTHONPATH:+:$PYTHONPATH}" probe cpu_check_system_gxx "import torch, vitplast_kernels
+    echo "  $name NEEDED: $(readelf -d "$tmp/pkg/vitplast_kernels/"_C.*.so | sed -n 's/.*Shared library: \[\(.*\)\]/\1/p' | tr '\n' ' ')"
+    # from inside $tmp/pkg: `python -c` puts the working directory ahead of PYTHONPATH
+    (cd "$tmp/pkg" && probe "cpu_check_$name" "import torch, vitplast_kernels
 assert vitplast_kernels.__file__.startswith('$tmp'), vitplast_kernels.__file__
 try:
     torch.ops.vitplast.pair_sq_distances(torch.zeros(2, 3), torch.zeros(2, 4))
 except RuntimeError as e:
-    print('raised RuntimeError ok:', str(e).splitlines()[0])"
+    print('raised RuntimeError ok:', str(e).splitlines()[0])")
   else
-    echo "abi probe: system g++ build failed (see abi_sys_build.txt)"
+    echo "abi probe: $name build failed (see abi_build_$name.txt)"
   fi
+}
+if [[ -n "${CXX:-}" && "$(command -v g++)" != "$CXX" ]]; then
+  rebuild_probe system_gxx CC=gcc CXX=g++
 fi
+rebuild_probe shared_libstdcxx LDFLAGS="-lstdc++ ${LDFLAGS:-}"
