@@ -1,7 +1,8 @@
 """Triton kernels for all distinct pairs: split-K Gram on tensor cores, fused distance epilogue, masked
 direct recompute of the pairs the Gram cannot resolve (design and error model: ``all_pairs``).
 
-Three launches, no host-device synchronisation (except once per shape on CUDA, to pick a tile config):
+Three launches, no host-device synchronisation (except once per shape on CUDA, to time the tile configs
+and split counts and keep the fastest):
 
 1. ``_gram_partial_kernel`` grid ``(T, S)``: tile ``t`` of the lower block triangle (``T = nb (nb + 1)
    / 2`` tiles of ``BM x BM``, ``nb = ceil(N / BM)``) times K-chunk ``s``: ``tl.dot`` of the two row
