@@ -41,6 +41,42 @@ def test_unknown_backend_and_device_mismatch():
         vk.pair_sq_distances_grouped(torch.zeros(3, 5, 4), torch.zeros(3, 5, 4))  # not 3 groups of (5, 4)
 
 
+def _group(n=4):
+    return [torch.randn(3, 5, 2 + g) for g in range(n)], [torch.randn(3, 5, 2 + g) for g in range(n)]
+
+
+@pytest.mark.parametrize("spoil, exc, match", [
+    (lambda a, b: b.__setitem__(2, b[2].to(torch.float16)), TypeError, r"b\[2\] has dtype torch.float16"),
+    (lambda a, b: a.__setitem__(3, a[3].to(torch.float64)), TypeError, r"a\[3\] must be float32"),
+    (lambda a, b: b.__setitem__(1, b[1][:, :4]), ValueError, r"b\[1\] must have the same shape as a\[1\]"),
+    (lambda a, b: (a.__setitem__(2, a[2][:2]), b.__setitem__(2, b[2][:2])), ValueError, r"a\[2\] has 2 rows"),
+    (lambda a, b: (a.__setitem__(1, a[1][:, 0, 0]), b.__setitem__(1, b[1][:, 0, 0])), ValueError,
+     r"a\[1\] must have at least 2 dims"),
+    (lambda a, b: (a.__setitem__(3, a[3].to("meta")), b.__setitem__(3, b[3].to("meta"))), ValueError,
+     r"a\[3\] is on meta but a\[0\] is on cpu"),
+    (lambda a, b: b.__setitem__(0, b[0].numpy()), TypeError, r"b\[0\] must be a torch.Tensor"),
+    (lambda a, b: (a.__setitem__(0, a[0][:0]), b.__setitem__(0, b[0][:0])), ValueError,
+     r"a\[0\] has an empty batch"),
+])
+def test_grouped_errors_name_the_tensor(spoil, exc, match):
+    # the quick whole-group check only decides whether the per-tensor checks run: each defect is
+    # still reported with the offending tensor's name
+    a, b = _group()
+    spoil(a, b)
+    with pytest.raises(exc, match=match):
+        vk.pair_sq_distances_grouped(a, b)
+
+
+def test_grouped_accepts_tensors_that_require_grad():
+    a, b = _group()
+    a = [x.requires_grad_() for x in a]
+    got = vk.pair_sq_distances_grouped(a, b)
+    assert not got.requires_grad
+    for g, (x, y) in enumerate(zip(a, b, strict=True)):
+        want = (x.detach().double() - y.double()).square().sum((1, 2)).float()
+        torch.testing.assert_close(got[g], want, rtol=1e-6, atol=0)
+
+
 def test_direct_op_call_checks_shapes():
     with pytest.raises(RuntimeError, match="same shape"):
         torch.ops.vitplast.pair_sq_distances(torch.zeros(2, 3), torch.zeros(2, 4))

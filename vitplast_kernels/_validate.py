@@ -50,6 +50,27 @@ def check_pair(a_name: str, a: object, b_name: str, b: object) -> tuple[torch.Te
     return a, b
 
 
+def group_is_valid(a: Sequence[object], b: Sequence[object]) -> bool:
+    """One quick pass over a group (per call, 2 x 160 tensors for a ViT-H forward): True when every
+    ``a[g]``, ``b[g]`` is a supported tensor of >= 2 dims, all share a[0]'s dtype, device and non-zero
+    row count, and ``b[g]`` has ``a[g]``'s shape. False sends the caller to the per-tensor checks, which
+    name the offender."""
+    first = a[0]
+    if not isinstance(first, torch.Tensor) or first.dtype not in SUPPORTED_DTYPES or first.dim() < 2:
+        return False
+    dtype, device, rows = first.dtype, first.device, first.shape[0]
+    if rows == 0:
+        return False
+    for x, y in zip(a, b, strict=True):
+        if not (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)):
+            return False
+        shape = x.shape
+        if (x.dtype != dtype or y.dtype != dtype or len(shape) < 2 or shape[0] != rows or y.shape != shape
+                or x.device != device or y.device != device):
+            return False
+    return True
+
+
 def check_rows(names: Sequence[str], tensors: Sequence[torch.Tensor]) -> None:
     """Checks that tensors share the leading (pair) dimension."""
     rows = tensors[0].shape[0]

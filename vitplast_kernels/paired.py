@@ -72,9 +72,14 @@ def pair_sq_distances_grouped(
         raise ValueError(f"a and b must hold as many tensors, got {len(a)} and {len(b)}")
     if not a:
         raise ValueError("a and b are empty: the group must hold at least one pair of tensors")
-    for g, (x, y) in enumerate(zip(a, b, strict=True)):
-        _validate.check_pair(f"a[{g}]", x, f"b[{g}]", y)
-    names = [f"a[{g}]" for g in range(len(a))]
-    _validate.check_rows(names, a)
-    _validate.check_same(names, a, same_shape=False)
-    return resolve(backend, a[0].device).grouped([x.detach() for x in a], [y.detach() for y in b])
+    if not _validate.group_is_valid(a, b):  # the per-tensor checks raise, naming the offender
+        for g, (x, y) in enumerate(zip(a, b, strict=True)):
+            _validate.check_pair(f"a[{g}]", x, f"b[{g}]", y)
+        names = [f"a[{g}]" for g in range(len(a))]
+        _validate.check_rows(names, a)
+        _validate.check_same(names, a, same_shape=False)
+    return resolve(backend, a[0].device).grouped(_detached(a), _detached(b))
+
+
+def _detached(ts: list[torch.Tensor]) -> list[torch.Tensor]:
+    return [t.detach() if t.requires_grad else t for t in ts]
