@@ -20,5 +20,7 @@ def test_kernels_compile_for_sm90_as_expected():
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     run = subprocess.run([sys.executable, str(ROOT / "bench" / "codegen_sm90.py"), "--check"], env=env,
                          capture_output=True, text=True, timeout=600)
+    if run.returncode == 3:
+        pytest.skip(run.stderr.strip())
     assert run.returncode == 0, run.stdout + run.stderr
     assert "_gram_partial_kernel" in run.stdout and "_stage1_grouped" in run.stdout
