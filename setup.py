@@ -77,6 +77,15 @@ def _want_cuda() -> bool:
     return have
 
 
+# Link the C++ runtime as a shared library, ahead of anything the compiler driver adds: a toolchain
+# that links libstdc++ statically by default (seen on a GPU image: /opt/gcc/bin/g++) gives the
+# extension a second C++ runtime beside torch's. Reproduced here with LDFLAGS=-static-libstdc++: a
+# TORCH_CHECK message came back cut at the first value torch's own operator<< printed ("got ["); on
+# the GPU image the same throw crashed the process. With -lstdc++ in front the static archive is never
+# needed (bench/gpu_abi_probe.sh shows NEEDED entries; tests/test_op_layer.py checks the message).
+SHARED_CXX_RUNTIME = ["-lstdc++"]
+
+
 def _extensions():
     cxx_flags = ["-O3", "-fopenmp"]  # the C++ standard is the one torch asks for
     ext = [
@@ -85,7 +94,7 @@ def _extensions():
             _rel(glob.glob(os.path.join(HERE, "csrc", "*.cpp"))
                  + glob.glob(os.path.join(HERE, "csrc", "cpu", "*.cpp"))),
             extra_compile_args={"cxx": cxx_flags},
-            extra_link_args=["-fopenmp"],
+            extra_link_args=["-fopenmp", *SHARED_CXX_RUNTIME],
         )
     ]
     if _want_cuda():
@@ -98,6 +107,7 @@ def _extensions():
                     "cxx": ["-O3"],
                     "nvcc": ["-O3", "--use_fast_math", "-lineinfo", *CUDA_ARCHS],
                 },
+                extra_link_args=SHARED_CXX_RUNTIME,
             )
         )
     return ext

@@ -12,9 +12,11 @@ probe() {  # name, python code
   echo "abi probe $1: exit $? ($(tail -n 1 "$out/abi_$1.txt"))"
 }
 echo "compilers: CXX=${CXX:-unset} c++=$(command -v c++) g++=$(command -v g++) $(g++ --version 2>/dev/null | head -1)"
-# Suspect (from the 2026-11-30 log: ldd listed libgcc_s but no libstdc++): $CXX links libstdc++
-# statically, so an exception thrown in the extension runs a second C++ runtime's __cxa_throw and is
-# caught by torch's. Evidence: NEEDED entries, and whether the .so defines the C++ ABI itself.
+# Cause found on a CPU machine (2026-11-30): the 11-30 log's ldd listed libgcc_s but no libstdc++, i.e.
+# $CXX linked the C++ runtime statically; rebuilding that way locally cut TORCH_CHECK messages at the
+# first value torch's operator<< printed. setup.py now puts -lstdc++ ahead of the driver's libraries.
+# This probe checks the fix where the crash was seen: NEEDED entries, whether the .so defines the C++
+# ABI itself, and the throw.
 for so in vitplast_kernels/_C*.so; do
   echo "$so:"; ldd "$so" | grep -E 'stdc|gcc_s|gomp' | sed 's/^/  /'
   echo "  NEEDED: $(readelf -d "$so" 2>/dev/null | sed -n 's/.*Shared library: \[\(.*\)\]/\1/p' | tr '\n' ' ')"
@@ -42,9 +44,8 @@ try:
 except RuntimeError as e:
     print('raised RuntimeError ok:', str(e).splitlines()[0])"
 
-# The CPU op rebuilt (a) with the system compiler instead of $CXX, (b) with $CXX but libstdc++ forced
-# shared (-lstdc++ ahead of the driver's own libraries), each probed again: tells whether the crash
-# follows the compiler or its static C++ runtime.
+# The CPU op rebuilt with the system compiler instead of $CXX and probed again: if the throw above
+# still crashes, tells whether the crash follows the compiler.
 rebuild_probe() {  # name, env assignments...
   local name=$1; shift
   local tmp=/tmp/vitplast_abi_$name
@@ -68,4 +69,3 @@ except RuntimeError as e:
 if [[ -n "${CXX:-}" && "$(command -v g++)" != "$CXX" ]]; then
   rebuild_probe system_gxx CC=gcc CXX=g++
 fi
-rebuild_probe shared_libstdcxx LDFLAGS="-lstdc++ ${LDFLAGS:-}"

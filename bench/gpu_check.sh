@@ -40,7 +40,7 @@ step info 15 bash -c "nvidia-smi --query-gpu=name,memory.total,driver_version,cl
   $PY -c 'import sys, torch, triton; print(sys.version.split()[0], \"torch\", torch.__version__, \"cuda\", torch.version.cuda, \"triton\", triton.__version__)'"
 step build 110 env VITPLAST_BUILD_CUDA=1 MAX_JOBS="$(nproc)" "$PY" setup.py build_ext --inplace
 # which C++ runtime the extensions link against, and which compiler built them (CPU-op segfault on a
-# throwing TORCH_CHECK when built with /opt/gcc/bin/g++: the lead investigates)
+# throwing TORCH_CHECK when built with /opt/gcc/bin/g++, which links libstdc++ statically: see setup.py)
 step diag 10 bash -c "ldd vitplast_kernels/_C*.so | grep -E 'stdc|gcc_s|gomp'; which g++; g++ --version | head -1"
 step import 15 "$PY" -c "import vitplast_kernels as vk; print('cuda extension:', vk.cuda_extension_available(), vk.backend_names())"
 # what triton (3.6 there) makes of the Triton kernels for sm_90: registers, spills, pipelining

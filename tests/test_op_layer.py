@@ -78,8 +78,30 @@ def test_grouped_accepts_tensors_that_require_grad():
 
 
 def test_direct_op_call_checks_shapes():
-    with pytest.raises(RuntimeError, match="same shape"):
+    # the whole message: with a second (static) C++ runtime in the extension it came back cut at the
+    # first value printed by torch's operator<< ("got [") and crashed on one GPU image (setup.py)
+    with pytest.raises(RuntimeError, match=r"same shape, got \[2, 3\] and \[2, 4\]"):
         torch.ops.vitplast.pair_sq_distances(torch.zeros(2, 3), torch.zeros(2, 4))
+
+
+def test_extensions_use_the_shared_cxx_runtime():
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    import vitplast_kernels
+
+    readelf = shutil.which("readelf")
+    if readelf is None:
+        pytest.skip("readelf not found")
+    libs = sorted(Path(vitplast_kernels.__file__).parent.glob("_C*.so"))
+    assert libs, "no compiled extension next to vitplast_kernels/__init__.py"
+    for lib in libs:
+        dyn = subprocess.run([readelf, "-d", "-W", str(lib)], capture_output=True, text=True).stdout
+        assert "libstdc++.so" in dyn, f"{lib.name} does not link the shared libstdc++ (static C++ runtime?)"
+        syms = subprocess.run([readelf, "--dyn-syms", "-W", str(lib)], capture_output=True, text=True).stdout
+        own = [ln for ln in syms.splitlines() if ln.rstrip().endswith(" __cxa_throw") and " UND " not in ln]
+        assert not own, f"{lib.name} defines its own __cxa_throw: a second C++ runtime beside torch's"
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
