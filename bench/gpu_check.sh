@@ -58,4 +58,7 @@ step profile 60 "$PY" -m vitplast.cli profile --model vit_huge_patch14_224 --dev
   --dtype bfloat16 --protocol in_situ --pairs halves --reps 3 --out "$OUTDIR/profile"
 step cpu-tests 40 "$PY" -m pytest -q -x -m "not gpu and not slow" -p no:cacheprovider --continue-on-collection-errors \
   tests/test_triton_paired.py tests/test_paired_ops.py tests/test_op_layer.py
+# the issues' GPU targets against this run's JSON (no GPU needed; runs even with no time left)
+echo "=== targets" | tee -a "$LOG"
+"$PY" bench/gpu_targets.py "$OUTDIR" 2>&1 | tee -a "$LOG"
 echo "=== summary: $SUMMARY" | tee -a "$LOG"

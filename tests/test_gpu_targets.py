@@ -1,0 +1,29 @@
+"""bench/gpu_targets.py reads a gpu_check run's JSON files (the stored H200 run of 2026-11-30) and
+gives the verdicts that run's log and the closing note of session 1 state."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+
+import gpu_targets  # noqa: E402
+
+
+def test_verdicts_of_the_stored_h200_run():
+    targets = gpu_targets.report(ROOT / "bench" / "measured" / "h200-2026-11-30")
+    got = {t.what: (round(t.measured, 2), t.verdict) for t in targets}
+    assert got["128x257x1280 bf16: >= 85% of copy bandwidth"] == (72.85, "MISSED")
+    assert got["128x257x5120 bf16: >= 85% of copy bandwidth"][1] == "MET"
+    assert got["ViT-H group: >= 3x a loop of the eager formula"] == (2.85, "MISSED")
+    assert got["ViT-H group: >= 1.3x a loop of torch.compile"][1] == "MET"
+    assert got["same: >= 50% of the bf16 mm rate (one triangle)"] == (8.0, "MISSED")
+    assert got["max relative distance error (random, shared rows)"][1] == "MISSED"
+
+
+def test_missing_files_are_not_measured(tmp_path, capsys):
+    targets = gpu_targets.report(tmp_path)
+    assert targets and all(t.verdict == "NOT MEASURED" for t in targets)
+    assert "missing or unreadable" in capsys.readouterr().err
