@@ -1,4 +1,5 @@
-"""What the compiler makes of the Triton kernels for an H200 (sm_90), without a GPU.
+"""What the compiler makes of the Triton kernels (and the built CUDA kernel) for an H200 (sm_90),
+without a GPU.
 
 Compiles every Triton kernel of the package ahead of time for ``sm_90`` at the benchmark shapes,
 with the specialisations the JIT applies at launch (16-divisible pointers and integers, as
@@ -9,7 +10,8 @@ flush, which its error model relies on), 16-byte global loads. ``--check`` turns
 (the Gram loop pipelined on wgmma with its flush kept, no kernel spilling beyond a few words, 16-byte
 loads where the layout allows them, a small contiguous grouped kernel) into an exit status: 1 when one
 is missed, 3 when this triton's ahead-of-time API or ptxas is not the one this script knows (the CPU
-test suite runs it and skips on 3).
+test suite runs it and skips on 3). The CUDA extension's kernel, when built, is read from its sm_90
+SASS: registers (at most 85 for 3 blocks of 256 threads per SM), stack frame, 128-bit loads.
 
     python bench/codegen_sm90.py [--check] [--json PATH]
 
@@ -200,6 +202,54 @@ def paired_reports(rows: int = 128, k: int = 257 * 1280) -> list[Report]:
     return out
 
 
+CUDA_MAX_REGISTERS = 85  # __launch_bounds__(256, 3): 3 x 256 threads x 85 <= 65536 registers per SM
+CUDA_MAX_STACK = 64
+
+
+def cuda_reports() -> list[Report]:
+    """The CUDA extension's kernels as built (sm_90 SASS of vitplast_kernels/_C_cuda*.so, read with the
+    cuobjdump bundled with triton): registers, stack frame, 128-bit loads; empty if not built."""
+    import vitplast_kernels
+
+    libs = sorted(Path(vitplast_kernels.__file__).parent.glob("_C_cuda*.so"))
+    tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    if not libs or not tool.exists():
+        return []
+    text = subprocess.run([str(tool), "-res-usage", str(libs[0])], capture_output=True, text=True).stdout
+    sass = subprocess.run([str(tool), "-sass", "-arch", "sm_90", str(libs[0])], capture_output=True,
+                          text=True).stdout
+    vec16: dict[str, int] = {}  # function -> 128-bit global loads in its sm_90 SASS
+    current = None
+    for line in sass.splitlines():
+        if m := re.search(r"Function : (\S+)", line):
+            current = m.group(1)
+            vec16[current] = 0
+        elif current and "LDG.E.128" in line:
+            vec16[current] += 1
+    out, arch, name = [], None, None
+    for line in text.splitlines():
+        if m := re.match(r"\s*arch = (sm_\d+)", line):
+            arch = m.group(1)
+        elif m := re.match(r"\s*Function (\S+):", line):
+            name = m.group(1)
+        elif arch == "sm_90" and name and (m := re.search(r"REG:(\d+) STACK:(\d+) SHARED:(\d+)", line)):
+            dtype = re.search(r"paired_kernelI(?:N3c10(\d+)(\w+?)E|(f))E", name)
+            label = (dtype.group(2) or "float") if dtype else name[:20]
+            regs, stack, shared = map(int, m.groups())
+            r = Report(kernel="cuda paired_kernel", config=f"{label} (built .so)", registers=regs,
+                       spill_bytes=stack, stack_bytes=stack, shared_bytes=shared, async_copies=0, wgmma=0,
+                       vec16_loads=vec16.get(name, 0), mma_adds=0, problems=[])
+            if regs > CUDA_MAX_REGISTERS:
+                r.problems.append(f"more than {CUDA_MAX_REGISTERS} registers: < 3 blocks per SM")
+            if stack > CUDA_MAX_STACK:
+                r.problems.append(f"stack frame {stack} B")
+            if r.vec16_loads == 0:
+                r.problems.append("no 128-bit loads")
+            out.append(r)
+            name = None
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--check", action="store_true", help="exit 1 if a kernel misses its expectations")
@@ -210,13 +260,15 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     try:
-        reports = all_pairs_reports() + paired_reports()
+        reports = all_pairs_reports() + paired_reports() + cuda_reports()
     except (ImportError, AttributeError, TypeError, FileNotFoundError, subprocess.CalledProcessError) as exc:
         # this triton's ahead-of-time API or bundled ptxas differs from the one this script knows
         print(f"codegen_sm90: cannot compile ahead of time with triton {triton.__version__}: "
               f"{type(exc).__name__}: {exc}", file=sys.stderr)
         return UNSUPPORTED
     for r in reports:
+        if r.kernel.startswith("cuda"):
+            continue  # stack frame judged above (no separate spill figure from cuobjdump)
         if r.spill_bytes > SPILL_TOLERANCE:
             r.problems.append(f"spills {r.spill_bytes} B")
     print(f"# triton {triton.__version__}, target sm_90 (H200), compiled ahead of time; ptxas -v figures")
