@@ -120,8 +120,8 @@ def _stage1_grouped(base_ptr, offsets_ptr, layout_ptr, task_group_ptr, partial_p
                     NCOL: tl.constexpr, ALIGNED: tl.constexpr, VEC: tl.constexpr, BLOCK: tl.constexpr,
                     STRIDED: tl.constexpr):
     """STRIDED=False: every tensor of the group has contiguous rows and only the vector path is
-    compiled (sm_90: 40 registers instead of ~220 with the strided path's int64 div/mod beside it,
-    i.e. 8 resident programs per SM instead of 1; bench/codegen_sm90.py)."""
+    compiled (sm_90, bf16: 48 registers instead of 218 with the strided path's int64 div/mod beside it,
+    i.e. 5 resident 8-warp programs per SM instead of 1; bench/codegen_sm90.py)."""
     task = tl.program_id(0).to(tl.int64)
     g = tl.load(task_group_ptr + task).to(tl.int64)
     lay = layout_ptr + g * NCOL
