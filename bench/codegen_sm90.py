@@ -83,13 +83,14 @@ def _ptxas_usage(ptx: str) -> tuple[int, int, int]:
 def _signature(fn, args: dict) -> tuple[dict, dict, dict]:
     """Types, constexprs and divisibility attributes as a JIT launch with these values would give:
     pointers are ``"*dtype"`` strings (16-byte aligned), ints divisible by 16 get ``tt.divisibility``."""
+    constexpr_names = {fn.arg_names[i] for i in fn.constexprs}
     sig, consts, attrs = {}, {}, {}
     for i, name in enumerate(fn.arg_names):
         v = args[name]
         if isinstance(v, str) and v.startswith("*"):
             sig[name] = v
             attrs[(i,)] = [["tt.divisibility", 16]]
-        elif isinstance(v, bool) or name in fn.constexprs_names:
+        elif isinstance(v, bool) or name in constexpr_names:
             sig[name], consts[name] = "constexpr", v
         elif isinstance(v, int):
             sig[name] = "i32" if -(2**31) <= v < 2**31 else "i64"
@@ -103,22 +104,20 @@ def _signature(fn, args: dict) -> tuple[dict, dict, dict]:
 
 
 def compile_report(fn, args: dict, *, num_warps: int, num_stages: int = 3, config: str = "") -> Report:
-    jit = fn
-    if not isinstance(jit, triton.runtime.JITFunction):
+    if not isinstance(fn, triton.runtime.JITFunction):
         raise RuntimeError("kernels are interpreted (TRITON_INTERPRET=1): run without it")
-    jit.constexprs_names = {jit.arg_names[i] for i in jit.constexprs}
-    sig, consts, attrs = _signature(jit, args)
-    src = tc.ASTSource(fn=jit, signature=sig, constexprs=consts, attrs=attrs)
+    sig, consts, attrs = _signature(fn, args)
+    src = tc.ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs)
     k = triton.compile(src, target=TARGET, options={"num_warps": num_warps, "num_stages": num_stages})
     ptx = k.asm["ptx"]
     regs, spill, stack = _ptxas_usage(ptx)
     return Report(
-        kernel=jit.__name__, config=config, registers=regs, spill_bytes=spill, stack_bytes=stack,
+        kernel=fn.__name__, config=config, registers=regs, spill_bytes=spill, stack_bytes=stack,
         shared_bytes=int(k.metadata.shared), async_copies=ptx.count("cp.async.cg") + ptx.count("cp.async.ca"),
         wgmma=ptx.count("wgmma.mma_async"),
         vec16_loads=len(re.findall(r"ld\.global[\w.]*\.(?:v4\.(?:b32|f32|u32)|v2\.(?:b64|f64|u64))", ptx)),
         mma_adds=len(re.findall(r"arith\.addf .*: tensor<\d+x\d+xf32, #mma", k.asm["ttgir"])),
-        problems=[],
+        problems=[f"spills {spill} B"] if spill > SPILL_TOLERANCE else [],
     )
 
 
@@ -134,9 +133,8 @@ def all_pairs_reports(n: int = 256, k: int = 257 * 1280) -> list[Report]:
     out = []
     for dtype, name in ((torch.bfloat16, "bf16"), (torch.float32, "fp32")):
         for bm, bk, warps, stages in tap._CUDA_CONFIGS:
-            nb = math.ceil(n / bm)
-            tiles = nb * (nb + 1) // 2
-            s, chunk = tap._splits(tiles, k, bk, torch.device("cpu"), math.ceil(2 * SMS / tiles))
+            tiles = tap.num_tiles_of(n, bm)
+            s, chunk = tap._splits(tiles, k, bk, torch.device("cpu"), tap.splits_for(tiles, SMS))
             prec = "tf32x3" if dtype == torch.float32 else "tf32"
             args = dict(x_ptr=f"*{name}", ws_ptr="*fp32", tiles_ptr="*i32", N=n, K=k, stride_row=k,
                         chunk=chunk, BM=bm, BK=bk, PREC=prec, MASK_ROWS=n % bm != 0, MASK_K=k % bk != 0,
@@ -150,9 +148,9 @@ def all_pairs_reports(n: int = 256, k: int = 257 * 1280) -> list[Report]:
             if dtype != torch.float32 and r.mma_adds < 2:  # the flush in the loop + the one after it
                 r.problems.append("MMA accumulator flush folded away (error model assumes it)")
             out.append(r)
-        bm = tap._CUDA_CONFIGS[0][0]
-        tiles = math.ceil(n / bm) * (math.ceil(n / bm) + 1) // 2
-        s, _ = tap._splits(tiles, k, tap._CUDA_CONFIGS[0][1], torch.device("cpu"), math.ceil(2 * SMS / tiles))
+        bm, bk = tap._CUDA_CONFIGS[0][:2]
+        tiles = tap.num_tiles_of(n, bm)
+        s, _ = tap._splits(tiles, k, bk, torch.device("cpu"), tap.splits_for(tiles, SMS))
         rows = tap.FINISH_ROWS
         out.append(compile_report(
             tap._gram_finish_kernel,
@@ -266,11 +264,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"codegen_sm90: cannot compile ahead of time with triton {triton.__version__}: "
               f"{type(exc).__name__}: {exc}", file=sys.stderr)
         return UNSUPPORTED
-    for r in reports:
-        if r.kernel.startswith("cuda"):
-            continue  # stack frame judged above (no separate spill figure from cuobjdump)
-        if r.spill_bytes > SPILL_TOLERANCE:
-            r.problems.append(f"spills {r.spill_bytes} B")
     print(f"# triton {triton.__version__}, target sm_90 (H200), compiled ahead of time; ptxas -v figures")
     head = (f"{'kernel':24} {'config':38} {'regs':>4} {'spill':>5} {'smem KB':>7} {'cp.async':>8} "
             f"{'wgmma':>5} {'flush':>5} {'16B ld':>6}  problems")

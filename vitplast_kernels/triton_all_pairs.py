@@ -255,12 +255,22 @@ def _tiles(nb: int, device: torch.device) -> torch.Tensor:
     return _tiles_cache[key]
 
 
+def num_tiles_of(n: int, bm: int) -> int:
+    """``T``: tiles of the lower block triangle for ``n`` rows in blocks of ``bm``."""
+    nb = math.ceil(n / bm)
+    return nb * (nb + 1) // 2
+
+
+def splits_for(num_tiles: int, sms: int, per_sm: int = 2) -> int:
+    """K-splits giving about ``per_sm`` programs per SM over ``num_tiles`` tiles."""
+    return max(1, math.ceil(per_sm * sms / num_tiles))
+
+
 def _splits(num_tiles: int, k: int, bk: int, device: torch.device, splits: int | None) -> tuple[int, int]:
     """(S, chunk): K cut into S chunks of ``chunk`` (a multiple of BK) for about 2 programs per SM."""
     if splits is None:
         if device.type == "cuda":
-            sms = torch.cuda.get_device_properties(device).multi_processor_count
-            splits = max(1, math.ceil(2 * sms / num_tiles))
+            splits = splits_for(num_tiles, torch.cuda.get_device_properties(device).multi_processor_count)
         else:
             splits = 2
     splits = max(1, min(splits, math.ceil(k / bk)))
@@ -318,9 +328,8 @@ def _pick_config(x: torch.Tensor) -> tuple[tuple[int, int, int, int], int | None
         for cfg in _CUDA_CONFIGS:
             if cfg[0] > max(64, 2 ** math.ceil(math.log2(x.shape[0]))):
                 continue
-            nb = math.ceil(x.shape[0] / cfg[0])
             for per_sm in _PROGRAMS_PER_SM:
-                splits = max(1, math.ceil(per_sm * sms / (nb * (nb + 1) // 2)))
+                splits = splits_for(num_tiles_of(x.shape[0], cfg[0]), sms, per_sm)
                 try:
                     _launch(x, cfg, splits)  # compile + warm
                     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -367,7 +376,7 @@ def all_pair_sq_distances_triton(x: torch.Tensor, *, splits: int | None = None,
 def launch_plan(x: torch.Tensor, splits: int | None = None) -> dict[str, int]:
     """The tile config and split-K plan used for ``x (N, K)`` (benchmarks report and calibrate with it)."""
     (bm, bk, warps, stages), splits = _plan_for(x, splits, None)
-    num_tiles = math.ceil(x.shape[0] / bm) * (math.ceil(x.shape[0] / bm) + 1) // 2
+    num_tiles = num_tiles_of(x.shape[0], bm)
     s, chunk = _splits(num_tiles, x.shape[1], bk, x.device, splits)
     return {"BM": bm, "BK": bk, "num_warps": warps, "num_stages": stages, "tiles": num_tiles,
             "splits": s, "chunk": chunk, "flush_k": flush_steps(bk) * bk}
