@@ -7,6 +7,9 @@ out="${1:-${OUT:-results/gpu}}"
 mkdir -p "$out"
 out="$(cd "$out" && pwd)"
 py=${PYTHON:-python3}
+needed() {  # shared libraries a .so names (ELF NEEDED entries), on one line
+  readelf -d "$1" 2>/dev/null | sed -n 's/.*Shared library: \[\(.*\)\]/\1/p' | tr '\n' ' '
+}
 probe() {  # name, python code
   "$py" -c "$2" >"$out/abi_$1.txt" 2>&1
   echo "abi probe $1: exit $? ($(tail -n 1 "$out/abi_$1.txt"))"
@@ -19,7 +22,7 @@ echo "compilers: CXX=${CXX:-unset} c++=$(command -v c++) g++=$(command -v g++) $
 # ABI itself, and the throw.
 for so in vitplast_kernels/_C*.so; do
   echo "$so:"; ldd "$so" | grep -E 'stdc|gcc_s|gomp' | sed 's/^/  /'
-  echo "  NEEDED: $(readelf -d "$so" 2>/dev/null | sed -n 's/.*Shared library: \[\(.*\)\]/\1/p' | tr '\n' ' ')"
+  echo "  NEEDED: $(needed "$so")"
   echo "  defines __cxa_throw/__gxx_personality_v0: $(nm -D --defined-only "$so" 2>/dev/null \
     | grep -cE ' (__cxa_throw|__gxx_personality_v0)$') (0 = uses the shared libstdc++)"
 done
@@ -54,7 +57,7 @@ rebuild_probe() {  # name, env assignments...
       >"$out/abi_build_$name.txt" 2>&1; then
     cp -r vitplast_kernels "$tmp/pkg/" && rm -f "$tmp/pkg/vitplast_kernels/"_C*.so
     cp "$tmp/lib/vitplast_kernels/"_C*.so "$tmp/pkg/vitplast_kernels/"
-    echo "  $name NEEDED: $(readelf -d "$tmp/pkg/vitplast_kernels/"_C.*.so | sed -n 's/.*Shared library: \[\(.*\)\]/\1/p' | tr '\n' ' ')"
+    echo "  $name NEEDED: $(needed "$tmp/pkg/vitplast_kernels/"_C.*.so)"
     # from inside $tmp/pkg: `python -c` puts the working directory ahead of PYTHONPATH
     (cd "$tmp/pkg" && probe "cpu_check_$name" "import torch, vitplast_kernels
 assert vitplast_kernels.__file__.startswith('$tmp'), vitplast_kernels.__file__

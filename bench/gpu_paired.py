@@ -125,6 +125,18 @@ def _single_case(x, y, names, compiled, probe, probe_bytes, min_time) -> list[di
                           probe, probe_bytes, min_time)
 
 
+def vit_h_group(dev: torch.device, gen: torch.Generator,
+                dtype: torch.dtype) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """The 160 tensors of a ViT-H forward as capture hands them over: halves of one batch each."""
+    xs, ys = [], []
+    for g in range(GROUP_TENSORS):
+        w = GROUP_WIDTHS[g % len(GROUP_WIDTHS)]
+        t = torch.randn((2 * GROUP_PAIRS, GROUP_TOKENS, w), device=dev, generator=gen, dtype=dtype)
+        xs.append(t[:GROUP_PAIRS])
+        ys.append(t[GROUP_PAIRS:])
+    return xs, ys
+
+
 def rows(quick: bool = False) -> list[dict[str, Any]]:
     """The table's rows (needs a CUDA device). ``quick``: bfloat16 singles only, shorter timing."""
     if not torch.cuda.is_available():
@@ -145,12 +157,7 @@ def rows(quick: bool = False) -> list[dict[str, Any]]:
             del x, y
 
     dtype = torch.bfloat16
-    xs, ys = [], []
-    for g in range(GROUP_TENSORS):
-        w = GROUP_WIDTHS[g % len(GROUP_WIDTHS)]
-        t = torch.randn((2 * GROUP_PAIRS, GROUP_TOKENS, w), device=dev, generator=gen, dtype=dtype)
-        xs.append(t[:GROUP_PAIRS])
-        ys.append(t[GROUP_PAIRS:])
+    xs, ys = vit_h_group(dev, gen, dtype)
     for x, y in zip(xs[: len(GROUP_WIDTHS)], ys[: len(GROUP_WIDTHS)], strict=True):
         compiled(x, y)  # one compile per distinct shape, outside the timing
     torch.cuda.synchronize()
@@ -194,12 +201,7 @@ def chunk_sweep_rows(min_time: float = 0.3) -> list[dict[str, Any]]:
         y = torch.randn(shape, device=dev, generator=gen).to(torch.bfloat16)
         cases.append(("x".join(map(str, shape)), tensor_bytes(x, y),
                       lambda x=x, y=y: vk.pair_sq_distances(x, y, backend="cuda")))
-    xs, ys = [], []
-    for g in range(GROUP_TENSORS):
-        t = torch.randn((2 * GROUP_PAIRS, GROUP_TOKENS, GROUP_WIDTHS[g % len(GROUP_WIDTHS)]), device=dev,
-                        generator=gen, dtype=torch.bfloat16)
-        xs.append(t[:GROUP_PAIRS])
-        ys.append(t[GROUP_PAIRS:])
+    xs, ys = vit_h_group(dev, gen, torch.bfloat16)
     cases.append(("vit-h group", tensor_bytes(*xs, *ys),
                   lambda: vk.pair_sq_distances_grouped(xs, ys, backend="cuda")))
 
