@@ -128,8 +128,12 @@ def test_grouped_contiguous_rows_take_the_vector_only_kernel(dtype, gen):
     from vitplast_kernels import triton_paired as tp
 
     big = rand((6, 2 * BLOCK + 5), dtype, gen, DEVICE)
-    xs = [rand((3, 5, 13), dtype, gen, DEVICE), big[:3], rand((3, 9 * BLOCK + 9), dtype, gen, DEVICE)]
-    ys = [rand((3, 5, 13), dtype, gen, DEVICE), big[3:], rand((3, 9 * BLOCK + 9), dtype, gen, DEVICE)]
+    every_other = rand((6, 7, 33), dtype, gen, DEVICE)  # batch-strided view: rows contiguous, not the tensor
+    xs = [rand((3, 5, 13), dtype, gen, DEVICE), big[:3], rand((3, 9 * BLOCK + 9), dtype, gen, DEVICE),
+          every_other[::2]]
+    ys = [rand((3, 5, 13), dtype, gen, DEVICE), big[3:], rand((3, 9 * BLOCK + 9), dtype, gen, DEVICE),
+          every_other[1::2]]
+    assert not xs[3].is_contiguous()
     assert not tp._plan(xs, ys, xs[0].device).strided
     assert tp._plan(*_group(dtype, gen), xs[0].device).strided
     got = vk.pair_sq_distances_grouped(xs, ys, backend="triton")
