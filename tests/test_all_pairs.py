@@ -10,14 +10,15 @@ import torch
 from helpers import DTYPES, rand
 
 import vitplast_kernels as vk
-from vitplast_kernels import all_pairs as ap
+from vitplast_kernels import numerics
+from vitplast_kernels.backends import cpu as ap
 
 BACKENDS = ["cpu", "torch", "triton"]
 DIST_RTOL = 1e-5  # per-pair relative error of the distance (the bar)
 
 
 def _triton_ok() -> bool:
-    from vitplast_kernels import triton_all_pairs
+    from vitplast_kernels.backends.triton import all_pairs as triton_all_pairs
 
     return triton_all_pairs.usable(torch.device("cpu"))
 
@@ -27,7 +28,7 @@ def _run(a, backend, **kw):
         if not _triton_ok():
             pytest.skip("triton not importable")
         if kw:
-            from vitplast_kernels.triton_all_pairs import all_pair_sq_distances_triton
+            from vitplast_kernels.backends.triton.all_pairs import all_pair_sq_distances_triton
 
             return all_pair_sq_distances_triton(a.reshape(a.shape[0], -1), **kw)
     return vk.all_pair_sq_distances(a, backend=backend)
@@ -99,7 +100,7 @@ def test_triton_mma_flush_gram_only(dtype, bk, gen):
     # doubled or misplaced partial is a relative error far above the bar
     if not _triton_ok():
         pytest.skip("triton not importable")
-    from vitplast_kernels import triton_all_pairs as tap
+    from vitplast_kernels.backends.triton import all_pairs as tap
 
     f = tap.flush_steps(bk)
     assert f >= 2 and f * bk <= tap.MMA_FLUSH_K
@@ -115,7 +116,7 @@ def test_triton_mma_flush_gram_only(dtype, bk, gen):
 def test_cpu_threshold_edge_long_rows(gen):
     # every pair just above the trust threshold at ViT-Small size: the Gram's worst trusted case
     n, k = 24, 257 * 384
-    tau = ap.reliability_threshold(ap.gram_error(k, k // ap.CPU_CHUNK, ap.C_CPU))
+    tau = numerics.reliability_threshold(numerics.gram_error(k, k // ap.CPU_CHUNK, numerics.C_CPU))
     scale = math.sqrt(1 / (1.5 * tau) - 1)  # r = S_ij / (n_i + n_j) ~= 1 / (1 + scale^2) = 1.5 tau
     a = torch.randn(k, generator=gen) * scale + torch.randn(n, k, generator=gen)
     sq, unreliable, _ = ap._gram_sq(a, ap.CPU_CHUNK)

@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 import vitplast_kernels as vk
-from vitplast_kernels import presets
+from vitplast_kernels.measure import presets
 
 COMPS = ("LN1", "MHA", "LN2", "FC1", "FC2")
 

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 import vitplast_kernels as vk
-from vitplast_kernels.pairing import get_pairing, pair_stats
-from vitplast_kernels.result import PlasticityResult
+from vitplast_kernels.measure.pairing import get_pairing, pair_stats
+from vitplast_kernels.measure.result import PlasticityResult
 
 
 def _pairs(gen, n=10, shape=(5, 8), scale=1.0):

@@ -20,7 +20,7 @@ triton = pytest.importorskip("triton")
 if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
     pytest.skip("Triton needs a CUDA device or TRITON_INTERPRET=1", allow_module_level=True)
 
-from vitplast_kernels import triton_paired as tp  # noqa: E402  (after the interpreter switch)
+from vitplast_kernels.backends.triton import paired as tp  # noqa: E402  (after the interpreter switch)
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 BLOCK = tp.BLOCK
@@ -125,7 +125,7 @@ def test_grouped_matches_reference_and_single(dtype, gen):
 def test_grouped_contiguous_rows_take_the_vector_only_kernel(dtype, gen):
     # every tensor with contiguous rows (what capture hands over): the STRIDED=False specialisation;
     # widths with several chunks per row, a tail, a row shorter than one BLOCK, a batch slice
-    from vitplast_kernels import triton_paired as tp
+    from vitplast_kernels.backends.triton import paired as tp
 
     big = rand((6, 2 * BLOCK + 5), dtype, gen, DEVICE)
     every_other = rand((6, 7, 33), dtype, gen, DEVICE)  # batch-strided view: rows contiguous, not the tensor

@@ -12,13 +12,14 @@ from collections.abc import Sequence
 
 import torch
 
-from . import _validate
-from .backends import resolve
+from ..backends import resolve
+from ..backends.extension import cpu_extension_available
+from . import validate
 
 
 def pair_sq_distances(a: torch.Tensor, b: torch.Tensor, *, backend: str = "auto") -> torch.Tensor:
     """``(B, ...) x (B, ...) -> (B,)`` float32: ``sum_k (a[i, k] - b[i, k])^2`` per pair ``i``."""
-    a, b = _validate.check_pair("a", a, "b", b)
+    a, b = validate.check_pair("a", a, "b", b)
     return resolve(backend, a.device).pair_sq(a.detach(), b.detach())
 
 
@@ -35,9 +36,9 @@ def pair_ratios(
     ``fx``/``fy`` are the component's outputs for the pair members ``x``/``y``; the outputs and the
     inputs may have different shapes but must hold the same number of pairs ``B``.
     """
-    fx, fy = _validate.check_pair("fx", fx, "fy", fy)
-    x, y = _validate.check_pair("x", x, "y", y)
-    _validate.check_output_input(fx, x)
+    fx, fy = validate.check_pair("fx", fx, "fy", fy)
+    x, y = validate.check_pair("x", x, "y", y)
+    validate.check_output_input(fx, x)
     num = pair_sq_distances(fx, fy, backend=backend)
     den = pair_sq_distances(x, y, backend=backend)
     return ratio_from_sq(num, den)
@@ -72,14 +73,30 @@ def pair_sq_distances_grouped(
         raise ValueError(f"a and b must hold as many tensors, got {len(a)} and {len(b)}")
     if not a:
         raise ValueError("a and b are empty: the group must hold at least one pair of tensors")
-    if not _validate.group_is_valid(a, b):  # the per-tensor checks raise, naming the offender
+    if not validate.group_is_valid(a, b):  # the per-tensor checks raise, naming the offender
         for g, (x, y) in enumerate(zip(a, b, strict=True)):
-            _validate.check_pair(f"a[{g}]", x, f"b[{g}]", y)
+            validate.check_pair(f"a[{g}]", x, f"b[{g}]", y)
         names = [f"a[{g}]" for g in range(len(a))]
-        _validate.check_rows(names, a)
-        _validate.check_same(names, a, same_shape=False)
+        validate.check_rows(names, a)
+        validate.check_same(names, a, same_shape=False)
     return resolve(backend, a[0].device).grouped(_detached(a), _detached(b))
 
 
 def _detached(ts: list[torch.Tensor]) -> list[torch.Tensor]:
     return [t.detach() if t.requires_grad else t for t in ts]
+
+
+# The C++ ops (``vitplast::pair_sq_distances[_grouped]``, schemas in csrc/ops_registration.cpp) get their
+# fake implementations here, beside the wrappers that call them, once the extension has loaded.
+if cpu_extension_available():
+
+    @torch.library.register_fake("vitplast::pair_sq_distances")
+    def _pair_sq_distances_fake(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        torch._check(a.dim() >= 2, lambda: "a must have at least 2 dims")
+        torch._check(a.shape == b.shape, lambda: "a and b must have the same shape")
+        return a.new_empty((a.shape[0],), dtype=torch.float32)
+
+    @torch.library.register_fake("vitplast::pair_sq_distances_grouped")
+    def _pair_sq_distances_grouped_fake(a: list[torch.Tensor], b: list[torch.Tensor]) -> torch.Tensor:
+        torch._check(len(a) == len(b) and len(a) > 0, lambda: "a and b must hold as many tensors")
+        return a[0].new_empty((len(a), a[0].shape[0]), dtype=torch.float32)

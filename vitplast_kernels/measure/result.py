@@ -2,7 +2,7 @@
 
 What is stored are *sums*, exactly combinable across batches and ranks: per component ``c`` and
 layer ``l``, float64 ``[count, sum, sumsq, identical, nonfinite]`` (see
-:data:`vitplast_kernels.pairing.STAT_FIELDS`): pairs used, sum and sum of squares of their rates,
+:data:`vitplast_kernels.measure.stat_fields.STAT_FIELDS`): pairs used, sum and sum of squares of their rates,
 pairs excluded because their input distance is 0, pairs with a non-finite value (never averaged in).
 The sums stay on the device they were computed on until a value is asked for.
 
@@ -13,7 +13,7 @@ Derived values (float64 CPU tensors, NaN where undefined):
 - 95% CI: normal approximation ``mean +- 1.96 * sem``, ``sem`` (standard error of the mean) =
   ``std / sqrt(count)`` for disjoint pairs (``halves``). With ``pairs="all"`` the pairs of a batch
   share sequences and are not independent: the stats carry a sixth field ``var_w`` (jackknife over
-  sequences of each batch's U-statistic, see :mod:`vitplast_kernels.pairing_all`) and
+  sequences of each batch's U-statistic, see :mod:`vitplast_kernels.measure.pairing_all`) and
   ``sem = sqrt(var_w) / count``.
 """
 
@@ -26,9 +26,9 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
-from .atomic_io import atomic_write
-from .pairing import STAT_FIELDS
-from .pairing_all import U_STAT_FIELDS
+from ..atomic_io import atomic_write
+from .distributed import all_reduce_sums
+from .stat_fields import STAT_FIELDS, U_STAT_FIELDS
 
 Z95 = 1.959963984540054
 
@@ -208,10 +208,13 @@ class PlasticityResult:
                                 self.layers, heads=heads, meta=self.meta)
 
     def all_reduce(self, group=None) -> PlasticityResult:
-        """The result over all ranks of ``group``: sums all-reduced (:mod:`vitplast_kernels.distributed`)."""
-        from .distributed import all_reduce_result
-
-        return all_reduce_result(self, group=group)
+        """The result over all ranks of ``group``: sums all-reduced (not means of means; every rank must
+        call it, with the same components and layers)."""
+        per_head = ", per head" if self._heads is not None else ""
+        layout = f"{self.components} x {len(self.layers)} layers{per_head}"
+        stats, heads, world = all_reduce_sums(self._stats, self._heads, layout, group=group)
+        return PlasticityResult(stats, self.components, self.layers, heads=heads,
+                                meta={**self.meta, "world_size": world})
 
     # ---------------------------------------------------------------- reports
     def table(self) -> str:

@@ -2,8 +2,9 @@
 
 A scheme turns captured tensors ``(N, ...)`` (``N`` sequences first) into per-pair sums of squared
 differences ``S[p] = sum_k (T[i_p, k] - T[j_p, k])^2``, float32, and turns a component's input and
-output sums ``(S_in, S_out)`` into the five statistics a :class:`~vitplast_kernels.result.PlasticityResult`
-accumulates. Capture knows nothing of pairs beyond this interface.
+output sums ``(S_in, S_out)`` into the five statistics a
+:class:`~vitplast_kernels.measure.result.PlasticityResult` accumulates. Capture knows nothing of pairs
+beyond this interface.
 
 Schemes:
 
@@ -11,7 +12,7 @@ Schemes:
   **Matched pairs** (the paper: ``X`` from the pretraining data, ``Y`` from the downstream data, ``X[i]``
   paired with ``Y[i]``) are the halves of ``torch.cat([X, Y])``.
 - ``"all"``: every distinct pair ``i < j`` of one batch:
-  :class:`~vitplast_kernels.pairing_all.AllPairs`, registered when the package is imported (it
+  :class:`~vitplast_kernels.measure.pairing_all.AllPairs`, registered when the package is imported (it
   carries a sixth statistic, the U-statistic's variance).
 """
 
@@ -21,10 +22,8 @@ from collections.abc import Sequence
 
 import torch
 
-from .paired import pair_sq_distances_grouped
-
-# statistics accumulated per (component, layer), in this order, float64
-STAT_FIELDS = ("count", "sum", "sumsq", "identical", "nonfinite")
+from ..ops.paired import pair_sq_distances_grouped
+from .stat_fields import STAT_FIELDS
 
 
 class Pairing:

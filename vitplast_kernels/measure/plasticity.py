@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
-from . import _validate
+from ..ops import validate
 from .capture import Capture
 from .pairing import get_pairing
 from .result import PlasticityResult
@@ -44,7 +44,7 @@ def _from_tensors(acts: Mapping[str, InOut | Sequence[InOut]], pairs: str, backe
                 if not isinstance(t, torch.Tensor) or t.dim() < 2:
                     raise ValueError(f"{where} {what} must be a (N, ...) tensor, got "
                                      f"{tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__}")
-                _validate.check_tensor(f"{where} {what}", t)  # dtype named here, not as the op's a[g]
+                validate.check_tensor(f"{where} {what}", t)  # dtype named here, not as the op's a[g]
                 pairing.check(t.shape[0], f"{where} {what}")
             if x.shape[0] != y.shape[0]:
                 raise ValueError(f"{where}: input has {x.shape[0]} sequences but output has {y.shape[0]}")

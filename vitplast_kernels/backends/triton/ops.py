@@ -16,7 +16,7 @@ import os
 
 import torch
 
-from .backends import Backend, register_backend
+from ..registry import Backend, register_backend
 
 # fixed at import, like the kernels' interpreter switch (plain constants: torch.compile traces them)
 _HAVE_TRITON = importlib.util.find_spec("triton") is not None
@@ -45,7 +45,7 @@ def require_triton() -> None:
 @torch.library.custom_op("vitplast::pair_sq_distances_triton", mutates_args=())
 def pair_sq_distances_triton(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """``(B, ...) x (B, ...) -> (B,)`` float32 squared distances per pair (Triton)."""
-    from . import triton_paired
+    from . import paired as triton_paired
 
     return triton_paired.pair_sq_distances(a, b)
 
@@ -60,7 +60,7 @@ def _pair_sq_distances_triton_fake(a: torch.Tensor, b: torch.Tensor) -> torch.Te
 @torch.library.custom_op("vitplast::pair_sq_distances_grouped_triton", mutates_args=())
 def pair_sq_distances_grouped_triton(a: list[torch.Tensor], b: list[torch.Tensor]) -> torch.Tensor:
     """G pairs of ``(B, ...)`` tensors -> ``(G, B)`` float32, one launch per stage (Triton)."""
-    from . import triton_paired
+    from . import paired as triton_paired
 
     return triton_paired.pair_sq_distances_grouped(a, b)
 
@@ -79,7 +79,7 @@ def _eager(t: torch.Tensor) -> bool:
 
 def _pair_sq(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     if _eager(a):  # eager: straight to the launcher (the op's dispatch costs tens of microseconds)
-        from . import triton_paired
+        from . import paired as triton_paired
 
         return triton_paired.pair_sq_distances(a, b)
     return torch.ops.vitplast.pair_sq_distances_triton(a, b)
@@ -87,10 +87,16 @@ def _pair_sq(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 def _grouped(a, b) -> torch.Tensor:
     if _eager(a[0]):
-        from . import triton_paired
+        from . import paired as triton_paired
 
         return triton_paired.pair_sq_distances_grouped(a, b)
     return torch.ops.vitplast.pair_sq_distances_grouped_triton(list(a), list(b))
+
+
+def _all_pairs(x: torch.Tensor) -> torch.Tensor:
+    from . import all_pairs
+
+    return all_pairs.all_pair_sq_distances_triton(x)
 
 
 register_backend(
@@ -101,5 +107,6 @@ register_backend(
         require_triton,
         _pair_sq,
         _grouped,
+        all_pairs=_all_pairs,
     )
 )

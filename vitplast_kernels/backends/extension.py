@@ -1,8 +1,9 @@
 """Loading of the compiled extensions, with actionable errors.
 
 ``_C`` (C++ CPU kernels) registers the ``vitplast::`` op schemas and their CPU implementations;
-``_C_cuda`` adds CUDA implementations of the same ops. Both are optional at import time: the package
-falls back to the PyTorch reference and says how to build what is missing when a backend is asked for.
+``_C_cuda`` adds CUDA implementations of the same ops. Both are optional at import time: ``backend="auto"``
+warns once and uses the PyTorch path when ``_C`` is missing; a backend asked for by name raises with the
+import error and how to build it.
 """
 
 from __future__ import annotations
@@ -27,6 +28,11 @@ def _try_import(name: str) -> bool:
             _loaded[name] = False
             _errors[name] = str(exc)
     return _loaded[name]
+
+
+def extension_error(name: str) -> str | None:
+    """The import error of ``_C`` / ``_C_cuda``, or None when it loaded (or was not tried yet)."""
+    return _errors.get(name)
 
 
 def cpu_extension_available() -> bool:

@@ -1,5 +1,6 @@
 """Triton kernels for all distinct pairs: split-K Gram on tensor cores, fused distance epilogue, masked
-direct recompute of the pairs the Gram cannot resolve (design and error model: ``all_pairs``).
+direct recompute of the pairs the Gram cannot resolve (design and error model:
+:mod:`vitplast_kernels.ops.all_pairs`).
 
 Three launches, no host-device synchronisation (except once per shape on CUDA, to time the tile configs
 and split counts and keep the fastest):
@@ -62,7 +63,7 @@ import os
 
 import torch
 
-from .all_pairs import U32, gram_error, reliability_threshold
+from ...numerics import U32, gram_error, reliability_threshold
 
 try:
     import triton

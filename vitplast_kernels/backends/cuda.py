@@ -3,54 +3,33 @@
 The CUDA kernels implement the ``vitplast::pair_sq_distances`` / ``pair_sq_distances_grouped`` ops for
 CUDA tensors (the dispatcher routes by device); their fakes live in ``_library.py``.
 
-``backend="auto"`` on CUDA tensors picks the faster of ``cuda`` and ``triton``, measured once per GPU
-(on bfloat16 inputs shaped like a ViT-Huge capture: one ``(32, 257, 1280)`` pair plus a grouped call)
-and cached in memory. ``VITPLAST_GPU_BACKEND=cuda|triton|torch`` overrides the measurement. The
-choice is made for the current CUDA device (``torch.cuda.current_device()``), since the chooser is not
-told the tensors' device; both backends are correct on every device, only speed depends on it.
+``backend="auto"`` on CUDA tensors is a fixed plan: ``cuda`` when the CUDA extension is built (the
+faster of the two on the H200 at every measured shape, see bench/measured/), else ``triton``, else
+``torch``. The two kernels sum in different orders, so a timing-based choice could give different bits
+in two processes; it is therefore an explicit opt-in: ``VITPLAST_AUTOTUNE=1`` times both once per GPU
+(bf16 inputs shaped like a ViT-Huge capture) and keeps the faster, which is **not bitwise repeatable
+across processes**. ``VITPLAST_GPU_BACKEND=cuda|triton|torch`` names the backend outright.
 """
 
 from __future__ import annotations
 
 import os
-import statistics
 
 import torch
 
-from ._extension import cuda_extension_available, require_cuda_extension
-from .backends import (
-    _BACKENDS,
-    Backend,
-    dispatcher_grouped,
-    dispatcher_pair_sq,
-    register_auto,
-    register_backend,
-)
+from ..timing import median_ms
+from .cpu import dispatcher_grouped, dispatcher_pair_sq
+from .extension import cuda_extension_available, require_cuda_extension
+from .registry import BACKENDS, Backend, register_auto, register_backend, usable
 
 ENV_OVERRIDE = "VITPLAST_GPU_BACKEND"
+ENV_AUTOTUNE = "VITPLAST_AUTOTUNE"
 _CHOICES: dict[int, str] = {}  # CUDA device index -> backend name
 _TIMINGS: dict[int, dict[str, float]] = {}  # CUDA device index -> backend -> median ms (for reports)
 
 
 register_backend(Backend("cuda", ("cuda",), cuda_extension_available, require_cuda_extension,
                          dispatcher_pair_sq, dispatcher_grouped))
-
-
-def _usable(name: str) -> bool:
-    backend = _BACKENDS.get(name)
-    return backend is not None and backend.available()
-
-
-def _median_ms(fn, reps: int = 7) -> float:
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
 
 
 def measure(device: int | None = None) -> dict[str, float]:
@@ -64,9 +43,9 @@ def measure(device: int | None = None) -> dict[str, float]:
         xs, ys = [t[:8] for t in group], [t[8:] for t in group]
         result = {}
         for name in ("cuda", "triton"):
-            if not _usable(name):
+            if not usable(name):
                 continue
-            backend = _BACKENDS[name]
+            backend = BACKENDS[name]
 
             def work(backend=backend):
                 backend.pair_sq(big[:32], big[32:])
@@ -74,8 +53,13 @@ def measure(device: int | None = None) -> dict[str, float]:
 
             work()  # compiles / loads kernels
             torch.cuda.synchronize()
-            result[name] = _median_ms(work)
+            result[name] = median_ms(work, device=torch.device("cuda", device))
     return result
+
+
+def autotune_enabled() -> bool:
+    """Whether timing-based plans are allowed (``VITPLAST_AUTOTUNE=1``: faster, not bitwise repeatable)."""
+    return os.environ.get(ENV_AUTOTUNE, "").strip() == "1"
 
 
 @torch.compiler.assume_constant_result  # evaluated once while torch.compile traces, not traced
@@ -86,13 +70,13 @@ def choose() -> str:
         if forced not in ("cuda", "triton", "torch"):
             raise ValueError(f"{ENV_OVERRIDE} must be 'cuda', 'triton' or 'torch', got {forced!r}")
         return forced
-    usable = [name for name in ("cuda", "triton") if _usable(name)]
-    if not usable:
+    names = [name for name in ("cuda", "triton") if usable(name)]
+    if not names:
         return "torch"
-    if len(usable) == 1 or not torch.cuda.is_available():
-        return usable[0]
+    if len(names) == 1 or not torch.cuda.is_available() or not autotune_enabled():
+        return names[0]
     if torch.cuda.is_current_stream_capturing():
-        return usable[0]  # no timing inside CUDA-graph capture; measured on the next eager call
+        return names[0]  # no timing inside CUDA-graph capture; measured on the next eager call
     device = torch.cuda.current_device()
     if device not in _CHOICES:
         timings = measure(device)

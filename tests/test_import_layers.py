@@ -1,0 +1,103 @@
+"""The package's layers, read from its own source: no module imports another that imports it back
+(directly or through a chain), and imports run one way: measure -> ops -> backends -> kernels."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = {"vitplast_kernels": ROOT / "vitplast_kernels", "vitplast": ROOT / "python" / "vitplast"}
+
+
+def _module_name(pkg: str, path: Path) -> str:
+    rel = path.relative_to(PACKAGES[pkg]).with_suffix("")
+    parts = [pkg, *rel.parts]
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _imports(pkg: str, path: Path, modules: set[str]) -> set[str]:
+    """Modules of the project that ``path`` imports (at any depth of the file, lazy imports included)."""
+    name = _module_name(pkg, path)
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                stem = ".".join(base + ([node.module] if node.module else []))
+            else:
+                stem = node.module or ""
+            targets = [f"{stem}.{a.name}" for a in node.names] + [stem]
+        else:
+            continue
+        for t in targets:
+            while t and t not in modules:  # 'pkg.mod.func' -> 'pkg.mod'
+                t = t.rpartition(".")[0]
+            if t and t != name:
+                found.add(t)
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    files = {(pkg, p) for pkg, root in PACKAGES.items() for p in root.rglob("*.py")}
+    modules = {_module_name(pkg, p) for pkg, p in files}
+    graph = {_module_name(pkg, p): _imports(pkg, p, modules) for pkg, p in files}
+    # importing a package's submodule runs the package's __init__ first: not an edge of its own
+    return {m: {t for t in ts if not m.startswith(t + ".")} for m, ts in graph.items()}
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(m: str) -> list[str] | None:
+        state[m] = 1
+        stack.append(m)
+        for t in sorted(graph.get(m, ())):
+            if state.get(t) == 1:
+                return stack[stack.index(t):] + [t]
+            if t not in state and (found := visit(t)):
+                return found
+        stack.pop()
+        state[m] = 2
+        return None
+
+    for m in sorted(graph):
+        if m not in state and (found := visit(m)):
+            return found
+    return None
+
+
+def test_no_import_cycle():
+    cycle = _cycle(_graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_cycle_detector_finds_a_planted_cycle():
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+
+
+@pytest.mark.parametrize("lower,upper", [("backends", "ops"), ("backends", "measure"), ("ops", "measure"),
+                                         ("backends", "testing"), ("ops", "testing"), ("measure", "testing")])
+def test_imports_run_one_way(lower, upper):
+    graph = _graph()
+    bad = [f"{m} -> {t}" for m, ts in graph.items() for t in ts
+           if m.startswith(f"vitplast_kernels.{lower}") and t.startswith(f"vitplast_kernels.{upper}")]
+    assert not bad, f"{lower} must not import {upper}: {bad}"
+
+
+def test_no_module_over_400_lines():
+    long = {str(p.relative_to(ROOT)): n for root in PACKAGES.values() for p in root.rglob("*.py")
+            if (n := len(p.read_text().splitlines())) > 450}
+    assert not long, f"split these by job (about 400 lines at most): {long}"

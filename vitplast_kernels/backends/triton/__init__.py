@@ -1,0 +1,1 @@
+"""The Triton kernels (paired, all pairs) and their ``torch.library`` ops."""

@@ -1,0 +1,11 @@
+"""The measurement layer: capture (hooks), presets (component maps), pairings, results, distributed
+combination and :func:`pairwise_plasticity`. It knows the kernels only through :mod:`vitplast_kernels.ops`."""
+
+from .capture import Capture, capture
+from .pairing import Pairing, get_pairing, register_pairing
+from .pairing_all import AllPairs  # registers pairs="all"
+from .plasticity import pairwise_plasticity
+from .result import PlasticityResult
+
+__all__ = ["AllPairs", "Capture", "Pairing", "PlasticityResult", "capture", "get_pairing",
+           "pairwise_plasticity", "register_pairing"]

@@ -1,0 +1,25 @@
+"""Error models and constants shared by the all-pairs kernels and the op layer.
+
+The Gram identity ``S_ij = n_i + n_j - 2 G_ij`` cancels when two rows are close; these functions give
+the estimated Gram error of a split-K product and the threshold below which a Gram-derived distance is
+not trusted (see :mod:`vitplast_kernels.ops.all_pairs` for the design and the measurements).
+"""
+
+from __future__ import annotations
+
+import math
+
+U32 = 2.0**-24  # unit roundoff of float32
+ETA = 5e-6  # relative error budget on the distance spent on the Gram error (half of 1e-5)
+C_CPU = 0.25  # Gram error constant of the CPU path (measured worst ~0.05, see ops.all_pairs)
+
+
+def gram_error(k_total: int, splits: int, c: float, product_err: float = 0.0) -> float:
+    """Estimated relative error of a split-K Gram entry (relative to ``||a_i|| ||a_j||``)."""
+    chunk = max(1, math.ceil(k_total / splits))
+    return max(2 * U32, c * U32 * math.sqrt(chunk / splits)) + product_err
+
+
+def reliability_threshold(eps: float) -> float:
+    """``tau``: a Gram-derived ``S_ij`` is trusted when ``S_ij >= tau * (n_i + n_j)``."""
+    return eps / ETA
