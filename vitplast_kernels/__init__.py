@@ -12,10 +12,12 @@ from .backends.extension import cpu_extension_available, cuda_extension_availabl
 from .measure import (
     AllPairs,
     Capture,
+    Monitor,
     Pairing,
     PlasticityResult,
     capture,
     get_pairing,
+    monitor,
     pairwise_plasticity,
     register_pairing,
 )
@@ -40,6 +42,8 @@ __all__ = [
     "all_pair_sq_distances",
     "all_pair_sq_distances_reference",
     "Capture",
+    "Monitor",
+    "monitor",
     "PlasticityResult",
     "capture",
     "Pairing",

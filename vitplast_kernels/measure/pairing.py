@@ -36,6 +36,10 @@ class Pairing:
         """Raises ValueError when a batch of ``n`` sequences cannot be paired; ``where`` names the tensor."""
         raise NotImplementedError
 
+    def fits(self, n: int) -> bool:
+        """Whether a batch of ``n`` sequences can be paired (what :meth:`check` checks, without raising)."""
+        raise NotImplementedError
+
     def n_pairs(self, n: int) -> int:
         """Number of pairs a batch of ``n`` sequences holds."""
         raise NotImplementedError
@@ -94,6 +98,9 @@ class Halves(Pairing):
     """``N = 2B`` sequences: pair ``i`` is ``(T[i], T[i + B])``. Matched pairs: ``torch.cat([X, Y])``."""
 
     name = "halves"
+
+    def fits(self, n: int) -> bool:
+        return n >= 2 and n % 2 == 0
 
     def check(self, n: int, where: str) -> None:
         if n < 2 or n % 2:

@@ -88,6 +88,9 @@ class AllPairs(Pairing):
     name = "all"
     stat_fields = U_STAT_FIELDS
 
+    def fits(self, n: int) -> bool:
+        return n >= 2
+
     def check(self, n: int, where: str) -> None:
         if n < 2:
             raise ValueError(

@@ -1,0 +1,94 @@
+"""``monitor(model, every=k)``: a capture attached once, before ``torch.compile``, measuring every k-th step.
+
+Usage::
+
+    mon = vitplast_kernels.monitor(model, every=10)      # hooks registered now, before compiling
+    step_fn = torch.compile(train_step)                    # or torch.compile(model)
+    for images, labels in loader:
+        step_fn(images, labels)                            # measured on steps 0, 10, 20, ...
+        mon.step()                                         # once per training step, like a scheduler
+    print(mon.result().table())
+
+The hooks read one Python flag, ``enabled``. ``torch.compile`` guards on it, so a compiled model has at
+most two variants — monitored and plain — each compiled once: toggling never recompiles, and the plain
+variant's graph holds none of the capture's work. Nothing is synchronised with the host inside a step
+(sums and counters are device tensors updated in place at fixed addresses), so CUDA graphs
+(``mode="reduce-overhead"``) replay the monitored variant too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import torch
+
+from .capture import Capture
+from .result import PlasticityResult
+
+
+class Monitor:
+    """A persistent :class:`Capture` that measures the forwards of every ``every``-th step.
+
+    ``step()`` advances the step counter (call it once per training step, after the forward);
+    ``active`` says whether the forwards of the current step are measured; ``measuring()`` measures a
+    block regardless of the step; ``result()`` holds everything measured since the last ``reset()``;
+    ``detach()`` (or leaving a ``with`` block) removes the hooks.
+    """
+
+    def __init__(self, model: torch.nn.Module, *, every: int = 1, **capture_kwargs) -> None:
+        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+            raise ValueError(f"every must be a positive integer (measure every k-th step), got {every!r}")
+        self.every = every
+        self.capture = Capture(model, **capture_kwargs)
+        self.steps = 0
+        self.capture.enabled = True  # step 0 is measured
+        self.capture.attach()
+
+    @property
+    def active(self) -> bool:
+        """Whether the forwards of the current step are measured."""
+        return self.capture.enabled
+
+    def step(self) -> bool:
+        """Ends the current training step; returns whether the next one is measured."""
+        self.steps += 1
+        self.capture.enabled = self.steps % self.every == 0
+        return self.capture.enabled
+
+    @contextlib.contextmanager
+    def measuring(self, enabled: bool = True) -> Iterator[Monitor]:
+        """Measures (or, with ``enabled=False``, does not measure) the forwards inside the block."""
+        before = self.capture.enabled
+        self.capture.enabled = enabled
+        try:
+            yield self
+        finally:
+            self.capture.enabled = before
+
+    def result(self, *, reset: bool = False) -> PlasticityResult:
+        """Everything measured since the last reset (no host sync); ``reset=True`` starts anew after."""
+        res = self.capture.result()
+        if reset:
+            self.capture.reset()
+        return res
+
+    def reset(self) -> None:
+        self.capture.reset()
+
+    def detach(self) -> None:
+        self.capture.detach()
+
+    def __enter__(self) -> Monitor:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.detach()
+
+
+def monitor(model: torch.nn.Module, *, every: int = 1, **capture_kwargs) -> Monitor:
+    """A :class:`Monitor` of ``model`` measuring every ``every``-th step; hooks are attached now, so
+    create it before ``torch.compile``. ``capture_kwargs`` are :func:`~vitplast_kernels.capture`'s
+    (``protocol``, ``pairs``, ``components``, ``embedding``, ``per_head``, ``tokens``, ``backend``,
+    ``strict``)."""
+    return Monitor(model, every=every, **capture_kwargs)
