@@ -73,8 +73,9 @@ class _Forward:
         self.pending_heads: dict[int, torch.Tensor] = {}
         self.e: torch.Tensor | None = None
         self.s_e: torch.Tensor | None = None
+        self.e_skipped = False  # e's batch does not fit the pairing: the decomposition hooks skip
+        self.seen: set[int] = set()  # rows added during this forward
         self.extra_call = False  # inside a decomposition call of a component on e
-        self.skip = False  # this forward's batch does not fit the pairing
 
 
 def _version(t: torch.Tensor) -> int:
@@ -159,7 +160,7 @@ class Capture:
         self._fwd = _Forward()
         self._acc: Accumulator | None = None
         # host flags, only ever set to True by hooks (a store, not a read: nothing for compile to guard)
-        self._ran = self._fired = self._skipped = False
+        self._fired = self._skipped = False
         self._warned_skip = False
         self.attached = False
 
@@ -174,8 +175,6 @@ class Capture:
             self._acc = Accumulator(self.pairing, len(self.components) * len(self.layers), len(self.layers),
                                     heads, _device_of(self.model))
         h = self._handles
-        h.append(self.model.register_forward_pre_hook(self._on_root_start, with_kwargs=True))
-        h.append(self.model.register_forward_hook(self._on_root_end, always_call=True))
         for c, per_layer in self.modules.items():
             ci = self.components.index(c)
             for key, names in per_layer.items():
@@ -195,7 +194,6 @@ class Capture:
             handle.remove()
         self._handles.clear()
         self._flush()
-        self._fwd.clear()
         self.attached = False
 
     def __enter__(self) -> Capture:
@@ -206,13 +204,12 @@ class Capture:
 
     # ---------------------------------------------------------------- reductions
     def _fits(self, t: torch.Tensor, where: str) -> bool:
-        """Whether ``t``'s batch fits the pairing; a batch that does not is skipped and counted (one
-        warning), or raises with ``strict=True``."""
+        """Whether ``t``'s batch fits the pairing; a batch that does not is skipped (the hook measures
+        nothing) or raises with ``strict=True``."""
         if self.pairing.fits(t.shape[0]):
             return True
         if self.strict:
             self.pairing.check(t.shape[0], where)
-        self._fwd.skip = True
         return False
 
     def _view(self, t: torch.Tensor, where: str) -> torch.Tensor:
@@ -234,7 +231,7 @@ class Capture:
         """Per-pair sums of each ``(component, end, tensor)`` of layer ``li``. A tensor already reduced
         in this layer during this forward (LN1's output is MHA's input) is reused: which endpoint is
         which tensor is resolved when a forward is traced, not looked up by address. Returns ``None``
-        entries when the batch does not fit the pairing (the forward is then skipped)."""
+        entries when the batch does not fit the pairing (counted once per forward, at row 0)."""
         slots = self._fwd.slots.setdefault(li, {})
         out: list[torch.Tensor | None] = [None] * len(items)
         todo: list[int] = []
@@ -249,6 +246,8 @@ class Capture:
         if todo:
             for i in todo:
                 if not self._fits(items[i][2], where):
+                    if (li, items[i][0]) in ((0, 0), (-1, -1)):  # layer 0's component 0, or e: once per forward
+                        self._note_skip()
                     return [None] * len(items)
             sums = self.pairing.sq_sums([self._view(items[i][2], where) for i in todo], backend=self.backend)
             for j, i in enumerate(todo):
@@ -262,6 +261,10 @@ class Capture:
         return out
 
     def _add(self, ci: int, li: int, nparts: int, s_in: torch.Tensor, s_out: torch.Tensor) -> None:
+        """Adds the row of component ``ci``, layer ``li``. The forward's rows are flushed as soon as all
+        ``C x L`` rows are in (the model's root module has no hook: under torch.compile the whole
+        measurement stays inside the model's graph), or when a row comes round again (a new forward
+        after an incomplete one, or a module called twice)."""
         f = self._fwd
         if nparts > 1:  # a component made of several modules sharing the input (SwiGLU fc1_g + fc1_x)
             p = f.pending.get((ci, li))
@@ -273,40 +276,30 @@ class Capture:
                 return
             del f.pending[(ci, li)]
             s_out = p[1]
-        f.rows.append((ci * len(self.layers) + li, s_in, s_out))
+        row = ci * len(self.layers) + li
+        if row in f.seen:
+            self._flush(end=False)
+        f.seen.add(row)
+        f.rows.append((row, s_in, s_out))
+        if row == 0:
+            self._acc.count(FORWARDS)
         if self.components[ci] == "MHA" and li in f.pending_heads:
             f.head_rows.append((li, s_in, f.pending_heads.pop(li)))  # heads: (H, P)
+        if len(f.seen) == len(self.components) * len(self.layers):
+            self._flush(end=True)
 
-    def _flush(self) -> None:
-        """Turns the rows of the running forward into statistics and adds them to the accumulators."""
+    def _flush(self, end: bool = True) -> None:
+        """Turns the rows of the running forward into statistics and adds them to the accumulators;
+        ``end``: the forward is over (its per-forward state, ``e`` included, is dropped)."""
         f, acc = self._fwd, self._acc
-        if acc is None or not (f.rows or f.head_rows):
-            return
-        acc.add_rows(f.rows)
-        acc.add_head_rows(f.head_rows)
-        f.rows, f.head_rows = [], []
-        self._fired = True
-
-    # ---------------------------------------------------------------- hooks
-    def _on_root_start(self, module, args, kwargs) -> None:
-        if not self.enabled:
-            return
-        self._flush()  # rows of submodules called outside a root forward
-        self._fwd.clear()
-        x = input_of(args, kwargs)
-        if x is not None and x.dim() >= 1 and not self._fits(x, "the model's input"):
-            return  # skipped: counted when the forward ends
-        self._acc.count(FORWARDS)
-        self._ran = True
-
-    def _on_root_end(self, module, args, output) -> None:
-        if not self.enabled:
-            return
-        if self._fwd.skip:
-            self._note_skip()
+        if acc is not None and (f.rows or f.head_rows):
+            acc.add_rows(f.rows)
+            acc.add_head_rows(f.head_rows)
+            self._fired = True
+        if end:
+            f.clear()
         else:
-            self._flush()
-        self._fwd.clear()
+            f.rows, f.head_rows, f.seen, f.slots = [], [], set(), {}
 
     def _note_skip(self) -> None:
         self._acc.count(SKIPPED)
@@ -323,7 +316,7 @@ class Capture:
 
     def _proj_hook(self, li, heads, name, module, args) -> None:
         f = self._fwd
-        if not self.enabled or f.skip or (self.protocol == "decomposition") != f.extra_call:
+        if not self.enabled or (self.protocol == "decomposition") != f.extra_call:
             return  # in_situ: the real forward only; decomposition: the call on e only
         t = input_of(args, {})
         if t is None or t.shape[-1] % heads:
@@ -347,17 +340,15 @@ class Capture:
         nothing was measured."""
         self._flush()  # rows of a forward whose root hooks did not run (a submodule called directly)
         if not self._fired:
-            if not self._ran:
-                raise RuntimeError(
-                    "nothing was measured: no forward pass of the model ran inside capture(...) while it "
-                    "was enabled; call model(x) inside the with-block"
-                    + (" (every batch was skipped: it did not fit the pairing)" if self._skipped else "")
-                )
+            if self._skipped:
+                raise RuntimeError("nothing was measured: every batch was skipped (it did not fit "
+                                   f"pairs={self.pairing.name!r})")
             raise RuntimeError(
-                "nothing was measured: forward passes ran but no component hook fired. If the model was "
-                "torch.compile'd and run before the capture was attached, its cached code ignores hooks "
-                "added later: attach the capture (or vitplast_kernels.monitor) before compiling, or run "
-                "torch._dynamo.reset() after attaching so that it recompiles with the hooks."
+                "nothing was measured: no component hook fired while the capture was enabled. Either no "
+                "forward pass of the model ran inside capture(...) (call model(x) inside the with-block), "
+                "or the model was torch.compile'd and run before the capture was attached: its cached "
+                "code ignores hooks added later; attach the capture (or vitplast_kernels.monitor) before "
+                "compiling, or run torch._dynamo.reset() after attaching so that it recompiles."
             )
         acc = self._acc
         meta = {"protocol": self.protocol, "pairs": self.pairing.name, "tokens": self.tokens,
@@ -382,7 +373,7 @@ class Capture:
         if self._acc is not None:
             self._acc.zero_()
         self._fwd.clear()
-        self._ran = self._fired = self._skipped = False
+        self._fired = self._skipped = False
 
 
 def capture(

@@ -48,7 +48,7 @@ class InSitu(Protocol):
 
     @staticmethod
     def _hook(cap: Capture, ci, li, nparts, name, module, args, kwargs, output) -> None:
-        if not cap.enabled or cap._fwd.skip or cap._fwd.extra_call:
+        if not cap.enabled or cap._fwd.extra_call:
             return
         x, y = input_of(args, kwargs), first_tensor(output)
         if x is None or y is None:
@@ -82,18 +82,19 @@ class Decomposition(Protocol):
         return [emb.register_forward_hook(on_output)]
 
     def _set_e(self, cap: Capture, e: torch.Tensor | None) -> None:
-        if not cap.enabled or cap._fwd.skip or cap._fwd.extra_call:
+        if not cap.enabled or cap._fwd.extra_call:
             return
         if e is None:
             raise TypeError(f"capture: embedding {self.embedding} has no tensor to use as e")
         f = cap._fwd
-        f.e = e.detach()
-        (f.s_e,) = cap._reduce(-1, [(-1, "e", f.e)], f"embedding {self.embedding}")
+        (f.s_e,) = cap._reduce(-1, [(-1, "e", e)], f"embedding {self.embedding}", share=False)
+        f.e_skipped = f.s_e is None
+        f.e = None if f.e_skipped else e.detach()
 
     @staticmethod
     def _hook(cap: Capture, ci, li, nparts, name, pad, module, args, kwargs) -> None:
         f = cap._fwd
-        if not cap.enabled or f.skip or f.extra_call:
+        if not cap.enabled or f.extra_call or f.e_skipped:
             return
         e = f.e
         if e is None or f.s_e is None:
