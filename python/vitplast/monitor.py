@@ -10,7 +10,9 @@ Every ``every`` iterations (``it % every == 0``) the monitor records, for the mo
   over the parameters that have a gradient, before clipping;
 - the loss and the learning rate.
 
-Iterations between monitored ones pay nothing: no hook is installed, nothing is synchronised.
+The capture is attached once, when the monitor is made (before the model is compiled): iterations
+between monitored ones run the plain variant of a compiled model (the hooks read one flag and return),
+and nothing is synchronised.
 Under DistributedDataParallel the per-(component, layer) pair statistics are summed over ranks before
 the means are taken, so the recorded plasticity is that of the global batch.
 """
@@ -103,7 +105,18 @@ class Monitor:
         names = component_parameter_names(model)
         params = dict(model.named_parameters())
         self.groups = {g: [params[n] for n in ns] for g, ns in names.items()}
-        self._acts = None
+        self._mon = None
+        if probe is None and every > 0:
+            from vitplast_kernels import monitor
+
+            self._mon = monitor(model, protocol="in_situ", pairs="halves")
+            self._mon.capture.enabled = False
+        self._measured = False
+
+    def close(self) -> None:
+        """Removes the hooks."""
+        if self._mon is not None:
+            self._mon.detach()
 
     def due(self, it: int) -> bool:
         return self.every > 0 and it % self.every == 0
@@ -112,14 +125,13 @@ class Monitor:
     def training_forward(self, it: int):
         """Wrap the training forward pass of iteration ``it``: captures it when due and pairing on
         the training batch; otherwise does nothing at all."""
-        if not self.due(it) or self.probe is not None:
+        if self._mon is None:
             yield
             return
-        from vitplast_kernels import capture
-
-        with capture(self.model, protocol="in_situ", pairs="halves") as acts:
+        due = self.due(it)
+        with self._mon.measuring(due):
             yield
-        self._acts = acts
+        self._measured = self._measured or due
 
     def grad_norms(self) -> dict[str, torch.Tensor]:
         """``{group: norm}`` (0-dim tensors, on device) of the current gradients; groups without
@@ -134,17 +146,15 @@ class Monitor:
 
     def record(self, it: int, loss: torch.Tensor, lr: float, *, grad_norms: Mapping | None = None) -> dict:
         """The record of monitored iteration ``it`` (call after backward, before the optimiser step)."""
-        from vitplast_kernels import pairwise_plasticity
-
         if self.probe is not None:
             summary = measure_plasticity(self.model, [self.probe], dist=self.dist, amp=self.amp)
         else:
-            if self._acts is None:
+            if not self._measured:
                 raise RuntimeError(
                     "Monitor.record: the training forward was not captured (use training_forward)"
                 )
-            comps, stats = _stats_of(pairwise_plasticity(self._acts))
-            self._acts = None
+            comps, stats = _stats_of(self._mon.result(reset=True))
+            self._measured = False
             stats = self.dist.sum_(stats.to(_reduce_device(self.model)).contiguous()).cpu()
             summary = summarize_stats(comps, stats)
         loss_t = self.dist.sum_(loss.detach().float().reshape(1).clone()) / self.dist.world
