@@ -174,3 +174,34 @@ def test_monitor_rejects_bad_every(model):
     for bad in (0, -1, 1.5, True):
         with pytest.raises(ValueError, match="every must be a positive integer"):
             vk.monitor(model, every=bad)
+
+
+@pytest.mark.gpu
+def test_monitor_under_cuda_graphs():
+    """mode="reduce-overhead": the monitored variant is captured as a CUDA graph too (no host sync, no
+    skipped graph), and its numbers are the eager monitor's."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    from torch._dynamo.utils import counters
+
+    torch.manual_seed(11)
+    model = timm.create_model("vit_tiny_patch16_224", img_size=32, depth=2, pretrained=False).cuda().eval()
+    gen = torch.Generator(device="cpu").manual_seed(12)
+    xs = [torch.randn(8, 3, 32, 32, generator=gen).cuda() for _ in range(6)]
+    ref = vk.monitor(model, every=2)
+    with torch.no_grad():
+        for x in xs:
+            model(x)
+            ref.step()
+    ref.detach()
+    counters.clear()
+    mon = vk.monitor(model, every=2)
+    compiled = torch.compile(model, mode="reduce-overhead", fullgraph=True)
+    with torch.no_grad():
+        for x in xs:
+            compiled(x)
+            mon.step()
+    torch.cuda.synchronize()
+    mon.detach()
+    assert not counters["inductor"].get("cudagraph_skips"), dict(counters["inductor"])
+    _assert_same(mon.result(), ref.result(), rtol=1e-5)
