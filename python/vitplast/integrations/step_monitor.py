@@ -1,0 +1,172 @@
+"""The framework-free part of the trainer callbacks: one :func:`vitplast_kernels.monitor` driven by
+training-step events, its results turned into logger metrics, combined across ranks, accumulated
+over the run and written at the end.
+
+Event order a callback follows::
+
+    start(model)          hooks attached (before the first forward, so torch.compile traces them);
+                          measuring is paused at once (sanity checks, evaluation)
+    resume()              a training step begins: the monitor's own step decides if it is measured
+    end_step() -> dict    an optimizer step is done: the measured result (ranks combined) as metrics
+    pause()               no forward until the next resume() is measured (evaluation, checkpoints)
+    write(dir)            plasticity.json (all measured steps merged) and optionally a plot
+    stop()                hooks removed
+
+Under ``torch.distributed`` every rank must call :meth:`end_step` on the same steps (trainers do);
+a measured step whose batch some rank skipped (e.g. an odd batch with ``pairs="halves"``) is dropped
+on every rank and counted in ``skipped_steps``, so no rank waits on a collective the others skip.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+import vitplast_kernels as vk
+from vitplast_kernels import PlasticityResult
+
+
+def world_size() -> int:
+    """Ranks of the default process group (1 outside ``torch.distributed``)."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_world_size()
+    return 1
+
+
+def metrics_of(result: PlasticityResult, prefix: str = "plasticity",
+               per_layer: bool = True) -> dict[str, float]:
+    """Flat logger metrics of a result: ``{prefix}/{component}`` (mean over layers) and, with
+    ``per_layer``, ``{prefix}/{component}/layer_{label}``; undefined (NaN) values are left out."""
+    out: dict[str, float] = {}
+    for c in result.components:
+        overall = result.overall(c)
+        if math.isfinite(overall):
+            out[f"{prefix}/{c}"] = overall
+        if per_layer:
+            for layer, value in zip(result.layers, result.mean(c).tolist(), strict=True):
+                if math.isfinite(value):
+                    out[f"{prefix}/{c}/layer_{layer}"] = value
+    return out
+
+
+def _device_of(model: torch.nn.Module) -> torch.device:
+    for t in model.parameters():
+        return t.device
+    return torch.device("cpu")
+
+
+class StepMonitor:
+    """Drives a :class:`vitplast_kernels.Monitor` from trainer events (see the module docstring).
+
+    Args:
+        every: measure every ``every``-th optimizer step (steps 0, k, 2k, ...).
+        prefix: metric name prefix.
+        per_layer: also log one metric per layer and component.
+        capture_kwargs: :func:`vitplast_kernels.capture`'s options (``protocol``, ``pairs``,
+            ``components``, ``embedding``, ``tokens``, ``backend``, ...).
+
+    Attributes: ``total`` (all measured steps merged, ranks combined; None before the first),
+    ``measured_steps``, ``skipped_steps``, ``monitor`` (the underlying Monitor while started).
+    """
+
+    def __init__(self, every: int = 10, *, prefix: str = "plasticity", per_layer: bool = True,
+                 **capture_kwargs: Any) -> None:
+        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+            raise ValueError(f"every must be a positive integer (measure every k-th step), got {every!r}")
+        self.every = every
+        self.prefix = prefix
+        self.per_layer = per_layer
+        self.capture_kwargs = capture_kwargs
+        self.monitor: vk.Monitor | None = None
+        self.total: PlasticityResult | None = None
+        self.measured_steps = 0
+        self.skipped_steps = 0
+        self._pause: contextlib.AbstractContextManager | None = None
+        self._device = torch.device("cpu")
+
+    # ---------------------------------------------------------------- lifecycle
+    def start(self, model: torch.nn.Module) -> None:
+        """Attaches the hooks to ``model`` (paused); a previous run's state is dropped."""
+        self.stop()
+        self.total, self.measured_steps, self.skipped_steps = None, 0, 0
+        self._device = _device_of(model)
+        self.monitor = vk.monitor(model, every=self.every, **self.capture_kwargs)
+        self.pause()
+
+    def stop(self) -> None:
+        """Removes the hooks (the accumulated ``total`` stays)."""
+        if self.monitor is not None:
+            self.resume()
+            self.monitor.detach()
+            self.monitor = None
+
+    def pause(self) -> None:
+        if self.monitor is not None and self._pause is None:
+            self._pause = self.monitor.measuring(False)
+            self._pause.__enter__()
+
+    def resume(self) -> None:
+        if self._pause is not None:
+            pause, self._pause = self._pause, None
+            pause.__exit__(None, None, None)
+
+    # ---------------------------------------------------------------- steps
+    def end_step(self) -> dict[str, float] | None:
+        """Ends an optimizer step; returns its metrics when it was measured (else None)."""
+        if self.monitor is None:
+            return None
+        self.resume()  # the monitor's step counter runs on its own flag, not the paused one
+        measured = self.monitor.active
+        self.monitor.step()
+        if not measured:
+            return None
+        result = self.combine(self._local_result())
+        if result is None:
+            self.skipped_steps += 1
+            return None
+        self.measured_steps += 1
+        self.total = result if self.total is None else self.total.merge(result)
+        return metrics_of(result, self.prefix, self.per_layer)
+
+    def _local_result(self) -> PlasticityResult | None:
+        try:
+            return self.monitor.result(reset=True)
+        except RuntimeError:  # nothing measured on this rank (the step's batches were skipped)
+            self.monitor.reset()
+            return None
+
+    def combine(self, local: PlasticityResult | None) -> PlasticityResult | None:
+        """This step's result over all ranks (sums all-reduced), or None when a rank measured nothing."""
+        if world_size() == 1:
+            return local
+        flag = torch.tensor([0 if local is None else 1], dtype=torch.int64, device=self._device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+        if int(flag.item()) == 0:
+            return None
+        return local.all_reduce()
+
+    # ---------------------------------------------------------------- files
+    def write(self, directory: str | os.PathLike, *, filename: str = "plasticity.json",
+              plot: bool = False) -> list[Path]:
+        """Writes the merged result (atomically) into ``directory``; returns the paths written
+        (none when nothing was measured)."""
+        if self.total is None:
+            return []
+        directory = Path(directory)
+        res = PlasticityResult(self.total.stats, self.total.components, self.total.layers,
+                               heads=self.total.head_stats,
+                               meta={**self.total.meta, "every": self.every,
+                                     "measured_steps": self.measured_steps,
+                                     "skipped_steps": self.skipped_steps, "world_size": world_size()})
+        paths = [directory / filename]
+        res.to_json(paths[0])
+        if plot:
+            paths.append(paths[0].with_suffix(".png"))
+            res.plot(paths[1])
+        return paths
