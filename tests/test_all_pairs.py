@@ -1,4 +1,4 @@
-"""All distinct pairs (issue 5): every backend against the float64 reference, near-duplicates, identical
+"""All distinct pairs: every backend against the float64 reference, near-duplicates, identical
 rows, the cancellation threshold's edge, ratios, the op's schema. Triton runs interpreted without CUDA."""
 
 from __future__ import annotations
@@ -13,8 +13,16 @@ import vitplast_kernels as vk
 from vitplast_kernels import numerics
 from vitplast_kernels.backends import cpu as ap
 
+try:
+    import triton
+    import triton.language as tl
+
+    from vitplast_kernels.backends.triton import all_pairs as tap
+except ImportError:  # triton is optional on CPU-only installs
+    triton = None
+
 BACKENDS = ["cpu", "torch", "triton"]
-DIST_RTOL = 1e-5  # per-pair relative error of the distance (the issue's bar)
+DIST_RTOL = 1e-5  # per-pair relative error of the distance (the design's bar)
 
 
 def _triton_ok() -> bool:
@@ -111,6 +119,48 @@ def test_triton_mma_flush_gram_only(dtype, bk, gen):
         got = _run(a, "triton", splits=splits, config=(16, bk, 1, 1), tau=0.0)
         assert_matrix_exact(got, a, f"triton Gram only, K={k} BK={bk} F={f} splits={splits} {dtype}")
     assert tap.gram_eps(a) > 0
+
+
+def test_index_arithmetic_at_70k_rows():
+    # N = 70,000 rows (planned, not run: the output alone is 20 GB): every grid within CUDA's per-axis
+    # limits (rows on axis 0), workspace and output offsets past 2^31 (int32 would wrap)
+    if triton is None:
+        pytest.skip("triton not importable")
+    n, k = 70_000, 257 * 384
+    bm, bk = tap._fitting(n)[0][:2]
+    tiles = tap.num_tiles_of(n, bm)
+    s, _ = tap._splits(tiles, k, bk, torch.device("cpu"), tap.splits_for(tiles, 132))
+    grids = tap.launch_grids(n, bm, s, tap.RECOMPUTE_JB)
+    assert grids["recompute"] == (n, math.ceil(n / tap.RECOMPUTE_JB)) and grids["partial"] == (tiles, s)
+    for name, grid in grids.items():
+        assert all(1 <= size <= limit for size, limit in zip(grid, tap.GRID_AXIS_MAX, strict=True)), name
+    ext = tap.index_extents(n, k, k, bm, s)
+    assert ext["workspace"] == s * tiles * bm * bm - 1 >= 2**31 and ext["out"] == n * n - 1 >= 2**31
+    assert max(ext.values()) < 2**63
+    with pytest.raises(ValueError, match="recompute launch: grid axis 1"):
+        tap.launch_grids(600_000, bm, s, tap.RECOMPUTE_JB)  # more row blocks than axis 1 takes
+    assert tap._splits(1, 10**9, bk, torch.device("cpu"), 10**6)[0] <= tap.GRID_AXIS_MAX[1]
+
+
+def test_kernel_offsets_are_int64_past_2_31():
+    # the offset helpers the Gram kernels use, evaluated by a kernel for the last tile at N = 70,000
+    # from int32 ids (as tl.program_id gives them): exact where int32 arithmetic would wrap
+    if not _triton_ok():
+        pytest.skip("triton not importable")
+    bm, splits = 128, 3
+    tiles = tap.num_tiles_of(70_000, bm)
+    out = torch.zeros(2, dtype=torch.int64, device="cuda" if torch.cuda.is_available() else "cpu")
+    _offset_probe[(1,)](out, splits - 1, tiles - 1, tiles, BM=bm)
+    assert out.tolist() == [tap.index_extents(70_000, 1, 1, bm, splits)["workspace"], (tiles - 1) * bm * bm]
+    assert out[0] >= 2**31
+
+
+if triton is not None:
+
+    @triton.jit
+    def _offset_probe(out_ptr, s, t, num_tiles, BM: tl.constexpr):
+        tl.store(out_ptr, tap._ws_offset(s.to(tl.int32), t.to(tl.int32), num_tiles, BM) + (BM * BM - 1))
+        tl.store(out_ptr + 1, tap._tile_offset(t.to(tl.int32), BM))
 
 
 def test_cpu_threshold_edge_long_rows(gen):

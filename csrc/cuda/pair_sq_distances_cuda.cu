@@ -44,14 +44,15 @@ constexpr int kUnroll = 4;              // independent 16-byte loads in flight p
 // (~30 GB/s x ~2 us). Without the bound ptxas took 88-100 registers: 2 blocks, 64 KiB. A bound of 4
 // blocks (64 registers) spilled up to 188 bytes.
 constexpr int kMinBlocksPerSM = 3;
-// Chunking (host side, per call): a task's chunk aims at cdiv(total elements of the call, kTargetTasks)
-// elements, clamped to [kMinChunk, kMaxChunk], and every row of a tensor is cut into equal chunks
-// (rounded up to kChunkAlign) instead of whole 4096-element tiles plus a remainder. Why: the first
-// H200 run cut every row into 16384-element chunks plus a short tail (128x257x1280 bf16: 21 tasks per
-// row, the last of 1280 elements) and reached 73% of the copy bandwidth, while 45056-element chunks
-// (128x257x5120) reached 88%: a task's fixed costs (descriptor decode, block reduction, fence and
-// ticket, the last block's row sum) are paid per 64 KB. A group counts all its tensors, so the
-// 160-tensor ViT-H group gets large chunks too. NOT YET MEASURED on a GPU (see bench/gpu_check.sh).
+// Chunking (host side, per tensor): a tensor of `rows` rows of K elements aims at
+// cdiv(rows * K, kTargetTasks) elements per task, clamped to [kMinChunk, kMaxChunk], and every row is
+// cut into equal chunks (rounded up to kChunkAlign) rather than fixed tiles plus a short remainder.
+// A task's fixed costs (descriptor decode, block reduction, fence and ticket, the last block's row
+// sum) are paid per chunk: on an H200, rows cut into 16384-element chunks plus a short tail
+// (128x257x1280 bf16) reached 73% of the copy bandwidth, 45056-element chunks (128x257x5120) 88%.
+// The chunk depends on the tensor alone, never on the rest of a group: the chunk decides the
+// summation order, so a tensor reduced inside a group gives the bits it gives alone. (A group of
+// small tensors therefore runs on small chunks; bench/gpu_paired.py --chunk-sweep measures the policy.)
 constexpr int64_t kTargetTasks = 1024;   // ~2.6 waves of 3 x 132 resident blocks on an H200
 constexpr int64_t kMinChunk = 8192;      // one unrolled block step (256 threads x 4 x 8 16-bit elements)
 constexpr int64_t kMaxChunk = 49152;     // 192 KB of bf16 reads per task (both operands)
@@ -233,9 +234,9 @@ void check_cuda_pair_inputs(const at::Tensor& a, const at::Tensor& b) {
 
 int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// Elements each task aims at for a call reading `total` elements per operand. VITPLAST_CUDA_CHUNK=<n>
-// forces n (rounded up to kChunkAlign) for every call: a tuning knob for bench/gpu_paired.py
-// --chunk-sweep, read per call so that one process can compare several values.
+// Elements each task of one tensor aims at, from that tensor's `total` = rows * K elements per operand.
+// VITPLAST_CUDA_CHUNK=<n> forces n (rounded up to kChunkAlign) for every tensor: a tuning knob for
+// bench/gpu_paired.py --chunk-sweep, read per call so that one process can compare several values.
 int64_t chunk_target(int64_t total) {
   if (const char* forced = std::getenv("VITPLAST_CUDA_CHUNK")) {
     const long long n = std::atoll(forced);
@@ -244,8 +245,9 @@ int64_t chunk_target(int64_t total) {
   return std::clamp<int64_t>(cdiv(std::max<int64_t>(total, 1), kTargetTasks), kMinChunk, kMaxChunk);
 }
 
-// Descriptor of one pair of tensors; `keep` holds any contiguous copy alive until the launch.
-TensorDesc make_desc(const PairLayout& p, int64_t target, std::vector<at::Tensor>& keep) {
+// Descriptor of one pair of tensors, chunked by its own size (chunk_target); `keep` holds any
+// contiguous copy alive until the launch.
+TensorDesc make_desc(const PairLayout& p, std::vector<at::Tensor>& keep) {
   keep.push_back(p.a);
   keep.push_back(p.b);
   TensorDesc t{};
@@ -256,6 +258,7 @@ TensorDesc make_desc(const PairLayout& p, int64_t target, std::vector<at::Tensor
   t.row_len = p.row_len;
   t.seg_len = std::max<int64_t>(p.seg_len, 1);
   const int64_t k = std::max<int64_t>(p.row_len, 1);
+  const int64_t target = chunk_target(p.rows * p.row_len);
   const int64_t pieces = cdiv(k, target);  // equal chunks: no short tail task per row
   t.chunk = cdiv(cdiv(k, pieces), kChunkAlign) * kChunkAlign;
   t.nchunks = cdiv(k, t.chunk);
@@ -325,7 +328,7 @@ at::Tensor pair_sq_distances_cuda(const at::Tensor& a, const at::Tensor& b) {
   std::vector<at::Tensor> keep;
   DescArg d{};
   const PairLayout p = make_pair_layout(a, b);
-  d.one = make_desc(p, chunk_target(p.rows * p.row_len), keep);
+  d.one = make_desc(p, keep);
   d.one.task_begin = 0;
   d.groups = 1;
   d.rows = rows;
@@ -351,18 +354,10 @@ at::Tensor pair_sq_distances_grouped_cuda(at::TensorList a, at::TensorList b) {
   at::Tensor out = at::empty({groups, rows}, a[0].options().dtype(at::kFloat));
   if (rows == 0) return out;
   std::vector<at::Tensor> keep;
-  std::vector<PairLayout> layouts;
-  layouts.reserve(groups);
-  int64_t total = 0;
-  for (int64_t g = 0; g < groups; ++g) {
-    layouts.push_back(make_pair_layout(a[g], b[g]));
-    total += layouts.back().rows * layouts.back().row_len;
-  }
-  const int64_t target = chunk_target(total);
   std::vector<TensorDesc> descs(groups);
   int64_t tasks = 0;
   for (int64_t g = 0; g < groups; ++g) {
-    descs[g] = make_desc(layouts[g], target, keep);
+    descs[g] = make_desc(make_pair_layout(a[g], b[g]), keep);
     descs[g].task_begin = tasks;
     tasks += rows * descs[g].nchunks;  // empty rows (K == 0) get one task that sums nothing
   }

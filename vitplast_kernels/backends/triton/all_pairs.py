@@ -1,9 +1,11 @@
 """Triton kernels for all distinct pairs: split-K Gram on tensor cores, fused distance epilogue, masked
-direct recompute of the pairs the Gram cannot resolve (design and error model:
-:mod:`vitplast_kernels.ops.all_pairs`).
+direct recompute of the pairs the Gram cannot resolve (design and error model: ``ops/all_pairs.py``).
 
-Three launches, no host-device synchronisation (except once per shape on CUDA, to time the tile configs
-and split counts and keep the fastest):
+Three launches, no host-device synchronisation. The plan (tile config, number of K-splits) is fixed:
+it follows from the shape and the device's SM count only, so two processes compute the same bits.
+``VITPLAST_AUTOTUNE=1`` instead times every candidate config and split count once per shape and keeps
+the fastest: faster where the fixed plan is not the best, but **not bitwise repeatable** across
+processes (the split count changes the summation order).
 
 1. ``_gram_partial_kernel`` grid ``(T, S)``: tile ``t`` of the lower block triangle (``T = nb (nb + 1)
    / 2`` tiles of ``BM x BM``, ``nb = ceil(N / BM)``) times K-chunk ``s``: ``tl.dot`` of the two row
@@ -11,49 +13,41 @@ and split counts and keep the fastest):
    fastest so the programs reading the same K-chunk run together (the second read hits L2).
 2. ``_gram_finish_kernel`` grid ``(T, BM / ROWS)``: ``ROWS`` rows of one tile per program; sums the S
    partials of each entry in float64 in a fixed order (deterministic), ``SB`` partials per step loaded
-   at once (independent loads in flight: the first version summed a whole tile per program, one
-   partial after the other, with 3 programs at N = 256 and a spilling float64 tile: a few hundred
-   parallel loads for the whole GPU), takes the norms from the diagonal tiles, forms ``n_i + n_j - 2
-   G_ij``, marks unreliable pairs with -1 (``S_ij < tau (n_i + n_j)`` or not finite), writes the entries
-   and their mirror, zero diagonal.
-3. ``_recompute_kernel`` grid ``(ceil(N / JB), N)``: program ``(jb, i)`` reads the flags of the pairs
+   at once (independent loads in flight), takes the norms from the diagonal tiles, forms ``n_i + n_j -
+   2 G_ij``, marks unreliable pairs with -1 (``S_ij < tau (n_i + n_j)`` or not finite), writes the
+   entries and their mirror, zero diagonal.
+3. ``_recompute_kernel`` grid ``(N, ceil(N / JB))``: program ``(i, jb)`` reads the flags of the pairs
    ``(i, j)``, ``j`` in a block of ``JB`` below ``i``, with one vector load and exits when none is -1
-   (the common case: a few thousand programs instead of the N^2 of the first version); otherwise it
-   streams row ``i`` once beside the flagged rows ``j`` (masked loads) and recomputes ``sum_k (x_i -
-   x_j)^2`` directly in float64, writing both entries.
+   (the common case); otherwise it streams row ``i`` once beside the flagged rows ``j`` (masked loads)
+   and recomputes ``sum_k (x_i - x_j)^2`` directly in float64, writing both entries.
+
+Indexing: the large grid dimension (tiles, rows) is on axis 0 (up to 2^31 - 1 programs), the small ones
+(splits, tile rows, row blocks) on axis 1 (at most 65535); every element offset is int64 (the workspace
+and the output pass 2^31 elements near N = 65,000). :func:`launch_grids` and :func:`index_extents`
+give both for a shape; a launch past the limits raises ``ValueError``.
 
 Inputs: ``x`` of shape ``(N, K)`` float32/float16/bfloat16 with unit inner stride; output ``(N, N)``
 float32. bf16/fp16 tiles go to ``tl.dot`` as they are (products exact in float32); float32 uses
-``tf32x3`` on GPU. Offsets are 64-bit. Runs under ``TRITON_INTERPRET=1`` on CPU tensors (tests).
+``tf32x3`` on GPU. Runs under ``TRITON_INTERPRET=1`` on CPU tensors (tests).
 
 Tensor-core accumulation and the GPU error model
 ------------------------------------------------
-Hopper tensor cores do not round to nearest inside the MMA accumulator: products are aligned to the
-accumulator's exponent and truncated, so each accumulated product loses a fraction of an ulp of the
-*running sum*, always towards zero for same-sign sums (norms). The error is a bias, linear in the number
-of products summed in one accumulator, and it does not average out over the split-K chunks.
-Measured by the lead on an H200 (torch 2.11, triton 3.6, bf16, N=256, K=257*1280, S=88 chunks of
-L ~= 3760, one accumulator per chunk): max relative distance error 2.3e-5 on iid rows (where
-``r = S_ij / (n_i + n_j) ~= 1``, so ``rel_err(d) * r ~= 2.3e-5``), i.e. ``2.3e-5 / 3760 = 6.1e-9``
-(about 2^-27.3) per accumulated product (``MMA_TRUNC_PER_PRODUCT``); on rows sharing a large common
-component the bias mostly cancels in ``n_i + n_j - 2 G_ij`` (measured ``c_gram = 2.795``, i.e.
-``rel_err(d) * r = 1.1e-6``). The old model (``c u sqrt(L / S)`` with ``c = 0.5``: 2e-7) missed both.
-
-Since then ``_gram_partial_kernel`` flushes its MMA accumulator every ``F`` BK-steps (``F * BK =
-MMA_FLUSH_K = 128`` products, ``F >= 2``) into a float32 sum with ordinary round-to-nearest adds. The
-predicted truncation error drops by ``128 / 3760``: ``6.1e-9 * 128 = 7.8e-7`` (``rel_err(d) * r``) for
-16-bit inputs, three times that for float32 (tf32x3 may chain its three MMAs through one accumulator;
-triton 3.8's sm_90 TTGIR instead adds the running sum after the three dots with a plain float32 add,
-so only BK products per MMA chain: not checked for triton 3.6).
-The trust threshold uses ``eps = max(2u, C_GPU u sqrt(L / S)) + product_err + 4 * 6.1e-9 * F * BK *
-passes`` with ``C_GPU = 1.0`` for the rounding part (flush adds and float64 combination; the CPU's BLAS
-measures 0.05) and a 4x margin on the truncation bias: at the bench shape (bf16) ``eps = 3.5e-6``,
-``tau = 0.70`` (iid pairs, ``r ~= 1``, stay on the Gram path), an effective constant ``eps / (u
-sqrt(L / S)) ~= 9``, above the 2.795 measured before the flush even if the flush removed nothing of it.
-float32 on GPU: ``eps ~= 1e-5``, ``tau > 1``: every pair is recomputed directly (correct, slow) until a
-GPU run measures the flushed tf32x3 error (bench/all_pairs.py prints ``c_gram`` and the assumed ``eps``).
-Unverified on GPU: the error after the flush, and its cost (one 128x128 float32 add per F dots, and the
-compiler must keep the flush: ``part`` is loop-carried, ``acc`` is no dot operand).
+Hopper tensor cores truncate inside the MMA accumulator: each accumulated product loses part of an ulp
+of the running sum, towards zero for same-sign sums (norms): a bias linear in the products summed per
+accumulator. Measured on an H200 (torch 2.11, triton 3.6, bf16, N=256, K=257*1280, S=88 chunks of
+L ~= 3760, no flush): relative distance error 2.3e-5 on iid rows (``r = S_ij / (n_i + n_j) ~= 1``),
+i.e. 6.1e-9 per accumulated product (``MMA_TRUNC_PER_PRODUCT``); rows sharing a large common component
+cancel most of it (``c_gram = 2.795``). ``_gram_partial_kernel`` flushes its MMA accumulator every
+``F`` BK-steps (``F * BK = MMA_FLUSH_K = 128`` products, ``F >= 2``) into a round-to-nearest float32
+sum: a predicted ``6.1e-9 * 128 = 7.8e-7`` (``rel_err(d) * r``) for 16-bit inputs, three times that for
+float32 (tf32x3 may chain its three MMAs through one accumulator; triton 3.8's sm_90 TTGIR adds the
+running sum after the three dots). The trust threshold uses ``eps = max(2u, C_GPU u sqrt(L / S)) +
+product_err + 4 * 6.1e-9 * F * BK * passes`` (``C_GPU = 1.0`` for the rounding part, a 4x margin on the
+bias): bf16 at the bench shape gives ``eps = 3.5e-6``, ``tau = 0.70`` (iid pairs stay on the Gram path);
+float32 gives ``tau > 1``: every pair is recomputed directly (correct, slow) until a GPU run measures
+the flushed tf32x3 error (bench/all_pairs.py prints ``c_gram`` and the assumed ``eps``). Unverified on
+GPU: the error after the flush and its cost (the compiler must keep the flush: ``part`` is
+loop-carried, ``acc`` is no dot operand).
 """
 
 from __future__ import annotations
@@ -64,10 +58,14 @@ import os
 import torch
 
 from ...numerics import U32, gram_error, reliability_threshold
+from ...timing import median_ms
+from ..cuda import autotune_enabled
 
 try:
     import triton
     import triton.language as tl
+    from triton.compiler.errors import CompilationError
+    from triton.runtime.errors import OutOfResources
 except ImportError:  # pragma: no cover - triton is a dependency of CUDA torch builds
     triton = None
 
@@ -105,6 +103,16 @@ def usable(device: torch.device) -> bool:
 
 
 if triton is not None:
+
+    @triton.jit
+    def _tile_offset(t, BM: tl.constexpr):
+        """Offset of tile ``t`` in one split of the workspace: int64 (program ids are int32)."""
+        return t.to(tl.int64) * (BM * BM)
+
+    @triton.jit
+    def _ws_offset(s, t, num_tiles, BM: tl.constexpr):
+        """Offset of tile ``t`` of split ``s`` in the ``(S, T, BM, BM)`` workspace (int64)."""
+        return s.to(tl.int64) * num_tiles * (BM * BM) + _tile_offset(t, BM)
 
     @triton.jit
     def _gram_partial_kernel(
@@ -161,7 +169,7 @@ if triton is not None:
                 part = tl.dot(a, b, part, input_precision=PREC)
         acc += part  # the last (n_steps % F) steps and the tail
         offs = tl.arange(0, BM)
-        ws = ws_ptr + (s.to(tl.int64) * num_tiles + t) * (BM * BM)
+        ws = ws_ptr + _ws_offset(s, t, num_tiles, BM)
         tl.store(ws + offs[:, None] * BM + offs[None, :], acc)
 
     @triton.jit
@@ -171,7 +179,7 @@ if triton is not None:
         Loads ``SB`` partials of every entry at once (``SB x E`` independent loads in flight) and sums
         them in float64: blocks of SB in a fixed order, a fixed-shape tree inside a block."""
         E: tl.constexpr = ROWS * BM
-        t = tl.program_id(0)
+        t = tl.program_id(0).to(tl.int64)
         rb = tl.program_id(1)
         num_tiles = tl.num_programs(0)
         bi = tl.load(tiles_ptr + 2 * t).to(tl.int64)
@@ -181,9 +189,9 @@ if triton is not None:
         e = tl.arange(0, E)
         r_loc = (rb * ROWS + e // BM).to(tl.int64)  # row inside the tile
         c_loc = (e % BM).to(tl.int64)  # column inside the tile
-        g_off = t * (BM * BM) + r_loc * BM + c_loc
-        ni_off = ti * (BM * BM) + r_loc * (BM + 1)
-        nj_off = tj * (BM * BM) + c_loc * (BM + 1)
+        g_off = _tile_offset(t, BM) + r_loc * BM + c_loc
+        ni_off = _tile_offset(ti, BM) + r_loc * (BM + 1)
+        nj_off = _tile_offset(tj, BM) + c_loc * (BM + 1)
         sb = tl.arange(0, SB).to(tl.int64)
         stride_s = num_tiles.to(tl.int64) * (BM * BM)
         g = tl.zeros((E,), dtype=tl.float64)
@@ -209,12 +217,12 @@ if triton is not None:
 
     @triton.jit
     def _recompute_kernel(x_ptr, out_ptr, N, K, stride_row, JB: tl.constexpr, BLOCK: tl.constexpr):
-        """Program ``(jb, i)``: the pairs ``(i, j)``, ``j`` in ``[jb * JB, jb * JB + JB)``, ``j < i``. One
+        """Program ``(i, jb)``: the pairs ``(i, j)``, ``j`` in ``[jb * JB, jb * JB + JB)``, ``j < i``. One
         vector load of their flags; programs with none set (almost all, usually) exit. Otherwise row
         ``i`` is streamed once and the flagged rows ``j`` beside it (masked loads: unflagged rows cost
-        no traffic), differences squared and summed in float64."""
-        jb = tl.program_id(0).to(tl.int64)
-        i = tl.program_id(1).to(tl.int64)
+        no traffic), differences squared and summed in float64. Rows on grid axis 0 (N > 65535)."""
+        i = tl.program_id(0).to(tl.int64)
+        jb = tl.program_id(1).to(tl.int64)
         j = jb * JB + tl.arange(0, JB).to(tl.int64)
         valid = j < i
         flag = tl.load(out_ptr + i * N + j, mask=valid, other=0.0)
@@ -235,14 +243,15 @@ if triton is not None:
             tl.store(out_ptr + j * N + i, r, mask=need)
 
 
-# (BM, BK, num_warps, num_stages) tried on CUDA; the fastest per (N, K, dtype, device) is kept
-# (BK <= MMA_FLUSH_K / 2, so that F = MMA_FLUSH_K / BK >= 2 and the flush bound holds)
+# (BM, BK, num_warps, num_stages) on CUDA (BK <= MMA_FLUSH_K / 2, so that F = MMA_FLUSH_K / BK >= 2 and
+# the flush bound holds). The fixed plan takes the first that fits the shape with the default split
+# count (``splits_for``, 2 programs per SM); VITPLAST_AUTOTUNE=1 times every fitting config with K-splits
+# for 1 and 2 programs per SM (ptxas gives the BM=128 bf16 config 172 registers x 256 threads: ONE
+# resident program per SM, bench/codegen_sm90.py) and keeps the fastest per (N, K, dtype, device).
 _CUDA_CONFIGS = ((128, 64, 8, 3), (64, 64, 4, 4), (128, 32, 8, 4))
-# and K-splits for this many programs per SM: ptxas gives the BM=128 bf16 config 172 registers x 256
-# threads, i.e. ONE resident program per SM (bench/codegen_sm90.py), so the old fixed 2 per SM ran in
-# two waves; which one is faster is measured with the configs
 _PROGRAMS_PER_SM = (1, 2)
 _INTERPRET_CONFIG = (16, 32, 1, 1)
+GRID_AXIS_MAX = (2**31 - 1, 65535)  # CUDA's limits on grid axes 0 and 1 (programs)
 _config_cache: dict[tuple, tuple[tuple[int, int, int, int], int | None]] = {}
 _tiles_cache: dict[tuple, torch.Tensor] = {}
 
@@ -268,15 +277,41 @@ def splits_for(num_tiles: int, sms: int, per_sm: int = 2) -> int:
 
 
 def _splits(num_tiles: int, k: int, bk: int, device: torch.device, splits: int | None) -> tuple[int, int]:
-    """(S, chunk): K cut into S chunks of ``chunk`` (a multiple of BK) for about 2 programs per SM."""
+    """(S, chunk): K cut into S chunks of ``chunk`` (a multiple of BK), by default for about 2 programs
+    per SM; S stays within grid axis 1."""
     if splits is None:
         if device.type == "cuda":
             splits = splits_for(num_tiles, torch.cuda.get_device_properties(device).multi_processor_count)
         else:
             splits = 2
-    splits = max(1, min(splits, math.ceil(k / bk)))
+    splits = max(1, min(splits, math.ceil(k / bk), GRID_AXIS_MAX[1]))
     chunk = math.ceil(math.ceil(k / splits) / bk) * bk
     return math.ceil(k / chunk), chunk
+
+
+def _finish_rows(bm: int) -> int:
+    return FINISH_ROWS if bm % FINISH_ROWS == 0 else 1
+
+
+def launch_grids(n: int, bm: int, splits: int, jb: int) -> dict[str, tuple[int, int]]:
+    """The three launches' grids for ``n`` rows (large dimensions on axis 0, small ones on axis 1);
+    ``ValueError`` past CUDA's per-axis limits (:data:`GRID_AXIS_MAX`)."""
+    num_tiles = num_tiles_of(n, bm)
+    grids = {"partial": (num_tiles, splits), "finish": (num_tiles, bm // _finish_rows(bm)),
+             "recompute": (n, -(-n // jb))}
+    for name, grid in grids.items():
+        for axis, (size, limit) in enumerate(zip(grid, GRID_AXIS_MAX, strict=True)):
+            if size > limit:
+                raise ValueError(f"all-pairs {name} launch: grid axis {axis} needs {size} programs, "
+                                 f"more than CUDA's {limit}: too many rows")
+    return grids
+
+
+def index_extents(n: int, k: int, stride_row: int, bm: int, splits: int) -> dict[str, int]:
+    """The largest element offset each buffer is indexed with (exact Python integers: the kernels
+    form them in int64)."""
+    return {"x": (n - 1) * stride_row + k - 1, "workspace": splits * num_tiles_of(n, bm) * bm * bm - 1,
+            "out": n * n - 1}
 
 
 def _precision(dtype: torch.dtype, bk: int) -> tuple[str, float]:
@@ -293,67 +328,68 @@ def _launch(x: torch.Tensor, config: tuple[int, int, int, int], splits: int | No
             tau: float | None = None) -> torch.Tensor:
     n, k = x.shape
     bm, bk, warps, stages = config
-    nb = math.ceil(n / bm)
-    tiles = _tiles(nb, x.device)
+    tiles = _tiles(math.ceil(n / bm), x.device)
     num_tiles = tiles.shape[0]
     s, chunk = _splits(num_tiles, k, bk, x.device, splits)
+    jb, block = (4, 64) if interpreted() else (RECOMPUTE_JB, RECOMPUTE_BLOCK)
+    grids = launch_grids(n, bm, s, jb)
     prec, product_err = _precision(x.dtype, bk)
     if tau is None:
         tau = reliability_threshold(gram_error(k, s, C_GPU, product_err))
     ws = torch.empty((s, num_tiles, bm, bm), dtype=torch.float32, device=x.device)
     out = torch.empty((n, n), dtype=torch.float32, device=x.device)
     launch = {} if interpreted() else {"num_warps": warps, "num_stages": stages}
-    _gram_partial_kernel[(num_tiles, s)](
+    _gram_partial_kernel[grids["partial"]](
         x, ws, tiles, n, k, x.stride(0), chunk, BM=bm, BK=bk, PREC=prec,
         MASK_ROWS=n % bm != 0, MASK_K=k % bk != 0,
         UPCAST=interpreted() and x.dtype == torch.bfloat16, F=flush_steps(bk), **launch,
     )
-    rows = FINISH_ROWS if bm % FINISH_ROWS == 0 else 1
     finish = {} if interpreted() else {"num_warps": FINISH_WARPS}
-    _gram_finish_kernel[(num_tiles, bm // rows)](ws, tiles, out, n, s, tau, BM=bm, ROWS=rows,
-                                                 SB=FINISH_SB, **finish)
-    jb, block = (RECOMPUTE_JB, RECOMPUTE_BLOCK) if not interpreted() else (4, 64)
-    _recompute_kernel[(triton.cdiv(n, jb), n)](x, out, n, k, x.stride(0), JB=jb, BLOCK=block)
+    _gram_finish_kernel[grids["finish"]](ws, tiles, out, n, s, tau, BM=bm, ROWS=_finish_rows(bm),
+                                         SB=FINISH_SB, **finish)
+    _recompute_kernel[grids["recompute"]](x, out, n, k, x.stride(0), JB=jb, BLOCK=block)
     return out
 
 
-def _pick_config(x: torch.Tensor) -> tuple[tuple[int, int, int, int], int | None]:
-    """(tile config, number of K-splits or None for the default) for ``x``: on CUDA every candidate
-    config x programs-per-SM is timed once per (N, K, dtype, device) and the fastest kept."""
-    if x.device.type != "cuda":
-        return _INTERPRET_CONFIG, None
+def _fitting(n: int) -> list[tuple[int, int, int, int]]:
+    """The CUDA configs whose tiles are no taller than the next power of two of N (at least 64 rows);
+    the first is the fixed plan's."""
+    return [c for c in _CUDA_CONFIGS if c[0] <= max(64, 2 ** math.ceil(math.log2(max(n, 1))))]
+
+
+def _timed_config(x: torch.Tensor) -> tuple[tuple[int, int, int, int], int | None]:
+    """Under VITPLAST_AUTOTUNE=1: every fitting config x programs-per-SM timed once per (N, K, dtype,
+    device), the fastest kept (not bitwise repeatable across processes)."""
     key = (x.shape[0], x.shape[1], x.dtype, x.device)
     if key not in _config_cache:
         sms = torch.cuda.get_device_properties(x.device).multi_processor_count
-        best, best_t = (_CUDA_CONFIGS[0], None), float("inf")
-        for cfg in _CUDA_CONFIGS:
-            if cfg[0] > max(64, 2 ** math.ceil(math.log2(x.shape[0]))):
-                continue
+        best, best_ms = (_fitting(x.shape[0])[0], None), float("inf")
+        for cfg in _fitting(x.shape[0]):
             for per_sm in _PROGRAMS_PER_SM:
                 splits = splits_for(num_tiles_of(x.shape[0], cfg[0]), sms, per_sm)
                 try:
-                    _launch(x, cfg, splits)  # compile + warm
-                    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                    start.record()
-                    for _ in range(3):
-                        _launch(x, cfg, splits)
-                    end.record()
-                    end.synchronize()
-                    ms = start.elapsed_time(end)
-                except Exception:  # a config the compiler rejects (e.g. shared memory) is skipped
+                    ms = median_ms(lambda cfg=cfg, splits=splits: _launch(x, cfg, splits), device=x.device,
+                                   reps=3, warmup=1)
+                except (OutOfResources, CompilationError):  # e.g. more shared memory than the SM has
                     continue
-                if ms < best_t:
-                    best, best_t = (cfg, splits), ms
+                if ms < best_ms:
+                    best, best_ms = (cfg, splits), ms
         _config_cache[key] = best
     return _config_cache[key]
 
 
 def _plan_for(x: torch.Tensor, splits: int | None,
               config: tuple[int, int, int, int] | None) -> tuple[tuple[int, int, int, int], int | None]:
-    """The explicit config/splits where given, the picked ones otherwise."""
+    """(tile config, K-splits or None for the default): the explicit ones where given; else the fixed
+    plan, or the timed one under VITPLAST_AUTOTUNE=1 (not while a CUDA graph is being captured)."""
     if config is not None:
         return config, splits
-    picked, picked_splits = _pick_config(x)
+    if x.device.type != "cuda":
+        picked, picked_splits = _INTERPRET_CONFIG, None
+    elif autotune_enabled() and not torch.cuda.is_current_stream_capturing():
+        picked, picked_splits = _timed_config(x)
+    else:
+        picked, picked_splits = _fitting(x.shape[0])[0], None
     return picked, splits if splits is not None else picked_splits
 
 
@@ -363,7 +399,7 @@ def all_pair_sq_distances_triton(x: torch.Tensor, *, splits: int | None = None,
     """``(N, K) -> (N, N)`` float32 squared distances of all pairs of rows (see module docstring).
 
     ``splits`` forces the number of K-chunks, ``config`` = ``(BM, BK, num_warps, num_stages)`` the
-    tile config (tests and benchmarks); by default both are chosen per shape and device. ``tau``
+    tile config (tests and benchmarks); by default the fixed plan (module docstring). ``tau``
     overrides the trust threshold (``0.0``: trust every Gram value; the bench calibrates with it).
     """
     if triton is None:

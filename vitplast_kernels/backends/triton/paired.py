@@ -10,8 +10,9 @@ Work is cut into tasks (tensor g, row, chunk of whole ``BLOCK``s of logical elem
 B = 32 rows fill a large GPU. Stage 1: one program per task sums ``(a - b)^2`` in float32 lanes and
 writes one float32 partial per task. Stage 2: one program per output ``(g, row)`` sums that row's
 partials in float64, in a fixed order. No atomics: results are bitwise repeatable. The chunk size of a
-tensor depends only on its own ``(B, K)``, so a tensor is cut the same way alone or in a group (the
-bits may still differ: the compiler may lay lanes out differently in the two kernels).
+tensor depends only on its own ``(B, K)``, so a tensor is cut the same way alone or in a group, and
+each program sums its lanes by a fixed pairwise tree (``_tree_sum``), whatever lane layout the compiler
+picks for that launch: a tensor gives the same bits alone and in any group.
 
 Layouts (mirror of csrc/row_layout.h): a tensor is read in place when its non-batch dims collapse to
 ``(outer, inner-contiguous)``; rows that are contiguous take a vectorised path, other collapsible
@@ -51,6 +52,19 @@ _NCOL = 11
 
 # ---------------------------------------------------------------------------------------------
 # kernels
+
+
+@triton.jit
+def _tree_sum(x, N: tl.constexpr):
+    """Sum of the ``N`` (a power of two) elements of ``x`` by a fixed pairwise tree: ``x[2i] + x[2i+1]``,
+    halving until one is left. Each step adds exactly two numbers, and ``a + b == b + a``, so the
+    result does not depend on how the compiler spreads ``x`` over threads (``tl.sum``'s order does:
+    the vector width the alignment allows changes it). Same bits in every kernel that sums the same
+    lanes: the single and the grouped launch, aligned or not."""
+    for i in tl.static_range(16):
+        if (N >> i) > 1:
+            x = tl.sum(tl.reshape(x, (N >> (i + 1), 2)), axis=1)
+    return tl.sum(x, axis=0)
 
 
 @triton.jit
@@ -112,7 +126,7 @@ def _stage1_single(a_ptr, b_ptr, partial_ptr, K, nchunks, chunk, a_bs, a_inner, 
         acc = _sq_contig(a_ptr, b_ptr, a_row, b_row, k0, k1, ALIGNED, VEC, BLOCK)
     else:
         acc = _sq_strided(a_ptr, b_ptr, a_row, b_row, k0, k1, a_inner, a_os, b_inner, b_os, BLOCK)
-    tl.store(partial_ptr + task, tl.sum(acc, axis=0))
+    tl.store(partial_ptr + task, _tree_sum(acc, BLOCK))
 
 
 @triton.jit
@@ -150,7 +164,7 @@ def _stage1_grouped(base_ptr, offsets_ptr, layout_ptr, task_group_ptr, partial_p
                               BLOCK)
     else:
         acc = _sq_contig(base_ptr, base_ptr, a_row, b_row, k0, k1, ALIGNED, VEC, BLOCK)
-    tl.store(partial_ptr + task, tl.sum(acc, axis=0))
+    tl.store(partial_ptr + task, _tree_sum(acc, BLOCK))
 
 
 @triton.jit
@@ -171,7 +185,7 @@ def _stage2(partial_ptr, out_ptr, rows, layout_ptr, nchunks_single, GROUPED: tl.
     for c in range(0, nchunks, BLOCK):
         idx = c + lanes
         acc += tl.load(partial_ptr + first + idx, mask=idx < nchunks, other=0.0).to(tl.float64)
-    tl.store(out_ptr + o, tl.sum(acc, axis=0).to(tl.float32))
+    tl.store(out_ptr + o, _tree_sum(acc, BLOCK).to(tl.float32))
 
 
 # ---------------------------------------------------------------------------------------------
