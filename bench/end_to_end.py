@@ -1,10 +1,10 @@
-"""End-to-end section of bench/compare.py: a whole measurement step on a timm ViT (random weights).
+"""End-to-end section of bench.compare: a whole measurement step on a timm ViT (random weights).
 
 Per model: seconds per batch of the plain forward, of forward + ``vitplast_kernels.capture``
 (in_situ, halves, result read on the host), of naive forward hooks with the paper's eager distance,
 and of the paper's protocol (every component on ``e``, outputs to the host, eager distances), timed in
 interleaved rounds (medians); ``x naive`` / ``x paper`` = their time / forward + capture time.
-The measurements are those of ``vitplast profile`` (python/vitplast/profiler.py).
+The measurements are those of ``vitplast profile`` (python/vitplast/profiler.py, profiler_peers.py).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import torch
 
 # (model, images per batch, dtype): small enough for a 2-core CPU / a short GPU run
 CONFIGS = {
-    # ViT-Base batch 8 (issue 7's CPU target) takes minutes here: `vitplast profile` measures it
+    # ViT-Base at batch 8 takes minutes on a 2-core CPU: `vitplast profile` measures it
     "cpu": [("vit_small_patch16_224", 8, torch.float32)],
     "cuda": [("vit_base_patch16_224", 256, torch.bfloat16), ("vit_large_patch16_224", 128, torch.bfloat16)],
 }
@@ -39,6 +39,7 @@ COLUMNS = [
 def _row(model_name: str, batch: int, dtype: torch.dtype, device: torch.device, reps: int) -> dict[str, Any]:
     import timm
     from vitplast import profiler as pf
+    from vitplast import profiler_peers as peers
 
     with torch.device(device):
         model = timm.create_model(model_name, pretrained=False)
@@ -49,9 +50,9 @@ def _row(model_name: str, batch: int, dtype: torch.dtype, device: torch.device, 
     st = pf.structure(model)
     fns = {"forward": pf.forward_fn(model, images),
            "capture": pf.capture_fn(model, images, "in_situ", "halves"),
-           "naive": pf.naive_hooks_fn(model, images, st),
-           "paper": lambda: pf.paper_protocol(model, images, st)}
-    t = {k: v["median"] for k, v in pf.time_rounds(fns, device, reps).items()}
+           "naive": peers.naive_hooks_fn(model, images, st),
+           "paper": lambda: peers.paper_protocol(model, images, st)}
+    t = {k: v["median"] for k, v in pf.time_variants(fns, device, reps).items()}
     red = pf.reduction_rate(model, images, st, reps=reps)
     return {"model": model_name, "batch": batch, "dtype": str(dtype).removeprefix("torch."),
             "forward_ms": 1e3 * t["forward"], "capture_ms": 1e3 * t["capture"],
@@ -59,7 +60,7 @@ def _row(model_name: str, batch: int, dtype: torch.dtype, device: torch.device, 
             "paper_ms": 1e3 * t["paper"], "x_naive_hooks": t["naive"] / t["capture"],
             "x_paper": t["paper"] / t["capture"], "images_per_s": batch / t["capture"],
             "reductions_ms": 1e3 * red["per_forward_s"], "reductions_GBps": red["GBps"],
-            "paper_host_GB": pf.paper_host_bytes(model, images, st) / 1e9, "layers": len(st.layers)}
+            "paper_host_GB": peers.paper_host_bytes(model, images, st) / 1e9, "layers": len(st.layers)}
 
 
 def rows(device: str, quick: bool = False) -> tuple[list[dict[str, Any]], str]:

@@ -1,4 +1,5 @@
-"""`vitplast profile` and its measurements (python/vitplast/profiler.py) on a tiny timm ViT, on CPU."""
+"""`vitplast profile` and its measurements (python/vitplast/profiler.py, profiler_peers.py) on a tiny
+timm ViT, on CPU."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import torch
 
 timm = pytest.importorskip("timm")
 
-from vitplast import cli, profiler  # noqa: E402
+from vitplast import cli, profiler, profiler_peers  # noqa: E402
 
 TINY = ["--model", "vit_tiny_patch16_224", "--device", "cpu", "--img-size", "32", "--depth", "2",
         "--reps", "2", "--threads", "1"]
@@ -34,9 +35,18 @@ def tiny():
 def test_structure_finds_every_component_and_block(tiny):
     model, _, st = tiny
     assert st.components == ("LN1", "MHA", "LN2", "FC1", "FC2")
-    assert [profiler.layer_label(k) for k in st.layers] == ["0", "1"]
-    assert st.block[st.layers[1]] == "blocks.1"
-    assert st.modules["FC2"][st.layers[0]] == ("blocks.0.mlp.fc2",)
+    assert st.layers == ("0", "1")
+    assert st.block["1"] == "blocks.1"
+    assert st.modules["FC2"]["0"] == ("blocks.0.mlp.fc2",)
+    assert st.embedding == "**.blocks.0:input"
+
+
+def test_structure_is_what_the_capture_measures(tiny):
+    import vitplast_kernels as vk
+
+    model, _, st = tiny
+    cap = vk.capture(model)
+    assert st.components == cap.components and st.layers == cap.layers
 
 
 def test_paper_protocol_rates_match_the_decomposition_capture(tiny):
@@ -44,19 +54,19 @@ def test_paper_protocol_rates_match_the_decomposition_capture(tiny):
     import vitplast_kernels as vk
 
     model, images, st = tiny
-    e = profiler.embedding_tokens(model, images, st)
+    e = profiler_peers.embedding_tokens(model, images, st)
     assert e.shape == (6, 5, 192)  # 4 patches + class token, width 192
     b = images.shape[0] // 2
-    outs = [profiler._decomposition_outputs(model, half, st, st.layers) for half in (e[:b], e[b:])]
-    d_in = profiler.eager_distance(e[:b].double(), e[b:].double())
+    outs = [profiler_peers.decomposition_outputs(model, half, st, st.layers) for half in (e[:b], e[b:])]
+    d_in = profiler_peers.eager_distance(e[:b].double(), e[b:].double())
     with torch.no_grad(), vk.capture(model, protocol="decomposition") as acts:
         model(images)
     res = vk.pairwise_plasticity(acts)
     for c in st.components:
-        for li, key in enumerate(st.layers):
-            name = st.modules[c][key][0]
-            k = f"{profiler.layer_label(key)}.{c}.{name}"
-            want = (profiler.eager_distance(outs[0][k].double(), outs[1][k].double()) / d_in).mean()
+        for li, lay in enumerate(st.layers):
+            name = st.modules[c][lay][0]
+            k = f"{lay}.{c}.{name}"
+            want = (profiler_peers.eager_distance(outs[0][k].double(), outs[1][k].double()) / d_in).mean()
             got = res.mean(c)[li].item()
             assert got == pytest.approx(want.item(), rel=1e-4), (c, li)
 
@@ -65,13 +75,13 @@ def test_paper_host_bytes_counts_every_output_of_both_halves(tiny):
     model, images, st = tiny
     # per block and half (3 sequences of 5 tokens): LN1, MHA, LN2, FC2 of width 192, FC1 of width 768
     per_block = 3 * 5 * (4 * 192 + 768) * 4
-    assert profiler.paper_host_bytes(model, images, st) == 2 * 2 * per_block
+    assert profiler_peers.paper_host_bytes(model, images, st) == 2 * 2 * per_block
 
 
 def test_paper_protocol_one_block_is_flagged_as_estimate(tiny):
     model, images, st = tiny
-    full = profiler.paper_protocol(model, images, st)
-    est = profiler.paper_protocol(model, images, st, blocks=1)
+    full = profiler_peers.paper_protocol(model, images, st)
+    est = profiler_peers.paper_protocol(model, images, st, blocks=1)
     assert not full["estimated"] and full["n_rates"] == 10 and full["blocks_run"] == 2
     assert est["estimated"] and est["n_rates"] == 5 and est["blocks_run"] == 1
     assert est["seconds"] == pytest.approx(est["embed_s"] + 2 * est["blocks_s"])

@@ -99,6 +99,7 @@ def profile(args: argparse.Namespace) -> dict[str, Any]:
     import vitplast_kernels as vk
 
     from . import profiler as pf
+    from . import profiler_peers as peers
 
     if args.batch_size < 2 or (args.pairs == "halves" and args.batch_size % 2):
         raise ValueError(f"--batch-size must be even and >= 2 for pairs=halves, got {args.batch_size}")
@@ -127,24 +128,24 @@ def profile(args: argparse.Namespace) -> dict[str, Any]:
     fns = {
         "forward": pf.forward_fn(model, images),
         "capture": pf.capture_fn(model, images, args.protocol, args.pairs),
-        "naive_hooks": pf.naive_hooks_fn(model, images, st),
+        "naive_hooks": peers.naive_hooks_fn(model, images, st),
     }
-    times = pf.time_rounds(fns, device, args.reps)
+    times = pf.time_variants(fns, device, args.reps)
     mem = {k: pf.peak_memory(fn, device) for k, fn in fns.items()}
 
-    host = pf.paper_host_bytes(model, images, st)
+    host = peers.paper_host_bytes(model, images, st)
     rec["paper_host_bytes"] = host
     mode = args.paper
     if mode == "auto":
         mode = "full" if host <= args.paper_max_gb * 1e9 else "one-block"
     if mode != "skip":
-        paper_runs = [pf.paper_protocol(model, images, st, blocks=None if mode == "full" else 1)
+        paper_runs = [peers.paper_protocol(model, images, st, blocks=None if mode == "full" else 1)
                       for _ in range(max(1, min(args.reps, 3)))]
         secs = sorted(r["seconds"] for r in paper_runs)
         paper = dict(paper_runs[0], seconds=secs[len(secs) // 2], reps=len(secs), mode=mode)
         times["paper"] = {"median": paper["seconds"], "min": secs[0], "max": secs[-1], "reps": len(secs)}
         if mode == "full":
-            mem["paper"] = pf.peak_memory(lambda: pf.paper_protocol(model, images, st), device)
+            mem["paper"] = pf.peak_memory(lambda: peers.paper_protocol(model, images, st), device)
         rec["paper"] = paper
 
     fwd = times["forward"]["median"]
@@ -170,7 +171,7 @@ def profile(args: argparse.Namespace) -> dict[str, Any]:
         rec["layer_times"] = {"forward": pf.layer_times(model, images, st, reps=reps),
                               "capture": pf.layer_times(model, images, st, reps=reps,
                                                         protocol=args.protocol, pairs=args.pairs)}
-    rec["kernels_backend"] = vk.backends.resolve("auto", device).name
+    rec["kernels_backend"] = vk.backends.select.resolve("auto", device).name
     return rec
 
 

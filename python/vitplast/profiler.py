@@ -2,32 +2,25 @@
 
 For a model and a batch ``images`` of ``N`` sequences (``N = 2B`` for ``pairs="halves"``):
 
-- ``time_variants``: seconds per batch (medians of interleaved rounds) of
+- ``structure``: the components, layers and modules that ``vitplast_kernels.capture`` hooks on the
+  model (the capture's own resolution of the detected preset), and the block module of each layer;
+- ``time_variants``: seconds per batch (medians of interleaved rounds, ``vitplast_kernels.timing``) of
   ``forward`` (the plain forward under ``no_grad``), ``capture`` (forward inside
   ``vitplast_kernels.capture`` then ``pairwise_plasticity`` and a host read of its statistics: one
-  whole measurement step) and ``naive_hooks`` (forward hooks computing the paper's eager distance
-  ``((x - y) ** 2).flatten(1).sum(-1).sqrt()`` of every component's input and output halves);
-- ``paper_protocol``: the paper's protocol implemented naively: the tokens ``e`` entering the first
-  block, for each half of the batch every component of every block applied to ``e`` (FC2 to ``e``
-  zero-padded) and its output copied to the host, then per output both halves moved back to the device
-  and the eager distance taken. With ``blocks=1`` only block 0 runs and the per-block part is scaled
-  by the depth (an estimate, flagged in the result);
+  whole measurement step) and the peers of ``profiler_peers`` (naive hooks, the paper's protocol);
 - ``layer_times``: time per layer and per component of the forward (with or without capture), from
-  pre/post forward hooks (CUDA events on GPU, ``perf_counter`` on CPU);
+  pre/post forward hooks (``vitplast_kernels.timing.mark``: CUDA events on GPU, ``perf_counter`` on CPU);
 - ``reduction_rate``: bytes and seconds of reducing block 0's distinct tensors with the capture's pairing
   (the kernels' achieved GB/s inside a real model);
 - ``peak_memory``: peak device memory of a call (``torch.cuda.max_memory_allocated`` on GPU; on CPU the
-  process's peak resident set, ``VmHWM`` after resetting it through ``/proc/self/clear_refs``);
-- ``paper_host_bytes``: host memory the paper's protocol needs for one batch (every component output of
-  every block, both halves, in the activations' dtype).
+  process's peak resident set, ``VmHWM`` after resetting it through ``/proc/self/clear_refs``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import statistics
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,90 +28,67 @@ import torch
 from torch import nn
 
 import vitplast_kernels as vk
-from vitplast_kernels import presets
-
-
-def eager_distance(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """The paper's formula: ``(B, ...) x (B, ...) -> (B,)`` distances in the inputs' dtype."""
-    return ((x - y) ** 2).flatten(1).sum(-1).sqrt()
-
-
-# --- timing -----------------------------------------------------------------------------------
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def time_once(fn: Callable[[], Any], device: torch.device) -> float:
-    """Seconds of one call of ``fn`` (device synchronised before and after)."""
-    _sync(device)
-    if device.type == "cuda":
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) / 1e3
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
-
-
-def time_rounds(fns: dict[str, Callable[[], Any]], device: torch.device, reps: int,
-                warmup: int = 1) -> dict[str, dict[str, float]]:
-    """``{name: {median, min, max, reps}}`` seconds from ``reps`` interleaved rounds (order rotated)."""
-    names = list(fns)
-    for n in names:
-        for _ in range(warmup):
-            time_once(fns[n], device)
-    times: dict[str, list[float]] = {n: [] for n in names}
-    for r in range(reps):
-        for n in names[r % len(names):] + names[: r % len(names)]:
-            times[n].append(time_once(fns[n], device))
-    return {n: {"median": statistics.median(ts), "min": min(ts), "max": max(ts), "reps": len(ts)}
-            for n, ts in times.items()}
-
+from vitplast_kernels import timing
+from vitplast_kernels.measure import presets
 
 # --- model structure --------------------------------------------------------------------------
 
 
 @dataclass
 class Structure:
-    """Components of a model: ``modules[component][layer] = (module names)``, layers in block order,
-    ``block[layer]`` the module holding the layer's components, ``embedding`` the decomposition's ``e``."""
+    """Components of a model: ``modules[component][layer] = (module names)``, ``layers`` the capture's
+    layer labels in block order, ``block[layer]`` the module holding the layer's components,
+    ``embedding`` the decomposition's ``e`` (a preset embedding spec)."""
 
     components: tuple[str, ...]
-    layers: tuple[tuple[str, ...], ...]
-    modules: dict[str, dict[tuple[str, ...], tuple[str, ...]]]
-    block: dict[tuple[str, ...], str]
+    layers: tuple[str, ...]
+    modules: dict[str, dict[str, tuple[str, ...]]]
+    block: dict[str, str]
     embedding: str
 
 
+def _common_prefix(names: list[str]) -> str:
+    common = []
+    for segs in zip(*(n.split(".") for n in names), strict=False):
+        if len(set(segs)) != 1:
+            break
+        common.append(segs[0])
+    return ".".join(common)
+
+
 def structure(model: nn.Module) -> Structure:
-    """The detected preset resolved on ``model`` (ValueError when no preset matches)."""
-    p = presets.detect(model)
-    order = [c for c in presets.COMPONENTS if c in p.components]
-    layers, modules = presets.resolve(model, {c: p.components[c] for c in order})
-    block = {}
-    for key in layers:
-        names = [n for c in order for n in modules[c].get(key, ())]
-        parts = [n.split(".") for n in names]
-        common = []
-        for segs in zip(*parts, strict=False):
-            if len(set(segs)) != 1:
-                break
-            common.append(segs[0])
-        block[key] = ".".join(common)
-    return Structure(tuple(order), tuple(layers), modules, block, p.embedding)
+    """What ``vk.capture(model)`` measures (ValueError when no preset matches); no hook is attached."""
+    cap = vk.capture(model)
+    keys = sorted({k for per_layer in cap.modules.values() for k in per_layer}, key=presets.layer_sort_key)
+    if len(keys) != len(cap.layers):
+        raise ValueError(f"capture layers {cap.layers} do not match its modules' layer keys {keys}")
+    label = dict(zip(keys, cap.layers, strict=True))
+    modules = {c: {label[k]: names for k, names in cap.modules[c].items()} for c in cap.components}
+    block = {lay: _common_prefix([n for c in cap.components for n in modules[c].get(lay, ())])
+             for lay in cap.layers}
+    return Structure(tuple(cap.components), tuple(cap.layers), modules, block, cap.embedding)
 
 
-def layer_label(key: tuple[str, ...]) -> str:
-    return ".".join(key) or "0"
+def component_modules(model: nn.Module, st: Structure,
+                      layer: str | None = None) -> list[tuple[str, nn.Module]]:
+    """``(name, module)`` of every component module (of ``layer`` only, when given), in component order."""
+    named = dict(model.named_modules())
+    layers = st.layers if layer is None else (layer,)
+    return [(n, named[n]) for c in st.components for lay in layers for n in st.modules[c].get(lay, ())]
 
 
-# --- variants ---------------------------------------------------------------------------------
+def forward_with_hooks(model: nn.Module, images: torch.Tensor, modules: list[nn.Module], hook) -> None:
+    """One ``no_grad`` forward with the forward hook ``hook`` on each of ``modules``."""
+    handles = [m.register_forward_hook(hook) for m in modules]
+    try:
+        with torch.no_grad():
+            model(images)
+    finally:
+        for h in handles:
+            h.remove()
+
+
+# --- variants and their times -----------------------------------------------------------------
 
 
 def forward_fn(model: nn.Module, images: torch.Tensor) -> Callable[[], Any]:
@@ -141,150 +111,12 @@ def capture_fn(model: nn.Module, images: torch.Tensor, protocol: str, pairs: str
     return run
 
 
-@contextlib.contextmanager
-def naive_hooks(model: nn.Module, st: Structure, out: list[torch.Tensor]) -> Iterator[None]:
-    """Forward hooks computing eager distance ratios of every component's input/output halves into
-    ``out`` (one ``(B,)`` tensor per component call, left on the device)."""
-
-    def hook(_mod, args, output):
-        x = args[0]
-        y = output[0] if isinstance(output, tuple) else output
-        b = x.shape[0] // 2
-        out.append(eager_distance(y[:b], y[b:]) / eager_distance(x[:b], x[b:]))
-
-    named = dict(model.named_modules())
-    handles = [named[n].register_forward_hook(hook)
-               for c in st.components for names in st.modules[c].values() for n in names]
-    try:
-        yield
-    finally:
-        for h in handles:
-            h.remove()
-
-
-def naive_hooks_fn(model: nn.Module, images: torch.Tensor, st: Structure) -> Callable[[], Any]:
-    def run():
-        rates: list[torch.Tensor] = []
-        with torch.no_grad(), naive_hooks(model, st, rates):
-            model(images)
-        return torch.stack([r.float().mean() for r in rates]).cpu()
-
-    return run
-
-
-# --- the paper's protocol ---------------------------------------------------------------------
-
-
-class _StopForward(Exception):
-    pass
-
-
-def embedding_tokens(model: nn.Module, images: torch.Tensor, st: Structure) -> torch.Tensor:
-    """``e``: what the decomposition's embedding spec names (the first block's input for timm), obtained
-    by running the model only up to it."""
-    name, _, which = st.embedding.partition(":")
-    found = presets.match(name, dict(model.named_modules()))
-    if len(found) != 1:
-        raise ValueError(f"embedding {st.embedding!r} must match one module, matched {len(found)}")
-    module = dict(model.named_modules())[next(iter(found.values()))]
-    got: list[torch.Tensor] = []
-
-    def pre(_m, args):
-        got.append(args[0])
-        raise _StopForward
-
-    def post(_m, _args, output):
-        got.append(output[0] if isinstance(output, tuple) else output)
-        raise _StopForward
-
-    h = module.register_forward_pre_hook(pre) if which == "input" else module.register_forward_hook(post)
-    try:
-        with torch.no_grad():
-            model(images)
-    except _StopForward:
-        pass
-    finally:
-        h.remove()
-    return got[0]
-
-
-def _pad_to(e: torch.Tensor, width: int) -> torch.Tensor:
-    if width <= e.shape[-1]:
-        return e
-    return torch.cat([e, e.new_zeros(*e.shape[:-1], width - e.shape[-1])], dim=-1)
-
-
-def _decomposition_outputs(model: nn.Module, e: torch.Tensor, st: Structure,
-                           layers: tuple[tuple[str, ...], ...]) -> dict[str, torch.Tensor]:
-    """Every component of ``layers`` applied to ``e``, each output copied to the host (as the paper)."""
-    named = dict(model.named_modules())
-    host = {}
-    with torch.no_grad():
-        for key in layers:
-            for c in st.components:
-                for n in st.modules[c].get(key, ()):
-                    mod = named[n]
-                    inp = _pad_to(e, mod.in_features) if c == "FC2" and hasattr(mod, "in_features") else e
-                    y = mod(inp)
-                    y = y[0] if isinstance(y, tuple) else y
-                    host[f"{layer_label(key)}.{c}.{n}"] = y.to("cpu", copy=True)
-    return host
-
-
-def paper_protocol(model: nn.Module, images: torch.Tensor, st: Structure, *, blocks: int | None = None
-                   ) -> dict[str, Any]:
-    """Runs the paper's protocol once on ``images`` (halves = the two batches); returns seconds.
-
-    ``blocks=None``: every block (the real protocol). ``blocks=1``: block 0 only and the per-block
-    seconds scaled by the depth: ``seconds`` is then an estimate (``estimated=True``).
-    """
-    device = images.device
-    n_layers = len(st.layers)
-    layers = st.layers if blocks is None else st.layers[:blocks]
-    b = images.shape[0] // 2
-    _sync(device)
-    t0 = time.perf_counter()
-    es, outs = [], []
-    for half in (images[:b], images[b:]):
-        es.append(embedding_tokens(model, half, st))
-    _sync(device)
-    t_embed = time.perf_counter() - t0
-    t1 = time.perf_counter()
-    for e in es:
-        outs.append(_decomposition_outputs(model, e, st, layers))
-    d_in = eager_distance(es[0], es[1])
-    rates = []
-    for k in list(outs[0]):
-        z1, z2 = outs[0].pop(k).to(device), outs[1].pop(k).to(device)
-        rates.append((eager_distance(z1, z2) / d_in).cpu())
-    t_blocks = time.perf_counter() - t1
-    scale = n_layers / len(layers)
-    return {"seconds": t_embed + t_blocks * scale, "estimated": scale != 1, "blocks_run": len(layers),
-            "embed_s": t_embed, "blocks_s": t_blocks, "n_rates": len(rates)}
-
-
-def paper_host_bytes(model: nn.Module, images: torch.Tensor, st: Structure) -> int:
-    """Host bytes the paper's protocol holds for one batch: every component output of every block for
-    both halves, in the outputs' dtype (from block 0's output shapes times the depth)."""
-    b = images.shape[0] // 2
-    sizes: list[int] = []
-    _forward_with_block0_hooks(
-        model, images, st,
-        lambda _m, _a, o: sizes.append((o[0] if isinstance(o, tuple) else o)[:b].nbytes))
-    return 2 * sum(sizes) * len(st.layers)
-
-
-def _forward_with_block0_hooks(model: nn.Module, images: torch.Tensor, st: Structure, hook) -> None:
-    """One no_grad forward with ``hook`` on every component module of the first layer."""
-    named = dict(model.named_modules())
-    hooks = [named[n].register_forward_hook(hook)
-             for c in st.components for n in st.modules[c].get(st.layers[0], ())]
-    try:
-        with torch.no_grad():
-            model(images)
-    finally:
-        for h in hooks:
-            h.remove()
+def time_variants(fns: dict[str, Callable[[], Any]], device: torch.device, reps: int,
+                  warmup: int = 1) -> dict[str, dict[str, float]]:
+    """``{name: {median, min, max, reps}}`` seconds per call from ``reps`` interleaved rounds."""
+    samples = timing.interleaved_samples(fns, device=device, rounds=reps, warmup=warmup)
+    return {n: {"median": statistics.median(ts) / 1e3, "min": min(ts) / 1e3, "max": max(ts) / 1e3,
+                "reps": len(ts)} for n, ts in samples.items()}
 
 
 # --- per layer / per component times ----------------------------------------------------------
@@ -297,27 +129,19 @@ def layer_times(model: nn.Module, images: torch.Tensor, st: Structure, *, reps: 
     (the timing hooks are registered after the capture's, so they fire after them)."""
     device = images.device
     named = dict(model.named_modules())
-    targets = {f"layer/{layer_label(k)}": st.block[k] for k in st.layers}
+    targets = {f"layer/{lay}": st.block[lay] for lay in st.layers}
     for c in st.components:
-        for k in st.layers:
-            for i, n in enumerate(st.modules[c].get(k, ())):
-                targets[f"{c}/{layer_label(k)}" + (f"/{i}" if i else "")] = n
+        for lay in st.layers:
+            for i, n in enumerate(st.modules[c].get(lay, ())):
+                targets[f"{c}/{lay}" + (f"/{i}" if i else "")] = n
     samples: dict[str, list[float]] = {t: [] for t in targets}
-    cuda = device.type == "cuda"
     marks: dict[str, list[Any]] = {}
 
-    def stamp():
-        if cuda:
-            ev = torch.cuda.Event(enable_timing=True)
-            ev.record()
-            return ev
-        return time.perf_counter()
-
     def pre(label, *_):
-        marks[label] = [stamp()]
+        marks[label] = [timing.mark(device)]
 
     def post(label, *_):
-        marks[label].append(stamp())
+        marks[label].append(timing.mark(device))
 
     for r in range(reps + 1):  # the first pass warms up
         marks.clear()
@@ -332,11 +156,10 @@ def layer_times(model: nn.Module, images: torch.Tensor, st: Structure, *, reps: 
             finally:
                 for h in handles:
                     h.remove()
-        _sync(device)
         if r == 0:
             continue
         for label, (s, e) in marks.items():
-            samples[label].append(s.elapsed_time(e) / 1e3 if cuda else e - s)
+            samples[label].append(timing.elapsed_ms(s, e) / 1e3)
     med = {k: statistics.median(v) for k, v in samples.items() if v}
     per_layer = {k.split("/", 1)[1]: v for k, v in med.items() if k.startswith("layer/")}
     per_component: dict[str, dict[str, float]] = {}
@@ -361,10 +184,10 @@ def reduction_rate(model: nn.Module, images: torch.Tensor, st: Structure, *, pai
         for t in (args[0], output[0] if isinstance(output, tuple) else output):
             seen.setdefault(id(t), t)
 
-    _forward_with_block0_hooks(model, images, st, hook)
+    forward_with_hooks(model, images, [m for _, m in component_modules(model, st, st.layers[0])], hook)
     tensors = list(seen.values())
     pairing = vk.get_pairing(pairs)
-    t = time_rounds({"reduce": lambda: pairing.sq_sums(tensors)}, images.device, reps)["reduce"]["median"]
+    t = timing.median_ms(lambda: pairing.sq_sums(tensors), device=images.device, reps=reps, warmup=1) / 1e3
     nbytes = sum(x.nbytes for x in tensors)
     return {"tensors": len(tensors), "bytes": nbytes, "seconds": t, "GBps": nbytes / t / 1e9,
             "per_forward_s": t * len(st.layers)}
@@ -399,11 +222,11 @@ def memory_method(device: torch.device) -> str:
 def peak_memory(fn: Callable[[], Any], device: torch.device) -> dict[str, int | None]:
     """Peak bytes while ``fn`` runs: ``peak`` (absolute) and ``delta`` (above what was in use before)."""
     if device.type == "cuda":
-        _sync(device)
+        torch.cuda.synchronize(device)
         base = torch.cuda.memory_allocated(device)
         torch.cuda.reset_peak_memory_stats(device)
         fn()
-        _sync(device)
+        torch.cuda.synchronize(device)
         peak = torch.cuda.max_memory_allocated(device)
         return {"peak": peak, "delta": peak - base}
     if not _reset_hwm():
