@@ -33,7 +33,7 @@ demo: install
 	$(BIN)/vitplast measure --out $(OUT)/demo
 
 bench: install
-	$(BIN)/python bench/compare.py --json $(OUT)/bench_cpu.json
+	$(BIN)/python -m bench.compare --json $(OUT)/bench_cpu.json
 
 # on a GPU machine with torch/triton in the system python3 (no venv): rebuild, GPU tests, GPU table
 gpu-check:

@@ -1,9 +1,9 @@
-"""All-pairs distance matrices (issue 5): ours vs ``torch.cdist`` vs the mm formula, time and accuracy.
+"""All-pairs distance matrices: ours vs ``torch.cdist`` vs the mm formula, time and accuracy.
 
 ``rows(device, quick)`` -> list of dicts (one per case and method), used by bench/compare.py; run as a
-script to print the table: ``python bench/all_pairs.py [--device cpu|cuda] [--quick] [--json PATH]``.
+module to print the table: ``python -m bench.all_pairs [--device cpu|cuda] [--quick] [--json PATH]``.
 
-Cases (targets of the issue):
+Cases and their targets:
 - CPU, N=128 sequences, K=257*384 (ViT-Small tokens x channels), float32: ours >= 1.5x cdist, at equal or
   better accuracy.
 - CUDA, N=256, K=257*1280 (ViT-Huge), bfloat16: ours >= 2x cdist on float32 up-casts, >= 50% of the
@@ -16,23 +16,21 @@ before timing (their cast is not timed). ``c_gram`` (in NOTE) is the measured Gr
 split-K Gram (``max rel_err(d) * S_ij/(n_i+n_j) / (u sqrt(L/S))``), on both cases (on GPU the tensor
 cores' truncation bias shows on ``random`` rows and mostly cancels on ``shared`` ones), to compare with
 the constant the trust threshold assumes (``C_CPU`` on CPU; on GPU the effective ``eps / (u sqrt(L/S))``
-of ``triton_all_pairs.gram_eps``, which includes the in-MMA truncation term).
+of ``backends.triton.all_pairs.gram_eps``, which includes the in-MMA truncation term).
 """
 
 from __future__ import annotations
 
 import argparse
 import math
-import sys
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import machine_info, matmul_rate, print_table, time_interleaved, write_json  # noqa: E402
+import vitplast_kernels as vk
+from vitplast_kernels import numerics
+from vitplast_kernels.backends import cpu as ap
 
-import vitplast_kernels as vk  # noqa: E402
-from vitplast_kernels import all_pairs as ap  # noqa: E402
+from .harness import machine_info, matmul_rate, print_table, time_interleaved, write_json
 
 COLUMNS = [
     ("case", "case", None),
@@ -80,7 +78,7 @@ def _gram_constant(x: torch.Tensor, ref_sq: torch.Tensor) -> tuple[float, int, i
     """Measured ``c`` of our split-K Gram (no recompute) on ``x``: (c, S, L)."""
     k = x.shape[1]
     if x.device.type == "cuda":
-        from vitplast_kernels import triton_all_pairs as tap
+        from vitplast_kernels.backends.triton import all_pairs as tap
 
         plan = tap.launch_plan(x)
         sq = tap.all_pair_sq_distances_triton(x, tau=0.0).double()
@@ -94,7 +92,7 @@ def _gram_constant(x: torch.Tensor, ref_sq: torch.Tensor) -> tuple[float, int, i
     scale = norms[:, None] + norms[None, :]
     off = ~torch.eye(x.shape[0], dtype=torch.bool, device=x.device) & (ref_sq > 0)
     rel = (sq.sqrt() - ref_sq.sqrt()).abs() / ref_sq.sqrt()
-    c = (rel * ref_sq / scale)[off].max().item() / (ap.U32 * math.sqrt(chunk / splits))
+    c = (rel * ref_sq / scale)[off].max().item() / (numerics.U32 * math.sqrt(chunk / splits))
     return c, splits, chunk
 
 
@@ -141,18 +139,18 @@ def rows(device: str = "cpu", quick: bool = False) -> list[dict]:
             out += r
             consts.append(f"{dtype} {kind} c_gram={c:.3f}")
         if device == "cuda":
-            from vitplast_kernels import triton_all_pairs as tap
+            from vitplast_kernels.backends.triton import all_pairs as tap
 
             plan = tap.launch_plan(x)
             eps = tap.gram_eps(x)
-            c_eff = eps / (ap.U32 * math.sqrt(plan["chunk"] / plan["splits"]))
+            c_eff = eps / (numerics.U32 * math.sqrt(plan["chunk"] / plan["splits"]))
             assumed.append(
                 f"{dtype}: eps={eps:.2e} (c_eff={c_eff:.2f}"
                 f", C_GPU={tap.C_GPU}, flush every {plan['flush_k']} products, BK={plan['BK']}, "
-                f"S={plan['splits']}, L={plan['chunk']}, tau={ap.reliability_threshold(eps):.3f})"
+                f"S={plan['splits']}, L={plan['chunk']}, tau={numerics.reliability_threshold(eps):.3f})"
             )
     if device != "cuda":
-        assumed.append(f"C_CPU={ap.C_CPU}")
+        assumed.append(f"C_CPU={numerics.C_CPU}")
     NOTE = (
         f"{mm_dtype} torch.mm rate measured in this run: {mm_flops / 1e12:.3f} TFLOP/s; FLOPs counted: "
         f"one triangle N(N+1)/2*K*2 for every method. Gram error constant measured (Gram alone): "
@@ -168,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", help="write rows, note and machine info to this file")
     args = p.parse_args(argv)
     table = rows(args.device, args.quick)
-    print_table(f"all pairs on {args.device} (issue 5)", table, COLUMNS, NOTE)
+    print_table(f"all pairs on {args.device}", table, COLUMNS, NOTE)
     if args.json:
         write_json(args.json, {"rows": table, "note": NOTE, "machine": machine_info()})
     return 0

@@ -1,25 +1,22 @@
-"""Cost of ``pairs="all"`` vs ``pairs="halves"`` in a whole measurement (issue 5's third target).
+"""Cost of ``pairs="all"`` vs ``pairs="halves"`` in a whole measurement.
 
 One measurement = forward of a timm ViT-Small (random weights) on a batch of N images inside
 ``capture(..., protocol="in_situ")`` + ``pairwise_plasticity`` + reading the means on the host.
 Timed in interleaved rounds (medians) beside the plain forward. Target on CPU: ``all / halves <= 1.5``.
 
-``rows(device, quick)`` -> list of dicts; ``python bench/all_pairs_capture.py [--device cpu|cuda]
+``rows(device, quick)`` -> list of dicts; ``python -m bench.all_pairs_capture [--device cpu|cuda]
 [--batch N ...] [--quick]`` prints the table.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import print_table, time_interleaved  # noqa: E402
+import vitplast_kernels as vk
 
-import vitplast_kernels as vk  # noqa: E402
+from .harness import print_table, time_interleaved
 
 COLUMNS = [
     ("model", "model", None),

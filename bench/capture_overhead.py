@@ -1,8 +1,8 @@
-"""Cost of measuring plasticity during a forward: ``python bench/capture_overhead.py``.
+"""Cost of measuring plasticity during a forward: ``python -m bench.capture_overhead``.
 
 1. Time: the plain no_grad forward of ``--model`` (default ``vit_small_patch16_224``, batch 16, CPU)
    vs the same forward inside ``capture(protocol="in_situ", pairs="halves")`` (result built, which
-   synchronises once), interleaved rounds, medians. Target (issue 3): overhead <= 15%.
+   synchronises once), interleaved rounds, medians. Target: overhead <= 15%.
 2. Peak memory: bytes of live tensor storage at every op boundary (a dispatch mode watching every
    allocation and its release), plain forward vs in_situ capture vs decomposition, and decomposition
    at several depths: its extra peak must not grow with depth. Target: in_situ extra <= 5%.
@@ -15,18 +15,16 @@ Prints tables; ``--json PATH`` writes the numbers with the machine and versions.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch
+from torch.multiprocessing.reductions import StorageWeakRef
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
 
-import torch  # noqa: E402
-from harness import machine_info, machine_line, print_table, time_interleaved, write_json  # noqa: E402
-from torch.multiprocessing.reductions import StorageWeakRef  # noqa: E402
-from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
-from torch.utils._pytree import tree_flatten  # noqa: E402
+import vitplast_kernels as vk
 
-import vitplast_kernels as vk  # noqa: E402
+from .harness import machine_info, machine_line, print_table, time_interleaved, write_json
 
 
 class PeakTensorMemory(TorchDispatchMode):

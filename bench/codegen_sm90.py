@@ -32,11 +32,9 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import triton  # noqa: E402
-import triton.compiler as tc  # noqa: E402
-from triton.backends.compiler import GPUTarget  # noqa: E402
+import triton
+import triton.compiler as tc
+from triton.backends.compiler import GPUTarget
 
 SMS = 132  # H200
 # a few spilled words outside the hot loop are harmless (the float32 tf32x3 Gram at BM=128 spills
@@ -128,7 +126,7 @@ def compile_report(fn, args: dict, *, num_warps: int, num_stages: int = 3, confi
 def all_pairs_reports(n: int = 256, k: int = 257 * 1280) -> list[Report]:
     import torch
 
-    from vitplast_kernels import triton_all_pairs as tap
+    from vitplast_kernels.backends.triton import all_pairs as tap
 
     out = []
     for dtype, name in ((torch.bfloat16, "bf16"), (torch.float32, "fp32")):
@@ -169,7 +167,7 @@ def all_pairs_reports(n: int = 256, k: int = 257 * 1280) -> list[Report]:
 
 
 def paired_reports(rows: int = 128, k: int = 257 * 1280) -> list[Report]:
-    from vitplast_kernels import triton_paired as tp
+    from vitplast_kernels.backends.triton import paired as tp
 
     chunk = tp.chunk_size(rows, k)
     out = []

@@ -1,6 +1,7 @@
-"""The one table of ratios against every peer: ``python bench/compare.py [--device cpu|cuda]``.
+"""The one table of ratios against every peer: ``python -m bench.compare [--device cpu|cuda]``.
 
-Sections (each from its own module in bench/, imported lazily; a missing one is skipped with a note):
+Sections (each from its own module of the bench package, imported lazily; a missing one is skipped
+with a note):
 
 - ``paired``      (bench/paired.py)     pair_sq_distances vs eager formula, vector_norm, torch.compile
 - ``gpu grouped`` (bench/gpu_paired.py) grouped GPU kernels, ``rows(quick)``; cuda only
@@ -22,10 +23,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch
 
-import torch  # noqa: E402
-from harness import (  # noqa: E402
+from .harness import (
     copy_bandwidth,
     load_warning,
     machine_info,
@@ -40,11 +40,13 @@ DEFAULT_COLUMNS_SKIP = ("times",)
 
 
 def _load(module: str):
-    """The section's module, or None (with a printed note) when it is not in this checkout yet."""
+    """The section's module of this package, or None (with a printed note) when it is not in this
+    checkout."""
+    name = f"{__package__}.{module}"
     try:
-        return importlib.import_module(module)
+        return importlib.import_module(name)
     except ModuleNotFoundError as exc:
-        if exc.name != module:
+        if exc.name != name:
             raise
         print(f"\n## ({module}.py not present: section skipped)", flush=True)
         return None
@@ -76,22 +78,22 @@ def run_sections(args: argparse.Namespace, floors: dict[str, float]) -> dict[str
                 f"interleaved rounds); MB read = both inputs once; % floor = GB/s / {floor_name}, timed in "
                 f"the same rounds (inputs under the cache size may exceed 100%); err = max relative error "
                 f"of distances vs float64 ({time.perf_counter() - t0:.0f} s)")
-        results["paired"] = _section(mod, rows, "paired: one distance per pair (issue 2)", note)
+        results["paired"] = _section(mod, rows, "paired: one distance per pair", note)
 
     if "gpu grouped" in wanted:
         if device != "cuda":
             print("\n## (gpu grouped: cuda only, skipped on cpu)")
         elif (mod := _load("gpu_paired")) is not None:
             rows = mod.rows(args.quick)
-            results["gpu grouped"] = _section(mod, rows, "gpu grouped (issue 4)", getattr(mod, "NOTE", None))
+            results["gpu grouped"] = _section(mod, rows, "gpu grouped", getattr(mod, "NOTE", None))
 
     if "all pairs" in wanted and (mod := _load("all_pairs")) is not None:
         rows = mod.rows(device, args.quick)
-        results["all pairs"] = _section(mod, rows, "all pairs (issue 5)", getattr(mod, "NOTE", None))
+        results["all pairs"] = _section(mod, rows, "all pairs", getattr(mod, "NOTE", None))
 
     if "end to end" in wanted and (mod := _load("end_to_end")) is not None:
         rows, note = mod.rows(device, args.quick)
-        results["end to end"] = _section(mod, rows, "end to end on a timm ViT (issue 7)", note)
+        results["end to end"] = _section(mod, rows, "end to end on a timm ViT", note)
     return results
 
 
@@ -153,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     t0 = time.perf_counter()
     info = machine_info(args.device)
-    print(f"# bench/compare.py --device {args.device}{' --quick' if args.quick else ''}")
+    print(f"# python -m bench.compare --device {args.device}{' --quick' if args.quick else ''}")
     print(f"# machine: {machine_line(info)}")
     if args.device == "cpu" and (warning := load_warning(info)):
         print(f"# {warning}")
@@ -166,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     results = run_sections(args, floors)
     elapsed = time.perf_counter() - t0
     print(f"\n# total {elapsed:.0f} s")
-    record = {"command": " ".join(["bench/compare.py", *(argv if argv is not None else sys.argv[1:])]),
+    record = {"command": " ".join(["python -m bench.compare", *(argv if argv is not None else sys.argv[1:])]),
               "machine": info, "floors": floors, "elapsed_s": elapsed, "sections": results}
     if args.json:
         print(f"# wrote {write_json(args.json, record)}")

@@ -1,10 +1,10 @@
-"""Cost of per-step plasticity monitoring in a finetuning step: ``python bench/finetune_overhead.py``.
+"""Cost of per-step plasticity monitoring in a finetuning step: ``python -m bench.finetune_overhead``.
 
 Times, interleaved in rounds on the same batch, the training step of ``vitplast finetune`` (forward,
 cross-entropy, backward, optimiser step) without monitoring and with it (``halves`` of the training
 batch, every component of every block captured in situ, gradient norm per component, loss; the
 record built, which synchronises once). Both paths are the driver's own (``vitplast.monitor.Monitor``),
-for each ``--train`` choice given. Target (issue 6): monitored / unmonitored <= 1.15 (medians).
+for each ``--train`` choice given. Target: monitored / unmonitored <= 1.15 (medians).
 
 Prints one table and, with ``--json PATH``, writes the numbers with the machine and versions.
 """
@@ -12,14 +12,12 @@ Prints one table and, with ``--json PATH``, writes the numbers with the machine 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import warnings
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch
 
-import torch  # noqa: E402
-from harness import machine_info, machine_line, print_table, time_interleaved, write_json  # noqa: E402
+from .harness import machine_info, machine_line, print_table, time_interleaved, write_json
 
 
 def make_step(model, x, y, monitor, it, opt):
@@ -84,7 +82,7 @@ def main(argv=None) -> int:
                 rows, [("train", "train", None), ("plain_ms", "plain ms", ".1f"),
                        ("monitored_ms", "monitored ms", ".1f"), ("ratio", "monitored / plain", ".3f"),
                        ("rounds", "rounds", None)])
-    print("target: ratio <= 1.15 (issue 6); medians of interleaved rounds")
+    print("target: ratio <= 1.15; medians of interleaved rounds")
     if a.json:
         write_json(a.json, {"machine": info, "rows": rows})
     return 0

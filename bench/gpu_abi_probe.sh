@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Probe for a C++-exception crash seen once on the GPU machine: a TORCH_CHECK thrown inside the CPU
-# extension (built there with /opt/gcc/bin/g++) segfaulted instead of raising RuntimeError.
-# Each probe runs in its own process so a crash is reported, not fatal. Usage: gpu_abi_probe.sh [OUTDIR]
+# Probe of the C++ exception path of the built extensions: a TORCH_CHECK thrown inside the CPU extension
+# must raise RuntimeError with its whole message, not crash (a toolchain that links the C++ runtime
+# statically gives the extension a second runtime; setup.py links -lstdc++ ahead of the driver's
+# libraries against that). Each probe runs in its own process so a crash is reported, not fatal.
+# Usage: gpu_abi_probe.sh [OUTDIR]
 set -u
 out="${1:-${OUT:-results/gpu}}"
 mkdir -p "$out"
@@ -15,11 +17,8 @@ probe() {  # name, python code
   echo "abi probe $1: exit $? ($(tail -n 1 "$out/abi_$1.txt"))"
 }
 echo "compilers: CXX=${CXX:-unset} c++=$(command -v c++) g++=$(command -v g++) $(g++ --version 2>/dev/null | head -1)"
-# Cause found on a CPU machine (2026-11-30): the 11-30 log's ldd listed libgcc_s but no libstdc++, i.e.
-# $CXX linked the C++ runtime statically; rebuilding that way locally cut TORCH_CHECK messages at the
-# first value torch's operator<< printed. setup.py now puts -lstdc++ ahead of the driver's libraries.
-# This probe checks the fix where the crash was seen: NEEDED entries, whether the .so defines the C++
-# ABI itself, and the throw.
+# Per extension: the C++ runtime it links (NEEDED entries; no libstdc++ but libgcc_s means a static
+# runtime), whether the .so defines the C++ ABI itself, then the throw.
 for so in vitplast_kernels/_C*.so; do
   echo "$so:"; ldd "$so" | grep -E 'stdc|gcc_s|gomp' | sed 's/^/  /'
   echo "  NEEDED: $(needed "$so")"

@@ -51,11 +51,11 @@ step gpu-tests 75 "$PY" -m pytest -q -m gpu -p no:cacheprovider --continue-on-co
 # grouped, all pairs, backend="auto" included), a tensor in a group gives its bits alone, subnormal
 # squares are kept (tests/test_determinism.py, its gpu tests)
 step determinism 60 "$PY" -m pytest -q -m gpu -p no:cacheprovider tests/test_determinism.py
-step bench-gpu 60 "$PY" bench/gpu_paired.py --quick --json "$OUTDIR/bench_gpu.json"
-step bench-all-pairs 35 "$PY" bench/compare.py --device cuda --quick --sections "all pairs" \
+step bench-gpu 60 "$PY" -m bench.gpu_paired --quick --json "$OUTDIR/bench_gpu.json"
+step bench-all-pairs 35 "$PY" -m bench.compare --device cuda --quick --sections "all pairs" \
   --json "$OUTDIR/bench_gpu_compare.json"
 # the CUDA kernel per forced chunk size vs its per-tensor chunk policy
-step chunk-sweep 45 "$PY" bench/gpu_paired.py --chunk-sweep --json "$OUTDIR/chunk_sweep.json"
+step chunk-sweep 45 "$PY" -m bench.gpu_paired --chunk-sweep --json "$OUTDIR/chunk_sweep.json"
 step abi-probe 60 env PYTHON="$PY" bash bench/gpu_abi_probe.sh "$OUTDIR"
 # ViT-Huge/14, batch 256, bf16, in_situ capture of all 160 components vs forward / naive hooks /
 # paper protocol (random weights; the paper's protocol estimated from block 0 x 32: no 43 GB host copy)

@@ -1,4 +1,4 @@
-"""GPU table of the paired kernels (issue 4): ``python bench/gpu_paired.py [--quick] [--json PATH]``.
+"""GPU table of the paired kernels: ``python -m bench.gpu_paired [--quick] [--json PATH]``.
 
 Rows, one per (case, backend) with backend = ``triton`` | ``cuda`` (the two GPU kernels):
 
@@ -13,7 +13,7 @@ the copy bandwidth (``dst.copy_(src)``, read + write counted) timed in the same 
 speedups (peer time / ours) over the paper's eager ``((x - y) ** 2).flatten(1).sum(-1).sqrt()``,
 ``torch.linalg.vector_norm(x - y, dim=...)``, ``torch.compile`` of the eager formula, and for the group
 a loop of our own single-pair kernel; err = max relative error of the distances vs float64.
-Importable: ``rows(quick) -> list[dict]`` (used by bench/compare.py), ``COLUMNS``, ``NOTE``.
+Importable: ``rows(quick) -> list[dict]`` (used by bench.compare), ``COLUMNS``, ``NOTE``.
 """
 
 from __future__ import annotations
@@ -24,10 +24,11 @@ import sys
 import time
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch
 
-import torch  # noqa: E402
-from harness import (  # noqa: E402
+import vitplast_kernels as vk
+
+from .harness import (
     floor_probe,
     machine_info,
     machine_line,
@@ -37,8 +38,6 @@ from harness import (  # noqa: E402
     time_interleaved,
     write_json,
 )
-
-import vitplast_kernels as vk  # noqa: E402
 
 BACKENDS = ("triton", "cuda")
 SINGLE_SHAPES = ((128, 257, 1280), (128, 257, 5120))
@@ -140,7 +139,7 @@ def vit_h_group(dev: torch.device, gen: torch.Generator,
 def rows(quick: bool = False) -> list[dict[str, Any]]:
     """The table's rows (needs a CUDA device). ``quick``: bfloat16 singles only, shorter timing."""
     if not torch.cuda.is_available():
-        raise RuntimeError("bench/gpu_paired.py needs a CUDA device")
+        raise RuntimeError("bench.gpu_paired needs a CUDA device")
     dev = torch.device("cuda")
     probe, probe_bytes, _ = floor_probe(dev)
     names = _backends()
@@ -238,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="only the CUDA kernel time per forced chunk size (VITPLAST_CUDA_CHUNK)")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
-        print("bench/gpu_paired.py needs a CUDA device", file=sys.stderr)
+        print("bench.gpu_paired needs a CUDA device", file=sys.stderr)
         return 2
     info = machine_info("cuda")
     print(f"# {machine_line(info)}")
@@ -252,12 +251,13 @@ def main(argv: list[str] | None = None) -> int:
             write_json(args.json, {"machine": info, "rows": sweep})
         return 0
     table = rows(args.quick)
-    print_table("gpu paired (issue 4)", table, COLUMNS, NOTE)
+    print_table("gpu paired", table, COLUMNS, NOTE)
     try:
-        from vitplast_kernels import cuda_backend
+        from vitplast_kernels.backends import cuda as cuda_backend
 
         vk.pair_sq_distances(torch.ones(1, 1, device="cuda"), torch.ones(1, 1, device="cuda"))  # auto
-        print(f"# auto choice timings (ms): {cuda_backend.auto_timings()}")
+        print(f"# auto on cuda: {cuda_backend.choose()}; autotune timings (ms, with VITPLAST_AUTOTUNE=1): "
+              f"{cuda_backend.auto_timings()}")
     except ImportError:
         pass
     print(f"# {time.perf_counter() - t0:.0f} s")

@@ -1,9 +1,11 @@
 """One benchmark harness for every table in bench/: timing, the machine's own floors, records.
 
-- ``time_fn(fn, device=...)`` -> ``Timing`` (median, q10, q90 seconds of one call). On CUDA a batch of
-  R back-to-back calls (R sized so a batch takes >= ~2 ms) is bracketed by two CUDA events and the
-  per-call time is elapsed / R: throughput with the host running ahead, as a training loop sees it
-  (host overhead counts only when it exceeds the GPU time). On CPU ``time.perf_counter`` per call.
+- ``time_fn(fn, device=...)`` -> ``Timing`` (median, q10, q90 seconds of one call) and
+  ``time_interleaved`` (several functions in rotated rounds), both timed by ``vitplast_kernels.timing``
+  (the package's one timing helper). On CUDA a batch of R back-to-back calls (R sized so a batch takes
+  >= ~2 ms) is bracketed by two CUDA events and the per-call time is elapsed / R: throughput with the
+  host running ahead, as a training loop sees it (host overhead counts only when it exceeds the GPU
+  time). On CPU ``time.perf_counter`` per call.
 - Floors measured in the same run as the numbers they normalise: ``read_bandwidth`` (bytes/s of the
   best of a few large read-only reductions: what a memory-bound reduction can reach at most),
   ``copy_bandwidth`` (``dst.copy_(src)``, read + write bytes counted), ``matmul_rate`` (FLOP/s of a
@@ -18,11 +20,9 @@ from __future__ import annotations
 
 import datetime
 import json
-import math
 import os
 import platform
 import statistics
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+from vitplast_kernels import timing
 from vitplast_kernels.atomic_io import atomic_write_bytes
 
 
@@ -59,16 +60,9 @@ def _quantile(sorted_xs: Sequence[float], q: float) -> float:
     return sorted_xs[lo] + (sorted_xs[hi] - sorted_xs[lo]) * (pos - lo)
 
 
-def _cuda_batch_seconds(fn: Callable[[], Any], calls: int) -> float:
-    """Seconds per call of ``calls`` back-to-back calls of ``fn`` between two CUDA events."""
-    start = torch.cuda.Event(enable_timing=True)
-    end = torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(calls):
-        fn()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / 1e3 / calls
+def _timing(times: Sequence[float]) -> Timing:
+    s = sorted(times)
+    return Timing(statistics.median(s), _quantile(s, 0.1), _quantile(s, 0.9), len(s), tuple(times))
 
 
 def _device(device: str | torch.device) -> torch.device:
@@ -107,34 +101,25 @@ def time_fn(
         raise ValueError(f"warmup must be >= 0, got {warmup}")
     if reps is not None and reps < 1:
         raise ValueError(f"reps must be >= 1 or None, got {reps}")
-    cuda = dev.type == "cuda"
     for _ in range(warmup):
         fn()
     batch = 1
-    if cuda:
+    if dev.type == "cuda":
         torch.cuda.synchronize(dev)
-        estimate = _cuda_batch_seconds(fn, 1)
-        batch = max(1, min(max_batch, math.ceil(cuda_batch_s / max(estimate, 1e-7))))
+        batch = timing.calls_per_sample(fn, dev, min_sample_ms=cuda_batch_s * 1e3, max_calls=max_batch)
     times: list[float] = []
     spent = 0.0
     while True:
-        if cuda:
-            t = _cuda_batch_seconds(fn, batch)
-            spent += t * (batch - 1)  # the whole batch's time counts towards min_time
-        else:
-            t0 = time.perf_counter()
-            fn()
-            t = time.perf_counter() - t0
+        t = timing.time_once_ms(fn, dev, calls=batch) / 1e3
         times.append(t)
-        spent += t
+        spent += t * batch  # the whole batch's time counts towards min_time
         n = len(times)
         if reps is not None:
             if n >= reps:
                 break
         elif (n >= min_reps and spent >= min_time) or n >= max_reps:
             break
-    s = sorted(times)
-    return Timing(statistics.median(s), _quantile(s, 0.1), _quantile(s, 0.9), len(s), tuple(times))
+    return _timing(times)
 
 
 def time_interleaved(
@@ -159,42 +144,10 @@ def time_interleaved(
     dev = _device(device)
     if min_sample is None:
         min_sample = 2e-3 if dev.type == "cuda" else 0.0
-    names = list(fns)
-    times: dict[str, list[float]] = {n: [] for n in names}
-    for n in names:
-        for _ in range(warmup):
-            fns[n]()
-    cuda = dev.type == "cuda"
-    if cuda:
-        torch.cuda.synchronize(dev)
-
-    def per_call(fn: Callable[[], Any], k: int) -> float:
-        """Seconds per call of ``k`` back-to-back calls (between two CUDA events on GPU)."""
-        if cuda:
-            return _cuda_batch_seconds(fn, k)
-        t0 = time.perf_counter()
-        for _ in range(k):
-            fn()
-        return (time.perf_counter() - t0) / k
-
-    inner = {}
-    for n in names:
-        one = per_call(fns[n], 1) if min_sample > 0 else 1.0
-        inner[n] = max(1, min(1000, math.ceil(min_sample / max(one, 1e-9))))
-    spent = 0.0
-    rounds = 0
-    while rounds < max_rounds and (rounds < min_rounds or spent < min_time):
-        order = names[rounds % len(names):] + names[: rounds % len(names)]
-        for n in order:
-            t = per_call(fns[n], inner[n])
-            times[n].append(t)
-            spent += t * inner[n]
-        rounds += 1
-    out = {}
-    for n, ts in times.items():
-        s = sorted(ts)
-        out[n] = Timing(statistics.median(s), _quantile(s, 0.1), _quantile(s, 0.9), len(s), tuple(ts))
-    return out
+    samples = timing.interleaved_samples(fns, device=dev, rounds=min_rounds, warmup=warmup,
+                                         min_time_ms=min_time * 1e3, max_rounds=max_rounds,
+                                         min_sample_ms=min_sample * 1e3)
+    return {n: _timing([t / 1e3 for t in ts]) for n, ts in samples.items()}
 
 
 # --- the machine's own floors -----------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The paired table (issue 2): ``vitplast_kernels.pair_sq_distances`` against the peers a user would write.
+"""The paired table: ``vitplast_kernels.pair_sq_distances`` against the peers a user would write.
 
 For ViT activation shapes ``(B, n, d)`` and dtypes float32 / bfloat16: bytes that must be read (both
 inputs once: ``2 * B * n * d * itemsize``), achieved GB/s, % of the machine's floor measured in the
@@ -17,9 +17,10 @@ import time
 from typing import Any
 
 import torch
-from harness import floor_probe, rel_error, tensor_bytes, time_interleaved
 
 import vitplast_kernels as vk
+
+from .harness import floor_probe, rel_error, tensor_bytes, time_interleaved
 
 SHAPES = ((16, 197, 768), (64, 257, 1280), (32, 257, 5120))
 QUICK_SHAPES = ((16, 197, 768), (64, 257, 1280))

@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
-import sys
 import time
 
 import pytest
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
-
-import harness  # noqa: E402
+from bench import harness
 
 
 def test_time_fn_measures_what_it_runs():

@@ -1,15 +1,13 @@
-"""bench/gpu_targets.py reads a gpu_check run's JSON files (the stored H200 run of 2026-11-30) and
-gives the verdicts that run's log and the closing note of session 1 state."""
+"""bench/gpu_targets.py reads a gpu_check run's JSON files (a stored H200 run in bench/measured/) and
+gives that run's verdicts."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
+from bench import gpu_targets
 
-import gpu_targets  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_verdicts_of_the_stored_h200_run():
