@@ -1,0 +1,111 @@
+"""Data of a finetuning run: the training batches as a pure function of (seed, iteration), the
+datasets, the fixed probe batch of ``--probe`` and the validation pass."""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+from .finetune_dist import DistContext
+
+
+class StepBatches:
+    """Global batch of iteration ``it`` as a pure function of ``(seed, it)``: epoch ``e`` visits the
+    training set in ``randperm(seed, e)`` order, incomplete last batches are dropped. Rank ``r`` of
+    ``w`` takes sequences ``r, r + w, ...`` of the global batch, so the data order needs no saving
+    beyond the iteration number, and a resumed run sees exactly the batches it would have seen."""
+
+    def __init__(self, dataset, batch_size: int, seed: int, rank: int = 0, world: int = 1):
+        self.dataset, self.batch_size, self.seed = dataset, batch_size, seed
+        self.rank, self.world = rank, world
+        self.n = len(dataset)
+        if batch_size > self.n:
+            raise ValueError(f"--batch-size {batch_size} exceeds the training set ({self.n} images)")
+        if batch_size % world:
+            raise ValueError(f"--batch-size {batch_size} must be divisible by the {world} processes")
+        self.per_epoch = self.n // batch_size
+        self._perm_epoch, self._perm = -1, None
+        self._tensors = (getattr(dataset, "images", None), getattr(dataset, "labels", None))
+
+    def indices(self, it: int) -> torch.Tensor:
+        epoch, k = divmod(it, self.per_epoch)
+        if epoch != self._perm_epoch:
+            g = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
+            self._perm, self._perm_epoch = torch.randperm(self.n, generator=g), epoch
+        return self._perm[k * self.batch_size : (k + 1) * self.batch_size][self.rank :: self.world]
+
+    def get(self, it: int) -> tuple[torch.Tensor, torch.Tensor]:
+        idx = self.indices(it)
+        images, labels = self._tensors
+        if isinstance(images, torch.Tensor) and isinstance(labels, torch.Tensor):
+            return images[idx], labels[idx]
+        items = [self.dataset[int(i)] for i in idx]
+        return torch.stack([x for x, _ in items]), torch.tensor([y for _, y in items], dtype=torch.long)
+
+    def iterate(self, start: int, stop: int, workers: int = 0):
+        """``(it, images, labels)`` for ``it`` in ``[start, stop)``; ``workers`` > 0 loads ahead."""
+        if workers == 0 or isinstance(self._tensors[0], torch.Tensor):
+            for it in range(start, stop):
+                yield (it, *self.get(it))
+            return
+        from torch.utils.data import DataLoader
+
+        sampler = [self.indices(it).tolist() for it in range(start, stop)]
+        loader = DataLoader(self.dataset, batch_sampler=sampler, num_workers=workers)
+        for it, (x, y) in zip(range(start, stop), loader, strict=True):
+            yield it, x, y
+
+
+def _eval_batches(dataset, limit: int, batch_size: int, rank: int, world: int):
+    n = len(dataset) if not limit else min(limit, len(dataset))
+    idx = torch.arange(rank, n, world)
+    images, labels = getattr(dataset, "images", None), getattr(dataset, "labels", None)
+    for s in range(0, idx.numel(), batch_size):
+        part = idx[s : s + batch_size]
+        if isinstance(images, torch.Tensor) and isinstance(labels, torch.Tensor):
+            yield images[part], labels[part]
+        else:
+            items = [dataset[int(i)] for i in part]
+            yield torch.stack([x for x, _ in items]), torch.tensor([y for _, y in items])
+
+
+def evaluate(model, dataset, device, *, limit=0, batch_size=256, dctx=None, amp=contextlib.nullcontext):
+    """``(accuracy, mean loss)`` on ``dataset`` (first ``limit`` items when > 0), summed over ranks."""
+    dctx = dctx or DistContext()
+    was = model.training
+    model.eval()
+    tot = torch.zeros(3, dtype=torch.float64, device=device)  # correct, count, loss sum
+    with torch.no_grad():
+        for x, y in _eval_batches(dataset, limit, batch_size, dctx.rank, dctx.world):
+            x, y = x.to(device), y.to(device)
+            with amp():
+                logits = model(x)
+            logits = logits.float()
+            tot[0] += (logits.argmax(-1) == y).sum()
+            tot[1] += y.numel()
+            tot[2] += torch.nn.functional.cross_entropy(logits, y, reduction="sum").double()
+    model.train(was)
+    correct, count, loss = dctx.sum_(tot).tolist()
+    return (correct / count, loss / count) if count else (float("nan"), float("nan"))
+
+
+def load_data(cfg: dict, seed: int, img_size: int):
+    """``(train, val)`` datasets of ``cfg["data"]`` at ``img_size``."""
+    from .data import load_dataset
+
+    return (load_dataset(cfg["data"], "train", img_size=img_size, seed=seed),
+            load_dataset(cfg["data"], "val", img_size=img_size, seed=seed))
+
+
+def probe_batch(train_ds, n: int, dctx: DistContext, device) -> torch.Tensor:
+    """``--probe N``: N training images drawn once with a fixed seed (the same in every run), this
+    rank's share of them on ``device``; pairs are its halves, so the share must be even."""
+    g = torch.Generator().manual_seed(12345)
+    pick = torch.randperm(len(train_ds), generator=g)[:n]
+    if pick.numel() < n:
+        raise ValueError(f"--probe {n} exceeds the training set ({len(train_ds)} images)")
+    probe = torch.stack([train_ds[int(i)][0] for i in pick])[dctx.rank :: dctx.world].to(device)
+    if probe.shape[0] % 2:
+        raise ValueError(f"--probe {n} must split into an even number of images per process")
+    return probe

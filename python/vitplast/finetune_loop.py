@@ -1,0 +1,176 @@
+"""One finetuning run: (train, lr, seed) trained into its run directory, resumable from its checkpoint.
+
+The run directory (``vitplast.rundir.RunDir``) holds config.json, metrics.jsonl (monitor, eval and train
+records), checkpoint.pt (atomic) and summary.json (the finished marker). Everything a resumed run needs
+to continue exactly is in the checkpoint: model, optimiser, scheduler, RNG states, running accuracies
+and, for ``--train auto``, the components it chose; the data order is a function of the iteration.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import torch
+
+from .finetune_data import StepBatches, evaluate, load_data, probe_batch
+from .finetune_dist import DistContext
+from .finetune_log import progress_bar, tensorboard, tensorboard_write
+from .finetune_model import (
+    amp_factory,
+    build_model,
+    input_size,
+    lr_schedule,
+    make_optimizer,
+    make_trainable,
+    run_device,
+    trainable_parts,
+)
+from .rundir import RunDir, RunDirError, rng_state, set_rng_state
+
+
+class SimulatedKill(BaseException):
+    """Raised by the ``_stop_after`` test hook: the run stops as if killed (nothing more written)."""
+
+
+def _open_run_dir(cfg: dict, run_cfg: dict, run_path: Path, dctx: DistContext) -> RunDir:
+    """Rank 0 opens (and validates) the directory; the others read what it validated."""
+    rd = RunDir(run_path, writer=dctx.is_main)
+    err = None
+    if dctx.is_main:
+        try:
+            rd.open(run_cfg, resume=cfg["resume"])
+        except RunDirError as exc:
+            err = str(exc)
+    err = dctx.broadcast_object(err)
+    if err:
+        raise RunDirError(err)
+    if not dctx.is_main:
+        rd.open(run_cfg, resume=True)  # read-only: the checkpoint rank 0 validated
+    return rd
+
+
+def run_one(cfg: dict, train: str, lr: float, seed: int, run_path: Path, dctx: DistContext,
+            say=print) -> dict:
+    """Train one (train, lr, seed) combination into ``run_path``; returns its summary dict."""
+    from .monitor import Monitor
+    from .trainable import count_parameters
+
+    run_cfg = {k: v for k, v in cfg.items() if k not in ("train", "lr", "seed") and not k.startswith("_")}
+    run_cfg.update(train=train, lr=lr, seed=seed)
+    rd = _open_run_dir(cfg, run_cfg, run_path, dctx)
+    if rd.finished:
+        say(f"{run_path}: already finished, loading its summary")
+        return rd.summary()
+
+    t0 = time.perf_counter()
+    device = run_device(cfg, dctx)
+    amp = amp_factory(cfg, device)
+    torch.manual_seed(seed)
+    probe_ds, _ = load_data(cfg, seed, cfg["img_size"] or 32)
+    model = build_model(cfg, probe_ds.num_classes)
+    img_size = input_size(model, cfg)
+    train_ds, val_ds = load_data(cfg, seed, img_size)
+    model.to(device).train()
+    feed = StepBatches(train_ds, cfg["batch_size"], seed, dctx.rank, dctx.world)
+    if cfg["monitor_every"] and not cfg["probe"] and (cfg["batch_size"] // dctx.world) % 2:
+        local = cfg["batch_size"] // dctx.world
+        raise ValueError(f"--batch-size {cfg['batch_size']} gives {local} images per process: must be even "
+                         "to monitor on the training batch halves (or pass --probe N)")
+    ckpt = rd.checkpoint
+    parts, auto = trainable_parts(cfg, train, model, feed, device, dctx, amp, ckpt, rd, say=say)
+    model, names = make_trainable(model, parts, cfg["lora_r"])
+    n_train = count_parameters(model, names)
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = make_optimizer(cfg, params, lr)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_schedule(cfg))
+    probe = probe_batch(train_ds, cfg["probe"], dctx, device) if cfg["probe"] else None
+    monitor = Monitor(model, cfg["monitor_every"], probe=probe, dist=dctx, amp=amp)
+
+    if ckpt is not None:
+        model.load_state_dict(ckpt["model"])
+        opt.load_state_dict(ckpt["optimizer"])
+        sched.load_state_dict(ckpt["scheduler"])
+        state = ckpt["state"]
+        start = ckpt["step"]
+    else:
+        acc0, loss0 = evaluate(model, val_ds, device, limit=cfg["eval_limit"], dctx=dctx, amp=amp)
+        state = {"initial_acc": acc0, "best_acc": acc0, "last_acc": acc0, "plasticity_start": None}
+        rd.log({"kind": "eval", "iter": -1, "step": 0, "acc": acc0, "loss": loss0})
+        start = 0
+    wrapped = model
+    if dctx.enabled:
+        from torch.nn.parallel import DistributedDataParallel
+
+        wrapped = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    tb = tensorboard(run_path) if cfg["tensorboard"] and dctx.is_main else None
+    if ckpt is not None:
+        set_rng_state(ckpt["rng"])
+
+    steps = cfg["steps"]
+    bar = progress_bar(cfg, dctx, steps, start, f"{train} lr={lr:g} seed={seed}")
+    log_every = max(1, steps // 50)
+    stop_after = cfg.get("_stop_after")
+    try:
+        for it, x, y in feed.iterate(start, steps, cfg["workers"]):
+            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+            with monitor.training_forward(it), amp():
+                logits = wrapped(x)
+            loss = torch.nn.functional.cross_entropy(logits.float(), y)
+            loss.backward()
+            lr_now = sched.get_last_lr()[0]
+            if monitor.due(it):
+                rec = monitor.record(it, loss, lr_now)
+                if state["plasticity_start"] is None:
+                    state["plasticity_start"] = rec["plasticity_mean"]
+                rd.log(rec)
+                tensorboard_write(tb, rec, it)
+                bar.set_postfix(loss=f"{rec['loss']:.3f}", acc=f"{state['last_acc']:.3f}", refresh=False)
+            elif not cfg["monitor_every"] and it % log_every == 0:
+                loss_avg = float(dctx.sum_(loss.detach().float().reshape(1).clone()).item()) / dctx.world
+                rd.log({"kind": "train", "iter": it, "step": it, "loss": loss_avg, "lr": lr_now})
+            if cfg["grad_clip"] is not None:
+                torch.nn.utils.clip_grad_norm_(params, cfg["grad_clip"])
+            opt.step()
+            sched.step()
+            opt.zero_grad(set_to_none=True)
+            done = it + 1
+            if (cfg["eval_every"] and done % cfg["eval_every"] == 0) or done == steps:
+                acc, vloss = evaluate(model, val_ds, device, limit=cfg["eval_limit"], dctx=dctx, amp=amp)
+                state["last_acc"], state["best_acc"] = acc, max(state["best_acc"], acc)
+                rec = {"kind": "eval", "iter": it, "step": done, "acc": acc, "loss": vloss}
+                rd.log(rec)
+                tensorboard_write(tb, rec, done)
+                bar.set_postfix(acc=f"{acc:.3f}", refresh=False)
+            bar.update(1)
+            if (cfg["checkpoint_every"] and done % cfg["checkpoint_every"] == 0) or done == steps:
+                rd.save_checkpoint({
+                    "step": done, "model": model.state_dict(), "optimizer": opt.state_dict(),
+                    "scheduler": sched.state_dict(), "rng": rng_state(), "state": state,
+                    **({"auto": auto} if auto is not None else {}),
+                })
+            if stop_after is not None and done >= stop_after:
+                raise SimulatedKill(f"stopped after iteration {done}")
+    finally:
+        bar.close()
+        rd.close()
+        if tb is not None:
+            tb.close()
+
+    summary = {
+        "train": train, "lr": lr, "seed": seed, "trained": list(parts),
+        "final_acc": state["last_acc"], "best_acc": state["best_acc"],
+        "initial_acc": state["initial_acc"], "plasticity_start": state["plasticity_start"],
+        "trainable_params": n_train, "total_params": count_parameters(model),
+        "steps": steps, "world_size": dctx.world, "seconds": time.perf_counter() - t0 if start == 0 else None,
+        "run_dir": str(run_path), "model": cfg["model"], "data": cfg["data"],
+    }
+    if auto is not None:
+        summary["auto"] = auto
+    if dctx.is_main and cfg["plots"]:
+        from .finetune_plots import plot_curves
+
+        plot_curves(rd.metrics(), run_path / "plots" / "curves.png", title=f"{train} lr={lr:g} seed={seed}")
+    rd.write_summary(summary)
+    dctx.barrier()
+    return summary

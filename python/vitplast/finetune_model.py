@@ -1,0 +1,119 @@
+"""The model of a finetuning run: building it, its device and precision, what to train, the optimiser."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+
+import torch
+
+from .finetune_dist import DistContext
+from .finetune_options import DEFAULT_MODEL
+from .trainable import parse_train
+
+
+def build_model(cfg: dict, num_classes: int) -> torch.nn.Module:
+    """The model named by ``cfg["model"]`` with a fresh ``num_classes`` head (drawn from the torch RNG)."""
+    if cfg["model"] == DEFAULT_MODEL:
+        from .digits import build_digits_vit, pretrained_digits_vit
+
+        if cfg["weights"]:
+            model = build_digits_vit(weights=cfg["weights"])
+        else:
+            model = pretrained_digits_vit(progress=False)
+        model.reset_classifier(num_classes)
+        return model
+    import warnings
+
+    from .models import create_vit
+
+    with warnings.catch_warnings():
+        if cfg["weights"] is None:
+            warnings.filterwarnings("ignore", message=".*no weights given.*")
+        return create_vit(cfg["model"], num_classes, img_size=cfg["img_size"], weights=cfg["weights"],
+                          **cfg["model_kwargs"])
+
+
+def input_size(model, cfg) -> int:
+    """``--img-size``, else the model's own input size."""
+    if cfg["img_size"]:
+        return int(cfg["img_size"])
+    size = getattr(getattr(model, "patch_embed", None), "img_size", None)
+    if size is None:
+        raise ValueError(f"--img-size is needed: cannot read the input size of {type(model).__name__}")
+    return int(size[0] if isinstance(size, (tuple, list)) else size)
+
+
+def lr_schedule(cfg: dict):
+    """The learning-rate factor of iteration ``it``: linear warm-up, then constant or cosine."""
+    steps, warmup = cfg["steps"], cfg["warmup"]
+
+    def factor(it: int) -> float:
+        if it < warmup:
+            return (it + 1) / warmup
+        if cfg["schedule"] == "constant":
+            return 1.0
+        t = (it - warmup) / max(1, steps - warmup)
+        return 0.5 * (1.0 + math.cos(math.pi * min(1.0, t)))
+
+    return factor
+
+
+def run_device(cfg: dict, dctx: DistContext) -> torch.device:
+    """``--device`` (auto: cuda when available); under torchrun each rank takes its local GPU."""
+    dev = cfg["device"]
+    if dev == "auto":
+        dev = "cuda" if torch.cuda.is_available() else "cpu"
+    if dev == "cuda" and dctx.enabled:
+        dev = f"cuda:{dctx.local_rank}"
+    return torch.device(dev)
+
+
+def amp_factory(cfg: dict, device: torch.device):
+    """A context-manager factory: bf16 autocast with ``--amp bf16``, else a no-op."""
+    if cfg["amp"] == "bf16":
+        return lambda: torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext
+
+
+def trainable_parts(cfg: dict, train: str, model, feed, device, dctx: DistContext, amp, ckpt, rd,
+                    say=print) -> tuple[tuple[str, ...], dict | None]:
+    """The parts ``train`` names, and for ``auto`` its record: the most plastic components within
+    ``--budget``, measured on the first ``--auto-batches`` training batches (or read back from the
+    checkpoint of a resumed run, so a resumed run trains what it trained)."""
+    parts = parse_train(train)
+    if parts != ("auto",):
+        return parts, None
+    from .monitor import component_means, measure_plasticity
+    from .trainable import choose_components
+
+    if ckpt is not None and "auto" in ckpt:
+        auto = ckpt["auto"]
+    else:
+        batches = [feed.get(i)[0].to(device) for i in range(cfg["auto_batches"])]
+        means = component_means(measure_plasticity(model, batches, dist=dctx, amp=amp))
+        auto = {"plasticity": means, "chosen": choose_components(means, model, cfg["budget"])}
+        rd.log({"kind": "auto", "iter": -1, "step": 0, **auto, "budget": cfg["budget"]})
+    chosen = auto["chosen"]
+    say(f"--train auto (budget {cfg['budget']}): plasticity "
+        + ", ".join(f"{c} {v:.3f}" for c, v in auto["plasticity"].items())
+        + f" -> training {'+'.join(chosen) or 'head only'}")
+    return tuple(chosen) or ("head",), auto
+
+
+def make_trainable(model, parts: tuple[str, ...], lora_r: int):
+    """``(model, trainable parameter names)``: LoRA adapters for ``lora``, else what
+    ``vitplast.trainable.select_trainable`` leaves trainable (the rest is frozen)."""
+    from .trainable import apply_lora, select_trainable
+
+    if parts == ("lora",):
+        model = apply_lora(model, r=lora_r)
+        return model, [n for n, p in model.named_parameters() if p.requires_grad]
+    return model, select_trainable(model, parts)
+
+
+def make_optimizer(cfg: dict, params: list, lr: float) -> torch.optim.Optimizer:
+    """``--optimizer``: SGD with momentum 0.9, or Adam; ``--weight-decay`` on both."""
+    if cfg["optimizer"] == "sgd":
+        return torch.optim.SGD(params, lr=lr, momentum=0.9, weight_decay=cfg["weight_decay"])
+    return torch.optim.Adam(params, lr=lr, weight_decay=cfg["weight_decay"])

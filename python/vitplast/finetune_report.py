@@ -1,0 +1,57 @@
+"""The grid's report: rows per (train, lr) aggregated over seeds, and the printed per-component table."""
+
+from __future__ import annotations
+
+import statistics
+
+from .trainable import COMPONENTS, parse_train
+
+
+def aggregate(summaries: list[dict]) -> list[dict]:
+    """Rows per (train, lr): accuracy mean +- std over seeds, plasticity of the trained component at
+    the start, accuracy gain over linear probing (``head`` rows of the same lr) when present, else
+    over the accuracy before finetuning."""
+    groups: dict[tuple, list[dict]] = {}
+    for s in summaries:
+        groups.setdefault((s["train"], s["lr"]), []).append(s)
+    start_plast: dict[str, list[float]] = {}
+    for s in summaries:
+        for c, v in (s.get("plasticity_start") or {}).items():
+            start_plast.setdefault(c, []).append(v)
+    rows = []
+    for (train, lr), runs in groups.items():
+        accs = [r["final_acc"] for r in runs]
+        row = {
+            "train": train, "lr": lr, "seeds": [r["seed"] for r in runs], "n": len(runs),
+            "acc_mean": statistics.fmean(accs), "acc_std": statistics.stdev(accs) if len(accs) > 1 else 0.0,
+            "initial_acc": statistics.fmean(r["initial_acc"] for r in runs),
+            "trainable_params": runs[0]["trainable_params"],
+        }
+        comps = [p for p in parse_train(train) if p in COMPONENTS]
+        if len(comps) == 1 and comps[0] in start_plast:
+            row["plasticity"] = statistics.fmean(start_plast[comps[0]])
+        rows.append(row)
+    for row in rows:
+        head = [r for r in rows if r["train"] == "head" and r["lr"] == row["lr"]]
+        base = head[0]["acc_mean"] if head else row["initial_acc"]
+        row["gain"] = row["acc_mean"] - base
+        row["gain_over"] = "head" if head else "initial"
+    return rows
+
+
+def format_table(rows: list[dict]) -> str:
+    """The per-component table (the paper's): accuracy mean +- std, gain, plasticity, parameters."""
+    head = (f"{'train':<16} {'lr':>8} {'seeds':>5} {'accuracy':>17} {'gain':>8} {'plasticity':>10} "
+            f"{'params':>10}")
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        plast = f"{r['plasticity']:.3f}" if "plasticity" in r else "-"
+        lines.append(
+            f"{r['train']:<16} {r['lr']:>8.2g} {r['n']:>5} {r['acc_mean']:>9.4f} ± {r['acc_std']:<6.4f}"
+            f" {r['gain']:>+8.4f} {plast:>10} {r['trainable_params']:>10,}"
+        )
+    if rows:
+        over = rows[0]["gain_over"]
+        base = "linear probing (head)" if over == "head" else "the accuracy before finetuning"
+        lines.append(f"(gain over {base})")
+    return "\n".join(lines)
