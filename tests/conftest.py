@@ -1,15 +1,77 @@
 """Shared fixtures: Triton runs interpreted on CPU-only machines (must be set before kernels are
-defined), outputs of every op start poisoned (NaN) so unwritten results show, fresh seeds per test."""
+defined), outputs of every op start poisoned (NaN) so unwritten results show, and seeds that replay.
+
+Seeds: every test starts with the torch and ``random`` generators seeded from its id (the crc32 of
+``base:nodeid``, the same in every process and on every machine), and the ``gen`` fixture is a
+``torch.Generator`` seeded the same way. ``base`` is 0 unless ``--seed N`` or ``VITPLAST_TEST_SEED=N``
+sets it (other data, still replayable). A failing test prints its seeds and the base to replay it with.
+"""
 
 from __future__ import annotations
 
 import os
+import random
+import zlib
 
 import pytest
 import torch
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+
+SEED_ENV = "VITPLAST_TEST_SEED"
+_SEEDS = pytest.StashKey[dict]()
+_FAILED = pytest.StashKey[list]()  # "nodeid: replay line" of each failed test
+
+
+def pytest_addoption(parser):
+    parser.addoption("--seed", type=int, default=None, metavar="N",
+                     help=f"base of every test's seeds (default: ${SEED_ENV}, else 0)")
+
+
+def base_seed(config) -> int:
+    value = config.getoption("--seed", default=None)
+    if value is not None:
+        return value
+    text = os.environ.get(SEED_ENV, "").strip()
+    try:
+        return int(text, 0) if text else 0
+    except ValueError:
+        raise pytest.UsageError(f"{SEED_ENV} must be an integer, got {text!r}") from None
+
+
+def derived_seed(base: int, nodeid: str, stream: str) -> int:
+    """A 31-bit seed from the base, the test id and the stream's name (crc32: unlike ``hash``, which
+    Python salts per process, the same in every run)."""
+    return zlib.crc32(f"{base}:{stream}:{nodeid}".encode()) & 0x7FFFFFFF
+
+
+def _seeds(item) -> dict:
+    if _SEEDS not in item.stash:
+        base = base_seed(item.config)
+        item.stash[_SEEDS] = {"base": base, "global": derived_seed(base, item.nodeid, "global"),
+                              "gen": derived_seed(base, item.nodeid, "gen")}
+    return item.stash[_SEEDS]
+
+
+def replay_line(item) -> str:
+    s = _seeds(item)
+    return (f"seed={s['global']} (torch, random; gen {s['gen']}) from the test id and base {s['base']}: "
+            f"{SEED_ENV}={s['base']} to replay")
+
+
+@pytest.fixture(autouse=True)
+def _seed_from_test_id(request):
+    """The torch (CPU and CUDA) and ``random`` generators seeded from the test id."""
+    seed = _seeds(request.node)["global"]
+    torch.manual_seed(seed)
+    random.seed(seed)
+
+
+@pytest.fixture
+def gen(request) -> torch.Generator:
+    """A CPU generator seeded from the test id (a stream apart from the global generator's)."""
+    return torch.Generator().manual_seed(_seeds(request.node)["gen"])
 
 
 @pytest.fixture(autouse=True)
@@ -25,14 +87,24 @@ def _poison_uninitialized_memory():
     torch.utils.deterministic.fill_uninitialized_memory = prev_fill
 
 
-@pytest.fixture
-def gen(request) -> torch.Generator:
-    """A generator seeded from the test's name and a per-session salt: fresh data, reproducible by
-    setting VITPLAST_TEST_SEED."""
-    salt = int(os.environ.get("VITPLAST_TEST_SEED", str(int.from_bytes(os.urandom(4), "little"))))
-    g = torch.Generator().manual_seed((hash(request.node.nodeid) ^ salt) & 0x7FFFFFFF)
-    return g
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failed test's report carries a "seed" section: the seeds it ran with and how to replay them."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed:
+        report.sections.append(("seed", replay_line(item)))
+        item.config.stash.setdefault(_FAILED, []).append(f"{item.nodeid}: {replay_line(item)}")
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    failed = config.stash.get(_FAILED, [])
+    if failed:
+        terminalreporter.section("seeds of the failed tests")
+        for line in failed:
+            terminalreporter.write_line(line)
 
 
 def pytest_report_header(config):
-    return f"torch {torch.__version__}, cuda available: {torch.cuda.is_available()}"
+    return (f"torch {torch.__version__}, cuda available: {torch.cuda.is_available()}; test seeds from the "
+            f"test ids, base {base_seed(config)} ({SEED_ENV} / --seed)")
