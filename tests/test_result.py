@@ -73,7 +73,7 @@ def test_mapping_errors(gen):
         vk.pairwise_plasticity({"f": x})
     with pytest.raises(TypeError, match="acts must be"):
         vk.pairwise_plasticity([x, y])
-    assert get_pairing("all").name == "all"  # issue 5 registered it
+    assert get_pairing("all").name == "all"  # registered by vitplast_kernels.measure.pairing_all
 
 
 def test_no_sync_until_asked_and_merge(gen):
