@@ -15,6 +15,7 @@ SUBCOMMANDS = {
     "measure": ("vitplast.measure", "measure the plasticity of every component of a model"),
     "finetune": ("vitplast.finetune", "finetune chosen components with per-step plasticity monitoring"),
     "profile": ("vitplast.profile", "time and size a plasticity measurement on a large model"),
+    "claim": ("vitplast.claim", "test whether plasticity predicts which component to finetune"),
 }
 
 

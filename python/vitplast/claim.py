@@ -1,0 +1,344 @@
+"""Does plasticity predict which component to finetune? The paper's claim, tested in one command.
+
+For a model, a pretraining-side dataset X and a downstream dataset Y:
+
+1. measure every component's plasticity *before* finetuning on matched X-Y pairs (``--protocol
+   in_situ`` or ``decomposition``), in chunks that the bootstrap resamples;
+2. finetune each component alone (plus the head) on Y under one budget: the same steps, batch,
+   optimiser, learning-rate grid and seeds for every component, through `vitplast finetune`'s driver
+   (one run directory per run under OUT/runs/), and the head alone as the baseline;
+3. report per component: plasticity with its CI, trainable parameters, accuracy and gain over the
+   baseline with CIs across seeds, then Spearman's rho and Kendall's tau-b between plasticity and gain
+   with a bootstrap CI (seeds and pairs resampled) and exact permutation p-values.
+
+Per layer the claim is plasticity-only: the finetune driver trains a component in every block, so
+gains exist per component type; plasticity is reported per layer too.
+
+Defaults: the embedded digits ViT (pretrained here on digits 0-4), X = digits 0-4, Y = digits 5-9.
+A killed claim continues where it stopped when run again with the same options (finished runs are
+loaded, partial ones resume from their last checkpoint). Writes OUT/claim.json, claim.txt, claim.png.
+
+examples:
+  vitplast claim --out runs/claim
+  vitplast claim --out runs/claim --dry-run           # how many runs, how long on this machine
+  vitplast claim --model vit_small_patch16_224 --weights vit_s.safetensors --img-size 224 \\
+      --pretrain-data in1k_val/ --data flowers/ --device cuda --amp bf16 --batch-size 128 \\
+      --steps 500 --lr 1e-4,3e-4,1e-3 --seed 0,1,2 --out runs/claim_flowers
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+from .claim_analysis import analyse
+from .claim_options import BASELINES, DEFAULTS, FINETUNE_KEYS, PROTOCOLS, resolve_options
+from .claim_plasticity import DIGITS_MODEL, build_model, measure_chunks
+from .claim_report import format_report, plot_claim
+from .claim_runs import calibrate, estimate_seconds, plan_runs, train_all
+from .rundir import write_json_atomic
+
+
+class _Dist:
+    """The torchrun process group for the whole claim (each finetune run joins it, none closes it)."""
+
+    def __init__(self, device: str):
+        import torch
+
+        self.world = int(os.environ.get("WORLD_SIZE", "1"))
+        self.rank = int(os.environ.get("RANK", "0"))
+        self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        self.created = False
+        if self.world > 1:
+            import torch.distributed as dist
+
+            if not dist.is_initialized():
+                cuda = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
+                if cuda:
+                    torch.cuda.set_device(self.local_rank)
+                dist.init_process_group(backend="nccl" if cuda else "gloo")
+                self.created = True
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def close(self) -> None:
+        if self.created:
+            import torch.distributed as dist
+
+            dist.destroy_process_group()
+
+
+def _measure_device(device: str, dist: _Dist):
+    import torch
+
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    dev = torch.device(device)
+    if dev.type == "cuda" and dist.world > 1 and dev.index is None:
+        dev = torch.device("cuda", dist.local_rank)
+    return dev
+
+
+def _threads(cfg: dict, device) -> int | None:
+    """``--threads``, else 1 for the digits ViT on CPU (its matrices are tiny: on a loaded 2-core
+    machine one thread measured 60 ms per training step, two threads 1080 ms), else torch's default."""
+    if cfg["threads"] is not None:
+        return cfg["threads"]
+    return 1 if cfg["model"] == DIGITS_MODEL and device.type == "cpu" else None
+
+
+def _jobs(cfg: dict, device) -> int:
+    """``--jobs``, else one process per core up to 2 for the digits ViT on CPU (one thread each),
+    else 1 (a large model uses the cores, or the GPU, within one run)."""
+    if cfg["jobs"] is not None:
+        return cfg["jobs"]
+    if cfg["model"] == DIGITS_MODEL and device.type == "cpu" and int(os.environ.get("WORLD_SIZE", "1")) == 1:
+        return max(1, min(2, os.cpu_count() or 1))
+    return 1
+
+
+def _measurement(cfg: dict, out: Path, device, progress: bool, is_main: bool, say) -> dict:
+    """Plasticity chunks: loaded from OUT/plasticity_chunks.json when measured with these options,
+    else measured (and saved)."""
+    import contextlib
+
+    import torch
+
+    from .data import load_dataset
+
+    keys = ("model", "weights", "model_kwargs", "img_size", "pretrain_data", "data", "split", "protocol",
+            "pairs", "pair_batch", "measure_seed", "amp")
+    config = {**{k: cfg[k] for k in keys}, "model_seed": cfg["seed"][0]}
+    path = out / "plasticity_chunks.json"
+    if path.exists():
+        saved = json.loads(path.read_text())
+        if saved["config"] != config:
+            diffs = [k for k in config if saved["config"].get(k) != config[k]]
+            raise ValueError(f"--out {out} holds a claim measured with other options ({', '.join(diffs)}); "
+                             "choose another --out")
+        say(f"plasticity: loaded from {path}")
+        return saved
+    n_classes = load_dataset(cfg["data"], "val", img_size=cfg["img_size"] or 32, seed=0).num_classes
+    with torch.random.fork_rng(devices=[]):  # a random-init model is the one seed[0]'s run starts from
+        torch.manual_seed(cfg["seed"][0])
+        net, img_size = build_model(cfg["model"], cfg["weights"], cfg["model_kwargs"], cfg["img_size"],
+                                    n_classes, progress)
+    x_set = load_dataset(cfg["pretrain_data"], cfg["split"], img_size=img_size, seed=cfg["measure_seed"])
+    y_set = load_dataset(cfg["data"], cfg["split"], img_size=img_size, seed=cfg["measure_seed"])
+    amp = (lambda: torch.autocast(device_type=device.type, dtype=torch.bfloat16)) if cfg["amp"] == "bf16" \
+        else contextlib.nullcontext
+    measured = measure_chunks(net, x_set, y_set, protocol=cfg["protocol"], pairs=cfg["pairs"],
+                              pair_batch=cfg["pair_batch"], seed=cfg["measure_seed"], device=device,
+                              amp=amp, progress=progress)
+    measured["config"] = config
+    if is_main:
+        write_json_atomic(path, measured)
+    say(f"plasticity: {measured['pairs']} matched pairs in {measured['chunks']} chunks, "
+        f"{measured['seconds']:.1f} s")
+    return measured
+
+
+def claim(**options) -> dict:
+    """Run the claim described by ``options`` (the CLI's options, underscores for dashes:
+    ``components="MHA,FC1,LN1"``, ``lr="1e-3,3e-3"``, ``seed="0,1,2"``, ``steps=100``, ``out=DIR``...).
+
+    Returns ``{"config", "plan", "estimate", "measurement", "analysis", "runs", "text"}`` (a dry run:
+    only ``config``, ``plan`` and ``estimate``). Writes OUT/claim.json, OUT/claim.txt, OUT/claim.png.
+    """
+    import torch
+
+    cfg = resolve_options(options)
+    say = options.get("_say", print)
+    out = Path(cfg["out"])
+    dist = _Dist(cfg["device"])
+    if not dist.is_main:
+        say = _silent
+    progress = (cfg["progress"] if cfg["progress"] is not None else sys.stderr.isatty()) and dist.is_main
+    device = _measure_device(cfg["device"], dist)
+    threads = _threads(cfg, device)
+    cfg["jobs"] = n_procs = _jobs(cfg, device)
+    saved_threads = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    t0 = time.perf_counter()
+    try:
+        trains = cfg["components"] + (["head"] if cfg["baseline"] == "head" else [])
+        jobs = plan_runs(out, trains, cfg["lr"], cfg["seed"])
+        foreign = [str(j["path"]) for j in jobs if j["state"] == "foreign"]
+        if foreign:
+            raise ValueError(f"{foreign[0]} is not empty and holds no finetuning run; choose another --out")
+        states = {s: sum(j["state"] == s for j in jobs) for s in ("finished", "partial", "new")}
+        plan = {"runs": len(jobs), **states, "trains": trains, "lrs": cfg["lr"], "seeds": cfg["seed"],
+                "steps": cfg["steps"]}
+        say(f"claim: {len(jobs)} finetuning runs = {len(trains)} trained ({', '.join(trains)}) x "
+            f"{len(cfg['lr'])} learning rates x {len(cfg['seed'])} seeds, {cfg['steps']} steps each; "
+            f"{states['finished']} finished, {states['partial']} partial, {states['new']} new")
+        base = {k: cfg[k] for k in FINETUNE_KEYS}
+        base.update(monitor_every=0, plots=cfg["run_plots"], progress=progress and n_procs == 1)
+        estimate = None
+        if cfg["dry_run"] or cfg["time_budget"] is not None:
+            if cfg["model"] == DIGITS_MODEL:  # its one-time pretraining is not a finetuning cost
+                from .digits import pretrained_digits_vit
+
+                pretrained_digits_vit(progress=progress)
+            calib = calibrate({**base, "progress": False}, trains, probe_steps=min(cfg["calibrate_steps"],
+                              cfg["steps"]), threads=threads)
+            seconds = estimate_seconds(jobs, calib, cfg["steps"], n_procs)
+            estimate = {**calib, "remaining_seconds": seconds, "jobs": n_procs}
+            steps_text = ", ".join(f"{t} {1000 * v:.1f}" for t, v in calib["step_s"].items())
+            procs = f" over {n_procs} processes (if the cores are free)" if n_procs > 1 else ""
+            say(f"estimate: {calib['overhead_s']:.1f} s per run + per step (ms): {steps_text}; "
+                f"{states['partial'] + states['new']} runs to train: about {seconds / 60:.1f} min{procs} "
+                f"(calibration took {calib['seconds']:.1f} s)")
+            if cfg["time_budget"] is not None and seconds > 60 * cfg["time_budget"]:
+                raise ValueError(f"the estimated {seconds / 60:.1f} min exceed --time-budget "
+                                 f"{cfg['time_budget']:g} min: fewer --lr/--seed values or --steps")
+        public = {k: v for k, v in cfg.items() if not k.startswith("_")}
+        if cfg["dry_run"]:
+            return {"config": public, "plan": plan, "estimate": estimate}
+
+        measured = _measurement(cfg, out, device, progress, dist.is_main, say)
+        t_train = time.perf_counter()
+        summaries = train_all(jobs, base, n_procs=n_procs, threads=threads, progress=progress,
+                              stop_after=options.get("_stop_after"))
+        train_s = time.perf_counter() - t_train
+        analysis = analyse(measured, summaries, components=cfg["components"], lrs=cfg["lr"],
+                           seeds=cfg["seed"], baseline=cfg["baseline"], bootstrap=cfg["bootstrap"],
+                           permutations=cfg["permutations"], seed=cfg["stats_seed"])
+        runs = [{k: s[k] for k in ("train", "lr", "seed", "final_acc", "initial_acc", "trainable_params",
+                                   "run_dir", "reused")} for s in summaries]
+        reused = sum(s["reused"] for s in summaries)
+        plan.update(trained=len(summaries) - reused, reused=reused, train_seconds=train_s,
+                    seconds=time.perf_counter() - t0)
+        measurement = {k: measured[k] for k in ("components", "layers", "pairs", "chunks", "seconds")}
+        result = _finite_or_none({"config": public, "plan": plan, "estimate": estimate,
+                                  "measurement": measurement, "analysis": analysis, "runs": runs})
+        result["text"] = format_report(result)
+        if dist.is_main:
+            write_json_atomic(out / "claim.json", {k: v for k, v in result.items() if k != "text"})
+            text = result["text"] + "\n"
+            from vitplast_kernels.atomic_io import atomic_write_bytes
+
+            atomic_write_bytes(out / "claim.txt", text.encode())
+            plot_claim(result, out / "claim.png")
+        say(result["text"])
+        say(f"({plan['trained']} runs trained, {plan['reused']} reused, {plan['seconds']:.0f} s; wrote "
+            f"{out / 'claim.json'}, {out / 'claim.txt'}, {out / 'claim.png'})")
+        return result
+    finally:
+        torch.set_num_threads(saved_threads)
+        dist.close()
+
+
+def _silent(*args, **kwargs) -> None:
+    pass
+
+
+def _finite_or_none(obj):
+    """``obj`` with every non-finite float replaced by None (strict JSON; the reports print "nan")."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite_or_none(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite_or_none(v) for v in obj]
+    return obj
+
+
+# ------------------------------------------------------------------------------------------ CLI
+def _model_arg(text: str) -> tuple[str, object]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"--model-arg expects KEY=VALUE, got {text!r}")
+    try:
+        return key, json.loads(value)
+    except json.JSONDecodeError:
+        return key, value
+
+
+def _one_line_error(prog: str):
+    def error(message: str):
+        print(f"{prog}: error: {message}", file=sys.stderr)
+        sys.exit(2)
+
+    return error
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    d = DEFAULTS
+    p.error = _one_line_error("vitplast claim")  # bad input: one line on stderr, exit status 2
+    g = p.add_argument_group("model and data")
+    g.add_argument("--model", default=d["model"], help=f"timm model name, or {DIGITS_MODEL!r} (default)")
+    g.add_argument("--model-arg", action="append", type=_model_arg, default=[], metavar="KEY=VALUE",
+                   help="extra timm.create_model argument (repeatable)")
+    g.add_argument("--weights", help="local pretrained checkpoint (.safetensors, .pth, .npz)")
+    g.add_argument("--img-size", type=int, help="input size (default: the model's)")
+    g.add_argument("--pretrain-data", default=d["pretrain_data"], metavar="SPEC",
+                   help="X, the pretraining-side data of the matched pairs (default: %(default)s)")
+    g.add_argument("--data", default=d["data"], metavar="SPEC",
+                   help="Y, the downstream data: pairs and finetuning (default: %(default)s); "
+                        "ImageFolder DIR, digits:CLASSES, cifar10:DIR, cifar100:DIR")
+    g = p.add_argument_group("plasticity before finetuning")
+    g.add_argument("--protocol", choices=PROTOCOLS, default=d["protocol"])
+    g.add_argument("--pairs", type=int, default=d["pairs"], help="matched X-Y pairs (default: %(default)s)")
+    g.add_argument("--pair-batch", type=int, default=d["pair_batch"],
+                   help="pairs per forward, the bootstrap's resampling unit (default: %(default)s)")
+    g.add_argument("--split", choices=("train", "val", "all"), default=d["split"],
+                   help="split the pairs come from (default: %(default)s)")
+    g.add_argument("--measure-seed", type=int, default=d["measure_seed"], help="order of the pairs")
+    g = p.add_argument_group("finetuning (the same budget for every component)")
+    g.add_argument("--components", default=d["components"],
+                   help="components trained alone (default: %(default)s)")
+    g.add_argument("--baseline", choices=BASELINES, default=d["baseline"],
+                   help="gain over the head-only run of the same seed (default) or the initial accuracy")
+    g.add_argument("--optimizer", choices=("sgd", "adam"), default=d["optimizer"])
+    g.add_argument("--lr", default=d["lr"], help="learning-rate grid; each component keeps its best "
+                                                 "(default: %(default)s)")
+    g.add_argument("--seed", default=d["seed"], help="seeds (default: %(default)s)")
+    g.add_argument("--steps", type=int, default=d["steps"], help="steps per run (default: %(default)s)")
+    g.add_argument("--batch-size", type=int, default=d["batch_size"])
+    g.add_argument("--weight-decay", type=float, default=d["weight_decay"])
+    g.add_argument("--schedule", choices=("constant", "cosine"), default=d["schedule"])
+    g.add_argument("--amp", choices=("none", "bf16"), default=d["amp"])
+    g.add_argument("--device", default=d["device"], help="auto, cpu, cuda, cuda:N (default: %(default)s)")
+    g.add_argument("--eval-limit", type=int, default=d["eval_limit"], help="validate on the first N images")
+    g.add_argument("--checkpoint-every", type=int, default=d["checkpoint_every"])
+    g.add_argument("--jobs", type=int, help="runs trained at once, in processes (default: 2 for the digits "
+                                            "ViT on a CPU with 2+ cores, else 1)")
+    g.add_argument("--threads", type=int, help="intra-op threads per run (default: 1 for the digits ViT "
+                                               "on CPU, else torch's)")
+    g = p.add_argument_group("statistics and outputs")
+    g.add_argument("--bootstrap", type=int, default=d["bootstrap"], help="bootstrap replicates")
+    g.add_argument("--permutations", type=int, default=d["permutations"],
+                   help="random permutations beyond 8 components (up to 8: all of them)")
+    g.add_argument("--stats-seed", type=int, default=d["stats_seed"])
+    g.add_argument("--out", required=True, help="directory of the runs and reports (rerun to resume)")
+    g.add_argument("--dry-run", action="store_true",
+                   help="say how many runs remain and time short runs to estimate how long; train nothing")
+    g.add_argument("--time-budget", type=float, metavar="MINUTES",
+                   help="estimate first (as --dry-run) and refuse to start beyond this many minutes")
+    g.add_argument("--run-plots", action="store_true", help="also draw each run's curves")
+    g.add_argument("--progress", dest="progress", action="store_true", default=None)
+    g.add_argument("--no-progress", dest="progress", action="store_false")
+
+
+def options_from_args(args: argparse.Namespace) -> dict:
+    opts = {k: getattr(args, k) for k in DEFAULTS if k != "model_kwargs" and hasattr(args, k)}
+    opts["model_kwargs"] = dict(args.model_arg or [])
+    return opts
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        claim(**options_from_args(args))
+    except (ValueError, FileNotFoundError, ImportError) as exc:
+        print(f"vitplast claim: error: {exc}", file=sys.stderr)
+        return 2
+    return 0

@@ -1,0 +1,114 @@
+"""Options of `vitplast claim`: defaults, and their validation into one resolved configuration.
+
+Every problem is a ``ValueError`` whose message names the option (the CLI prints it on one line and
+exits with status 2) and is found before anything is measured or trained.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+from .claim_plasticity import DIGITS_MODEL
+from .trainable import COMPONENTS
+
+PROTOCOLS = ("in_situ", "decomposition")
+BASELINES = ("head", "initial")
+
+DEFAULTS: dict = {
+    "model": DIGITS_MODEL, "weights": None, "model_kwargs": {}, "img_size": None,
+    "pretrain_data": "digits:0-4", "data": "digits:5-9", "split": "all",
+    "protocol": "in_situ", "pairs": 512, "pair_batch": 16, "measure_seed": 0,
+    "components": ",".join(COMPONENTS), "baseline": "head",
+    "optimizer": "adam", "lr": "3e-3,1e-2,3e-2", "seed": "0,1,2", "steps": 100, "batch_size": 64,
+    "weight_decay": 0.0, "schedule": "cosine", "amp": "none", "device": "auto", "eval_limit": 0,
+    "checkpoint_every": 50, "run_plots": False,
+    "jobs": None, "threads": None,
+    "bootstrap": 2000, "permutations": 10000, "stats_seed": 0,
+    "out": None, "dry_run": False, "time_budget": None, "calibrate_steps": 10, "progress": None,
+}
+# options passed on unchanged to every finetune run
+FINETUNE_KEYS = ("model", "weights", "model_kwargs", "img_size", "data", "optimizer", "weight_decay",
+                 "schedule", "steps", "batch_size", "amp", "device", "eval_limit", "checkpoint_every")
+
+
+def _list(value, cast, name: str) -> list:
+    items = value if isinstance(value, (list, tuple)) else str(value).split(",")
+    out = []
+    for item in items:
+        text = str(item).strip()
+        try:
+            out.append(cast(text))
+        except ValueError:
+            raise ValueError(f"--{name}: cannot read {text!r} as {cast.__name__}") from None
+    if len(set(out)) != len(out):
+        raise ValueError(f"--{name}: repeated value in {value!r}")
+    return out
+
+
+def _positive_int(cfg: dict, key: str, minimum: int = 1) -> None:
+    v = cfg[key]
+    if not isinstance(v, int) or isinstance(v, bool) or v < minimum:
+        raise ValueError(f"--{key.replace('_', '-')} must be an integer >= {minimum}, got {v!r}")
+
+
+def resolve_options(options: dict) -> dict:
+    """Defaults filled in and every option validated; raises ValueError naming the option."""
+    unknown = sorted(k for k in options if k not in DEFAULTS and not k.startswith("_"))
+    if unknown:
+        raise ValueError(f"unknown option(s) {unknown}; known: {sorted(DEFAULTS)}")
+    cfg = {**DEFAULTS, **{k: v for k, v in options.items() if v is not None}}
+    if cfg["out"] is None:
+        raise ValueError("--out DIR is required: it holds the finetuning runs and the reports")
+    cfg["out"] = str(cfg["out"])
+    comps = _list(cfg["components"], str, "components")
+    lookup = {c.lower(): c for c in COMPONENTS}
+    bad = [c for c in comps if c.lower() not in lookup]
+    if bad:
+        raise ValueError(f"--components: unknown {bad}; choose from {', '.join(COMPONENTS)}")
+    cfg["components"] = [lookup[c.lower()] for c in comps]
+    if len(cfg["components"]) < 3:
+        raise ValueError(f"--components: a rank correlation needs at least 3 components, got "
+                         f"{cfg['components']}")
+    cfg["lr"] = _list(cfg["lr"], float, "lr")
+    if any(not (v > 0 and math.isfinite(v)) for v in cfg["lr"]):
+        raise ValueError(f"--lr values must be positive, got {cfg['lr']}")
+    cfg["seed"] = _list(cfg["seed"], int, "seed")
+    for key in ("steps", "batch_size", "pairs", "pair_batch", "bootstrap", "permutations", "calibrate_steps"):
+        _positive_int(cfg, key)
+    if cfg["jobs"] is not None:
+        _positive_int(cfg, "jobs")
+    for key in ("eval_limit", "checkpoint_every"):
+        _positive_int(cfg, key, 0)
+    if cfg["threads"] is not None:
+        _positive_int(cfg, "threads")
+    if cfg["pairs"] < cfg["pair_batch"]:
+        raise ValueError(f"--pairs ({cfg['pairs']}) must be at least --pair-batch ({cfg['pair_batch']})")
+    choices = {"protocol": PROTOCOLS, "baseline": BASELINES, "optimizer": ("sgd", "adam"),
+               "schedule": ("constant", "cosine"), "amp": ("none", "bf16"), "split": ("train", "val", "all")}
+    for key, allowed in choices.items():
+        if cfg[key] not in allowed:
+            raise ValueError(f"--{key.replace('_', '-')} must be one of {allowed}, got {cfg[key]!r}")
+    if cfg["time_budget"] is not None and not cfg["time_budget"] > 0:
+        raise ValueError(f"--time-budget must be a positive number of minutes, got {cfg['time_budget']}")
+    if cfg["weight_decay"] < 0:
+        raise ValueError(f"--weight-decay must be >= 0, got {cfg['weight_decay']}")
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and (cfg["jobs"] or 1) > 1:
+        raise ValueError("--jobs must be 1 under torchrun (each run is already data-parallel)")
+    if cfg["model"] == DIGITS_MODEL and (cfg["model_kwargs"] or cfg["img_size"] not in (None, 32)):
+        raise ValueError(f"--model-arg/--img-size do not apply to {DIGITS_MODEL} (32x32, fixed architecture)")
+    _check_device(cfg["device"])
+    return cfg
+
+
+def _check_device(device: str) -> None:
+    import torch
+
+    if device == "auto":
+        return
+    try:
+        dev = torch.device(device)
+    except RuntimeError:
+        raise ValueError(f"--device: not a device: {device!r} (auto, cpu, cuda, cuda:1, ...)") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"--device {device}: CUDA is not available on this machine")

@@ -1,0 +1,163 @@
+"""Reports of `vitplast claim`: the text table and the figure (gain against plasticity).
+
+The figure is drawn on a bare ``matplotlib.figure.Figure`` with the Agg canvas (no pyplot, so no
+global figure state is created or left behind) and written atomically.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from vitplast_kernels.atomic_io import atomic_write
+
+from .trainable import COMPONENTS
+
+
+def _num(v, fmt: str) -> str:
+    return "nan" if v is None or not math.isfinite(v) else format(v, fmt)
+
+
+def _ci(ci, fmt: str) -> str:
+    return f"[{_num(ci[0], fmt)}, {_num(ci[1], fmt)}]"
+
+
+def _row(component, plasticity, params, lr, accuracy, gain) -> str:
+    return (f"{component:<10} {plasticity:<22} {params:>9} {lr:>7}  {accuracy:<22} {gain}").rstrip()
+
+
+def format_report(result: dict) -> str:
+    """The claim's table, correlations, verdict and per-layer plasticity as plain text."""
+    cfg, an = result["config"], result["analysis"]
+    base = an["baseline"]
+    over = "the head-only run (linear probing) of the same seed" if base["train"] == "head" else \
+        "the accuracy before finetuning (fresh head)"
+    lines = [
+        "Does plasticity before finetuning predict the gain of finetuning a component alone?",
+        f"model {cfg['model']}{' (' + cfg['weights'] + ')' if cfg['weights'] else ''}; plasticity: "
+        f"{cfg['protocol']}, {an['bootstrap']['pairs']} matched pairs X={cfg['pretrain_data']} / "
+        f"Y={cfg['data']} ({an['bootstrap']['pair_chunks']} chunks)",
+        f"finetuning on {cfg['data']}: each component alone (+ head), {cfg['optimizer']}, {cfg['steps']} "
+        f"steps, batch {cfg['batch_size']}, lr grid {','.join(f'{v:g}' for v in cfg['lr'])} (best per "
+        f"component), seeds {','.join(str(s) for s in cfg['seed'])}; gain over {over}",
+        "",
+        _row("component", "plasticity [95% CI]", "params", "lr", "accuracy [95% CI]", "gain [95% CI]"),
+    ]
+    lines.append("-" * len(lines[-1]))
+    for r in an["rows"]:
+        lines.append(_row(
+            r["component"], f"{_num(r['plasticity'], '.3f')} {_ci(r['plasticity_ci'], '.3f')}",
+            f"{r['trainable_params']:,}", f"{r['lr']:.2g}",
+            f"{_num(r['accuracy']['mean'], '.4f')} {_ci(r['accuracy']['ci'], '.3f')}",
+            f"{_num(r['gain']['mean'], '+.4f')} {_ci(r['gain']['ci'], '+.3f')}"))
+    if base["train"] == "head":
+        acc = f"{_num(base['accuracy']['mean'], '.4f')} {_ci(base['accuracy']['ci'], '.3f')}"
+        params = f"{base['trainable_params']:,}"
+        lines.append(_row("head", "(baseline)", params, f"{base['lr']:.2g}", acc, ""))
+    ia = base["initial_accuracy"]
+    lines.append(f"before finetuning: accuracy {_num(ia['mean'], '.4f')} {_ci(ia['ci'], '.3f')}")
+    lines += [
+        "",
+        "ranking by plasticity: " + " > ".join(an["ranking"]["plasticity"]),
+        "ranking by gain:       " + " > ".join(an["ranking"]["gain"]),
+    ]
+    for name, label in (("spearman", "Spearman rho "), ("kendall", "Kendall tau-b")):
+        c = an["correlations"][name]
+        kind = f"exact, {c['permutations']} permutations" if c["exact"] else \
+            f"{c['permutations']} random permutations"
+        lines.append(f"{label} = {_num(c['value'], '+.3f')}  bootstrap 95% CI {_ci(c['ci'], '+.2f')}  "
+                     f"permutation p = {_num(c['p_greater'], '.3g')} (one-sided, > 0), "
+                     f"{_num(c['p_two_sided'], '.3g')} (two-sided; {kind})")
+    pc = an["params_correlations"]
+    sp, kd = pc["spearman"], pc["kendall"]
+    lines.append(f"for comparison, trainable parameters vs gain: Spearman {_num(sp['value'], '+.3f')} "
+                 f"(p = {_num(sp['p_greater'], '.3g')}), Kendall {_num(kd['value'], '+.3f')} "
+                 f"(p = {_num(kd['p_greater'], '.3g')})")
+    b = an["bootstrap"]
+    lines.append(f"(bootstrap: {b['replicates']} replicates resampling the {b['seeds']} seeds and the "
+                 f"{b['pair_chunks']} pair chunks; the best lr is chosen again in each)")
+    t = an["trend"]
+    lines.append(f"trend (Theil-Sen): gain = {_num(t['slope'], '+.4f')} x plasticity "
+                 f"{_num(t['intercept'], '+.4f')}")
+    lines.append(f"verdict: {an['verdict']}")
+    lines += ["", "per-layer plasticity (mean [95% CI]); per layer the claim is plasticity-only: the "
+                  "finetune driver trains a component in every block", _layer_table(an)]
+    return "\n".join(lines)
+
+
+def _layer_table(an: dict) -> str:
+    rows = {r["component"]: (r["plasticity_per_layer"], r["plasticity_per_layer_ci"]) for r in an["rows"]}
+    rows.update({c: (v["per_layer"], v["per_layer_ci"]) for c, v in an["other_measured"].items()})
+    names = list(rows)
+    head = f"{'layer':>6} " + " ".join(f"{c:>21}" for c in names)
+    out = [head]
+    for li, layer in enumerate(an["layers"]):
+        cells = []
+        for c in names:
+            mean, ci = rows[c][0][li], rows[c][1][li]
+            cells.append(f"{_num(mean, '.3f')} {_ci(ci, '.3f')}".rjust(21))
+        out.append(f"{layer:>6} " + " ".join(cells))
+    return "\n".join(out)
+
+
+def plot_claim(result: dict, path) -> Path:
+    """Gain against plasticity (one point per component, 95% error bars both ways, Theil-Sen trend)
+    beside plasticity per layer (mean and 95% band per component) -> PNG at ``path``."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    an = result["analysis"]
+    rows = an["rows"]
+    fig = Figure(figsize=(12, 4.8))
+    FigureCanvasAgg(fig)
+    ax, ax2 = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.15, 1]})
+    names = list(COMPONENTS) + [r["component"] for r in rows if r["component"] not in COMPONENTS]
+    colors = {c: f"C{i}" for i, c in enumerate(names)}
+    points = [r for r in rows if r["plasticity"] is not None and r["gain"]["mean"] is not None]
+    for r in points:
+        x, (xlo, xhi) = r["plasticity"], r["plasticity_ci"]
+        y, (ylo, yhi) = r["gain"]["mean"], r["gain"]["ci"]
+        xerr = None if xlo is None or xhi is None else [[max(0.0, x - xlo)], [max(0.0, xhi - x)]]
+        yerr = None if ylo is None or yhi is None else [[max(0.0, y - ylo)], [max(0.0, yhi - y)]]
+        ax.errorbar([x], [y], xerr=xerr, yerr=yerr, fmt="o", color=colors[r["component"]], capsize=3,
+                    ms=7, label=f"{r['component']} ({r['trainable_params']:,} params)")
+        ax.annotate(r["component"], (x, y), textcoords="offset points", xytext=(6, 6), fontsize=10)
+    slope, intercept = an["trend"]["slope"], an["trend"]["intercept"]
+    xs = [r["plasticity"] for r in points]
+    if slope is not None and intercept is not None and xs:
+        pad = 0.05 * (max(xs) - min(xs) or 1.0)
+        x0, x1 = min(xs) - pad, max(xs) + pad
+        ax.plot([x0, x1], [slope * x0 + intercept, slope * x1 + intercept], "--", color="0.4",
+                label=f"Theil-Sen trend (slope {slope:+.3g})")
+    ax.axhline(0.0, color="0.75", lw=0.8)
+    sp, kd = an["correlations"]["spearman"], an["correlations"]["kendall"]
+    ax.set_title(f"Spearman ρ = {_num(sp['value'], '+.2f')} {_ci(sp['ci'], '+.2f')}, "
+                 f"p = {_num(sp['p_greater'], '.2g')};  Kendall τ = {_num(kd['value'], '+.2f')}, "
+                 f"p = {_num(kd['p_greater'], '.2g')}", fontsize=10)
+    base = "head-only run" if an["baseline"]["train"] == "head" else "before finetuning"
+    ax.set_xlabel(f"plasticity before finetuning ({result['config']['protocol']}, 95% bootstrap CI)")
+    ax.set_ylabel(f"accuracy gain over {base} (95% t CI over seeds)")
+    ax.legend(fontsize=8, loc="best")
+    ax.grid(alpha=0.3)
+
+    layers = list(range(len(an["layers"])))
+    series = [(r["component"], r["plasticity_per_layer"], r["plasticity_per_layer_ci"]) for r in rows]
+    series += [(c, v["per_layer"], v["per_layer_ci"]) for c, v in an["other_measured"].items()]
+    for i, (c, mean, ci) in enumerate(series):
+        color = colors.get(c, f"C{len(names) + i}")
+        m = [math.nan if v is None else v for v in mean]
+        ax2.plot(layers, m, "o-", color=color, label=c)
+        lo = [math.nan if v[0] is None else v[0] for v in ci]
+        hi = [math.nan if v[1] is None else v[1] for v in ci]
+        ax2.fill_between(layers, lo, hi, color=color, alpha=0.2)
+    ax2.axhline(1.0, color="0.75", lw=0.8)
+    ax2.set_xticks(layers, an["layers"])
+    ax2.set_xlabel("layer (block)")
+    ax2.set_ylabel("plasticity")
+    ax2.set_title("plasticity per layer (per layer the claim is plasticity-only)", fontsize=10)
+    ax2.legend(fontsize=8)
+    ax2.grid(alpha=0.3)
+    fig.tight_layout()
+    path = Path(path)
+    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
+    return path

@@ -1,0 +1,324 @@
+"""`vitplast claim`: its statistics against hand-computed cases, the analysis on a made-up grid, and
+end to end on a tiny timm ViT: reports, reuse of finished runs, resume after a kill, dry run, errors."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from vitplast.claim import claim
+from vitplast.claim_analysis import analyse
+from vitplast.claim_stats import (
+    average_ranks,
+    kendall_tau_b,
+    percentile_interval,
+    permutation_test,
+    resample_counts,
+    spearman,
+    student_t_cdf,
+    student_t_quantile,
+    t_interval,
+    theil_sen,
+)
+from vitplast.cli import main as cli_main
+from vitplast.finetune import SimulatedKill
+
+
+# ------------------------------------------------------------------------------------------ ranks
+def test_average_ranks_share_tied_positions():
+    assert average_ranks([10, 20, 20, 5]).tolist() == [2, 3.5, 3.5, 1]
+    assert average_ranks([[3, 3, 3], [1, 2, 3]]).tolist() == [[2, 2, 2], [1, 2, 3]]
+
+
+def test_spearman_by_hand_with_ties():
+    # y ranks [1, 2, 3.5, 5, 3.5]: sum dx*dy = 8, sum dx^2 = 10, sum dy^2 = 9.5
+    assert spearman([1, 2, 3, 4, 5], [5, 6, 7, 8, 7]) == pytest.approx(8 / math.sqrt(95), abs=1e-12)
+    # ties in both: ranks [1.5, 1.5, 3, 4] and [1, 2.5, 2.5, 4]: 3.75 / 4.5
+    assert spearman([1, 1, 2, 3], [1, 2, 2, 3]) == pytest.approx(3.75 / 4.5, abs=1e-12)
+    assert spearman([1, 2, 3], [30, 20, 10]) == pytest.approx(-1.0)
+    assert math.isnan(spearman([1, 2, 3], [4, 4, 4]))
+    rows = spearman(np.array([[1, 2, 3, 4], [1, 1, 2, 3]]), np.array([[5, 6, 7, 8], [1, 2, 2, 3]]))
+    assert rows == pytest.approx([1.0, 3.75 / 4.5])
+
+
+def test_kendall_tau_b_by_hand_with_ties():
+    # 8 concordant, 1 discordant (4, 5), 1 pair tied in y: (8 - 1) / sqrt(10 * 9)
+    assert kendall_tau_b([1, 2, 3, 4, 5], [5, 6, 7, 8, 7]) == pytest.approx(7 / math.sqrt(90), abs=1e-12)
+    # one pair tied in x, another in y, 4 concordant: 4 / sqrt(5 * 5)
+    assert kendall_tau_b([1, 1, 2, 3], [1, 2, 2, 3]) == pytest.approx(0.8, abs=1e-12)
+    assert kendall_tau_b([1, 2, 3, 4], [1, 2, 4, 3]) == pytest.approx(4 / 6, abs=1e-12)
+    assert kendall_tau_b([4, 3, 2, 1], [1, 2, 3, 4]) == pytest.approx(-1.0)
+    assert math.isnan(kendall_tau_b([2, 2, 2], [1, 2, 3]))
+
+
+def test_permutation_p_values_by_enumeration():
+    # n = 3, spearman over the 6 orders: 1, .5, .5, -.5, -.5, -1
+    p = permutation_test([1, 2, 3], [1, 2, 3], spearman)
+    assert p["exact"] and p["permutations"] == 6
+    assert p["greater"] == pytest.approx(1 / 6) and p["two_sided"] == pytest.approx(2 / 6)
+    # n = 4, tau = 2/3 (1 inversion); inversions of the 24 orders: 1, 3, 5, 6, 5, 3, 1 for 0..6
+    p = permutation_test([1, 2, 3, 4], [1, 2, 4, 3], kendall_tau_b)
+    assert p["greater"] == pytest.approx(4 / 24) and p["two_sided"] == pytest.approx(8 / 24)
+    # a tie in y: the observed statistic counts itself and the orders that equal it
+    p = permutation_test([1, 2, 3], [1, 2, 2], spearman)
+    assert p["observed"] == pytest.approx(math.sqrt(3) / 2)
+    assert p["greater"] == pytest.approx(2 / 6)  # identity and swapping the tied pair
+    p = permutation_test([1, 2, 3], [5, 5, 5], spearman)
+    assert math.isnan(p["greater"])
+
+
+def test_permutation_beyond_enumeration_draws_at_random():
+    x = np.arange(9.0)
+    p = permutation_test(x, x, spearman, permutations=999, seed=1)
+    assert not p["exact"] and p["permutations"] == 999
+    assert p["greater"] == pytest.approx(1 / 1000, abs=2 / 1000)  # 1/9! of the orders reach rho = 1
+    q = permutation_test(x, x[::-1].copy(), spearman, permutations=999, seed=1)
+    assert q["greater"] == pytest.approx(1.0)
+
+
+def test_student_t_against_table_values():
+    table = {1: 12.706204736, 2: 4.302652730, 3: 3.182446305, 4: 2.776445105, 5: 2.570581836,
+             10: 2.228138852, 30: 2.042272456}
+    for df, q in table.items():
+        assert student_t_quantile(0.975, df) == pytest.approx(q, rel=1e-8), df
+        assert student_t_cdf(q, df) == pytest.approx(0.975, abs=1e-10)
+    assert student_t_cdf(0.7, 1) == pytest.approx(0.5 + math.atan(0.7) / math.pi, abs=1e-14)
+    assert student_t_cdf(-1.3, 7) == pytest.approx(1 - student_t_cdf(1.3, 7), abs=1e-14)
+    assert student_t_quantile(0.025, 4) == pytest.approx(-2.776445105, rel=1e-8)
+    with pytest.raises(ValueError):
+        student_t_cdf(1.0, 0)
+
+
+def test_t_interval_and_percentiles():
+    mean, lo, hi = t_interval([1.0, 2.0, 3.0])
+    half = 4.302652730 / math.sqrt(3)
+    assert (mean, lo, hi) == pytest.approx((2.0, 2.0 - half, 2.0 + half), rel=1e-8)
+    assert t_interval([0.4, 0.4]) == pytest.approx((0.4, 0.4, 0.4))
+    m, lo, hi = t_interval([0.7])
+    assert m == 0.7 and math.isnan(lo) and math.isnan(hi)
+    assert percentile_interval(np.arange(101.0)) == pytest.approx((2.5, 97.5))
+    assert percentile_interval([np.nan, 1.0, np.nan]) == (1.0, 1.0)
+    assert all(math.isnan(v) for v in percentile_interval([np.nan]))
+    counts = resample_counts(np.random.default_rng(0), 7, 50)
+    assert counts.shape == (50, 7) and (counts.sum(1) == 7).all()
+
+
+def test_theil_sen_by_hand_and_against_an_outlier():
+    # slopes 1, 1, 10/3, 1, 4.5, 8 -> median (1 + 10/3) / 2; residual median of [0, -7/6, -7/3, 3.5]
+    slope, icpt = theil_sen([0, 1, 2, 3], [0, 1, 2, 10])
+    assert slope == pytest.approx(13 / 6) and icpt == pytest.approx(-7 / 12)
+    assert theil_sen([0, 1, 2, 3, 4], [0, 1, 2, 3, 100]) == pytest.approx((1.0, 0.0))
+    assert all(math.isnan(v) for v in theil_sen([1, 1], [0, 5]))
+
+
+# ------------------------------------------------------------------------------------------ analysis
+def _made_up(plasticity=(3.0, 2.0, 1.0), chunks=2):
+    """Measured chunks with plasticity MHA 3, FC1 2, LN1 1 (one layer), and a 2-lr x 2-seed grid."""
+    stats = np.zeros((chunks, 3, 1, 5))
+    for c, p in enumerate(plasticity):
+        stats[:, c, 0] = [4, 4 * p, 4 * p * p, 0, 0]
+    measured = {"components": ["MHA", "FC1", "LN1"], "layers": ["0"], "stats": stats.tolist(),
+                "pairs": 4 * chunks, "chunks": chunks}
+    acc = {  # train -> {lr: [seed 0, seed 1]}
+        "MHA": {1e-3: [0.8, 0.9], 1e-2: [0.9, 1.0]},
+        "FC1": {1e-3: [0.7, 0.7], 1e-2: [0.6, 0.6]},
+        "LN1": {1e-3: [0.5, 0.65], 1e-2: [0.1, 0.1]},
+        "head": {1e-3: [0.5, 0.6], 1e-2: [0.4, 0.4]},
+    }
+    summaries = [{"train": t, "lr": lr, "seed": s, "final_acc": a[s], "initial_acc": [0.2, 0.3][s],
+                  "trainable_params": {"MHA": 100, "FC1": 80, "LN1": 8, "head": 5}[t]}
+                 for t, by_lr in acc.items() for lr, a in by_lr.items() for s in (0, 1)]
+    return measured, summaries
+
+
+def test_analysis_gains_best_lr_and_correlations_by_hand():
+    measured, summaries = _made_up()
+    an = analyse(measured, summaries, components=["MHA", "FC1", "LN1"], lrs=[1e-3, 1e-2], seeds=[0, 1],
+                 bootstrap=300)
+    rows = {r["component"]: r for r in an["rows"]}
+    assert rows["MHA"]["lr"] == 1e-2 and rows["FC1"]["lr"] == 1e-3 and an["baseline"]["lr"] == 1e-3
+    # paired per-seed gains over the head's best lr (seeds: 0.5, 0.6)
+    assert rows["MHA"]["gain_per_seed"] == pytest.approx([0.4, 0.4])
+    assert rows["FC1"]["gain_per_seed"] == pytest.approx([0.2, 0.1])
+    assert rows["LN1"]["gain_per_seed"] == pytest.approx([0.0, 0.05])
+    assert rows["MHA"]["gain"]["ci"] == pytest.approx([0.4, 0.4])
+    half = 12.706204736 * 0.05  # t(1) * sem of [0.2, 0.1]
+    assert rows["FC1"]["gain"]["ci"] == pytest.approx([0.15 - half, 0.15 + half])
+    assert rows["FC1"]["accuracy"]["ci"] == pytest.approx([0.7, 0.7])
+    assert rows["LN1"]["accuracy"]["ci"][1] == 1.0  # cut to what an accuracy can be
+    assert rows["MHA"]["plasticity"] == pytest.approx(3.0) and rows["MHA"]["plasticity_ci"] == \
+        pytest.approx([3.0, 3.0])
+    assert rows["MHA"]["trainable_params"] == 100
+    sp, kd = an["correlations"]["spearman"], an["correlations"]["kendall"]
+    assert sp["value"] == pytest.approx(1.0) and kd["value"] == pytest.approx(1.0)
+    assert sp["p_greater"] == pytest.approx(1 / 6) and sp["p_two_sided"] == pytest.approx(1 / 3)
+    # every seed resample keeps MHA > FC1 > LN1 (the best lr chosen again): the interval is a point
+    assert sp["ci"] == pytest.approx([1.0, 1.0]) and kd["ci"] == pytest.approx([1.0, 1.0])
+    assert an["ranking"]["gain"] == ["MHA", "FC1", "LN1"]
+    assert "not established" in an["verdict"] and "0.167" in an["verdict"]
+    # sizes 100 > 80 > 8 rank like the gains: the rival predictor is reported beside plasticity
+    assert an["params_correlations"]["spearman"]["value"] == pytest.approx(1.0)
+    assert an["params_correlations"]["kendall"]["p_greater"] == pytest.approx(1 / 6)
+
+
+def test_analysis_initial_baseline_and_reversed_plasticity():
+    measured, summaries = _made_up(plasticity=(1.0, 2.0, 3.0))
+    summaries = [s for s in summaries if s["train"] != "head"]
+    an = analyse(measured, summaries, components=["MHA", "FC1", "LN1"], lrs=[1e-3, 1e-2], seeds=[0, 1],
+                 baseline="initial", bootstrap=300)
+    rows = {r["component"]: r for r in an["rows"]}
+    assert rows["MHA"]["gain_per_seed"] == pytest.approx([0.7, 0.7])  # best lr minus (0.2, 0.3)
+    assert rows["LN1"]["gain_per_seed"] == pytest.approx([0.3, 0.35])
+    assert an["correlations"]["spearman"]["value"] == pytest.approx(-1.0)
+    assert an["correlations"]["spearman"]["p_greater"] == pytest.approx(1.0)
+    assert an["trend"]["slope"] < 0
+
+
+def test_analysis_bootstrap_moves_with_noisy_seeds():
+    # FC1 and LN1 swap order between seeds: the bootstrap interval must widen below 1
+    measured, summaries = _made_up()
+    for s in summaries:
+        if s["train"] == "LN1" and s["lr"] == 1e-3:
+            s["final_acc"] = [0.5, 0.95][s["seed"]]
+    an = analyse(measured, summaries, components=["MHA", "FC1", "LN1"], lrs=[1e-3, 1e-2], seeds=[0, 1],
+                 bootstrap=400)
+    lo, hi = an["correlations"]["spearman"]["ci"]
+    assert lo < 1.0 and hi == pytest.approx(1.0)
+
+
+# ------------------------------------------------------------------------------------------ end to end
+TINY = dict(model="vit_tiny_patch16_224", img_size=16, threads=1, jobs=1, progress=False,
+            model_kwargs=dict(patch_size=8, depth=2, embed_dim=32, num_heads=2),
+            pretrain_data="synthetic", data="synthetic", components="MHA,FC1,LN1", lr="3e-3",
+            seed="0,1", steps=4, batch_size=16, checkpoint_every=2, pairs=24, pair_batch=4,
+            bootstrap=200, _say=lambda *a, **k: None)
+
+
+def _claim(out, **kw):
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*no weights given.*")
+        return claim(out=str(out), **{**TINY, **kw})
+
+
+@pytest.fixture(scope="module")
+def whole(tmp_path_factory):
+    out = tmp_path_factory.mktemp("claim") / "whole"
+    return out, _claim(out)
+
+
+def _strict_json(path):
+    def no_constant(name):
+        raise ValueError(f"{path} holds {name}: not strict JSON")
+
+    return json.loads(path.read_text(), parse_constant=no_constant)
+
+
+def test_claim_end_to_end_writes_reports(whole):
+    out, res = whole
+    assert res["plan"]["runs"] == 8 and res["plan"]["trained"] == 8 and res["plan"]["reused"] == 0
+    saved = _strict_json(out / "claim.json")
+    assert [r["component"] for r in saved["analysis"]["rows"]] == ["MHA", "FC1", "LN1"]
+    for r in saved["analysis"]["rows"]:
+        assert r["plasticity"] > 0 and r["plasticity_ci"][0] <= r["plasticity"] <= r["plasticity_ci"][1]
+        assert len(r["plasticity_per_layer"]) == 2 and r["trainable_params"] > 0
+        assert len(r["gain_per_seed"]) == 2
+    assert set(saved["analysis"]["other_measured"]) == {"LN2", "FC2"}  # measured, not finetuned
+    assert -1 <= saved["analysis"]["correlations"]["spearman"]["value"] <= 1
+    assert saved["analysis"]["correlations"]["kendall"]["permutations"] == 6
+    text = (out / "claim.txt").read_text()
+    assert "Spearman rho" in text and "Kendall tau-b" in text and "verdict:" in text
+    assert "plasticity-only" in text
+    assert (out / "claim.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    runs = sorted(p.name for p in (out / "runs").iterdir())
+    assert runs == sorted(f"{t}-lr0.003-s{s}" for t in ("MHA", "FC1", "LN1", "head") for s in (0, 1))
+    for name in runs:
+        files = {p.name for p in (out / "runs" / name).iterdir()}
+        assert {"config.json", "metrics.jsonl", "summary.json"} <= files
+
+
+def test_rerun_reuses_every_run_and_other_options_are_refused(whole):
+    out, res = whole
+    again = _claim(out)
+    assert again["plan"]["trained"] == 0 and again["plan"]["reused"] == 8
+    assert again["analysis"] == res["analysis"]
+    with pytest.raises(ValueError, match="differ"):
+        _claim(out, steps=5)  # the finetune driver refuses a run directory of other options
+    with pytest.raises(ValueError, match="other options"):
+        _claim(out, pairs=28)  # the saved plasticity was measured with other options
+
+
+def test_killed_claim_resumes_to_the_same_result(whole, tmp_path):
+    out, res = whole
+    with pytest.raises(SimulatedKill):
+        _claim(tmp_path / "k", _stop_after=3)  # first run killed after step 3, checkpoint at step 2
+    first = tmp_path / "k" / "runs" / "MHA-lr0.003-s0"
+    assert (first / "config.json").exists() and not (first / "summary.json").exists()
+    assert torch.load(first / "checkpoint.pt", weights_only=False)["step"] == 2
+    resumed = _claim(tmp_path / "k")
+    assert resumed["plan"]["trained"] == 8
+    assert [r["final_acc"] for r in resumed["runs"]] == [r["final_acc"] for r in res["runs"]]
+    assert resumed["analysis"]["correlations"] == res["analysis"]["correlations"]
+
+
+def test_dry_run_plans_and_estimates_without_training(whole, tmp_path, capsys):
+    out, _ = whole
+    said = []
+    res = _claim(tmp_path / "d", dry_run=True, _say=said.append)
+    assert res["plan"]["runs"] == 8 and res["plan"]["new"] == 8
+    est = res["estimate"]
+    assert est["overhead_s"] > 0 and est["remaining_seconds"] > 0
+    assert set(est["step_s"]) == {"MHA", "FC1", "LN1", "head"}
+    assert not (tmp_path / "d").exists()  # nothing trained, nothing written
+    assert any("8 finetuning runs" in s for s in said) and any("about" in s for s in said)
+    done = _claim(out, dry_run=True)
+    assert done["plan"]["finished"] == 8 and done["estimate"]["remaining_seconds"] == 0
+    with pytest.raises(ValueError, match="time-budget"):
+        _claim(tmp_path / "b", time_budget=1e-6)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--components", "MHA,XYZ"], "--components: unknown"),
+    (["--components", "MHA,FC1"], "at least 3 components"),
+    (["--lr", "1e-3,-1"], "--lr values must be positive"),
+    (["--lr", "fast"], "cannot read 'fast'"),
+    (["--seed", "0,0"], "repeated value"),
+    (["--pairs", "4", "--pair-batch", "8"], "--pairs (4) must be at least --pair-batch (8)"),
+    (["--steps", "0"], "--steps must be an integer >= 1"),
+    (["--steps", "many"], "argument --steps: invalid int value"),
+    (["--protocol", "paper"], "argument --protocol: invalid choice"),
+    (["--device", "tpu:0"], "--device"),
+    (["--model-arg", "depth=2"], "do not apply to digits-vit"),
+    (["--time-budget", "-1"], "--time-budget must be a positive"),
+    (["--model", "vit_tiny_patch16_224", "--data", "/no/such/dir"], "unknown dataset spec"),
+])
+def test_cli_bad_input_is_one_line_and_exit_2(args, message, tmp_path, capsys):
+    try:
+        rc = cli_main(["claim", "--out", str(tmp_path / "o"), "--no-progress", *args])
+    except SystemExit as exc:  # argparse's own checks
+        rc = exc.code
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert rc == 2 and len(lines) == 1, err
+    assert lines[0].startswith("vitplast claim: error: ") and message in lines[0], lines[0]
+    assert not (tmp_path / "o" / "runs").exists()
+
+
+def test_cli_needs_out(capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli_main(["claim"])
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert exc.value.code == 2 and len(err) == 1 and "--out" in err[0]
+
+
+def test_enumerated_permutations_match_itertools():
+    # the exact null distribution is over all n! orders, each once
+    x, y = np.array([0.3, 0.1, 0.7, 0.5]), np.array([2.0, 1.0, 4.0, 3.0])
+    null = [spearman(x, y[list(p)]) for p in itertools.permutations(range(4))]
+    obs = spearman(x, y)
+    p = permutation_test(x, y, spearman)
+    assert p["greater"] == pytest.approx(np.mean([v >= obs - 1e-12 for v in null]))
