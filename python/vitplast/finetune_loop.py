@@ -103,6 +103,8 @@ def run_one(cfg: dict, train: str, lr: float, seed: int, run_path: Path, dctx: D
         from torch.nn.parallel import DistributedDataParallel
 
         wrapped = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    if cfg["compile"]:  # after the monitor attached its hooks: they are compiled into the step's graph
+        wrapped = torch.compile(wrapped, mode=None if cfg["compile"] == "default" else cfg["compile"])
     tb = tensorboard(run_path) if cfg["tensorboard"] and dctx.is_main else None
     if ckpt is not None:
         set_rng_state(ckpt["rng"])
@@ -152,6 +154,7 @@ def run_one(cfg: dict, train: str, lr: float, seed: int, run_path: Path, dctx: D
             if stop_after is not None and done >= stop_after:
                 raise SimulatedKill(f"stopped after iteration {done}")
     finally:
+        monitor.close()
         bar.close()
         rd.close()
         if tb is not None:

@@ -54,7 +54,9 @@ DEFAULTS: dict = {
     "progress": None,
     "plots": True,
     "workers": 0,
+    "compile": None,
 }
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 
 def _split(value, cast, name: str) -> list:
@@ -99,6 +101,8 @@ def resolve_options(options: dict) -> dict:
         raise ValueError(f"--optimizer must be one of {OPTIMIZERS}, got {cfg['optimizer']!r}")
     if cfg["schedule"] not in SCHEDULES:
         raise ValueError(f"--schedule must be one of {SCHEDULES}, got {cfg['schedule']!r}")
+    if cfg["compile"] is not None and cfg["compile"] not in COMPILE_MODES:
+        raise ValueError(f"--compile must be one of {COMPILE_MODES}, got {cfg['compile']!r}")
     if cfg["amp"] not in AMP_CHOICES:
         raise ValueError(f"--amp must be one of {AMP_CHOICES}, got {cfg['amp']!r}")
     if cfg["grad_clip"] is not None and not cfg["grad_clip"] > 0:
@@ -188,6 +192,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--amp", choices=AMP_CHOICES, default=d["amp"], help="autocast precision")
     g.add_argument("--device", default=d["device"], help="auto, cpu, cuda, cuda:N (default: %(default)s)")
     g.add_argument("--workers", type=int, default=d["workers"], help="data-loading processes")
+    g.add_argument("--compile", nargs="?", const="default", default=d["compile"], choices=COMPILE_MODES,
+                   help="train under torch.compile (optionally a mode; reduce-overhead = CUDA graphs); the "
+                   "plasticity monitor is attached before compiling and traces into the graph")
     g = p.add_argument_group("monitoring and outputs")
     g.add_argument("--monitor-every", type=int, default=d["monitor_every"],
                    help="record plasticity and gradient norms every K steps (0 = off; default: %(default)s)")
