@@ -14,14 +14,13 @@ is read first, so a disabled capture adds nothing to the traced graph.
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from .module_io import first_tensor, in_width, input_of
 
-if TYPE_CHECKING:
-    from .capture import Capture
+Capture = Any  # a measure.capture.Capture (not imported: capture imports this module)
 
 
 class Protocol:
