@@ -3,21 +3,33 @@
 A mapping is ``{label: pattern}`` or ``{label: (pattern, pattern, ...)}`` (several modules whose outputs
 together form the component, e.g. a SwiGLU's ``fc1_g`` and ``fc1_x``: the component is the stacked
 linear map, its output distance sums over the parts; all parts share one input). Patterns match dotted
-module names segment by segment: ``*`` is one segment (its value is the *layer*), ``**`` any number of
-segments (``**.blocks.*.attn`` matches ``blocks.3.attn`` and ``_orig_mod.blocks.3.attn``).
+module names segment by segment:
+
+- ``**`` is any number of whole segments (``**.blocks.*.attn`` matches ``blocks.3.attn`` and
+  ``_orig_mod.blocks.3.attn``);
+- ``*`` is one or more characters inside a segment; ``?`` one character and ``[...]`` one character of
+  a set (``[0-5]``, ``[!0]``), as in :mod:`fnmatch`. None of them matches a ``.``.
+
+The *layer* of a matched name is what the wildcards matched: each ``*`` of a segment holding only
+``*`` wildcards gives its own part (``blocks.*.attn``: ``blocks.3.attn`` is layer ``3``), and a segment
+holding ``?`` or ``[...]`` gives its whole text (``blocks.1?.attn``: ``blocks.12.attn`` is layer ``12``).
 
 The embedding (the input ``e`` of the decomposition protocol) is a module name whose output is ``e``,
 or ``"<name>:input"`` for a module's first input (``"**.blocks.0:input"``: the tokens entering the
 first block, i.e. the output of timm's ``patch_drop``/``norm_pre``).
 
-:func:`detect` tries the presets below in order and returns the first whose every pattern matches.
+:func:`detect` tries the presets below in order. A preset's leading ``**`` must stand for one prefix
+shared by all its patterns (one transformer): the prefixes where every pattern matches are tried,
+shortest first, so the ``blocks`` of a hybrid ViT's ResNet stem (``patch_embed.backbone.stages.0.
+blocks.0.norm1``) do not collide with the transformer's own ``blocks.0.norm1``. The preset returned has
+its ``**`` replaced by that prefix.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -52,7 +64,20 @@ PRESETS: tuple[Preset, ...] = (
         "**.blocks.0:input",
         proj="proj",
         description="timm VisionTransformer/DeiT/DINOv2 and Eva/DINOv3 blocks with an Mlp, GluMlp or "
-        "SwiGLUPacked (fc1 -> act -> fc2)",
+        "SwiGLUPacked (fc1 -> act -> fc2); also hybrid ViTs (ResNet stem in patch_embed.backbone, whose "
+        "own blocks sit at another prefix)",
+    ),
+    Preset(
+        "timm-parallel",
+        _pre_norm("**.blocks.*", "attns.*.norm", "attns.*.attn", "ffns.*.norm", "ffns.*.mlp.fc1",
+                  "ffns.*.mlp.fc2"),
+        "**.blocks.0:input",
+        proj="proj",
+        description="timm parallel-block ViTs (ParallelThingsBlock, vit_*_18x2_*: x + sum of attention "
+        "branches, then x + sum of MLP branches). Every branch is measured as a layer of its own, "
+        "labelled 'block.branch': LN1/MHA = attention branch b's norm and attention, LN2/FC1/FC2 = MLP "
+        "branch b's norm and linears, each on its real input. Attention branch b and MLP branch b are "
+        "not a sequential path (the block sums the branches); a layer pairs them by index only",
     ),
     Preset(
         "timm-swiglu",
@@ -114,7 +139,44 @@ def preset(name: str) -> Preset:
     raise ValueError(f"preset must be one of {tuple(p.name for p in PRESETS)}, got {name!r}")
 
 
+def _segment_regex(seg: str, pattern: str) -> str:
+    """The regex of one segment (not ``**``) with its capture groups (see the module docstring)."""
+    if not seg:
+        raise ValueError(f"pattern {pattern!r} has an empty segment (two dots in a row, or a dot at an end)")
+    if "**" in seg:
+        raise ValueError(f"pattern {pattern!r}: '**' must be a whole segment, got {seg!r}")
+    whole = "?" in seg or "[" in seg  # the segment's whole text is one part of the layer key
+    rx, i = "", 0
+    while i < len(seg):
+        ch = seg[i]
+        if ch == "*":
+            rx += "[^.]+" if whole else "([^.]+)"
+        elif ch == "?":
+            rx += "[^.]"
+        elif ch == "[":
+            j = i + 1
+            if j < len(seg) and seg[j] in "!^":
+                j += 1
+            if j < len(seg) and seg[j] == "]":
+                j += 1  # a ']' right after '[' or '[!' is a member, as in fnmatch
+            close = seg.find("]", j)
+            if close < 0:
+                raise ValueError(f"pattern {pattern!r}: '[' without a closing ']' in segment {seg!r}")
+            body = seg[i + 1 : close]
+            negate = body[:1] in ("!", "^")
+            body = body[1:] if negate else body
+            body = body.replace("\\", "\\\\").replace("^", "\\^")
+            rx += f"(?!\\.)[{'^' if negate else ''}{body}]"
+            i = close
+        else:
+            rx += re.escape(ch)
+        i += 1
+    return f"({rx})" if whole else rx
+
+
 def _compile(pattern: str) -> re.Pattern[str]:
+    if not isinstance(pattern, str) or not pattern:
+        raise ValueError(f"a pattern must be a non-empty module-name glob, got {pattern!r}")
     segs = pattern.split(".")
     if segs[-1] == "**":
         raise ValueError(f"pattern {pattern!r} must end with a module name, not '**'")
@@ -123,13 +185,19 @@ def _compile(pattern: str) -> re.Pattern[str]:
         if seg == "**":
             rx += r"(?:[^.]+\.)*"  # zero or more whole segments
         else:
-            rx += re.escape(seg).replace(r"\*", r"([^.]+)") + (r"\." if i < len(segs) - 1 else "")
+            rx += _segment_regex(seg, pattern) + (r"\." if i < len(segs) - 1 else "")
     return re.compile(rx + "$")
 
 
+def check_pattern(pattern: str) -> None:
+    """Raises ValueError when ``pattern`` is not a valid module-name glob."""
+    _compile(pattern)
+
+
 def match(pattern: str, names: Iterable[str]) -> dict[tuple[str, ...], str]:
-    """``{layer key: module name}`` for the names matching ``pattern``; the key holds what each ``*``
-    matched. Raises ValueError when two names give the same key (ambiguous pattern)."""
+    """``{layer key: module name}`` for the names matching ``pattern``; the key holds what the
+    wildcards matched (see the module docstring). Raises ValueError when two names give the same key
+    (ambiguous pattern)."""
     rx = _compile(pattern)
     found: dict[tuple[str, ...], str] = {}
     for name in names:
@@ -183,20 +251,55 @@ def resolve(
     return sorted(layers, key=layer_sort_key), out
 
 
+def _patterns(p: Preset) -> list[str]:
+    return [s for v in p.components.values() for s in ((v,) if isinstance(v, str) else v)]
+
+
+def _prefixes(pattern: str, names: list[str]) -> set[str]:
+    """The prefixes a leading ``**.`` of ``pattern`` takes in the names it matches."""
+    rx = re.compile(r"((?:[^.]+\.)*)" + _compile(pattern[3:]).pattern)
+    return {m.group(1) for m in map(rx.match, names) if m is not None}
+
+
+def _at(pattern: str, prefix: str) -> str:
+    return prefix + pattern[3:] if pattern.startswith("**.") else pattern
+
+
+def specialise(p: Preset, prefix: str) -> Preset:
+    """``p`` with every leading ``**.`` replaced by ``prefix`` (``""`` or ``"a.b."``)."""
+    comps = {c: (_at(v, prefix) if isinstance(v, str) else tuple(_at(x, prefix) for x in v))
+             for c, v in p.components.items()}
+    return replace(p, components=comps, embedding=_at(p.embedding, prefix))
+
+
+def _fits(p: Preset, names: list[str]) -> bool:
+    try:
+        return all(match(s, names) for s in _patterns(p)) and bool(match(p.embedding.split(":")[0], names))
+    except ValueError:  # ambiguous
+        return False
+
+
 def detect(model: torch.nn.Module) -> Preset:
-    """The first preset whose every pattern (and its embedding) matches a module of ``model``."""
+    """The first preset whose every pattern (and its embedding) matches modules of ``model``, at one
+    prefix shared by all its ``**`` patterns (see the module docstring); returned specialised to it."""
     names = [n for n, _ in model.named_modules() if n]
+    many: list[str] = []
     for p in PRESETS:
-        pats = [s for v in p.components.values() for s in ((v,) if isinstance(v, str) else v)]
-        emb = p.embedding.split(":")[0]
-        try:
-            if all(match(s, names) for s in pats) and match(emb, names):
+        pats = _patterns(p) + [p.embedding.split(":")[0]]
+        if not all(s.startswith("**.") for s in pats):
+            if _fits(p, names):
                 return p
-        except ValueError:
             continue
+        common = set.intersection(*(_prefixes(s, names) for s in pats))
+        fits = [pre for pre in sorted(common) if _fits(specialise(p, pre), names)]
+        if len(fits) == 1:
+            return specialise(p, fits[0])
+        if fits:
+            many.append(f"{p.name} at prefixes {', '.join(repr(f) for f in fits)}")
+    where = f" (several transformers: {'; '.join(many)}; pass components for one)" if many else ""
     raise ValueError(
         f"no component found: {type(model).__name__} matches none of the presets "
-        f"{tuple(p.name for p in PRESETS)}. Pass components={{'LN1': 'blocks.*.norm1', 'MHA': "
+        f"{tuple(p.name for p in PRESETS)}{where}. Pass components={{'LN1': 'blocks.*.norm1', 'MHA': "
         "'blocks.*.attn', ...}} (module-name globs, * = the layer index) and, for "
         "protocol='decomposition', embedding='<module name>' or '<module name>:input'."
     )
