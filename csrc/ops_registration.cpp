@@ -5,9 +5,10 @@
 #include <torch/library.h>
 
 TORCH_LIBRARY(vitplast, m) {
-  // (B, ...) x (B, ...) -> (B,) float32: sum over non-batch elements of (a - b)^2.
+  // (B, ...) x (B, ...) -> (B,) float64: sum over non-batch elements of (a - b)^2 (inputs float32,
+  // float16 or bfloat16; float64 so that every square of a float32 difference is representable).
   m.def("pair_sq_distances(Tensor a, Tensor b) -> Tensor");
-  // G pairs of (B, ...) tensors (widths may differ, B shared) -> (G, B) float32.
+  // G pairs of (B, ...) tensors (widths may differ, B shared) -> (G, B) float64.
   m.def("pair_sq_distances_grouped(Tensor[] a, Tensor[] b) -> Tensor");
 }
 

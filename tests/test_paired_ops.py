@@ -68,6 +68,28 @@ def test_fp16_subnormals_and_nan():
 
 
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
+def test_bf16_blocks_outside_float32_square_range(backend, gen):
+    # long bf16 rows whose 1024-element blocks leave float32's square range (differences of 1e30,
+    # 1e-30, subnormal 1e-39) beside ordinary blocks and blocks of identical values: the float64 sums
+    # match the reference (the CPU kernel sums such blocks again in double)
+    from vitplast_kernels.ops.paired import pair_sq_sums
+
+    k = 6 * 1024 + 40
+    scale = torch.ones(4, k, dtype=torch.float64)
+    scale[0] = 1e-30
+    scale[1, 2048:3072] = 1e30
+    scale[2, :1024], scale[2, 4096:5120] = 1e-39, 1e-20
+    scale[3] = 1e-39
+    a = (rand((4, k), torch.float32, gen).double() * scale).to(torch.bfloat16)
+    b = (rand((4, k), torch.float32, gen).double() * scale).to(torch.bfloat16)
+    b[2, 1024:2048] = a[2, 1024:2048]  # a block of exact zero differences
+    got = pair_sq_sums(a, b, backend=backend)
+    assert got.dtype == torch.float64
+    want = vk.pair_sq_distances_reference(a, b)  # down to 1e-74: relative error, no absolute floor
+    assert ((got - want).abs() / want).max().item() <= SQ_RTOL[torch.bfloat16], backend
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
 def test_identical_pairs_are_zero_and_ratios_nan(backend, gen):
     x = rand((4, 10, 8), torch.float32, gen)
     y = x.clone()

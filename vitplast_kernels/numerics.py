@@ -23,3 +23,16 @@ def gram_error(k_total: int, splits: int, c: float, product_err: float = 0.0) ->
 def reliability_threshold(eps: float) -> float:
     """``tau``: a Gram-derived ``S_ij`` is trusted when ``S_ij >= tau * (n_i + n_j)``."""
     return eps / ETA
+
+
+UNDERFLOW_FLOOR = 2.0**-90  # per element of a row: see underflow_floor
+
+
+def underflow_floor(k_total: int) -> float:
+    """A float32 Gram of rows of ``k_total`` elements is trusted only when ``n_i + n_j >= k_total *
+    2^-90`` (and finite). Products below float32's normal range (2^-126) are subnormal or flushed to
+    zero (tensor cores, fast-math), and tf32x3 loses the low part of elements under about 2^-115: count
+    every element under 2^-100 as lost. Over such a pair the lost part is at most ``2^-36 (n_i + n_j)``,
+    far inside the error budget; pairs below the floor (rows scaled by 1e-30, say) are recomputed
+    directly in float64."""
+    return k_total * UNDERFLOW_FLOOR

@@ -5,7 +5,9 @@
 // parallel region (at::parallel_for, OpenMP in torch builds); each writes its own double
 // partial, and partials are summed per row in block order: bitwise repeatable whatever the
 // thread count or the group's composition. Every input element is read once; no temporaries
-// besides the partials.
+// besides the partials. Outputs are the float64 sums: squares of float32 differences range from
+// 2^-298 to 2^257, so a float32 output would underflow or overflow where the distance itself is a
+// finite float32 number (the op layer takes square roots and ratios in float64, then casts).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
@@ -56,10 +58,10 @@ double block_sq_sum(const PairLayout& p, const char* pa, const char* pb, int64_t
   return s;
 }
 
-// Writes out[g * rows + r] (float32) for every pair of tensors g of the group and every row r, in
+// Writes out[g * rows + r] (float64) for every pair of tensors g of the group and every row r, in
 // one parallel region over all (tensor, row, block) tasks of the group; partials are summed per row
 // in block order, so the result does not depend on the group's composition or the thread count.
-void group_sq_distances_into(const std::vector<PairLayout>& group, int64_t rows, float* out) {
+void group_sq_distances_into(const std::vector<PairLayout>& group, int64_t rows, double* out) {
   const int64_t G = static_cast<int64_t>(group.size());
   std::vector<int64_t> blocks(G), first_task(G + 1, 0);
   for (int64_t g = 0; g < G; ++g) {
@@ -85,15 +87,15 @@ void group_sq_distances_into(const std::vector<PairLayout>& group, int64_t rows,
       double s = 0.0;
       const double* pr = partial.data() + first_task[g] + r * blocks[g];
       for (int64_t blk = 0; blk < blocks[g]; ++blk) s += pr[blk];
-      out[g * rows + r] = static_cast<float>(s);
+      out[g * rows + r] = s;
     }
   }
 }
 
 at::Tensor pair_sq_distances_cpu(const at::Tensor& a, const at::Tensor& b) {
   check_pair_inputs(a, b);
-  at::Tensor out = at::empty({a.size(0)}, a.options().dtype(at::kFloat));
-  group_sq_distances_into({make_pair_layout(a, b)}, a.size(0), out.data_ptr<float>());
+  at::Tensor out = at::empty({a.size(0)}, a.options().dtype(at::kDouble));
+  group_sq_distances_into({make_pair_layout(a, b)}, a.size(0), out.data_ptr<double>());
   return out;
 }
 
@@ -111,8 +113,8 @@ at::Tensor pair_sq_distances_grouped_cpu(at::TensorList a, at::TensorList b) {
     group.push_back(make_pair_layout(a[g], b[g]));
   }
   at::Tensor out = at::empty({static_cast<int64_t>(a.size()), rows},
-                             a[0].options().dtype(at::kFloat));
-  group_sq_distances_into(group, rows, out.data_ptr<float>());
+                             a[0].options().dtype(at::kDouble));
+  group_sq_distances_into(group, rows, out.data_ptr<double>());
   return out;
 }
 

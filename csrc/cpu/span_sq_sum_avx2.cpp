@@ -73,22 +73,56 @@ inline void flush8(__m256 f, __m256d& lo, __m256d& hi) {
 // float32 lanes, flushed into the double lanes every kFlush elements (<= 64 float32 additions per
 // lane: relative rounding <= 64 * 2^-24 ~ 4e-6 worst case, ~5e-7 typical). Half the instructions of
 // the double path: the single-thread rate stays at the memory bound.
+//
+// Range: fp16 squares stay inside float32 (2^-48 to 2^34). bf16 has float32's exponent range: a
+// float32 square overflows for differences above 2^64 and loses precision below 2^-63. So for bf16
+// each flushed block is checked: every float32 lane sum must lie in [2^-60, 2^100] (then squares lost
+// below float32's normal range, <= 64 * 2^-126 per lane, are negligible) or be the sum of exact zero
+// differences; otherwise the block is summed again on the double path (exact at any magnitude). Normal
+// activations never leave the fast path; one decision per block, from the data alone: deterministic.
 constexpr long long kFlush = 1024;
 
-template <class L>
+// True when the 8 lane sums of `f` are in range or (bitwise OR of their differences `z` == 0) exact 0.
+inline bool lanes_trusted(__m256 f, __m256 z) {
+  const __m256 in_range = _mm256_and_ps(_mm256_cmp_ps(f, _mm256_set1_ps(0x1p-60f), _CMP_GE_OQ),
+                                        _mm256_cmp_ps(f, _mm256_set1_ps(0x1p100f), _CMP_LE_OQ));
+  const __m256 zeros =
+      _mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_castps_si256(z), _mm256_setzero_si256()));
+  return _mm256_movemask_ps(_mm256_or_ps(in_range, zeros)) == 0xff;
+}
+
+template <class L, bool kCheckRange>
 void span_sq_sum_vec16(const typename L::T* a, const typename L::T* b, long long n, double* acc) {
   static_assert(kLanes == 16, "lane layout below assumes 16 lanes");
   __m256d s0 = _mm256_loadu_pd(acc), s1 = _mm256_loadu_pd(acc + 4);
   __m256d s2 = _mm256_loadu_pd(acc + 8), s3 = _mm256_loadu_pd(acc + 12);
   long long i = 0;
   while (i + 16 <= n) {
+    const long long start = i;
     const long long stop = (n - i >= kFlush) ? i + kFlush : i + ((n - i) / 16) * 16;
     __m256 f0 = _mm256_setzero_ps(), f1 = _mm256_setzero_ps();
+    __m256 z0 = _mm256_setzero_ps(), z1 = _mm256_setzero_ps();
     for (; i < stop; i += 16) {
       __m256 d0 = _mm256_sub_ps(load8_as<L>(a + i), load8_as<L>(b + i));
       __m256 d1 = _mm256_sub_ps(load8_as<L>(a + i + 8), load8_as<L>(b + i + 8));
       f0 = _mm256_fmadd_ps(d0, d0, f0);
       f1 = _mm256_fmadd_ps(d1, d1, f1);
+      if constexpr (kCheckRange) {
+        z0 = _mm256_or_ps(z0, d0);
+        z1 = _mm256_or_ps(z1, d1);
+      }
+    }
+    if constexpr (kCheckRange) {
+      if (!lanes_trusted(f0, z0) || !lanes_trusted(f1, z1)) {
+        _mm256_storeu_pd(acc, s0);
+        _mm256_storeu_pd(acc + 4, s1);
+        _mm256_storeu_pd(acc + 8, s2);
+        _mm256_storeu_pd(acc + 12, s3);
+        span_sq_sum_vec<L>(a + start, b + start, stop - start, acc);
+        s0 = _mm256_loadu_pd(acc), s1 = _mm256_loadu_pd(acc + 4);
+        s2 = _mm256_loadu_pd(acc + 8), s3 = _mm256_loadu_pd(acc + 12);
+        continue;
+      }
     }
     flush8(f0, s0, s1);
     flush8(f1, s2, s3);
@@ -110,12 +144,12 @@ void span_sq_sum_avx2(SpanDtype dtype, const void* a, const void* b, long long n
                                        n, acc);
       break;
     case SpanDtype::kBFloat16:
-      avx2::span_sq_sum_vec16<avx2::BF16>(static_cast<const unsigned short*>(a),
-                                        static_cast<const unsigned short*>(b), n, acc);
+      avx2::span_sq_sum_vec16<avx2::BF16, true>(static_cast<const unsigned short*>(a),
+                                              static_cast<const unsigned short*>(b), n, acc);
       break;
     case SpanDtype::kFloat16:
-      avx2::span_sq_sum_vec16<avx2::F16>(static_cast<const unsigned short*>(a),
-                                       static_cast<const unsigned short*>(b), n, acc);
+      avx2::span_sq_sum_vec16<avx2::F16, false>(static_cast<const unsigned short*>(a),
+                                               static_cast<const unsigned short*>(b), n, acc);
       break;
   }
 }

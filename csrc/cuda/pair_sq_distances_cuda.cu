@@ -3,8 +3,9 @@
 // Work is cut into tasks: one task = one (tensor g, row, chunk of `chunk` logical elements).
 // One launch, one block per task (the hardware scheduler balances the waves; a grid-stride loop only
 // past the grid limit): a 256-thread block streams its chunk with 16-byte vector loads when the layout
-// allows it (scalar fallback otherwise), accumulates (a - b)^2 in float32 per thread, reduces with
-// warp shuffles + shared memory in a fixed order and writes one float partial per task. Then it takes
+// allows it (scalar fallback otherwise), accumulates (a - b)^2 in double per thread (see widen below),
+// reduces with warp shuffles + shared memory in a fixed order and writes one double partial per task.
+// Outputs are float64: every square of a float32 difference is representable. Then it takes
 // an integer ticket for its output (g, row) (threadfence + atomicAdd on an unsigned counter zeroed by
 // a memset before the launch); the block that takes the last ticket sums that row's partials in
 // double, in a fixed order (lane-strided over one warp, then shuffles), and writes the output.
@@ -92,43 +93,67 @@ __device__ __forceinline__ float to_f(float x) { return x; }
 __device__ __forceinline__ float to_f(at::Half x) { return static_cast<float>(x); }
 __device__ __forceinline__ float to_f(at::BFloat16 x) { return static_cast<float>(x); }
 
+// float -> double and float subtraction that keep subnormals whatever the nvcc flags: with
+// --use_fast_math (-ftz=true) the plain C++ forms compile to cvt.ftz.f64.f32 / sub.ftz.f32, which
+// flush inputs below 2^-126 to zero (activations scaled by 1e-38 would give 0).
+__device__ __forceinline__ double widen(float x) {
+  double r;
+  asm("cvt.f64.f32 %0, %1;" : "=d"(r) : "f"(x));
+  return r;
+}
+__device__ __forceinline__ float sub_keep_subnormals(float x, float y) {
+  float r;
+  asm("sub.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(x), "f"(y));
+  return r;
+}
+
+// (a - b)^2 added in double. float32: both operands widened, the difference is exact. 16-bit: the
+// float32 difference of two fp16/bf16 values is exact (but for operands more than 2^24 apart, where
+// it rounds by <= 2^-24), so one conversion per element suffices.
+__device__ __forceinline__ double add_sq(float x, float y, double acc) {
+  const double d = widen(x) - widen(y);
+  return fma(d, d, acc);
+}
+__device__ __forceinline__ double add_sq16(float x, float y, double acc) {
+  const double d = widen(sub_keep_subnormals(x, y));
+  return fma(d, d, acc);
+}
+
 // acc += sum over the vector's lanes of (a - b)^2
-__device__ __forceinline__ float vec_sq(const uint4& va, const uint4& vb, float acc, float*) {
+__device__ __forceinline__ double vec_sq(const uint4& va, const uint4& vb, double acc, float*) {
   const float* x = reinterpret_cast<const float*>(&va);
   const float* y = reinterpret_cast<const float*>(&vb);
 #pragma unroll
-  for (int i = 0; i < 4; ++i) { float d = x[i] - y[i]; acc = fmaf(d, d, acc); }
+  for (int i = 0; i < 4; ++i) acc = add_sq(x[i], y[i], acc);
   return acc;
 }
-__device__ __forceinline__ float vec_sq(const uint4& va, const uint4& vb, float acc, at::Half*) {
+__device__ __forceinline__ double vec_sq(const uint4& va, const uint4& vb, double acc, at::Half*) {
   const __half2* x = reinterpret_cast<const __half2*>(&va);
   const __half2* y = reinterpret_cast<const __half2*>(&vb);
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     float2 fx = __half22float2(x[i]), fy = __half22float2(y[i]);
-    float d0 = fx.x - fy.x, d1 = fx.y - fy.y;
-    acc = fmaf(d0, d0, acc);
-    acc = fmaf(d1, d1, acc);
+    acc = add_sq16(fx.x, fy.x, acc);
+    acc = add_sq16(fx.y, fy.y, acc);
   }
   return acc;
 }
-__device__ __forceinline__ float vec_sq(const uint4& va, const uint4& vb, float acc, at::BFloat16*) {
+__device__ __forceinline__ double vec_sq(const uint4& va, const uint4& vb, double acc, at::BFloat16*) {
   const __nv_bfloat162* x = reinterpret_cast<const __nv_bfloat162*>(&va);
   const __nv_bfloat162* y = reinterpret_cast<const __nv_bfloat162*>(&vb);
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     float2 fx = __bfloat1622float2(x[i]), fy = __bfloat1622float2(y[i]);
-    float d0 = fx.x - fy.x, d1 = fx.y - fy.y;
-    acc = fmaf(d0, d0, acc);
-    acc = fmaf(d1, d1, acc);
+    acc = add_sq16(fx.x, fy.x, acc);
+    acc = add_sq16(fx.y, fy.y, acc);
   }
   return acc;
 }
 
 // Per-thread sum over a contiguous span of n elements shared by the block.
 template <typename T>
-__device__ float span_sq(const T* __restrict__ a, const T* __restrict__ b, int64_t n, bool aligned,
-                         float acc) {
+__device__ double span_sq(const T* __restrict__ a, const T* __restrict__ b, int64_t n, bool aligned,
+                          double acc) {
   constexpr int V = Vec<T>::kN;
   const int tid = threadIdx.x;
   int64_t done = 0;
@@ -151,21 +176,20 @@ __device__ float span_sq(const T* __restrict__ a, const T* __restrict__ b, int64
     done = nv * V;
   }
   for (int64_t i = done + tid; i < n; i += kThreads) {
-    float d = to_f(a[i]) - to_f(b[i]);
-    acc = fmaf(d, d, acc);
+    acc = sizeof(T) == 4 ? add_sq(to_f(a[i]), to_f(b[i]), acc) : add_sq16(to_f(a[i]), to_f(b[i]), acc);
   }
   return acc;
 }
 
-__device__ __forceinline__ float block_sum(float v, float* shared) {
+__device__ __forceinline__ double block_sum(double v, double* shared) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (lane == 0) shared[warp] = v;
   __syncthreads();
-  float s = 0.f;
+  double s = 0.0;
   if (warp == 0) {
-    s = lane < kThreads / 32 ? shared[lane] : 0.f;
+    s = lane < kThreads / 32 ? shared[lane] : 0.0;
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) s += __shfl_down_sync(0xffffffffu, s, o);
   }
@@ -183,9 +207,9 @@ __device__ __forceinline__ int find_group(const DescArg& d, int64_t task) {
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads, kMinBlocksPerSM)
-    paired_kernel(DescArg d, float* __restrict__ partial, unsigned* __restrict__ tickets,
-                  float* __restrict__ out) {
-  __shared__ float shared[kThreads / 32];
+    paired_kernel(DescArg d, double* __restrict__ partial, unsigned* __restrict__ tickets,
+                  double* __restrict__ out) {
+  __shared__ double shared[kThreads / 32];
   __shared__ bool last;
   for (int64_t task = blockIdx.x; task < d.tasks; task += gridDim.x) {
     const int g = d.groups > 1 ? find_group(d, task) : 0;
@@ -197,7 +221,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSM)
     const T* ra = static_cast<const T*>(t.a) + row * t.a_bs;
     const T* rb = static_cast<const T*>(t.b) + row * t.b_bs;
     const bool aligned = t.aligned != 0;
-    float acc = 0.f;
+    double acc = 0.0;
     for (int64_t k = k0; k < k1;) {  // runs contiguous in both a and b
       const int64_t run_end = min((k / t.seg_len + 1) * t.seg_len, k1);
       const int64_t oa = (k / t.a_inner) * t.a_os + k % t.a_inner;
@@ -205,7 +229,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSM)
       acc = span_sq<T>(ra + oa, rb + ob, run_end - k, aligned, acc);
       k = run_end;
     }
-    const float s = block_sum(acc, shared);
+    const double s = block_sum(acc, shared);
     const int64_t o = static_cast<int64_t>(g) * d.rows + row;  // output (g, row)
     if (threadIdx.x == 0) {
       partial[task] = s;
@@ -215,12 +239,12 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSM)
     __syncthreads();
     if (last && threadIdx.x < 32) {  // every partial of row o is written: sum them, fixed order
       __threadfence();
-      const float* p = partial + t.task_begin + row * t.nchunks;
+      const double* p = partial + t.task_begin + row * t.nchunks;
       double r = 0.0;
-      for (int64_t c = threadIdx.x; c < t.nchunks; c += 32) r += static_cast<double>(__ldcg(p + c));
+      for (int64_t c = threadIdx.x; c < t.nchunks; c += 32) r += __ldcg(p + c);
 #pragma unroll
       for (int off = 16; off > 0; off >>= 1) r += __shfl_down_sync(0xffffffffu, r, off);
-      if (threadIdx.x == 0) out[o] = static_cast<float>(r);
+      if (threadIdx.x == 0) out[o] = r;
     }
     // `last` is rewritten only after block_sum's barriers of the next task: no extra barrier needed
   }
@@ -296,13 +320,13 @@ void launch(const at::Tensor& like, DescArg& d, const at::Tensor& table_host, at
                                                d.groups * sizeof(TensorDesc));
   }
   const int64_t outputs = d.groups * d.rows;
-  // one buffer: tasks float partials, then outputs unsigned tickets (zeroed here, on the stream)
-  at::Tensor scratch = at::empty({d.tasks + outputs}, like.options().dtype(at::kFloat));
-  float* partial = scratch.data_ptr<float>();
+  // one buffer: tasks double partials, then outputs unsigned tickets (zeroed here, on the stream)
+  at::Tensor scratch = at::empty({d.tasks + cdiv(outputs, 2)}, like.options().dtype(at::kDouble));
+  double* partial = scratch.data_ptr<double>();
   unsigned* tickets = reinterpret_cast<unsigned*>(partial + d.tasks);
   C10_CUDA_CHECK(cudaMemsetAsync(tickets, 0, outputs * sizeof(unsigned), stream));
   const unsigned grid = static_cast<unsigned>(std::min<int64_t>(d.tasks, kMaxGrid));
-  float* o = out.data_ptr<float>();
+  double* o = out.data_ptr<double>();
   switch (like.scalar_type()) {
     case at::kFloat:
       paired_kernel<float><<<grid, kThreads, 0, stream>>>(d, partial, tickets, o);
@@ -322,7 +346,7 @@ void launch(const at::Tensor& like, DescArg& d, const at::Tensor& table_host, at
 at::Tensor pair_sq_distances_cuda(const at::Tensor& a, const at::Tensor& b) {
   check_cuda_pair_inputs(a, b);
   const int64_t rows = a.size(0);
-  at::Tensor out = at::empty({rows}, a.options().dtype(at::kFloat));
+  at::Tensor out = at::empty({rows}, a.options().dtype(at::kDouble));
   if (rows == 0) return out;
   if (a.numel() == 0) return out.zero_();
   std::vector<at::Tensor> keep;
@@ -351,7 +375,7 @@ at::Tensor pair_sq_distances_grouped_cuda(at::TensorList a, at::TensorList b) {
                 "vitplast: every tensor of the group must share the device and dtype of tensor 0; "
                 "tensor ", g, " differs");
   }
-  at::Tensor out = at::empty({groups, rows}, a[0].options().dtype(at::kFloat));
+  at::Tensor out = at::empty({groups, rows}, a[0].options().dtype(at::kDouble));
   if (rows == 0) return out;
   std::vector<at::Tensor> keep;
   std::vector<TensorDesc> descs(groups);

@@ -1,7 +1,9 @@
 """``backend="torch"``: the paired and all-pairs reductions in plain PyTorch (any device torch runs on).
 
-Up-cast to float32, difference, square, sum with torch's own reduction; all pairs one direct difference
-per pair (O(N^2 K) traffic: slow, simple, the portable fallback).
+Up-cast to float64, difference, square, sum with torch's own reduction (float64: every square of a
+float32 difference is representable; devices without float64, such as MPS, use float32 and keep
+float32's range). All pairs: one direct difference per pair (O(N^2 K) traffic: slow, simple, the
+portable fallback). Outputs are the float64 sums, like every backend's; gradients are torch's own.
 """
 
 from __future__ import annotations
@@ -13,9 +15,14 @@ import torch
 from .registry import Backend, register_backend
 
 
+def _wide(device: torch.device) -> torch.dtype:
+    return torch.float32 if device.type == "mps" else torch.float64
+
+
 def pair_sq_distances_torch(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """(B, ...) x (B, ...) -> (B,) float32, computed with float32 up-casts in plain PyTorch."""
-    d = a.to(torch.float32) - b.to(torch.float32)
+    """(B, ...) x (B, ...) -> (B,) float64 sums of squared differences of float64 up-casts."""
+    wide = _wide(a.device)
+    d = a.to(wide) - b.to(wide)
     return d.square().flatten(1).sum(1)
 
 
@@ -24,11 +31,11 @@ def grouped_torch(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]) -> torch
 
 
 def _all_pairs_torch(x: torch.Tensor) -> torch.Tensor:
-    """``(N, K) -> (N, N)`` float32, one direct difference per pair (backend ``"torch"``)."""
-    n = x.shape[0]
-    out = torch.zeros(n, n, dtype=torch.float32, device=x.device)
+    """``(N, K) -> (N, N)`` float64, one direct difference per pair (backend ``"torch"``)."""
+    n, wide = x.shape[0], _wide(x.device)
+    out = torch.zeros(n, n, dtype=wide, device=x.device)
     for i in range(n - 1):
-        d = (x[i + 1 :].to(torch.float32) - x[i].to(torch.float32)).square().sum(1)
+        d = (x[i + 1 :].to(wide) - x[i].to(wide)).square().sum(1)
         out[i, i + 1 :] = d
         out[i + 1 :, i] = d
     return out

@@ -1,8 +1,9 @@
 """Pairing schemes: which sequences of a batch are compared, as small strategy objects.
 
 A scheme turns captured tensors ``(N, ...)`` (``N`` sequences first) into per-pair sums of squared
-differences ``S[p] = sum_k (T[i_p, k] - T[j_p, k])^2``, float32, and turns a component's input and
-output sums ``(S_in, S_out)`` into the five statistics a
+differences ``S[p] = sum_k (T[i_p, k] - T[j_p, k])^2``, float64 (the kernels' sums: right where a
+float32 square would overflow or vanish, e.g. activations scaled by 1e30 or 1e-30), and turns a
+component's input and output sums ``(S_in, S_out)`` into the five statistics a
 :class:`~vitplast_kernels.measure.result.PlasticityResult` accumulates. Capture knows nothing of pairs
 beyond this interface.
 
@@ -22,7 +23,7 @@ from collections.abc import Sequence
 
 import torch
 
-from ..ops.paired import pair_sq_distances_grouped
+from ..ops.paired import grouped_sq_sums
 from .stat_fields import STAT_FIELDS
 
 
@@ -46,7 +47,7 @@ class Pairing:
 
     def sq_sums(self, tensors: Sequence[torch.Tensor], *, backend: str = "auto") -> torch.Tensor:
         """``G`` tensors ``(N, ...)`` (same ``N``, same device; widths and dtypes may differ) -> ``(G, P)``
-        float32 per-pair sums of squared differences, in pair order."""
+        float64 per-pair sums of squared differences, in pair order."""
         raise NotImplementedError
 
     def stats(self, s_in: torch.Tensor, s_out: torch.Tensor) -> torch.Tensor:
@@ -123,7 +124,7 @@ class Halves(Pairing):
         for g, t in enumerate(tensors):
             by_dtype.setdefault(t.dtype, []).append(g)
         for idx in by_dtype.values():
-            sums = pair_sq_distances_grouped(
+            sums = grouped_sq_sums(
                 [tensors[g][:b] for g in idx], [tensors[g][b:] for g in idx], backend=backend
             )
             for k, g in enumerate(idx):

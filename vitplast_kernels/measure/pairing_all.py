@@ -1,6 +1,6 @@
 """``pairs="all"``: every distinct pair ``i < j`` of a batch of ``N`` sequences (the U-statistic).
 
-Per captured tensor the ``(N, N)`` squared-distance matrix comes from :func:`all_pair_sq_distances`
+Per captured tensor the ``(N, N)`` float64 squared-distance matrix comes from :func:`all_pair_sq_sums`
 (Gram matrices, exact to 1e-5 per pair, see :mod:`vitplast_kernels.ops.all_pairs`); the scheme hands
 capture the strict upper triangle in row-major order, ``P = N (N - 1) / 2`` sums per tensor. Several
 forward passes each contribute their own pairs (pairs never straddle two batches).
@@ -31,7 +31,7 @@ from collections.abc import Sequence
 
 import torch
 
-from ..ops.all_pairs import all_pair_sq_distances
+from ..ops.all_pairs import all_pair_sq_sums
 from .pairing import Pairing, register_pairing, stats_of, used_rates
 from .stat_fields import U_STAT_FIELDS
 
@@ -106,7 +106,7 @@ class AllPairs(Pairing):
         n = tensors[0].shape[0]
         rows, cols = triu_pairs(n, tensors[0].device)
         backend = _BACKEND_ALIASES.get(backend, backend)
-        return torch.stack([all_pair_sq_distances(t, backend=backend)[rows, cols] for t in tensors])
+        return torch.stack([all_pair_sq_sums(t, backend=backend)[rows, cols] for t in tensors])
 
     def stats(self, s_in: torch.Tensor, s_out: torch.Tensor) -> torch.Tensor:
         return u_stats(s_in, s_out)

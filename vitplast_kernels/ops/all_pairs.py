@@ -5,7 +5,11 @@ strides) returns ``S`` of shape ``(N, N)``, float32, symmetric, zero diagonal, w
 ``S[i, j] = sum_k (a[i, k] - a[j, k])^2`` (differences taken after up-casting). ``all_pair_ratios(fx,
 x)`` returns ``sqrt(S_fx / S_x)`` with NaN on the diagonal and wherever ``S_x == 0`` (identical
 sequences: no rate). These are what ``pairs="all"`` (the U-statistic over the N(N-1)/2 distinct pairs)
-is built on.
+is built on: it takes the float64 matrix of :func:`all_pair_sq_sums`, which every backend computes
+(distances and rates are formed from it in float64, then cast: right wherever their true value is a
+finite float32 number, even when ``S`` is not). The op is differentiable: with ``G = g + g^T`` the
+symmetrised upstream gradient, ``grad_a = 2 (diag(rowsum(G)) - G) a`` (formed in float64, returned in
+``a``'s dtype).
 
 Backends (``backend=``): ``"cpu"`` Gram matrix through BLAS (``torch.bmm``) on CPU tensors;
 ``"triton"`` Gram matrix through ``tl.dot`` (tensor cores) on CUDA tensors, and on CPU tensors when
@@ -31,7 +35,9 @@ against float64) for float32, float16 and bfloat16 inputs:
    times the measured worst; on GPU ``C = 1.0`` plus the tf32x3 product error plus the measured
    truncation bias of the tensor-core accumulator, see ``triton_all_pairs``) a pair is
    *unreliable* when ``S_ij < eps / eta * (n_i + n_j)`` with ``eta = 5e-6`` (half the budget), or
-   when its value is not finite. Unreliable pairs are
+   when the float32 Gram left its range (``n_i + n_j`` not finite, or under
+   :func:`~vitplast_kernels.numerics.underflow_floor`; the CPU path first rescales such rows by powers
+   of two, see ``backends/cpu.py``). Unreliable pairs are
    recomputed directly from the original rows: on CPU through ``pair_sq_distances`` on gathered
    rows (one host sync, CPU only); on GPU by a masked direct kernel launched over every pair of
    the triangle that exits at once for reliable pairs (no host-device sync; float64 accumulation).
@@ -56,18 +62,47 @@ import torch
 
 from ..backends import resolve
 from . import validate
-from .paired import ratio_from_sq
+from .paired import ratio_from_sq, sqrt0
 
 
 @torch.library.custom_op("vitplast::all_pair_sq_distances", mutates_args=())
 def _all_pair_sq_distances_op(a: torch.Tensor, backend: str) -> torch.Tensor:
+    """``(N, ...) -> (N, N)`` float64 squared distances on the backend called ``backend``."""
     return resolve(backend, a.device, op="all_pairs").all_pairs(a.reshape(a.shape[0], -1))
 
 
 @_all_pair_sq_distances_op.register_fake
 def _(a: torch.Tensor, backend: str) -> torch.Tensor:
     torch._check(a.dim() >= 2, lambda: "a must have at least 2 dims")
-    return a.new_empty((a.shape[0], a.shape[0]), dtype=torch.float32)
+    return a.new_empty((a.shape[0], a.shape[0]), dtype=torch.float64)
+
+
+def all_pairs_grad(a: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
+    """Gradient in ``a (N, ...)`` of ``sum_ij grad[i, j] ||a[i] - a[j]||^2``: ``2 (diag(rowsum(G)) - G) a``
+    with ``G = grad + grad^T``, in float64 when ``grad`` is (float32 otherwise), in ``a``'s dtype."""
+    wide = torch.float64 if grad.dtype == torch.float64 else torch.float32
+    x = a.reshape(a.shape[0], -1).to(wide)
+    g = grad.to(wide)
+    g = g + g.T
+    return (2 * (g.sum(1, keepdim=True) * x - g @ x)).reshape(a.shape).to(a.dtype)
+
+
+def _setup_all_pairs(ctx, inputs, output) -> None:
+    ctx.save_for_backward(inputs[0])
+
+
+def _all_pairs_backward(ctx, grad: torch.Tensor):
+    (a,) = ctx.saved_tensors
+    return all_pairs_grad(a, grad), None
+
+
+_all_pair_sq_distances_op.register_autograd(_all_pairs_backward, setup_context=_setup_all_pairs)
+
+
+def all_pair_sq_sums(a: torch.Tensor, *, backend: str = "auto") -> torch.Tensor:
+    """``(N, ...) -> (N, N)`` float64 ``S[i, j] = ||a[i] - a[j]||_F^2`` (the backends' sums)."""
+    a = validate.check_tensor("a", a)
+    return _all_pair_sq_distances_op(a, resolve(backend, a.device, op="all_pairs").name)
 
 
 def all_pair_sq_distances(a: torch.Tensor, *, backend: str = "auto") -> torch.Tensor:
@@ -76,13 +111,12 @@ def all_pair_sq_distances(a: torch.Tensor, *, backend: str = "auto") -> torch.Te
     ``a`` is float32, float16 or bfloat16 (any strides); every entry has a relative error <= 1e-5
     against float64, near-duplicate rows included, and identical rows give exactly 0.
     """
-    a = validate.check_tensor("a", a)
-    return _all_pair_sq_distances_op(a.detach(), resolve(backend, a.device, op="all_pairs").name)
+    return all_pair_sq_sums(a, backend=backend).to(torch.float32)
 
 
 def all_pair_distances(a: torch.Tensor, *, backend: str = "auto") -> torch.Tensor:
     """``(N, ...) -> (N, N)`` float32 Frobenius distances ``||a[i] - a[j]||``."""
-    return all_pair_sq_distances(a, backend=backend).sqrt()
+    return sqrt0(all_pair_sq_sums(a, backend=backend)).to(torch.float32)
 
 
 def ratios_from_sq_matrices(num_sq: torch.Tensor, den_sq: torch.Tensor) -> torch.Tensor:
@@ -101,6 +135,6 @@ def all_pair_ratios(fx: torch.Tensor, x: torch.Tensor, *, backend: str = "auto")
     fx = validate.check_tensor("fx", fx)
     x = validate.check_tensor("x", x)
     validate.check_output_input(fx, x)
-    num = all_pair_sq_distances(fx, backend=backend)
-    den = all_pair_sq_distances(x, backend=backend)
-    return ratios_from_sq_matrices(num, den)
+    num = all_pair_sq_sums(fx, backend=backend)
+    den = all_pair_sq_sums(x, backend=backend)
+    return ratios_from_sq_matrices(num, den).to(torch.float32)

@@ -1,9 +1,22 @@
-"""Public paired reductions: validate, pick a backend, call it (the thin op layer).
+"""Public paired reductions: validate, pick a backend, call it (the thin op layer); the paired custom ops'
+fakes and autograd formulas.
 
 Shapes: ``a``, ``b`` are ``(B, ...)``: pair ``i`` is ``(a[i], b[i])``; everything after the leading
 dim is one pair member (e.g. ``(B, n, d)`` tokens x channels). Inputs may be float32, float16 or
-bfloat16, contiguous or strided views; differences are taken after up-casting and sums are accumulated
-in float32 or wider. Outputs are float32 on the inputs' device and carry no gradient.
+bfloat16, contiguous or strided views; differences are taken after up-casting.
+
+Range: every backend returns the float64 sums of squares (a float32 square overflows above 2^64 and
+vanishes below 2^-75, far inside float32's range), and distances and rates are formed from them in
+float64 before the cast to float32: they are right wherever their true value is a finite float32 number
+(activations scaled by 1e30 or by 1e-38 included). ``pair_sq_distances`` returns the squares as
+float32 (inf above 3.4e38, 0 below 1.4e-45, as float32 has it); the measurement layer takes the float64
+sums from :func:`pair_sq_sums` and :func:`grouped_sq_sums`.
+
+Gradients: the outputs are differentiable in ``a`` and ``b`` (autograd formulas registered below for the
+C++ and Triton ops; the ``torch`` backend differentiates through torch itself):
+``d/da sum_k (a_k - b_k)^2 = 2 (a - b)``, times the upstream gradient, formed in the upstream gradient's
+precision (float64 from the float64 sums) and returned in the inputs' dtype. Inputs that do not
+require grad (capture detaches what it measures) build no graph and save nothing.
 """
 
 from __future__ import annotations
@@ -17,15 +30,20 @@ from ..backends.extension import cpu_extension_available
 from . import validate
 
 
+def pair_sq_sums(a: torch.Tensor, b: torch.Tensor, *, backend: str = "auto") -> torch.Tensor:
+    """``(B, ...) x (B, ...) -> (B,)`` float64 ``sum_k (a[i, k] - b[i, k])^2`` (the backends' sums)."""
+    a, b = validate.check_pair("a", a, "b", b)
+    return resolve(backend, a.device).pair_sq(a, b)
+
+
 def pair_sq_distances(a: torch.Tensor, b: torch.Tensor, *, backend: str = "auto") -> torch.Tensor:
     """``(B, ...) x (B, ...) -> (B,)`` float32: ``sum_k (a[i, k] - b[i, k])^2`` per pair ``i``."""
-    a, b = validate.check_pair("a", a, "b", b)
-    return resolve(backend, a.device).pair_sq(a.detach(), b.detach())
+    return pair_sq_sums(a, b, backend=backend).to(torch.float32)
 
 
 def pair_distances(a: torch.Tensor, b: torch.Tensor, *, backend: str = "auto") -> torch.Tensor:
     """``(B, ...) x (B, ...) -> (B,)`` float32 Frobenius distances ``||a[i] - b[i]||``."""
-    return pair_sq_distances(a, b, backend=backend).sqrt()
+    return sqrt0(pair_sq_sums(a, b, backend=backend)).to(torch.float32)
 
 
 def pair_ratios(
@@ -39,9 +57,9 @@ def pair_ratios(
     fx, fy = validate.check_pair("fx", fx, "fy", fy)
     x, y = validate.check_pair("x", x, "y", y)
     validate.check_output_input(fx, x)
-    num = pair_sq_distances(fx, fy, backend=backend)
-    den = pair_sq_distances(x, y, backend=backend)
-    return ratio_from_sq(num, den)
+    num = pair_sq_sums(fx, fy, backend=backend)
+    den = pair_sq_sums(x, y, backend=backend)
+    return ratio_from_sq(num, den).to(torch.float32)
 
 
 def ratio_from_sq(num_sq: torch.Tensor, den_sq: torch.Tensor) -> torch.Tensor:
@@ -50,18 +68,26 @@ def ratio_from_sq(num_sq: torch.Tensor, den_sq: torch.Tensor) -> torch.Tensor:
         raise ValueError(
             f"num_sq and den_sq must have the same shape, got {tuple(num_sq.shape)} and {tuple(den_sq.shape)}"
         )
-    nan = torch.full_like(den_sq, float("nan"))
-    return torch.where(den_sq > 0, (num_sq / den_sq).sqrt(), nan)
+    distinct = den_sq > 0
+    # the excluded pairs divide by 1, not 0: their (unused) gradient stays finite instead of NaN
+    rate = sqrt0(num_sq / torch.where(distinct, den_sq, 1.0))
+    return torch.where(distinct, rate, float("nan"))
 
 
-def pair_sq_distances_grouped(
+def sqrt0(s: torch.Tensor) -> torch.Tensor:
+    """``s.sqrt()`` (same values) whose gradient is 0 where ``s == 0``: a subgradient of the norm at 0,
+    where sqrt's own gradient is infinite and turns even a zero upstream gradient into NaN (the
+    all-pairs diagonal, identical pairs)."""
+    if not s.requires_grad:
+        return s.sqrt()
+    zero = s == 0
+    return torch.where(zero, 0.0, torch.where(zero, 1.0, s).sqrt())
+
+
+def grouped_sq_sums(
     a: Sequence[torch.Tensor], b: Sequence[torch.Tensor], *, backend: str = "auto"
 ) -> torch.Tensor:
-    """G pairs of ``(B, ...)`` tensors (widths may differ, ``B`` shared) -> ``(G, B)`` float32.
-
-    One launch for the whole group on GPU backends: what a capture uses to reduce every tensor of a
-    forward pass at once.
-    """
+    """G pairs of ``(B, ...)`` tensors -> ``(G, B)`` float64 sums (see :func:`pair_sq_distances_grouped`)."""
     for name, group in (("a", a), ("b", b)):
         if isinstance(group, torch.Tensor):
             raise TypeError(
@@ -79,24 +105,81 @@ def pair_sq_distances_grouped(
         names = [f"a[{g}]" for g in range(len(a))]
         validate.check_rows(names, a)
         validate.check_same(names, a, same_shape=False)
-    return resolve(backend, a[0].device).grouped(_detached(a), _detached(b))
+    return resolve(backend, a[0].device).grouped(a, b)
 
 
-def _detached(ts: list[torch.Tensor]) -> list[torch.Tensor]:
-    return [t.detach() if t.requires_grad else t for t in ts]
+def pair_sq_distances_grouped(
+    a: Sequence[torch.Tensor], b: Sequence[torch.Tensor], *, backend: str = "auto"
+) -> torch.Tensor:
+    """G pairs of ``(B, ...)`` tensors (widths may differ, ``B`` shared) -> ``(G, B)`` float32.
 
+    One launch for the whole group on GPU backends: what a capture uses to reduce every tensor of a
+    forward pass at once.
+    """
+    return grouped_sq_sums(a, b, backend=backend).to(torch.float32)
+
+
+# ---------------------------------------------------------------------------------------------
+# autograd formulas of the paired custom ops
+
+
+def pair_sq_grad(a: torch.Tensor, b: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
+    """Gradient in ``a`` of ``sum_i grad[i] * sum_k (a[i, k] - b[i, k])^2``: ``2 (a - b) grad[i]``,
+    formed in float64 when ``grad`` is (float32 otherwise), returned in ``a``'s dtype (the gradient in
+    ``b`` is its negation)."""
+    wide = torch.float64 if grad.dtype == torch.float64 else torch.float32
+    d = a.to(wide) - b.to(wide)
+    return (d * (2 * grad.to(wide)).reshape((-1,) + (1,) * (a.dim() - 1))).to(a.dtype)
+
+
+def setup_pair_sq(ctx, inputs, output) -> None:
+    a, b = inputs
+    ctx.save_for_backward(a, b)
+
+
+def pair_sq_backward(ctx, grad: torch.Tensor):
+    a, b = ctx.saved_tensors
+    ga = pair_sq_grad(a, b, grad)
+    return ga, -ga
+
+
+def setup_grouped(ctx, inputs, output) -> None:
+    a, b = inputs
+    ctx.groups = len(a)
+    ctx.wanted = [x.requires_grad or y.requires_grad for x, y in zip(a, b, strict=True)]
+    ctx.save_for_backward(*a, *b)
+
+
+def grouped_backward(ctx, grad: torch.Tensor):
+    saved = ctx.saved_tensors
+    a, b = saved[: ctx.groups], saved[ctx.groups :]
+    ga: list[torch.Tensor | None] = [None] * ctx.groups
+    for g in range(ctx.groups):
+        if ctx.wanted[g]:
+            ga[g] = pair_sq_grad(a[g], b[g], grad[g])
+    return ga, [None if t is None else -t for t in ga]
+
+
+PAIR_OPS = ("vitplast::pair_sq_distances", "vitplast::pair_sq_distances_triton")
+GROUPED_OPS = ("vitplast::pair_sq_distances_grouped", "vitplast::pair_sq_distances_grouped_triton")
 
 # The C++ ops (``vitplast::pair_sq_distances[_grouped]``, schemas in csrc/ops_registration.cpp) get their
-# fake implementations here, beside the wrappers that call them, once the extension has loaded.
+# fake implementations here, beside the wrappers that call them, once the extension has loaded; the
+# Triton ops (backends/triton/ops.py, registered when the backends are imported) have theirs there.
 if cpu_extension_available():
 
     @torch.library.register_fake("vitplast::pair_sq_distances")
     def _pair_sq_distances_fake(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         torch._check(a.dim() >= 2, lambda: "a must have at least 2 dims")
         torch._check(a.shape == b.shape, lambda: "a and b must have the same shape")
-        return a.new_empty((a.shape[0],), dtype=torch.float32)
+        return a.new_empty((a.shape[0],), dtype=torch.float64)
 
     @torch.library.register_fake("vitplast::pair_sq_distances_grouped")
     def _pair_sq_distances_grouped_fake(a: list[torch.Tensor], b: list[torch.Tensor]) -> torch.Tensor:
         torch._check(len(a) == len(b) and len(a) > 0, lambda: "a and b must hold as many tensors")
-        return a[0].new_empty((len(a), a[0].shape[0]), dtype=torch.float32)
+        return a[0].new_empty((len(a), a[0].shape[0]), dtype=torch.float64)
+
+for _name in PAIR_OPS if cpu_extension_available() else PAIR_OPS[1:]:
+    torch.library.register_autograd(_name, pair_sq_backward, setup_context=setup_pair_sq)
+for _name in GROUPED_OPS if cpu_extension_available() else GROUPED_OPS[1:]:
+    torch.library.register_autograd(_name, grouped_backward, setup_context=setup_grouped)

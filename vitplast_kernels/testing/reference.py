@@ -1,7 +1,8 @@
 """The float64 truth every kernel is tested against (used by tests and bench, never by the ops).
 
 Inputs are up-cast to float64 before the difference: exact enough to be the truth for
-float32/float16/bfloat16 inputs.
+float32/float16/bfloat16 inputs. The references are differentiable (plain torch operations): the tests
+take the true gradients from them with autograd.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import torch
 
 def pair_sq_distances_reference(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """(B, ...) x (B, ...) -> (B,) float64: sum over non-batch elements of (a - b)^2 in float64."""
-    d = a.detach().to(torch.float64) - b.detach().to(torch.float64)
+    d = a.to(torch.float64) - b.to(torch.float64)
     return d.square().flatten(1).sum(1)
 
 
@@ -26,10 +27,5 @@ def pair_ratios_reference(
 
 def all_pair_sq_distances_reference(a: torch.Tensor) -> torch.Tensor:
     """``(N, ...) -> (N, N)`` float64 truth: direct differences of float64 up-casts."""
-    x = a.detach().reshape(a.shape[0], -1).to(torch.float64)
-    out = torch.zeros(x.shape[0], x.shape[0], dtype=torch.float64, device=x.device)
-    for i in range(x.shape[0] - 1):
-        d = (x[i + 1 :] - x[i]).square().sum(1)
-        out[i, i + 1 :] = d
-        out[i + 1 :, i] = d
-    return out
+    x = a.reshape(a.shape[0], -1).to(torch.float64)
+    return torch.stack([(x - x[i]).square().sum(1) for i in range(x.shape[0])])

@@ -27,8 +27,10 @@ and the output pass 2^31 elements near N = 65,000). :func:`launch_grids` and :fu
 give both for a shape; a launch past the limits raises ``ValueError``.
 
 Inputs: ``x`` of shape ``(N, K)`` float32/float16/bfloat16 with unit inner stride; output ``(N, N)``
-float32. bf16/fp16 tiles go to ``tl.dot`` as they are (products exact in float32); float32 uses
-``tf32x3`` on GPU. Runs under ``TRITON_INTERPRET=1`` on CPU tensors (tests).
+float64 (squared distances of float32 rows may exceed float32's range; pairs whose float32 Gram
+overflows or underflows are recomputed directly). bf16/fp16 tiles go to ``tl.dot`` as they are
+(products exact in float32); float32 uses ``tf32x3`` on GPU. Runs under ``TRITON_INTERPRET=1`` on
+CPU tensors (tests).
 
 Tensor-core accumulation and the GPU error model
 ------------------------------------------------
@@ -57,7 +59,7 @@ import os
 
 import torch
 
-from ...numerics import U32, gram_error, reliability_threshold
+from ...numerics import U32, gram_error, reliability_threshold, underflow_floor
 from ...timing import median_ms
 from ..cuda import autotune_enabled
 
@@ -173,7 +175,7 @@ if triton is not None:
         tl.store(ws + offs[:, None] * BM + offs[None, :], acc)
 
     @triton.jit
-    def _gram_finish_kernel(ws_ptr, tiles_ptr, out_ptr, N, S, tau,
+    def _gram_finish_kernel(ws_ptr, tiles_ptr, out_ptr, N, S, tau, floor,
                             BM: tl.constexpr, ROWS: tl.constexpr, SB: tl.constexpr):
         """Program ``(t, rb)``: rows ``rb * ROWS ..`` of tile ``t``, i.e. ``E = ROWS * BM`` Gram entries.
         Loads ``SB`` partials of every entry at once (``SB x E`` independent loads in flight) and sums
@@ -206,10 +208,12 @@ if triton is not None:
             nj += tl.sum(tl.load(ws_ptr + base + nj_off[None, :], mask=m, other=0.0).to(tl.float64), axis=0)
         scale = ni + nj
         sq = tl.maximum(scale - 2.0 * g, 0.0)
-        ok = sq >= tau * scale  # False for NaN: recomputed directly
+        # recomputed directly: the cancellation test fails, or the float32 Gram left its range (norms
+        # not finite, or under the underflow floor: numerics.underflow_floor), or NaN
+        ok = (sq >= tau * scale) & (scale >= floor) & (scale < float("inf"))
         rows = bi * BM + r_loc
         cols = bj * BM + c_loc
-        val = tl.where(ok, sq, -1.0).to(tl.float32)
+        val = tl.where(ok, sq, -1.0)
         val = tl.where(rows == cols, 0.0, val)
         inside = (rows < N) & (cols < N)
         tl.store(out_ptr + rows * N + cols, val, mask=inside & (rows >= cols))
@@ -238,7 +242,7 @@ if triton is not None:
                              mask=need[:, None] & m[None, :], other=0.0).to(tl.float64)
                 d = xj - xi[None, :]
                 acc += d * d
-            r = tl.sum(acc, axis=1).to(tl.float32)
+            r = tl.sum(acc, axis=1)
             tl.store(out_ptr + i * N + j, r, mask=need)
             tl.store(out_ptr + j * N + i, r, mask=need)
 
@@ -337,7 +341,7 @@ def _launch(x: torch.Tensor, config: tuple[int, int, int, int], splits: int | No
     if tau is None:
         tau = reliability_threshold(gram_error(k, s, C_GPU, product_err))
     ws = torch.empty((s, num_tiles, bm, bm), dtype=torch.float32, device=x.device)
-    out = torch.empty((n, n), dtype=torch.float32, device=x.device)
+    out = torch.empty((n, n), dtype=torch.float64, device=x.device)
     launch = {} if interpreted() else {"num_warps": warps, "num_stages": stages}
     _gram_partial_kernel[grids["partial"]](
         x, ws, tiles, n, k, x.stride(0), chunk, BM=bm, BK=bk, PREC=prec,
@@ -345,8 +349,8 @@ def _launch(x: torch.Tensor, config: tuple[int, int, int, int], splits: int | No
         UPCAST=interpreted() and x.dtype == torch.bfloat16, F=flush_steps(bk), **launch,
     )
     finish = {} if interpreted() else {"num_warps": FINISH_WARPS}
-    _gram_finish_kernel[grids["finish"]](ws, tiles, out, n, s, tau, BM=bm, ROWS=_finish_rows(bm),
-                                         SB=FINISH_SB, **finish)
+    _gram_finish_kernel[grids["finish"]](ws, tiles, out, n, s, tau, underflow_floor(k), BM=bm,
+                                         ROWS=_finish_rows(bm), SB=FINISH_SB, **finish)
     _recompute_kernel[grids["recompute"]](x, out, n, k, x.stride(0), JB=jb, BLOCK=block)
     return out
 
@@ -396,7 +400,14 @@ def _plan_for(x: torch.Tensor, splits: int | None,
 def all_pair_sq_distances_triton(x: torch.Tensor, *, splits: int | None = None,
                                  config: tuple[int, int, int, int] | None = None,
                                  tau: float | None = None) -> torch.Tensor:
-    """``(N, K) -> (N, N)`` float32 squared distances of all pairs of rows (see module docstring).
+    """``(N, K) -> (N, N)`` float32: :func:`all_pair_sq_sums_triton` rounded to float32."""
+    return all_pair_sq_sums_triton(x, splits=splits, config=config, tau=tau).to(torch.float32)
+
+
+def all_pair_sq_sums_triton(x: torch.Tensor, *, splits: int | None = None,
+                            config: tuple[int, int, int, int] | None = None,
+                            tau: float | None = None) -> torch.Tensor:
+    """``(N, K) -> (N, N)`` float64 squared distances of all pairs of rows (see module docstring).
 
     ``splits`` forces the number of K-chunks, ``config`` = ``(BM, BK, num_warps, num_stages)`` the
     tile config (tests and benchmarks); by default the fixed plan (module docstring). ``tau``

@@ -1,10 +1,12 @@
 """``backend="triton"``: the Triton paired reductions as ``torch.library`` custom ops.
 
 ``vitplast::pair_sq_distances_triton(Tensor a, Tensor b) -> Tensor``: ``(B, ...) x (B, ...) -> (B,)``
-float32; ``vitplast::pair_sq_distances_grouped_triton(Tensor[] a, Tensor[] b) -> Tensor``: ``(G, B)``
-float32. Both have fake implementations, so ``torch.compile(fullgraph=True)`` traces through them and
-``torch.library.opcheck`` passes. Eager calls on plain tensors skip the op's dispatch and call the
-launchers directly (same kernels, same results); traced calls go through the ops. The backend runs
+float64; ``vitplast::pair_sq_distances_grouped_triton(Tensor[] a, Tensor[] b) -> Tensor``: ``(G, B)``
+float64 (the float64 sums, as the C++ ops return them). Both have fake implementations, so
+``torch.compile(fullgraph=True)`` traces through them and ``torch.library.opcheck`` passes; their
+autograd formulas are registered beside the C++ ops' (``ops/paired.py``). Eager calls on plain tensors
+that need no gradient skip the op's dispatch and call the launchers directly (same kernels, same
+results); traced calls and calls on tensors requiring grad go through the ops. The backend runs
 on CUDA tensors, and on CPU tensors too when
 ``TRITON_INTERPRET=1`` (Triton's interpreter: how CI tests the kernels without a GPU).
 """
@@ -44,7 +46,7 @@ def require_triton() -> None:
 
 @torch.library.custom_op("vitplast::pair_sq_distances_triton", mutates_args=())
 def pair_sq_distances_triton(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """``(B, ...) x (B, ...) -> (B,)`` float32 squared distances per pair (Triton)."""
+    """``(B, ...) x (B, ...) -> (B,)`` float64 squared distances per pair (Triton)."""
     from . import paired as triton_paired
 
     return triton_paired.pair_sq_distances(a, b)
@@ -54,12 +56,12 @@ def pair_sq_distances_triton(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 def _pair_sq_distances_triton_fake(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     torch._check(a.dim() >= 2, lambda: "a must have at least 2 dims")
     torch._check(a.shape == b.shape, lambda: "a and b must have the same shape")
-    return a.new_empty((a.shape[0],), dtype=torch.float32)
+    return a.new_empty((a.shape[0],), dtype=torch.float64)
 
 
 @torch.library.custom_op("vitplast::pair_sq_distances_grouped_triton", mutates_args=())
 def pair_sq_distances_grouped_triton(a: list[torch.Tensor], b: list[torch.Tensor]) -> torch.Tensor:
-    """G pairs of ``(B, ...)`` tensors -> ``(G, B)`` float32, one launch per stage (Triton)."""
+    """G pairs of ``(B, ...)`` tensors -> ``(G, B)`` float64, one launch per stage (Triton)."""
     from . import paired as triton_paired
 
     return triton_paired.pair_sq_distances_grouped(a, b)
@@ -68,17 +70,20 @@ def pair_sq_distances_grouped_triton(a: list[torch.Tensor], b: list[torch.Tensor
 @pair_sq_distances_grouped_triton.register_fake
 def _pair_sq_distances_grouped_triton_fake(a: list[torch.Tensor], b: list[torch.Tensor]) -> torch.Tensor:
     torch._check(len(a) == len(b) and len(a) > 0, lambda: "a and b must hold as many tensors")
-    return a[0].new_empty((len(a), a[0].shape[0]), dtype=torch.float32)
+    return a[0].new_empty((len(a), a[0].shape[0]), dtype=torch.float64)
 
 
-def _eager(t: torch.Tensor) -> bool:
-    """True when a call can skip the custom-op machinery: not traced by torch.compile / export, and a
-    plain tensor (not a FakeTensor or another subclass, which need the op's fake implementation)."""
-    return not torch.compiler.is_compiling() and type(t) is torch.Tensor
+def _eager(*tensors: torch.Tensor) -> bool:
+    """True when a call can skip the custom-op machinery: not traced by torch.compile / export, plain
+    tensors (not FakeTensors or other subclasses, which need the op's fake implementation; the first
+    one stands for all), and no gradient asked of any (the op's autograd formula needs the dispatch)."""
+    if torch.compiler.is_compiling() or type(tensors[0]) is not torch.Tensor:
+        return False
+    return not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors))
 
 
 def _pair_sq(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    if _eager(a):  # eager: straight to the launcher (the op's dispatch costs tens of microseconds)
+    if _eager(a, b):  # eager: straight to the launcher (the op's dispatch costs tens of microseconds)
         from . import paired as triton_paired
 
         return triton_paired.pair_sq_distances(a, b)
@@ -86,7 +91,7 @@ def _pair_sq(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def _grouped(a, b) -> torch.Tensor:
-    if _eager(a[0]):
+    if _eager(*a, *b):
         from . import paired as triton_paired
 
         return triton_paired.pair_sq_distances_grouped(a, b)
@@ -96,7 +101,7 @@ def _grouped(a, b) -> torch.Tensor:
 def _all_pairs(x: torch.Tensor) -> torch.Tensor:
     from . import all_pairs
 
-    return all_pairs.all_pair_sq_distances_triton(x)
+    return all_pairs.all_pair_sq_sums_triton(x)
 
 
 register_backend(

@@ -1,14 +1,18 @@
 """Triton kernels for the paired reductions, one tensor pair or a group of them, and their launchers.
 
-``pair_sq_distances(a, b)``: ``(B, ...) x (B, ...) -> (B,)`` float32 ``sum_k (a[i,k] - b[i,k])^2``.
+``pair_sq_distances(a, b)``: ``(B, ...) x (B, ...) -> (B,)`` float64 ``sum_k (a[i,k] - b[i,k])^2``.
 ``pair_sq_distances_grouped(as_, bs)``: G pairs of ``(B, ...)`` tensors of any widths (same dtype,
-device and ``B``) -> ``(G, B)`` float32, in one launch per stage.
+device and ``B``) -> ``(G, B)`` float64, in one launch per stage.
 
-Inputs are float32, float16 or bfloat16; differences are taken after up-casting to float32.
+Inputs are float32, float16 or bfloat16. Squares and sums are float64, so that every square of a float32
+difference is representable (float32 squares overflow above 2^64 and vanish below 2^-75: activations
+scaled by 1e30 or 1e-30 would give inf or 0); float32 inputs are widened before the difference (exact),
+16-bit inputs are subtracted in float32 (exact but for operands more than 2^24 apart) and the
+difference widened. The outputs are the float64 sums (the op layer casts).
 
 Work is cut into tasks (tensor g, row, chunk of whole ``BLOCK``s of logical elements) so that even
-B = 32 rows fill a large GPU. Stage 1: one program per task sums ``(a - b)^2`` in float32 lanes and
-writes one float32 partial per task. Stage 2: one program per output ``(g, row)`` sums that row's
+B = 32 rows fill a large GPU. Stage 1: one program per task sums ``(a - b)^2`` in float64 lanes and
+writes one float64 partial per task. Stage 2: one program per output ``(g, row)`` sums that row's
 partials in float64, in a fixed order. No atomics: results are bitwise repeatable. The chunk size of a
 tensor depends only on its own ``(B, K)``, so a tensor is cut the same way alone or in a group, and
 each program sums its lanes by a fixed pairwise tree (``_tree_sum``), whatever lane layout the compiler
@@ -68,10 +72,30 @@ def _tree_sum(x, N: tl.constexpr):
 
 
 @triton.jit
+def _sq(x, y):
+    """(x - y)^2 in float64 (see the module docstring for where the difference is taken)."""
+    if x.dtype == tl.float32:
+        d = x.to(tl.float64) - y.to(tl.float64)
+    else:
+        d = (x.to(tl.float32) - y.to(tl.float32)).to(tl.float64)
+    return d * d
+
+
+@triton.jit
+def _quarter(v, BLOCK: tl.constexpr):
+    """The ``BLOCK`` squares of a step summed in fixed pairs, twice: ``BLOCK / 4`` float64 lanes. Each
+    add takes exactly two numbers, so the lanes do not depend on the compiler's layout, and the
+    accumulator holds a quarter of the float64 registers (sm_90: 40-64 registers per thread instead of
+    64-80, bench/codegen_sm90.py)."""
+    v = tl.sum(tl.reshape(v, (BLOCK // 2, 2)), axis=1)
+    return tl.sum(tl.reshape(v, (BLOCK // 4, 2)), axis=1)
+
+
+@triton.jit
 def _sq_contig(a_ptr, b_ptr, a_row, b_row, k0, k1, ALIGNED: tl.constexpr, VEC: tl.constexpr,
                BLOCK: tl.constexpr):
-    """float32 lanes of sum (a - b)^2 over logical elements [k0, k1) of contiguous rows."""
-    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    """``BLOCK / 4`` float64 lanes of sum (a - b)^2 over logical elements [k0, k1) of contiguous rows."""
+    acc = tl.zeros([BLOCK // 4], dtype=tl.float64)
     lanes = tl.arange(0, BLOCK)
     full = (k1 - k0) // BLOCK
     for i in range(0, full):
@@ -81,34 +105,27 @@ def _sq_contig(a_ptr, b_ptr, a_row, b_row, k0, k1, ALIGNED: tl.constexpr, VEC: t
         if ALIGNED:  # row starts are multiples of VEC: 16-byte vector loads
             oa = tl.multiple_of(oa, VEC)
             ob = tl.multiple_of(ob, VEC)
-        x = tl.load(a_ptr + oa).to(tl.float32)
-        y = tl.load(b_ptr + ob).to(tl.float32)
-        d = x - y
-        acc += d * d
+        acc += _quarter(_sq(tl.load(a_ptr + oa), tl.load(b_ptr + ob)), BLOCK)
     k = k0 + full * BLOCK
     idx = k + lanes
     m = idx < k1
-    x = tl.load(a_ptr + a_row + idx, mask=m, other=0.0).to(tl.float32)
-    y = tl.load(b_ptr + b_row + idx, mask=m, other=0.0).to(tl.float32)
-    d = x - y
-    acc += d * d
+    acc += _quarter(_sq(tl.load(a_ptr + a_row + idx, mask=m, other=0.0),
+                        tl.load(b_ptr + b_row + idx, mask=m, other=0.0)), BLOCK)
     return acc
 
 
 @triton.jit
 def _sq_strided(a_ptr, b_ptr, a_row, b_row, k0, k1, a_inner, a_os, b_inner, b_os, BLOCK: tl.constexpr):
     """Same over rows made of runs: logical element k sits at (k // inner) * outer_stride + k % inner."""
-    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    acc = tl.zeros([BLOCK // 4], dtype=tl.float64)
     lanes = tl.arange(0, BLOCK)
     for k in range(k0, k1, BLOCK):
         idx = k + lanes
         m = idx < k1
         oa = (idx // a_inner) * a_os + idx % a_inner
         ob = (idx // b_inner) * b_os + idx % b_inner
-        x = tl.load(a_ptr + a_row + oa, mask=m, other=0.0).to(tl.float32)
-        y = tl.load(b_ptr + b_row + ob, mask=m, other=0.0).to(tl.float32)
-        d = x - y
-        acc += d * d
+        acc += _quarter(_sq(tl.load(a_ptr + a_row + oa, mask=m, other=0.0),
+                            tl.load(b_ptr + b_row + ob, mask=m, other=0.0)), BLOCK)
     return acc
 
 
@@ -126,7 +143,7 @@ def _stage1_single(a_ptr, b_ptr, partial_ptr, K, nchunks, chunk, a_bs, a_inner, 
         acc = _sq_contig(a_ptr, b_ptr, a_row, b_row, k0, k1, ALIGNED, VEC, BLOCK)
     else:
         acc = _sq_strided(a_ptr, b_ptr, a_row, b_row, k0, k1, a_inner, a_os, b_inner, b_os, BLOCK)
-    tl.store(partial_ptr + task, _tree_sum(acc, BLOCK))
+    tl.store(partial_ptr + task, _tree_sum(acc, BLOCK // 4))
 
 
 @triton.jit
@@ -164,13 +181,13 @@ def _stage1_grouped(base_ptr, offsets_ptr, layout_ptr, task_group_ptr, partial_p
                               BLOCK)
     else:
         acc = _sq_contig(base_ptr, base_ptr, a_row, b_row, k0, k1, ALIGNED, VEC, BLOCK)
-    tl.store(partial_ptr + task, _tree_sum(acc, BLOCK))
+    tl.store(partial_ptr + task, _tree_sum(acc, BLOCK // 4))
 
 
 @triton.jit
 def _stage2(partial_ptr, out_ptr, rows, layout_ptr, nchunks_single, GROUPED: tl.constexpr,
             NCOL: tl.constexpr, BLOCK: tl.constexpr):
-    """out[o] = float32(sum in float64, fixed order, of the partials of output o = g * rows + row)."""
+    """out[o] = sum in float64, fixed order, of the partials of output o = g * rows + row."""
     o = tl.program_id(0).to(tl.int64)
     if GROUPED:
         g = o // rows
@@ -184,8 +201,8 @@ def _stage2(partial_ptr, out_ptr, rows, layout_ptr, nchunks_single, GROUPED: tl.
     lanes = tl.arange(0, BLOCK)
     for c in range(0, nchunks, BLOCK):
         idx = c + lanes
-        acc += tl.load(partial_ptr + first + idx, mask=idx < nchunks, other=0.0).to(tl.float64)
-    tl.store(out_ptr + o, _tree_sum(acc, BLOCK).to(tl.float32))
+        acc += tl.load(partial_ptr + first + idx, mask=idx < nchunks, other=0.0)
+    tl.store(out_ptr + o, _tree_sum(acc, BLOCK))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -337,9 +354,9 @@ def _pair_plan(a: torch.Tensor, b: torch.Tensor, key: tuple | None = None) -> _P
 
 
 def pair_sq_distances(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """``(B, ...) x (B, ...) -> (B,)`` float32 on a's device (inputs validated by the op layer)."""
+    """``(B, ...) x (B, ...) -> (B,)`` float64 on a's device (inputs validated by the op layer)."""
     p = _pair_plan(a, b)
-    out = torch.empty((p.rows,), dtype=torch.float32, device=a.device)
+    out = torch.empty((p.rows,), dtype=torch.float64, device=a.device)
     if p.rows == 0:
         return out
     if p.row_len == 0:
@@ -348,7 +365,7 @@ def pair_sq_distances(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         a = a.contiguous()
     if p.copy_b:
         b = b.contiguous()
-    partial = torch.empty((p.rows * p.nchunks,), dtype=torch.float32, device=a.device)
+    partial = torch.empty((p.rows * p.nchunks,), dtype=torch.float64, device=a.device)
     aligned = p.strides_aligned and a.data_ptr() % 16 == 0 and b.data_ptr() % 16 == 0
     _stage1_single[(p.rows * p.nchunks,)](
         a, b, partial, p.row_len, p.nchunks, p.chunk,
@@ -418,7 +435,7 @@ def _to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
 
 
 def pair_sq_distances_grouped(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]) -> torch.Tensor:
-    """G pairs of ``(B, ...)`` tensors -> ``(G, B)`` float32, one launch per stage.
+    """G pairs of ``(B, ...)`` tensors -> ``(G, B)`` float64, one launch per stage.
 
     All tensors share dtype, device and ``B`` (validated by the op layer); widths may differ. Per call
     only the pointers are read: layouts, chunking and the task table come from the cached plan.
@@ -426,7 +443,7 @@ def pair_sq_distances_grouped(a: Sequence[torch.Tensor], b: Sequence[torch.Tenso
     device = a[0].device
     plan = _plan(a, b, device)
     groups, rows = len(a), plan.rows
-    out = torch.empty((groups, rows), dtype=torch.float32, device=device)
+    out = torch.empty((groups, rows), dtype=torch.float64, device=device)
     if rows == 0:
         return out
     if not plan.live:
@@ -446,7 +463,7 @@ def pair_sq_distances_grouped(a: Sequence[torch.Tensor], b: Sequence[torch.Tenso
         offsets_dev = torch.tensor(offsets, dtype=torch.int64)
     else:
         offsets_dev = torch.tensor(offsets, dtype=torch.int64, pin_memory=True).to(device, non_blocking=True)
-    partial = torch.empty((plan.tasks,), dtype=torch.float32, device=device)
+    partial = torch.empty((plan.tasks,), dtype=torch.float64, device=device)
     _stage1_grouped[(plan.tasks,)](
         tensors[base_i], offsets_dev, plan.layout, plan.task_group, partial,
         NCOL=_NCOL, ALIGNED=aligned, VEC=_vec(a[0].dtype), BLOCK=BLOCK, STRIDED=plan.strided,
