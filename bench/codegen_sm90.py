@@ -152,12 +152,13 @@ def all_pairs_reports(n: int = 256, k: int = 257 * 1280) -> list[Report]:
         rows = tap.FINISH_ROWS
         out.append(compile_report(
             tap._gram_finish_kernel,
-            dict(ws_ptr="*fp32", tiles_ptr="*i32", out_ptr="*fp32", N=n, S=s, tau=0.7, BM=bm, ROWS=rows,
+            dict(ws_ptr="*fp32", tiles_ptr="*i32", out_ptr="*fp64", N=n, S=s, tau=0.7, floor=1e-20, BM=bm,
+                 ROWS=rows,
                  SB=tap.FINISH_SB),
             num_warps=tap.FINISH_WARPS, config=f"{name} BM={bm} ROWS={rows} SB={tap.FINISH_SB}"))
         r = compile_report(
             tap._recompute_kernel,
-            dict(x_ptr=f"*{name}", out_ptr="*fp32", N=n, K=k, stride_row=k, JB=tap.RECOMPUTE_JB,
+            dict(x_ptr=f"*{name}", out_ptr="*fp64", N=n, K=k, stride_row=k, JB=tap.RECOMPUTE_JB,
                  BLOCK=tap.RECOMPUTE_BLOCK),
             num_warps=4, config=f"{name} JB={tap.RECOMPUTE_JB} BLOCK={tap.RECOMPUTE_BLOCK}")
         if r.vec16_loads == 0:
@@ -172,7 +173,7 @@ def paired_reports(rows: int = 128, k: int = 257 * 1280) -> list[Report]:
     chunk = tp.chunk_size(rows, k)
     out = []
     for dt, vec in (("bf16", 8), ("fp32", 4)):
-        args = dict(a_ptr=f"*{dt}", b_ptr=f"*{dt}", partial_ptr="*fp32", K=k, nchunks=math.ceil(k / chunk),
+        args = dict(a_ptr=f"*{dt}", b_ptr=f"*{dt}", partial_ptr="*fp64", K=k, nchunks=math.ceil(k / chunk),
                     chunk=chunk, a_bs=k, a_inner=k, a_os=k, b_bs=k, b_inner=k, b_os=k, CONTIG=True,
                     ALIGNED=True, VEC=vec, BLOCK=tp.BLOCK)
         r = compile_report(tp._stage1_single, args, num_warps=tp.STAGE1_WARPS, config=f"{dt} contiguous")
@@ -183,7 +184,7 @@ def paired_reports(rows: int = 128, k: int = 257 * 1280) -> list[Report]:
         out.append(compile_report(tp._stage1_single, args, num_warps=tp.STAGE1_WARPS, config=f"{dt} strided"))
         for strided in (False, True):
             args = dict(base_ptr=f"*{dt}", offsets_ptr="*i64", layout_ptr="*i64", task_group_ptr="*i32",
-                        partial_ptr="*fp32", NCOL=tp._NCOL, ALIGNED=True, VEC=vec, BLOCK=tp.BLOCK,
+                        partial_ptr="*fp64", NCOL=tp._NCOL, ALIGNED=True, VEC=vec, BLOCK=tp.BLOCK,
                         STRIDED=strided)
             r = compile_report(tp._stage1_grouped, args, num_warps=tp.STAGE1_WARPS,
                                config=f"{dt} group, {'any layout' if strided else 'contiguous rows'}")
@@ -191,7 +192,7 @@ def paired_reports(rows: int = 128, k: int = 257 * 1280) -> list[Report]:
                 r.problems.append("contiguous group above 64 registers (< 4 programs per SM)")
             out.append(r)
     out.append(compile_report(
-        tp._stage2, dict(partial_ptr="*fp32", out_ptr="*fp32", rows=rows, layout_ptr="*i64",
+        tp._stage2, dict(partial_ptr="*fp64", out_ptr="*fp64", rows=rows, layout_ptr="*i64",
                          nchunks_single=math.ceil(k / chunk), GROUPED=False, NCOL=tp._NCOL,
                          BLOCK=tp.STAGE2_BLOCK),
         num_warps=tp.STAGE2_WARPS, config="single"))
