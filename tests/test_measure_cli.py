@@ -27,7 +27,7 @@ def cache(tmp_path_factory):
 def test_cli_default_end_to_end(cache, tmp_path, capsys, monkeypatch):
     out = tmp_path / "out"
     argv = ["measure", "--cache-dir", str(cache), "--pretrain-config", TINY_JSON, "--batches", "1",
-            "--batch-size", "8", "--out", str(out), "--no-progress"]
+            "--batch-size", "16", "--out", str(out), "--no-progress"]
 
     def no_training(*a, **k):
         raise AssertionError("the cached checkpoint must be reused")
@@ -42,7 +42,7 @@ def test_cli_default_end_to_end(cache, tmp_path, capsys, monkeypatch):
     assert set(res["components"]) == {"LN1", "MHA", "LN2", "FC1", "FC2"}
     assert (out / "plasticity.png").stat().st_size > 1000
     run = json.loads((out / "run.json").read_text())
-    assert run["batches"] == 1 and run["pair_data"] == "digits:5-9"
+    assert run["batches"] == 1 and run["pair_data"] == "digits:5-9" and run["batch_size"] == 16
     files = sorted(p.name for p in cache.iterdir())
     assert len(files) == 1 and files[0].endswith(".safetensors")  # no temporary file left
 
@@ -67,7 +67,7 @@ def _reference_rates(model, batch: torch.Tensor) -> dict[str, torch.Tensor]:
 
 
 def test_matched_measurement_equals_independent_float64(cache):
-    res = measure(cache_dir=str(cache), pretrain_config=TINY, batches=2, batch_size=8, progress=False,
+    res = measure(cache_dir=str(cache), pretrain_config=TINY, batches=2, batch_size=16, progress=False,
                   log=None)
     model = digits.pretrained_digits_vit(cache, seed=0, progress=False, config=digits.DigitsConfig(**TINY))
     xs = load_dataset("digits:0-4", "all", img_size=32, seed=0)
@@ -86,7 +86,7 @@ def test_matched_measurement_equals_independent_float64(cache):
 
 def test_all_pairs_within_one_dataset(cache):
     res = measure(cache_dir=str(cache), pretrain_config=TINY, data="digits:0-4", pairs="all", batches=1,
-                  batch_size=4, progress=False, log=None)
+                  batch_size=8, progress=False, log=None)
     for c in res.components:
         assert res.n_pairs(c).tolist() == [28, 28]  # 8 images: 8 * 7 / 2 distinct pairs, 2 layers
         assert torch.isfinite(res.mean(c)).all()
@@ -102,7 +102,7 @@ def test_timm_model_on_image_folder_decomposition(tmp_path):
             Image.fromarray(arr).save(tmp_path / c / f"{i}.png")
     with pytest.warns(UserWarning, match="random init"):
         res = measure(model="vit_tiny_patch16_224", data=str(tmp_path), img_size=32, batches=1,
-                      batch_size=4, protocol="decomposition", progress=False, log=None)
+                      batch_size=8, protocol="decomposition", progress=False, log=None)
     assert res.components == ("LN1", "MHA", "LN2", "FC1", "FC2")
     for c in res.components:
         m = res.mean(c)
@@ -120,7 +120,11 @@ def test_cli_errors_exit_2_with_message(cache, capsys, extra, needle):
     argv = ["measure", "--cache-dir", str(cache), "--batches", "1", "--no-progress"]
     if "--pretrain-config" not in extra:
         argv += ["--pretrain-config", TINY_JSON]
-    assert main(argv + extra) == 2
+    try:
+        rc = main(argv + extra)
+    except SystemExit as exc:  # rejected by the argument parser
+        rc = exc.code
+    assert rc == 2
     assert needle in capsys.readouterr().err
 
 

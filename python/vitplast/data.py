@@ -17,6 +17,10 @@ Specs:
   present, otherwise the flat folder is split 80 / 20 like digits.
 
 ``split`` is ``"train"``, ``"val"`` or ``"all"`` (train + val).
+
+Image files are decoded when an item is read; a file that cannot be decoded (corrupt, truncated, not an
+image) raises :class:`BadImageError` naming it, or, with ``skip_bad_images=True``, the item is ``None``,
+its path is added to the dataset's ``.bad_images``, and :func:`make_loader`'s batches leave it out.
 """
 
 from __future__ import annotations
@@ -57,19 +61,52 @@ class TensorImageDataset(Dataset):
         return self.images[idx], int(self.labels[idx])
 
 
-class _Labelled(Dataset):
-    """A dataset (or subset/concat of one) that exposes ``.classes`` and ``.num_classes``."""
+class BadImageError(ValueError):
+    """An image file that cannot be decoded; ``.path`` names it."""
 
-    def __init__(self, inner: Dataset, classes: Sequence[str]):
+    def __init__(self, path: str, reason: str):
+        super().__init__(f"cannot read image {path!r} ({reason}): fix or remove it, or skip such files "
+                         "(--skip-bad-images / skip_bad_images=True)")
+        self.path = path
+
+
+def open_image(path: str):
+    """The image at ``path`` decoded in full, as RGB; :class:`BadImageError` when it cannot be."""
+    from PIL import Image
+
+    try:
+        with open(path, "rb") as f:
+            img = Image.open(f)
+            img.load()  # decodes now: a truncated file fails here, not later inside a transform
+            return img.convert("RGB")
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
+        raise BadImageError(path, str(exc).strip().splitlines()[0] if str(exc).strip() else
+                            type(exc).__name__) from None
+
+
+class _Labelled(Dataset):
+    """A dataset (or subset/concat of one) that exposes ``.classes`` and ``.num_classes``; with
+    ``skip_bad_images`` an undecodable image gives the item ``None`` and its path in ``.bad_images``."""
+
+    def __init__(self, inner: Dataset, classes: Sequence[str], skip_bad_images: bool = False):
         self.inner = inner
         self.classes = list(classes)
         self.num_classes = len(self.classes)
+        self.skip_bad_images = skip_bad_images
+        self.bad_images: list[str] = []
 
     def __len__(self) -> int:
         return len(self.inner)
 
     def __getitem__(self, idx: int):
-        image, label = self.inner[idx]
+        try:
+            image, label = self.inner[idx]
+        except BadImageError as exc:
+            if not self.skip_bad_images:
+                raise
+            if exc.path not in self.bad_images:
+                self.bad_images.append(exc.path)
+            return None
         return image, int(label)
 
 
@@ -188,29 +225,30 @@ def _cifar(kind: str, root: str, split: str, img_size: int) -> Dataset:
     return _Labelled(ds, parts[0].classes)
 
 
-def _image_folder(root: str, split: str, img_size: int, seed: int) -> Dataset:
+def _image_folder(root: str, split: str, img_size: int, seed: int, skip_bad: bool = False) -> Dataset:
     from torchvision import datasets
 
     tf = _image_transform(img_size)
     train_dir, val_dir = os.path.join(root, "train"), os.path.join(root, "val")
     if os.path.isdir(train_dir) and os.path.isdir(val_dir):
         dirs = {"train": [train_dir], "val": [val_dir], "all": [train_dir, val_dir]}[split]
-        parts = [datasets.ImageFolder(d, transform=tf) for d in dirs]
+        parts = [datasets.ImageFolder(d, transform=tf, loader=open_image) for d in dirs]
         if len(parts) == 2 and parts[0].classes != parts[1].classes:
             raise ValueError(f"{train_dir} and {val_dir} hold different class folders: "
                              f"{parts[0].classes} vs {parts[1].classes}")
         ds = parts[0] if len(parts) == 1 else ConcatDataset(parts)
-        return _Labelled(ds, parts[0].classes)
+        return _Labelled(ds, parts[0].classes, skip_bad)
     try:
-        full = datasets.ImageFolder(root, transform=tf)
+        full = datasets.ImageFolder(root, transform=tf, loader=open_image)
     except FileNotFoundError as exc:
         raise FileNotFoundError(f"no images found in {root!r}: an ImageFolder needs DIR/<class>/<image> "
                                 f"(or DIR/train/<class>/... and DIR/val/<class>/...)") from exc
     labels = torch.tensor(full.targets, dtype=torch.long)
-    return _Labelled(Subset(full, _split_indices(labels, split, seed).tolist()), full.classes)
+    return _Labelled(Subset(full, _split_indices(labels, split, seed).tolist()), full.classes, skip_bad)
 
 
-def load_dataset(spec: str, split: str = "train", img_size: int = 32, seed: int = 0) -> Dataset:
+def load_dataset(spec: str, split: str = "train", img_size: int = 32, seed: int = 0,
+                 skip_bad_images: bool = False) -> Dataset:
     """The dataset named by ``spec`` (see the module docstring).
 
     Items are ``(image, label)``: ``image`` float32 ``(3, img_size, img_size)`` normalised, ``label`` int.
@@ -235,7 +273,7 @@ def load_dataset(spec: str, split: str = "train", img_size: int = 32, seed: int 
         return _cifar(kind, arg, split, img_size)
     path = os.path.expanduser(spec)
     if os.path.isdir(path):
-        return _image_folder(path, split, img_size, seed)
+        return _image_folder(path, split, img_size, seed, skip_bad_images)
     raise ValueError(
         f"unknown dataset spec {spec!r}: expected 'digits', 'digits:0-4', 'synthetic', 'cifar10:DIR', "
         f"'cifar100:DIR' or an existing ImageFolder directory"
@@ -246,10 +284,20 @@ def make_loader(dataset: Dataset, batch_size: int, shuffle: bool = True, seed: i
                 drop_last: bool = False, num_workers: int = 0) -> DataLoader:
     """A ``DataLoader`` over ``dataset`` whose order depends only on ``seed`` (own generator).
 
-    Batches are ``(images (b, 3, H, W) float32, labels (b,) int64)``.
+    Batches are ``(images (b, 3, H, W) float32, labels (b,) int64)``; over a dataset that skips bad
+    images, a batch holds only the good ones (fewer than ``batch_size``; ``None`` when none is good).
     """
     if not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
     g = torch.Generator().manual_seed(seed)
+    collate = _collate_present if getattr(dataset, "skip_bad_images", False) else None
     return DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, generator=g, drop_last=drop_last,
-                      num_workers=num_workers)
+                      num_workers=num_workers, collate_fn=collate)
+
+
+def _collate_present(items: list):
+    """Default collation of the items that are not ``None`` (skipped bad images); ``None`` when none is."""
+    from torch.utils.data import default_collate
+
+    items = [x for x in items if x is not None]
+    return default_collate(items) if items else None

@@ -1,16 +1,21 @@
 """Build any timm model, optionally with weights from a local checkpoint (nothing is downloaded).
 
-``create_vit(name, num_classes, img_size=None, weights=None, **timm_kwargs)``:
+``create_vit(name, num_classes, img_size=None, weights=None, allow_partial=False, **timm_kwargs)``:
 
 - ``weights=None`` -> random init, with a ``UserWarning`` (random-init ViTs rank components almost
   opposite to pretrained ones, so a measurement of one is rarely what is wanted);
-- ``*.safetensors`` / ``*.pth`` / ``*.pt`` / ``*.bin`` -> a state dict (also inside ``{"state_dict": ..}``,
-  ``{"model": ..}``; ``module.`` / ``_orig_mod.`` prefixes removed), passed through the model family's
-  timm ``checkpoint_filter_fn`` when it has one (resamples position embeddings to ``img_size``, converts
-  patch embeddings), then loaded; tensors whose shape still differs (typically the classifier head when
-  ``num_classes`` differs) are left at their random init with a warning;
+- a state-dict checkpoint (``.safetensors`` / ``.pth`` / ``.pt`` / ``.bin`` / ``.ckpt``, or a
+  ``vitplast finetune`` run directory; read by :mod:`vitplast.checkpoints`: wrappers, prefixes and LoRA
+  adapters handled) is passed through the model family's timm ``checkpoint_filter_fn`` when it has one
+  (resamples position embeddings to ``img_size``, converts patch embeddings), then loaded. Only the
+  classifier head may stay at its random init (typically when ``num_classes`` differs); a checkpoint
+  that leaves any other tensor at random init, or holds tensors the model does not have, does not fit
+  the architecture: :class:`WeightsError`, unless ``allow_partial=True`` (then a warning lists them);
 - ``*.npz`` -> timm's loader for big_vision / JAX checkpoints (``model.load_pretrained``), for the models
   that have one (VisionTransformer and relatives).
+
+``img_size`` is passed to timm only when the model's constructor takes it (ViTs do; ResNets do not: the
+images are then simply resized to ``img_size``).
 """
 
 from __future__ import annotations
@@ -22,8 +27,13 @@ import warnings
 
 from torch import nn
 
-STATE_DICT_SUFFIXES = (".safetensors", ".pth", ".pt", ".bin", ".ckpt")
+from .checkpoints import STATE_DICT_SUFFIXES, CheckpointError, read_state_dict, resolve_path
+
 NPZ_SUFFIXES = (".npz",)
+
+
+class WeightsError(CheckpointError):
+    """A checkpoint that does not fit the model (tensors left at random init beyond the head, or extra)."""
 
 
 def _filter_for(model: nn.Module):
@@ -36,29 +46,49 @@ def _filter_for(model: nn.Module):
     return fn if len(params) >= 2 else None
 
 
-def load_weights(model: nn.Module, weights: str | os.PathLike) -> nn.Module:
+def head_prefixes(model: nn.Module) -> tuple[str, ...]:
+    """Name prefixes (``"head."``) of the classifier head(s): timm's ``get_classifier()``, else a
+    top-level module named ``head``, ``fc`` or ``classifier``."""
+    heads = []
+    get = getattr(model, "get_classifier", None)
+    if callable(get):
+        try:
+            got = get()
+        except Exception:  # a model whose get_classifier needs state it lacks
+            got = None
+        heads = [h for h in (got if isinstance(got, (tuple, list)) else [got]) if isinstance(h, nn.Module)]
+    names = [n for n, m in model.named_modules() if n and any(m is h for h in heads)]
+    if not names:
+        names = [n for n in ("head", "fc", "classifier") if isinstance(getattr(model, n, None), nn.Module)]
+    return tuple(f"{n}." for n in names)
+
+
+def _npz(model: nn.Module, path: str) -> None:
+    if not hasattr(model, "load_pretrained"):
+        raise WeightsError(f"weights: {type(model).__name__} has no loader for .npz checkpoints (timm "
+                           f"supports them for VisionTransformer-family models); convert {path!r} to "
+                           ".safetensors or .pth")
+    try:
+        model.load_pretrained(path)
+    except Exception as exc:  # a foreign or truncated archive: numpy/zipfile/KeyError of many kinds
+        raise WeightsError(f"weights: {path!r} is not a big_vision .npz checkpoint of "
+                           f"{type(model).__name__}: {type(exc).__name__}: {str(exc)[:200]}") from None
+
+
+def load_weights(model: nn.Module, weights: str | os.PathLike, *, allow_partial: bool = False) -> nn.Module:
     """Load a local checkpoint into ``model`` in place (see the module docstring); returns ``model``.
 
-    Raises ``FileNotFoundError`` when ``weights`` does not exist, ``ValueError`` for an unknown file type
-    or a checkpoint that shares no tensor with the model.
+    Raises ``FileNotFoundError`` when ``weights`` does not exist, :class:`CheckpointError` for an unknown,
+    unreadable or corrupt file, :class:`WeightsError` when it does not fit (see ``allow_partial``).
     """
-    path = os.fspath(weights)
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"weights: no such file {path!r}")
-    suffix = os.path.splitext(path)[1].lower()
-    if suffix in NPZ_SUFFIXES:
-        if not hasattr(model, "load_pretrained"):
-            raise ValueError(f"weights: {type(model).__name__} has no loader for .npz checkpoints "
-                             f"(timm supports them for VisionTransformer-family models); convert "
-                             f"{path!r} to .safetensors or .pth")
-        model.load_pretrained(path)
+    path = resolve_path(weights)
+    if path.suffix.lower() in NPZ_SUFFIXES:
+        _npz(model, str(path))
         return model
-    if suffix not in STATE_DICT_SUFFIXES:
-        raise ValueError(f"weights: unknown checkpoint type {suffix!r} for {path!r}; expected one of "
-                         f"{STATE_DICT_SUFFIXES + NPZ_SUFFIXES}")
-    from timm.models import load_state_dict
-
-    state = load_state_dict(path, use_ema=True, device="cpu", weights_only=True)
+    if path.suffix.lower() not in STATE_DICT_SUFFIXES:
+        raise CheckpointError(f"weights: unknown checkpoint type {path.suffix.lower()!r} for {str(path)!r}; "
+                              f"expected one of {STATE_DICT_SUFFIXES + NPZ_SUFFIXES}")
+    state = read_state_dict(path)
     filt = _filter_for(model)
     if filt is not None:
         try:
@@ -67,54 +97,88 @@ def load_weights(model: nn.Module, weights: str | os.PathLike) -> nn.Module:
             warnings.warn(f"weights: timm's checkpoint filter for {type(model).__name__} failed "
                           f"({type(exc).__name__}: {exc}); loading keys as they are", stacklevel=3)
     own = model.state_dict()
-    mismatched = sorted(k for k, v in state.items()
-                        if k in own and tuple(v.shape) != tuple(own[k].shape))
-    for k in mismatched:
-        del state[k]
-    matched = [k for k in state if k in own]
-    if not matched:
-        raise ValueError(f"weights: {path!r} shares no tensor name with {type(model).__name__} "
-                         f"(checkpoint keys start {sorted(state)[:3]}, model keys {sorted(own)[:3]})")
-    result = model.load_state_dict(state, strict=False)
-    if mismatched:
-        shapes = ", ".join(f"{k} {tuple(own[k].shape)}" for k in mismatched[:6])
-        warnings.warn(f"weights: {len(mismatched)} tensor(s) of {path!r} have other shapes than the model "
-                      f"and were left at random init: {shapes}"
-                      f"{' ...' if len(mismatched) > 6 else ''} (e.g. a head for another num_classes)",
+    shared = any(k in own for k in state)
+    mismatched = sorted(k for k, v in state.items() if k in own and tuple(v.shape) != tuple(own[k].shape))
+    shapes = {k: (tuple(own[k].shape), tuple(state.pop(k).shape)) for k in mismatched}
+    if not shared:
+        raise WeightsError(f"weights: {str(path)!r} shares no tensor name with {type(model).__name__} "
+                           f"(checkpoint keys start {sorted(state)[:3]}, model keys {sorted(own)[:3]})")
+    heads = head_prefixes(model)
+    random_init = sorted(k for k in own if k not in state)
+    unexpected = sorted(k for k in state if k not in own)
+    beyond_head = [k for k in random_init if not k.startswith(heads)]
+    if (beyond_head or unexpected) and not allow_partial:
+        raise WeightsError(_misfit(path, model, beyond_head, unexpected, shapes))
+    model.load_state_dict(state, strict=False)
+    head_left = [k for k in random_init if k.startswith(heads)]
+    if head_left:
+        warnings.warn(f"weights: the classifier head ({', '.join(head_left)}) is left at random init"
+                      f"{' (the checkpoint head has other shapes: another num_classes)' if shapes else ''}",
                       stacklevel=3)
-    missing = [k for k in result.missing_keys if k not in mismatched]
-    if missing or result.unexpected_keys:
-        warnings.warn(f"weights: {path!r} loaded with {len(missing)} missing key(s) {missing[:5]} and "
-                      f"{len(result.unexpected_keys)} unexpected key(s) {result.unexpected_keys[:5]}",
-                      stacklevel=3)
+    if beyond_head or unexpected:
+        text = _misfit(path, model, beyond_head, unexpected, shapes, short=True)
+        warnings.warn(f"weights: loaded partially (allow_partial): {text}", stacklevel=3)
     return model
 
 
-def create_vit(name: str, num_classes: int, img_size: int | None = None, weights: str | None = None,
+def _misfit(path, model, left: list[str], unexpected: list[str], shapes: dict, short: bool = False) -> str:
+    n_own = len(model.state_dict())
+    parts = []
+    if left:
+        detail = ", ".join(f"{k} {shapes[k][0]} vs checkpoint {shapes[k][1]}" if k in shapes
+                           else f"{k} (absent)" for k in left[:4])
+        parts.append(f"{len(left)} of {n_own} tensors of {type(model).__name__} besides the head would stay "
+                     f"at random init ({detail}{' ...' if len(left) > 4 else ''})")
+    if unexpected:
+        parts.append(f"{len(unexpected)} checkpoint tensor(s) have no place in the model "
+                     f"({', '.join(unexpected[:4])}{' ...' if len(unexpected) > 4 else ''})")
+    text = "; ".join(parts)
+    if short:
+        return text
+    return (f"weights: {str(path)!r} does not fit {type(model).__name__}: {text}. Check --model/--img-size "
+            "against the checkpoint, or pass --allow-partial-weights (allow_partial=True) to load what fits")
+
+
+def create_vit(name: str, num_classes: int, img_size: int | None = None,
+               weights: str | os.PathLike | None = None, *, allow_partial: bool = False,
                **timm_kwargs) -> nn.Module:
     """A timm model ``name`` with a ``num_classes`` head, in eval mode, float32, on CPU.
 
-    ``img_size`` (int) is passed to timm when given (position embeddings sized for it; checkpoint ones
-    are resampled); ``timm_kwargs`` go to ``timm.create_model`` (e.g. ``patch_size``, ``depth``,
-    ``embed_dim``). ``weights``: a local checkpoint path (see the module docstring) or None for random
-    init (warns). Raises ``ValueError`` for an unknown model name.
+    ``img_size`` (int) is passed to timm when the model takes it (position embeddings sized for it;
+    checkpoint ones are resampled); ``timm_kwargs`` go to ``timm.create_model`` (e.g. ``patch_size``,
+    ``depth``, ``embed_dim``). ``weights``: a local checkpoint (see the module docstring) or None for
+    random init (warns). Raises ``ValueError`` for an unknown model name or arguments it does not take.
     """
     import timm
 
     if not isinstance(num_classes, int) or num_classes < 0:
         raise ValueError(f"num_classes must be an int >= 0, got {num_classes!r}")
-    if not timm.is_model(name):
-        close = timm.list_models(f"*{name.split('_')[0]}*")[:8] if name else []
+    if not isinstance(name, str) or not timm.is_model(name):
+        close = timm.list_models(f"*{name.split('_')[0]}*")[:8] if isinstance(name, str) and name else []
         raise ValueError(f"model {name!r} is not a timm model name"
                          f"{'; similar: ' + ', '.join(close) if close else ''}")
     kwargs = dict(timm_kwargs)
     if img_size is not None:
         kwargs["img_size"] = img_size
-    model = timm.create_model(name, pretrained=False, num_classes=num_classes, **kwargs)
+    try:
+        model = timm.create_model(name, pretrained=False, num_classes=num_classes, **kwargs)
+    except TypeError as exc:
+        if "img_size" in kwargs and "img_size" in str(exc) and "img_size" not in timm_kwargs:
+            kwargs.pop("img_size")  # a model without an input size (ResNets): images are just resized
+            model = _create(timm, name, num_classes, kwargs)
+        else:
+            raise ValueError(f"model {name!r} does not take the arguments {sorted(kwargs)}: {exc}") from None
     if weights is None:
         warnings.warn(f"{name}: no weights given, using random init; random-init ViTs rank components "
                       f"almost opposite to pretrained ones (pass weights=PATH / --weights PATH)",
                       stacklevel=2)
     else:
-        load_weights(model, weights)
+        load_weights(model, weights, allow_partial=allow_partial)
     return model.eval()
+
+
+def _create(timm, name: str, num_classes: int, kwargs: dict) -> nn.Module:
+    try:
+        return timm.create_model(name, pretrained=False, num_classes=num_classes, **kwargs)
+    except TypeError as exc:
+        raise ValueError(f"model {name!r} does not take these arguments {sorted(kwargs)}: {exc}") from None

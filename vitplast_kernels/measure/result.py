@@ -218,7 +218,8 @@ class PlasticityResult:
 
     # ---------------------------------------------------------------- reports
     def table(self) -> str:
-        """A text table: one row per layer, ``mean +- CI half-width`` per component, then the overall row."""
+        """A text table: one row per layer, ``mean ± half-width of the 95% CI`` per component, the mean
+        over layers, the pairs counted over all layers, and the ranking."""
         width = max(12, *(len(c) + 2 for c in self.components))
         head = f"{'layer':>6} " + "".join(f"{c:>{width}}" for c in self.components)
         lines = [head, "-" * len(head)]
@@ -235,10 +236,11 @@ class PlasticityResult:
             lines.append(f"{name:>6} " + "".join(cells))
         lines.append("-" * len(head))
         lines.append(f"{'mean':>6} " + "".join(f"{self.overall(c):>{width}.3f}" for c in self.components))
+        lines.append("cells: mean rate ± half-width of its 95% CI; mean: over layers")
         pairs = {c: int(self.n_pairs(c).sum()) for c in self.components}
         excl = {c: int(self.n_identical(c).sum()) for c in self.components}
         bad = {c: int(self.n_nonfinite(c).sum()) for c in self.components}
-        lines.append(f"pairs used {pairs}; identical (excluded) {excl}; non-finite {bad}")
+        lines.append(f"pairs summed over layers: used {pairs}; identical (excluded) {excl}; non-finite {bad}")
         lines.append("ranking: " + " > ".join(f"{c} ({v:.3f})" for c, v in self.ranking()))
         return "\n".join(lines)
 

@@ -1,0 +1,167 @@
+"""Reading a local checkpoint into a plain ``{name: tensor}`` state dict, whatever wrote it.
+
+``read_state_dict(path)`` accepts:
+
+- ``*.safetensors``;
+- ``*.pth`` / ``*.pt`` / ``*.bin`` / ``*.ckpt``: a state dict, or one wrapped as ``{"state_dict": ..}``,
+  ``{"model": ..}`` or ``{"module": ..}`` (EMA weights, ``state_dict_ema``/``model_ema``, first), read
+  with ``torch.load(weights_only=True)``: nothing but tensors and plain containers is unpickled (plus
+  numpy arrays, which ``vitplast finetune`` stores in a checkpoint's random-number-generator states);
+- a ``vitplast finetune`` run directory (its ``model.safetensors`` export when present, else its
+  ``checkpoint.pt``).
+
+Prefixes of wrappers are removed (``module.`` from DDP, ``_orig_mod.`` from ``torch.compile``,
+``base_model.model.`` from peft), and peft LoRA adapters are merged into the weights they adapt
+(``W + B @ A * alpha / r``; peft's copies of ``modules_to_save`` replace the originals). Every
+problem — a missing, truncated or corrupt file, a pickle holding other objects — raises
+:class:`CheckpointError` (a ``ValueError``) naming the file.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import re
+import zipfile
+from pathlib import Path
+
+import torch
+
+STATE_DICT_SUFFIXES = (".safetensors", ".pth", ".pt", ".bin", ".ckpt")
+RUN_DIR_FILES = ("model.safetensors", "checkpoint.pt")  # what a finetune run directory offers, in order
+# wrapper keys, in order of preference (timm training checkpoints: EMA weights first, as timm loads them)
+WRAPPER_KEYS = ("state_dict_ema", "model_ema", "state_dict", "model", "module")
+PREFIXES = ("module.", "_orig_mod.", "base_model.model.")
+# LoRA scale alpha / r: `vitplast finetune --train lora` uses vitplast.trainable.apply_lora's alpha
+LORA_ALPHA = 16.0
+
+
+class CheckpointError(ValueError):
+    """A checkpoint cannot be read (the message names the file and what is wrong)."""
+
+
+def resolve_path(path: str | os.PathLike) -> Path:
+    """The checkpoint file of ``path``: the file itself, or the file a finetune run directory holds."""
+    p = Path(path).expanduser()
+    if p.is_dir():
+        for name in RUN_DIR_FILES:
+            if (p / name).is_file():
+                return p / name
+        raise CheckpointError(f"weights: {str(p)!r} is a directory without {' or '.join(RUN_DIR_FILES)} "
+                              "(a vitplast finetune run directory holds them)")
+    if not p.is_file():
+        raise FileNotFoundError(f"weights: no such file {str(p)!r}")
+    return p
+
+
+def _numpy_globals() -> list:
+    import numpy as np
+
+    core = getattr(np, "_core", None) or np.core
+    dtype_classes = [type(np.dtype(t)) for t in ("uint32", "int64", "float64", "bool")]  # numpy >= 1.25
+    return [core.multiarray._reconstruct, np.ndarray, np.dtype, *dtype_classes]
+
+
+def _read_torch(path: Path) -> object:
+    try:
+        with torch.serialization.safe_globals(_numpy_globals()):
+            return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CheckpointError(
+            f"weights: {str(path)!r} holds Python objects other than tensors, which are not loaded "
+            f"({first}); save a state dict (model.state_dict()) or a .safetensors file") from None
+    except (RuntimeError, EOFError, OSError, ValueError, zipfile.BadZipFile) as exc:
+        raise CheckpointError(f"weights: {str(path)!r} is not a readable PyTorch checkpoint (truncated or "
+                              f"corrupt?): {_one_line(exc)}") from None
+
+
+def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    try:
+        return load_file(str(path), device="cpu")
+    except Exception as exc:  # safetensors raises its own SafetensorError, or OSError / ValueError
+        raise CheckpointError(f"weights: {str(path)!r} is not a readable .safetensors file (truncated or "
+                              f"corrupt?): {_one_line(exc)}") from None
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return (text.splitlines()[0] if text else type(exc).__name__)[:200]
+
+
+def _unwrap(obj: object, path: Path) -> dict[str, torch.Tensor]:
+    """The state dict inside ``obj`` (a state dict, or one under a wrapper key)."""
+    for _ in range(3):
+        if isinstance(obj, dict) and not _is_state_dict(obj):
+            inner = next((obj[k] for k in WRAPPER_KEYS if isinstance(obj.get(k), dict)), None)
+            if inner is None:
+                break
+            obj = inner
+    if not isinstance(obj, dict) or not _is_state_dict(obj):
+        keys = sorted(obj)[:6] if isinstance(obj, dict) else type(obj).__name__
+        raise CheckpointError(f"weights: {str(path)!r} holds no state dict (a mapping of names to tensors, "
+                              f"possibly under {'/'.join(WRAPPER_KEYS)}); found {keys}")
+    return {k: v for k, v in obj.items() if isinstance(v, torch.Tensor)}
+
+
+def _is_state_dict(d: dict) -> bool:
+    return bool(d) and all(isinstance(k, str) for k in d) and any(isinstance(v, torch.Tensor)
+                                                                  for v in d.values())
+
+
+def _strip_prefixes(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    out = {}
+    for k, v in state.items():
+        while k.startswith(PREFIXES):
+            k = k[len(next(p for p in PREFIXES if k.startswith(p))):]
+        out[k] = v
+    return out
+
+
+_LORA = re.compile(r"^(?P<mod>.+)\.lora_(?P<ab>[AB])\.(?P<adapter>[^.]+)\.weight$")
+_SAVED = re.compile(r"^(?P<mod>.+)\.modules_to_save\.(?P<adapter>[^.]+)\.(?P<rest>.+)$")
+
+
+def merge_lora(state: dict[str, torch.Tensor], alpha: float = LORA_ALPHA) -> dict[str, torch.Tensor]:
+    """A peft LoRA state dict turned into the plain model's: ``W = W0 + B @ A * alpha / r`` on every
+    adapted linear layer (``r`` = the rank, A's rows), ``modules_to_save`` copies in place of the
+    originals. A state dict without adapters is returned as it is."""
+    if not any(_LORA.match(k) or _SAVED.match(k) for k in state):
+        return state
+    out: dict[str, torch.Tensor] = {}
+    pairs: dict[str, dict[str, torch.Tensor]] = {}
+    for k, v in state.items():
+        m = _LORA.match(k)
+        if m:
+            pairs.setdefault(m["mod"], {})[m["ab"]] = v
+            continue
+        m = _SAVED.match(k)
+        if m:
+            out[f"{m['mod']}.{m['rest']}"] = v
+            continue
+        if ".original_module." in k:
+            continue
+        out[k.replace(".base_layer.", ".")] = v
+    for mod, ab in pairs.items():
+        if set(ab) != {"A", "B"}:
+            raise CheckpointError(f"weights: LoRA adapter of {mod!r} has {sorted(ab)} but needs both A and B")
+        a, b = ab["A"].double(), ab["B"].double()
+        w = out.get(f"{mod}.weight")
+        if w is None or w.shape != (b.shape[0], a.shape[1]):
+            raise CheckpointError(f"weights: LoRA adapter of {mod!r} ({tuple(b.shape)} @ {tuple(a.shape)}) "
+                                  f"does not fit its weight {None if w is None else tuple(w.shape)}")
+        out[f"{mod}.weight"] = (w.double() + (b @ a) * (alpha / a.shape[0])).to(w.dtype)
+    return out
+
+
+def read_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
+    """The plain state dict of the checkpoint at ``path`` (see the module docstring)."""
+    p = resolve_path(path)
+    suffix = p.suffix.lower()
+    if suffix not in STATE_DICT_SUFFIXES:
+        raise CheckpointError(f"weights: unknown checkpoint type {suffix!r} for {str(p)!r}; expected one of "
+                              f"{STATE_DICT_SUFFIXES + ('.npz',)} or a vitplast finetune run directory")
+    obj = _read_safetensors(p) if suffix == ".safetensors" else _read_torch(p)
+    return merge_lora(_strip_prefixes(_unwrap(obj, p)))

@@ -1,0 +1,164 @@
+"""Option types and conventions shared by the ``vitplast`` subcommands.
+
+Every value is checked when the command line is parsed (``type=`` validators), so a bad one stops the
+command with a one-line error and exit status 2 before any work; ``--help`` shows every default.
+
+Conventions: ``--batch-size`` counts images per forward pass; ``--dtype`` takes one set of choices
+(``float32``, ``bfloat16``, ``float16``, or their short forms ``fp32``, ``bf16``, ``fp16``);
+``--device`` is ``auto`` (CUDA when available), ``cpu``, ``cuda``, ``cuda:N``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import NoReturn
+
+DTYPES = ("float32", "bfloat16", "float16")
+DTYPE_ALIASES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """Keeps the description's layout and appends ``(default: X)`` to every option that has one
+    (not to flags, nor to options whose default ``None`` is described in their help)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "%(default)" in text or not action.option_strings:
+            return text
+        if action.default is None or action.default is False or action.default == argparse.SUPPRESS:
+            return text
+        return text + " (default: %(default)s)"
+
+
+def setup_parser(parser: argparse.ArgumentParser) -> None:
+    """Defaults in ``--help``, and errors as one line (``prog: error: ...``, exit status 2) instead of
+    the usage block followed by the error."""
+    parser.formatter_class = HelpFormatter
+
+    def error(message: str) -> NoReturn:
+        parser.exit(2, f"{parser.prog}: error: {message} (see {parser.prog} --help)\n")
+
+    parser.error = error
+
+
+def fail(prog: str, message: str) -> int:
+    """Prints ``prog: error: message`` (one line) to stderr; returns the exit status 2."""
+    print(f"{prog}: error: {' '.join(str(message).split())}", file=sys.stderr)
+    return 2
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text, 10)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+
+
+def positive_int(text: str) -> int:
+    value = _int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
+def nonnegative_int(text: str) -> int:
+    value = _int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}")
+    return value
+
+
+def batch_size(text: str) -> int:
+    """Images per forward pass: at least 2 (one pair)."""
+    value = _int(text)
+    if value < 2:
+        raise argparse.ArgumentTypeError(f"images per batch must be >= 2 (one pair), got {text!r}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
+    return value
+
+
+def dtype(text: str) -> str:
+    """A dtype name, short forms mapped to torch's (``bf16`` -> ``bfloat16``)."""
+    name = DTYPE_ALIASES.get(text.lower(), text.lower())
+    if name not in DTYPES:
+        raise argparse.ArgumentTypeError(
+            f"must be one of {', '.join(DTYPES)} (or {', '.join(DTYPE_ALIASES)}), got {text!r}")
+    return name
+
+
+def device(text: str) -> str:
+    """``auto``, or a torch device that exists here (``cuda`` only when CUDA is available)."""
+    if text == "auto":
+        return text
+    import torch
+
+    try:
+        dev = torch.device(text)
+    except (RuntimeError, ValueError):
+        raise argparse.ArgumentTypeError(f"not a device: {text!r} (auto, cpu, cuda, cuda:1, ...)") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise argparse.ArgumentTypeError(f"{text!r}: CUDA is not available on this machine")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise argparse.ArgumentTypeError(f"{text!r}: this machine has {torch.cuda.device_count()} GPU(s)")
+    elif dev.type != "cpu":
+        raise argparse.ArgumentTypeError(f"device type {dev.type!r} is not supported (auto, cpu, cuda)")
+    return text
+
+
+def resolve_device(text: str):
+    """The ``torch.device`` of a :func:`device` value (``auto``: CUDA when available, else CPU)."""
+    import torch
+
+    if text == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(text)
+
+
+def json_object(text: str) -> dict:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"not valid JSON ({exc.msg} at column {exc.colno}): {text!r}") \
+            from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"must be a JSON object {{\"key\": value, ...}}, got {text!r}")
+    return value
+
+
+def component(text: str) -> tuple[str, str]:
+    """``LABEL=GLOB``: a component label and a module-name glob (``*`` = the layer index, ``**`` = any
+    prefix, ``?`` and ``[...]`` inside a segment)."""
+    from vitplast_kernels.measure.presets import check_pattern
+
+    label, sep, glob = text.partition("=")
+    label, glob = label.strip(), glob.strip()
+    if not sep or not label or not glob:
+        raise argparse.ArgumentTypeError(f"expected LABEL=GLOB (e.g. MHA='blocks.*.attn'), got {text!r}")
+    try:
+        check_pattern(glob)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return label, glob
+
+
+def components(pairs: list[tuple[str, str]] | None) -> dict[str, str | tuple[str, ...]] | None:
+    """Repeated ``--component`` values as a capture mapping; a label given several times is a component
+    made of several modules (their outputs together, e.g. a SwiGLU's two gates)."""
+    if not pairs:
+        return None
+    out: dict[str, list[str]] = {}
+    for label, glob in pairs:
+        out.setdefault(label, []).append(glob)
+    return {k: v[0] if len(v) == 1 else tuple(v) for k, v in out.items()}

@@ -1,0 +1,214 @@
+"""``measure(...)``: the measurement behind ``vitplast measure`` (see that module for the command line).
+
+Order of work: every argument is checked, then ``out`` (it must be able to receive the output set),
+then the datasets are opened and the model built with its weights and components; only then do the
+forward passes run. The output set (``plasticity.json``, ``plasticity.png``, ``run.json``) is written as
+a unit (:mod:`vitplast.output_set`).
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+
+from .cli_types import DTYPE_ALIASES, DTYPES
+
+PROTOCOLS = ("in_situ", "decomposition")
+PAIRS = ("halves", "all")
+DEFAULT_DATA = "digits:0-4"
+DEFAULT_PAIR_DATA = "digits:5-9"
+OUTPUT_FILES = ("plasticity.json", "plasticity.png", "run.json")
+
+
+def _check(protocol, pairs, dtype, batches, batch_size, img_size, pair_data, embedding) -> str:
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"protocol must be one of {PROTOCOLS}, got {protocol!r}")
+    if pairs not in PAIRS:
+        raise ValueError(f"pairs must be one of {PAIRS}, got {pairs!r}")
+    dtype = DTYPE_ALIASES.get(dtype, dtype)
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {DTYPES} (or {tuple(DTYPE_ALIASES)}), got {dtype!r}")
+    for name, v, low in (("batches", batches, 1), ("batch_size", batch_size, 2)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < low:
+            raise ValueError(f"{name} must be an integer >= {low}, got {v!r}")
+    if img_size is not None and (isinstance(img_size, bool) or not isinstance(img_size, int) or img_size < 1):
+        raise ValueError(f"img_size must be a positive integer, got {img_size!r}")
+    if batch_size % 2 and (pairs == "halves" or pair_data is not None):
+        what = ("matched pairs take half from each dataset" if pair_data
+                else "pairs='halves' pairs i with i + B/2")
+        raise ValueError(f"batch_size={batch_size} images: must be even ({what})")
+    if embedding is not None and protocol != "decomposition":
+        raise ValueError("embedding names the input e of protocol='decomposition'; it does not apply to "
+                         f"protocol={protocol!r}")
+    return dtype
+
+
+def _device(device: str):
+    import torch
+
+    from .cli_types import resolve_device
+
+    try:
+        dev = resolve_device(device)
+    except (RuntimeError, ValueError):
+        raise ValueError(f"device {device!r} is not a torch device (auto, cpu, cuda, cuda:1, ...)") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r} requested but CUDA is not available")
+    return dev
+
+
+def _batches(dataset, n_images: int, seed: int):
+    """Image tensors of up to ``n_images`` images, shuffled by ``seed`` (a batch may come short, or be
+    skipped, when bad images are skipped)."""
+    from vitplast.data import make_loader
+
+    for batch in make_loader(dataset, batch_size=n_images, shuffle=True, seed=seed, drop_last=True):
+        yield None if batch is None else batch[0]
+
+
+def _paired_stream(x_set, y_set, batch_size: int, seed: int):
+    """Forward-pass inputs: ``(2k,)`` halves of one dataset, or ``cat([X[:k], Y[:k]])`` of two; batches
+    cut short by skipped images are trimmed to keep the pairing, empty ones dropped."""
+    import torch
+
+    if y_set is None:
+        for xb in _batches(x_set, batch_size, seed):
+            n = 0 if xb is None else xb.shape[0] - xb.shape[0] % 2
+            if n >= 2:
+                yield xb[:n]
+        return
+    for xb, yb in zip(_batches(x_set, batch_size // 2, seed), _batches(y_set, batch_size // 2, seed + 1),
+                      strict=False):
+        k = 0 if xb is None or yb is None else min(xb.shape[0], yb.shape[0])
+        if k >= 1:
+            yield torch.cat([xb[:k], yb[:k]])
+
+
+def _autocast(device, dtype_name: str):
+    import contextlib
+
+    import torch
+
+    if dtype_name == "float32":
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=getattr(torch, dtype_name))
+
+
+def measure(model: str | None = None, weights: str | None = None, data: str | None = None,
+            pair_data: str | None = None, protocol: str = "in_situ", pairs: str = "halves",
+            batches: int = 4, batch_size: int = 128, device: str = "cpu", dtype: str = "float32",
+            img_size: int | None = None, seed: int = 0, split: str = "all", out: str | None = None,
+            cache_dir: str | None = None, pretrain_config: dict | None = None, progress: bool = True,
+            components: dict | None = None, embedding: str | None = None,
+            allow_partial_weights: bool = False, skip_bad_images: bool = False, log=print):
+    """Measure a model's plasticity; returns the ``vitplast_kernels`` ``PlasticityResult``.
+
+    ``model=None`` -> the embedded digits ViT, or the architecture of the ``vitplast finetune`` run that
+    wrote ``weights``; ``data=None`` -> ``"digits:0-4"`` matched with ``pair_data="digits:5-9"``. Each
+    of the ``batches`` forward passes sees ``batch_size`` images: ``batch_size / 2`` pairs with
+    ``pairs="halves"`` or matched data, every distinct pair of the batch with ``pairs="all"``.
+    ``components``/``embedding``: the capture's (any model; default: the presets). ``out``: a
+    directory receiving ``plasticity.json``, ``plasticity.png`` and ``run.json`` as one set.
+    ``log``: where the summary lines go (``None`` for silence).
+    """
+    import torch
+    from tqdm.auto import tqdm
+
+    import vitplast_kernels
+    from vitplast.data import load_dataset
+    from vitplast.output_set import OutputSet
+    from vitplast.rundir import write_json_atomic
+
+    from . import measure_model as mm
+
+    log = log or (lambda *a, **k: None)
+    dtype = _check(protocol, pairs, dtype, batches, batch_size, img_size, pair_data, embedding)
+    dev = _device(device)
+    out_set = None
+    if out is not None:
+        out_set = OutputSet(out, OUTPUT_FILES)
+        out_set.check()
+    if data is None:
+        data = DEFAULT_DATA
+        if pair_data is None:
+            pair_data = DEFAULT_PAIR_DATA
+
+    start = time.perf_counter()
+    name, timm_kwargs, img_size = mm.resolve_architecture(model, weights, img_size)
+    if name == mm.DIGITS_MODEL:
+        img_size = mm.digits_img_size(img_size, pretrain_config)
+    else:
+        img_size = img_size or mm.default_img_size(name)
+
+    def open_sets(size: int):
+        x = load_dataset(data, split, img_size=size, seed=seed, skip_bad_images=skip_bad_images)
+        y = load_dataset(pair_data, split, img_size=size, seed=seed, skip_bad_images=skip_bad_images) \
+            if pair_data else None
+        return x, y
+
+    # datasets before the model: a bad --data fails before any (first-run digits) pretraining
+    x_set, y_set = open_sets(img_size)
+    built = mm.build(name, timm_kwargs, weights, img_size, x_set.num_classes,
+                     allow_partial=allow_partial_weights, cache_dir=cache_dir, seed=seed,
+                     pretrain_config=pretrain_config, progress=progress)
+    if built.img_size != img_size:
+        img_size = built.img_size
+        x_set, y_set = open_sets(img_size)
+    acts = mm.make_capture(built.net, name, protocol=protocol, pairs=pairs, components=components,
+                           embedding=embedding)
+    net = built.net.to(dev).eval()
+    log(f"model: {built.description}, {sum(p.numel() for p in net.parameters()) / 1e6:.2f} M parameters")
+    n_x = len(x_set) if y_set is None else min(len(x_set), len(y_set)) * 2
+    available = n_x // batch_size
+    if available < 1:
+        raise ValueError(f"batch_size={batch_size} images: the data holds too few images for one batch "
+                         f"({len(x_set)}{'' if y_set is None else f' / {len(y_set)}'})")
+    if available < batches:
+        warnings.warn(f"batches={batches}: the data holds only {available} full batches of {batch_size} "
+                      f"images; measuring {available}", stacklevel=2)
+    n_run = min(batches, available)
+    per = batch_size // 2 if pairs == "halves" else batch_size * (batch_size - 1) // 2
+    source = (f"within {data!r} ({len(x_set)} images)" if y_set is None else
+              f"matched, X from {data!r} ({len(x_set)} images) with Y from {pair_data!r} "
+              f"({len(y_set)} images)")
+    log(f"pairs: {pairs}, {source}; {batch_size} images per batch ({per} pairs)")
+
+    measured = 0
+    with acts, torch.no_grad(), _autocast(dev, dtype):
+        stream = _paired_stream(x_set, y_set, batch_size, seed)
+        for batch in tqdm(stream, total=n_run, desc=f"measuring ({protocol})", disable=not progress,
+                          unit="batch"):
+            try:
+                net(batch.to(dev, non_blocking=True))
+            except (RuntimeError, AssertionError) as exc:
+                text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                raise ValueError(f"{name}: the forward pass failed on {tuple(batch.shape)} images "
+                                 f"(--img-size {img_size}?): {text[:300]}") from None
+            measured += 1
+            if measured == n_run:
+                break
+    bad = sorted({*getattr(x_set, "bad_images", []), *getattr(y_set, "bad_images", [])})
+    if bad:
+        warnings.warn(f"skipped {len(bad)} unreadable image(s): {', '.join(bad[:5])}"
+                      f"{' ...' if len(bad) > 5 else ''}", stacklevel=2)
+    if measured == 0:
+        raise ValueError("no batch was measured: every batch lost its images to --skip-bad-images")
+    res = vitplast_kernels.pairwise_plasticity(acts)
+    elapsed = time.perf_counter() - start
+
+    log(res.table())  # ends with the ranking line
+    log(f"({measured} batches x {batch_size} images, {protocol}, {dtype} on {dev}, {elapsed:.1f} s"
+        f"{f'; {len(bad)} bad images skipped' if bad else ''})")
+    if out_set is not None:
+        run_info = dict(model=built.name, model_kwargs=built.timm_kwargs, weights=weights, data=data,
+                        pair_data=pair_data, protocol=protocol, pairs=pairs, batches=measured,
+                        batch_size=batch_size, batch_size_unit="images", device=str(dev), dtype=dtype,
+                        img_size=img_size, seed=seed, split=split, seconds=round(elapsed, 3),
+                        model_desc=built.description, components=components, embedding=embedding,
+                        bad_images=bad, files=list(OUTPUT_FILES))
+        with out_set.writing() as tmp:
+            res.to_json(tmp / "plasticity.json")
+            res.plot(tmp / "plasticity.png")
+            write_json_atomic(tmp / "run.json", run_info)
+        log(f"wrote {', '.join(str(out_set.target / f) for f in OUTPUT_FILES)}")
+    return res

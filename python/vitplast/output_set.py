@@ -1,0 +1,124 @@
+"""An output directory written as a unit: a run's files appear together or not at all.
+
+Usage::
+
+    out = OutputSet("res/", owned=("plasticity.json", "plasticity.png", "run.json"))
+    out.check()                          # before any work: ValueError naming the problem
+    ...                                  # the measurement
+    with out.writing() as tmp:           # a fresh directory beside res/
+        write files into tmp
+    # on success res/ is replaced by tmp in two renames; on error tmp is removed, res/ left as it was
+
+The files are written into a temporary directory next to the target (same filesystem), which then
+takes the target's place: the previous set is moved aside, the new one renamed in, the old one deleted.
+A kill at any moment leaves the old set or the new one under the target name (or, between the two
+renames, no target and both sets under hidden names), never files of two runs side by side. An existing
+target is replaced only when it holds nothing but files this kind of run writes (``owned``), so a
+directory of other files is never deleted; hidden leftovers of killed runs (``.NAME.tmp-PID-*``,
+``.NAME.old-PID-*`` whose process is gone) are removed by the next run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # a process of another user
+        return True
+    return True
+
+
+class OutputSet:
+    """A target directory and the file names a run owns there (see the module docstring)."""
+
+    def __init__(self, target: str | os.PathLike, owned: tuple[str, ...]) -> None:
+        self.target = Path(target).expanduser()
+        self.owned = frozenset(owned)
+
+    @property
+    def parent(self) -> Path:
+        return self.target.absolute().parent
+
+    def _hidden(self, kind: str) -> str:
+        return f".{self.target.name}.{kind}-{os.getpid()}-"
+
+    def check(self) -> None:
+        """Raises ``ValueError`` when the target cannot receive the set: an existing file, a directory
+        holding files this run does not own, or a parent that cannot be created or written to (tried
+        by creating and removing a directory there)."""
+        t = self.target
+        if t.name in ("", ".", ".."):
+            raise ValueError(f"--out {str(t)!r}: name a directory of its own (e.g. {str(t / 'results')!r})")
+        if t.exists() and not t.is_dir():
+            raise ValueError(f"--out {str(t)!r} is an existing file, not a directory")
+        if t.is_dir():
+            foreign = sorted(p.name for p in t.iterdir() if p.name not in self.owned)
+            if foreign:
+                raise ValueError(f"--out {str(t)!r} holds files this run did not write "
+                                 f"({', '.join(foreign[:5])}{' ...' if len(foreign) > 5 else ''}): it would "
+                                 "replace the whole directory; give a new or empty one")
+        try:
+            self.parent.mkdir(parents=True, exist_ok=True)
+            probe = tempfile.mkdtemp(prefix=self._hidden("tmp"), dir=self.parent)
+            os.rmdir(probe)
+        except OSError as exc:
+            raise ValueError(f"--out {str(t)!r}: cannot write into {str(self.parent)!r} "
+                             f"({exc.strerror or exc})") from None
+
+    def _sweep(self) -> None:
+        """Removes hidden leftovers of this target whose writing process is gone."""
+        for p in self.parent.glob(f".{self.target.name}.*-*-*"):
+            kind, _, rest = p.name[len(self.target.name) + 2:].partition("-")
+            pid = rest.partition("-")[0]
+            if kind in ("tmp", "old") and pid.isdigit() and not _alive(int(pid)) and p.is_dir():
+                shutil.rmtree(p, ignore_errors=True)
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[Path]:
+        """A temporary directory to fill; it replaces the target when the block ends without error."""
+        self._sweep()
+        tmp = Path(tempfile.mkdtemp(prefix=self._hidden("tmp"), dir=self.parent))
+        try:
+            yield tmp
+            os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700
+            self._replace(tmp)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+
+    def _replace(self, new: Path) -> None:
+        old = None
+        if self.target.exists():
+            old = Path(tempfile.mkdtemp(prefix=self._hidden("old"), dir=self.parent))
+            os.rmdir(old)
+            os.rename(self.target, old)
+        try:
+            os.rename(new, self.target)
+        except BaseException:
+            if old is not None:
+                os.rename(old, self.target)
+            raise
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+        with contextlib.suppress(OSError):  # make the renames durable where the filesystem allows
+            fd = os.open(self.parent, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
