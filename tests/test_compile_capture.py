@@ -205,3 +205,25 @@ def test_monitor_under_cuda_graphs():
     mon.detach()
     assert not counters["inductor"].get("cudagraph_skips"), dict(counters["inductor"])
     _assert_same(mon.result(), ref.result(), rtol=1e-5)
+
+
+@pytest.mark.parametrize("choice", ["inductor", "kernel"])
+def test_compiled_reduction_either_way_matches_eager(model, gen, monkeypatch, choice):
+    """Under compile the paired reduction is plain tensor code for Inductor to fuse, or the custom op."""
+    from vitplast_kernels.ops import paired
+
+    monkeypatch.setattr(paired, "COMPILED_REDUCTION", choice)
+    x = _images(4, gen)
+    with vk.capture(model) as eager, torch.no_grad():
+        model(x)
+    graphs = []
+
+    def keep(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    with vk.capture(model) as acts, torch.no_grad():
+        torch.compile(model, backend=keep, fullgraph=True)(x)
+    _assert_same(vk.pairwise_plasticity(acts), vk.pairwise_plasticity(eager), rtol=1e-6)
+    ops = {str(n.target) for n in graphs[0].graph.nodes if n.op == "call_function"}
+    assert any("vitplast" in o for o in ops) == (choice == "kernel"), ops

@@ -21,6 +21,7 @@ require grad (capture detaches what it measures) build no graph and save nothing
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 
 import torch
@@ -29,10 +30,38 @@ from ..backends import resolve
 from ..backends.extension import cpu_extension_available
 from . import validate
 
+# Under torch.compile, backend="auto" may hand the reduction to the compiler as plain tensor code
+# (up-cast, subtract, square and sum in float64), so that Inductor fuses it into the kernels that
+# produce the activations instead of reading them again; eager calls always use the hand-written
+# kernels. Default: on CUDA tensors (Inductor's GPU kernels fuse reductions into their producers); the
+# custom ops elsewhere. VITPLAST_COMPILED_REDUCTION=inductor|kernel forces one choice on every device.
+COMPILED_REDUCTION = os.environ.get("VITPLAST_COMPILED_REDUCTION", "").strip().lower() or None
+if COMPILED_REDUCTION not in (None, "inductor", "kernel"):
+    raise ValueError(
+        f"VITPLAST_COMPILED_REDUCTION must be 'inductor' or 'kernel', got {COMPILED_REDUCTION!r}")
+
+
+def compiler_reduces(backend: str, device: torch.device) -> bool:
+    """Whether this call, traced by torch.compile, is left to the compiler (see above)."""
+    if backend != "auto" or not torch.compiler.is_compiling():
+        return False
+    if COMPILED_REDUCTION is not None:
+        return COMPILED_REDUCTION == "inductor"
+    return device.type == "cuda"
+
+
+def decomposed_sq_sums(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``(B, ...) x (B, ...) -> (B,)`` float64 sums as plain tensor code (what the compiler fuses): the
+    up-cast comes before the difference, as in the kernels."""
+    d = a.to(torch.float32) - b.to(torch.float32)
+    return d.to(torch.float64).square().flatten(1).sum(1)
+
 
 def pair_sq_sums(a: torch.Tensor, b: torch.Tensor, *, backend: str = "auto") -> torch.Tensor:
     """``(B, ...) x (B, ...) -> (B,)`` float64 ``sum_k (a[i, k] - b[i, k])^2`` (the backends' sums)."""
     a, b = validate.check_pair("a", a, "b", b)
+    if compiler_reduces(backend, a.device):
+        return decomposed_sq_sums(a, b)
     return resolve(backend, a.device).pair_sq(a, b)
 
 
@@ -105,6 +134,8 @@ def grouped_sq_sums(
         names = [f"a[{g}]" for g in range(len(a))]
         validate.check_rows(names, a)
         validate.check_same(names, a, same_shape=False)
+    if compiler_reduces(backend, a[0].device):
+        return torch.stack([decomposed_sq_sums(x, y) for x, y in zip(a, b, strict=True)])
     return resolve(backend, a[0].device).grouped(a, b)
 
 
