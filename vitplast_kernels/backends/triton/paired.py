@@ -32,7 +32,6 @@ memory: the launch path never synchronises with the device. All index arithmetic
 
 from __future__ import annotations
 
-import math
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -40,6 +39,8 @@ from dataclasses import dataclass
 import torch
 import triton
 import triton.language as tl
+
+from .layout import MIN_SEGMENT, PairLayout, RowLayout, _strides_aligned, _vec, collapse_rows, pair_layout  # noqa: F401
 
 BLOCK = 4096  # logical elements per loop step of a program (chunks are whole BLOCKs)
 TARGET_TASKS = 2048  # tasks aimed at per tensor: fills a 132-SM GPU even at B = 32
@@ -206,81 +207,7 @@ def _stage2(partial_ptr, out_ptr, rows, layout_ptr, nchunks_single, GROUPED: tl.
 
 
 # ---------------------------------------------------------------------------------------------
-# layouts (mirror of csrc/row_layout.h)
-
-MIN_SEGMENT = 64  # contiguous runs shorter than this are not worth streaming: copy instead
-
-
-@dataclass(frozen=True)
-class RowLayout:
-    batch_stride: int  # elements between consecutive rows
-    inner: int  # contiguous elements per inner block
-    outer_stride: int  # elements between consecutive inner blocks
-
-
-def collapse_rows(t: torch.Tensor) -> RowLayout | None:
-    """Collapses dims 1.. of ``t`` into (outer, inner) with unit inner stride, or None."""
-    sizes, strides = t.shape, t.stride()
-    d = t.dim() - 1
-    inner = 1
-    while d >= 1:
-        if sizes[d] != 1:
-            if strides[d] != inner:
-                break
-            inner *= sizes[d]
-        d -= 1
-    outer_stride = None
-    expected = 0
-    while d >= 1:
-        if sizes[d] != 1:
-            if outer_stride is None:
-                if inner == 1:
-                    return None  # the innermost non-unit dim is not contiguous
-                outer_stride = strides[d]
-            elif strides[d] != expected:
-                return None
-            expected = strides[d] * sizes[d]
-        d -= 1
-    return RowLayout(strides[0] if t.dim() > 0 else 0, inner, inner if outer_stride is None else outer_stride)
-
-
-@dataclass(frozen=True)
-class PairLayout:
-    a: torch.Tensor  # possibly a contiguous copy of the input
-    b: torch.Tensor
-    la: RowLayout
-    lb: RowLayout
-    rows: int
-    row_len: int  # K: logical elements per row
-
-    @property
-    def contiguous_rows(self) -> bool:
-        return self.la.inner >= self.row_len and self.lb.inner >= self.row_len
-
-
-def pair_layout(a: torch.Tensor, b: torch.Tensor) -> PairLayout:
-    """Layouts for reading ``a`` and ``b`` row by row, copying views that cannot be streamed."""
-    rows = a.shape[0]
-    row_len = a.numel() // rows if rows else 0
-    if rows == 0 or row_len == 0:
-        return PairLayout(a, b, RowLayout(0, 1, 1), RowLayout(0, 1, 1), rows, row_len)
-    la = collapse_rows(a)
-    if la is None:
-        a = a.contiguous()
-        la = collapse_rows(a)
-    lb = collapse_rows(b)
-    if lb is None:
-        b = b.contiguous()
-        lb = collapse_rows(b)
-    if math.gcd(la.inner, lb.inner) < min(MIN_SEGMENT, row_len):
-        if la.inner < row_len:
-            a = a.contiguous()
-            la = collapse_rows(a)
-        if lb.inner < row_len:
-            b = b.contiguous()
-            lb = collapse_rows(b)
-    return PairLayout(a, b, la, lb, rows, row_len)
-
+# plans
 
 def chunk_size(rows: int, row_len: int) -> int:
     """Logical elements per task: whole BLOCKs, enough tasks to fill the GPU, 4 to 16 BLOCKs
@@ -289,21 +216,6 @@ def chunk_size(rows: int, row_len: int) -> int:
     per_row = triton.cdiv(TARGET_TASKS, max(rows, 1))
     want = max(triton.cdiv(blocks, per_row), min(blocks, MIN_BLOCKS_PER_CHUNK))
     return BLOCK * min(want, MAX_BLOCKS_PER_CHUNK)
-
-
-_VEC = {torch.float32: 4, torch.float16: 8, torch.bfloat16: 8}  # elements per 16-byte load
-
-
-def _vec(dtype: torch.dtype) -> int:
-    return _VEC[dtype]
-
-
-def _strides_aligned(layout: RowLayout, row_len: int, vec: int) -> bool:
-    """Every run starts a multiple of ``vec`` elements after the data pointer (chunk starts are
-    multiples of BLOCK); with a 16-byte aligned pointer, every run starts on a 16-byte boundary."""
-    if layout.batch_stride % vec:
-        return False
-    return layout.inner >= row_len or (layout.inner % vec == 0 and layout.outer_stride % vec == 0)
 
 
 @dataclass(frozen=True)
