@@ -1,7 +1,7 @@
 """The one backend registry, for the paired and the all-pairs reductions.
 
-A backend computes ``pair_sq(a, b) -> (B,) float32``, ``grouped(as_, bs) -> (G, B) float32`` and, when it
-has one, ``all_pairs(x (N, K)) -> (N, N) float32``. Backend modules register themselves here; choosing
+A backend computes ``pair_sq(a, b) -> (B,) float64``, ``grouped(as_, bs) -> (G, B) float64`` and, when it
+has one, ``all_pairs(x (N, K)) -> (N, N) float64``. Backend modules register themselves here; choosing
 one for a call (``"auto"`` included) is :mod:`vitplast_kernels.backends.select`'s job.
 """
 
