@@ -252,3 +252,46 @@ def test_output_set_is_replaced_as_a_unit(tmp_path, monkeypatch):
     assert run["seed"] == 1 and run["files"] == ["plasticity.json", "plasticity.png", "run.json"]
     assert json.loads((out / "plasticity.json").read_text()) != json.loads(first["plasticity.json"])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["res"]
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--batch-size", "1"], "--batch-size: images per batch must be >= 2"),
+    (["--batch-size", "3"], "--batch-size must be even"),
+    (["--dtype", "half"], "--dtype: must be one of float32, bfloat16, float16"),
+    (["--reps", "0"], "--reps: must be a positive integer"),
+    (["--depth", "0"], "--depth: must be a positive integer"),
+    (["--img-size", "-3"], "--img-size: must be a positive integer"),
+    (["--threads", "0"], "--threads: must be a positive integer"),
+    (["--paper-max-gb", "nan"], "--paper-max-gb: must be a positive number"),
+    (["--pairs", "some"], "--pairs: invalid choice"),
+    (["--model", "no_such_vit"], "is not a timm model name"),
+])
+def test_profile_bad_values_one_line_exit_2(argv, needle, tmp_path, capsys, monkeypatch):
+    from vitplast import profiler
+
+    def no_timing(*a, **k):
+        raise AssertionError("nothing is timed on bad input")
+
+    monkeypatch.setattr(profiler, "time_variants", no_timing)
+    rc, err = _main(["profile", "--device", "cpu", "--out", str(tmp_path / "p"), *argv], capsys)
+    assert rc == 2 and needle in _one_error_line(err), err
+    assert not (tmp_path / "p").exists()
+
+
+def test_profile_defaults_follow_the_device(capsys):
+    import argparse
+
+    from vitplast.profile import resolve_defaults
+
+    with pytest.raises(SystemExit):
+        main(["profile", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "vit_base_patch16_224 on a GPU, vit_tiny_patch16_224 on a CPU" in text and "(default: 3)" in text
+    base = dict(model=None, batch_size=None, dtype=None)
+    cpu = resolve_defaults(argparse.Namespace(device="cpu", **base))
+    assert (cpu.model, cpu.batch_size, cpu.dtype) == ("vit_tiny_patch16_224", 8, "float32")
+    if torch.cuda.is_available():
+        gpu = resolve_defaults(argparse.Namespace(device="cuda", **base))
+        assert (gpu.model, gpu.batch_size, gpu.dtype) == ("vit_base_patch16_224", 64, "bfloat16")
+    mine = resolve_defaults(argparse.Namespace(device="cpu", model="m", batch_size=6, dtype="bf16"))
+    assert (mine.model, mine.batch_size, mine.dtype) == ("m", 6, "bfloat16")

@@ -12,7 +12,9 @@ Prints, and writes as JSON (``--out DIR/profile.json``) with a plot of time per 
 - peak memory of each (GPU: torch.cuda.max_memory_allocated; CPU: peak RSS deltas);
 - host memory the paper's protocol would need for the batch.
 
-Random weights are used (timing does not depend on them). Example::
+Random weights are used (timing does not depend on them). The defaults finish in under a minute: on
+a GPU ViT-Base/16, 64 images in bfloat16; on a CPU ViT-Tiny/16, 8 images in float32. Example (the
+ViT-Huge configuration of bench/gpu_check.sh)::
 
     vitplast profile --model vit_huge_patch14_224 --device cuda --batch-size 256 --dtype bfloat16
 """
@@ -23,39 +25,61 @@ import argparse
 import datetime
 import os
 import platform
-import sys
 from pathlib import Path
 from typing import Any
 
-DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
-          "float16": "float16", "fp16": "float16"}
+from . import cli_types as T
 
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
-    return value
+# what a bare `vitplast profile` measures on each device type: (model, images per batch, dtype)
+DEVICE_DEFAULTS = {"cuda": ("vit_base_patch16_224", 64, "bfloat16"),
+                   "cpu": ("vit_tiny_patch16_224", 8, "float32")}
+OUTPUT_FILES = ("profile.json", "profile_layers.png")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default="vit_huge_patch14_224", help="timm model name")
-    p.add_argument("--device", default="auto", help="auto (cuda when available), cpu, cuda, cuda:1, ...")
-    p.add_argument("--batch-size", type=int, default=8, help="images per forward (2B for pairs=halves)")
-    p.add_argument("--dtype", default="float32", choices=sorted(DTYPES), help="model and input dtype")
-    p.add_argument("--protocol", default="in_situ", choices=("in_situ", "decomposition"))
-    p.add_argument("--pairs", default="halves", help="pairing scheme: halves or all")
-    p.add_argument("--img-size", type=int, help="input resolution (default: the model's)")
-    p.add_argument("--depth", type=int, help="override the number of blocks (a smaller, faster model)")
-    p.add_argument("--threads", type=_positive_int,
+    T.setup_parser(p)
+    gpu, cpu = DEVICE_DEFAULTS["cuda"], DEVICE_DEFAULTS["cpu"]
+    p.add_argument("--model", default=None,
+                   help=f"timm model name (default: {gpu[0]} on a GPU, {cpu[0]} on a CPU)")
+    p.add_argument("--device", type=T.device, default="auto",
+                   help="auto (cuda when available), cpu, cuda, cuda:1, ...")
+    p.add_argument("--batch-size", type=T.batch_size, default=None,
+                   help=f"images per forward pass (even for pairs=halves; default: {gpu[1]} on a GPU, "
+                   f"{cpu[1]} on a CPU)")
+    p.add_argument("--dtype", type=T.dtype, default=None, choices=T.DTYPES,
+                   help=f"model and input dtype, bf16/fp16/fp32 accepted (default: {gpu[2]} on a GPU, "
+                   f"{cpu[2]} on a CPU)")
+    p.add_argument("--protocol", default="in_situ", choices=("in_situ", "decomposition"),
+                   help="capture protocol")
+    p.add_argument("--pairs", default="halves", choices=("halves", "all"), help="pairing scheme")
+    p.add_argument("--img-size", type=T.positive_int, help="input resolution (default: the model's)")
+    p.add_argument("--depth", type=T.positive_int,
+                   help="override the number of blocks (a smaller, faster model; default: the model's)")
+    p.add_argument("--threads", type=T.positive_int,
                    help="CPU threads for torch and the kernels (default: torch's)")
-    p.add_argument("--reps", type=int, default=5, help="timed rounds per variant (medians reported)")
+    p.add_argument("--reps", type=T.positive_int, default=3,
+                   help="timed rounds per variant (medians reported)")
     p.add_argument("--paper", default="auto", choices=("auto", "full", "one-block", "skip"),
                    help="run the paper's protocol on every block, estimate it from block 0 times the depth, "
                    "or skip it; auto: full when its host memory is under --paper-max-gb")
-    p.add_argument("--paper-max-gb", type=float, default=4.0)
+    p.add_argument("--paper-max-gb", type=T.positive_float, default=4.0,
+                   help="host memory (GB) above which --paper auto estimates from one block")
     p.add_argument("--no-layers", action="store_true", help="skip the per-layer / per-component timing")
-    p.add_argument("--out", default="results/profile", metavar="DIR", help="JSON and plot folder")
+    p.add_argument("--out", default="results/profile", metavar="DIR",
+                   help="folder of profile.json and profile_layers.png, written as one set (a new folder, or "
+                   "one a previous profile wrote)")
+
+
+def resolve_defaults(args: argparse.Namespace) -> argparse.Namespace:
+    """``args`` with the device-dependent defaults filled in (a copy; ``device`` resolved)."""
+    args = argparse.Namespace(**vars(args))
+    device = T.resolve_device(args.device)
+    model, batch, dtype = DEVICE_DEFAULTS["cuda" if device.type == "cuda" else "cpu"]
+    args.device = str(device)
+    args.model = args.model or model
+    args.batch_size = args.batch_size or batch
+    args.dtype = T.DTYPE_ALIASES.get(args.dtype, args.dtype) or dtype
+    return args
 
 
 def _build(args: argparse.Namespace):
@@ -69,21 +93,25 @@ def _build(args: argparse.Namespace):
 
     if not timm.is_model(args.model):
         raise ValueError(f"--model {args.model!r} is not a timm model name")
+    if args.dtype not in T.DTYPES:
+        raise ValueError(f"--dtype must be one of {T.DTYPES}, got {args.dtype!r}")
     kwargs: dict[str, Any] = {"pretrained": False}
     if args.img_size:
         kwargs["img_size"] = args.img_size
     if args.depth:
         kwargs["depth"] = args.depth
-    dtype = getattr(torch, DTYPES[args.dtype])
+    dtype = getattr(torch, args.dtype)
     try:
-        device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto"
-                              else args.device)
+        device = T.resolve_device(args.device)
     except RuntimeError as exc:
         raise ValueError(f"--device {args.device!r} is not a torch device") from exc
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"--device {args.device!r} requested but CUDA is not available")
-    with torch.device(device):  # parameters created (and randomly initialised) on the device: fast for ViT-H
-        model = timm.create_model(args.model, **kwargs)
+    try:
+        with torch.device(device):  # parameters created (and initialised) on the device: fast for ViT-H
+            model = timm.create_model(args.model, **kwargs)
+    except TypeError as exc:  # --img-size / --depth for a model that does not take them
+        raise ValueError(f"--model {args.model}: {exc}") from None
     model = model.eval().to(device=device, dtype=dtype)
     cfg = model.pretrained_cfg if hasattr(model, "pretrained_cfg") else {}
     size = args.img_size or (cfg.get("input_size") or (3, 224, 224))[-1]
@@ -101,6 +129,7 @@ def profile(args: argparse.Namespace) -> dict[str, Any]:
     from . import profiler as pf
     from . import profiler_peers as peers
 
+    args = resolve_defaults(args)
     if args.batch_size < 2 or (args.pairs == "halves" and args.batch_size % 2):
         raise ValueError(f"--batch-size must be even and >= 2 for pairs=halves, got {args.batch_size}")
     if args.reps < 1:
@@ -114,7 +143,7 @@ def profile(args: argparse.Namespace) -> dict[str, Any]:
     n_modules = sum(len(n) for c in st.components for n in st.modules[c].values())
     rec: dict[str, Any] = {
         "args": {k: v for k, v in vars(args).items() if not k.startswith("_") and k != "command"},
-        "model": args.model, "device": str(device), "dtype": DTYPES[args.dtype],
+        "model": args.model, "device": str(device), "dtype": args.dtype,
         "batch_size": args.batch_size,
         "protocol": args.protocol, "pairs": args.pairs, "image_size": images.shape[-1],
         "layers": n_layers, "components": list(st.components), "component_modules": n_modules,
@@ -123,7 +152,7 @@ def profile(args: argparse.Namespace) -> dict[str, Any]:
     }
     print(f"# {args.model}: {n_layers} layers, {n_modules} component modules, "
           f"{rec['params'] / 1e6:.0f}M params; batch {args.batch_size} x {tuple(images.shape[1:])} "
-          f"{DTYPES[args.dtype]} on {device}", flush=True)
+          f"{args.dtype} on {device}", flush=True)
 
     fns = {
         "forward": pf.forward_fn(model, images),
@@ -270,18 +299,21 @@ def plot_layers(rec: dict[str, Any], path: Path) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        rec = profile(args)
-    except ValueError as exc:
-        print(f"vitplast profile: error: {exc}", file=sys.stderr)
-        return 2
+    """Entry point of ``vitplast profile``; returns the exit status (2 for any input error)."""
+    from vitplast.output_set import OutputSet
     from vitplast.rundir import write_json_atomic
 
-    print(report(rec))
-    out = Path(args.out)
-    write_json_atomic(out / "profile.json", rec)
-    print(f"# wrote {out / 'profile.json'}")
-    if "layer_times" in rec:
-        plot_layers(rec, out / "profile_layers.png")
-        print(f"# wrote {out / 'profile_layers.png'}")
+    out = OutputSet(args.out, OUTPUT_FILES)
+    try:
+        out.check()  # before the timing: a bad --out fails at once
+        rec = profile(args)
+        print(report(rec))
+        with out.writing() as tmp:
+            write_json_atomic(tmp / "profile.json", rec)
+            if "layer_times" in rec:
+                plot_layers(rec, tmp / "profile_layers.png")
+    except (ValueError, OSError) as exc:
+        return T.fail("vitplast profile", exc)
+    written = [f for f in OUTPUT_FILES if (out.target / f).exists()]
+    print(f"# wrote {', '.join(str(out.target / f) for f in written)}")
     return 0
