@@ -49,6 +49,7 @@ def test_lifecycle_refuse_resume_and_truncate(tmp_path):
     assert rd.checkpoint["step"] == 3 and not rd.finished
     assert [r["iter"] for r in rd.metrics()] == [-1, 0, 1, 2]  # iterations >= 3 are replayed
     rd.write_summary({"acc": 1.0})
+    rd.close()  # ends this writer's session (releases the directory's lock)
     with pytest.raises(RunDirError, match="already holds a finished run"):
         RunDir(tmp_path / "run").open(cfg)
     assert RunDir(tmp_path / "run").open(cfg, resume=True).finished

@@ -111,7 +111,8 @@ def _is_state_dict(d: dict) -> bool:
                                                                   for v in d.values())
 
 
-def _strip_prefixes(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def strip_prefixes(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``state`` with wrapper prefixes (:data:`PREFIXES`) removed from every name."""
     out = {}
     for k, v in state.items():
         while k.startswith(PREFIXES):
@@ -164,4 +165,4 @@ def read_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
         raise CheckpointError(f"weights: unknown checkpoint type {suffix!r} for {str(p)!r}; expected one of "
                               f"{STATE_DICT_SUFFIXES + ('.npz',)} or a vitplast finetune run directory")
     obj = _read_safetensors(p) if suffix == ".safetensors" else _read_torch(p)
-    return merge_lora(_strip_prefixes(_unwrap(obj, p)))
+    return merge_lora(strip_prefixes(_unwrap(obj, p)))

@@ -12,9 +12,12 @@ finetuned on digits 5-9, each of the five components in turn:
 
     vitplast finetune --out runs/digits
 
-Each run directory holds config.json, metrics.jsonl (monitor, eval and train records), checkpoint.pt
-(atomic), summary.json (finished marker) and plots/. ``--resume`` continues a killed run exactly;
-a finished directory is never overwritten. Under ``torchrun --nproc-per-node N`` the run is
+Each run directory holds config.json, metrics.jsonl (monitor, eval and train records: the training
+loss of every step), checkpoint.pt (atomic), summary.json (finished marker), plots/, tb/ with
+``--tensorboard`` (every row) and model.safetensors (+ adapter/ for LoRA) with ``--export``.
+``--resume`` continues a killed run exactly, with every metrics row once; a finished directory is never
+overwritten, and a directory another process is writing is refused (a lock left by a killed run is
+taken over). Under ``torchrun --nproc-per-node N`` the run is
 data-parallel (gloo on CPU, nccl on GPU) and metrics and plasticity are combined over ranks.
 
 This module runs the grid (:func:`finetune`) and the CLI (:func:`run`); the parts live beside it:

@@ -1,9 +1,24 @@
-"""What a finetuning run shows besides its metrics.jsonl: the progress bar and TensorBoard scalars."""
+"""Where a finetuning run's rows go: metrics.jsonl and TensorBoard (:class:`RunLog`), and the
+progress bar.
+
+Every row goes to both: the training loss of every step, the monitor, evaluation and ``auto`` rows.
+The per-step losses stay on the device and are written in groups (one host sync and, under DDP, one
+all-reduce per group) at points that depend only on the iteration: before any other row, before a
+checkpoint, every ``TRAIN_FLUSH_EVERY`` steps and at the end. So rows of iterations before a checkpoint
+are on disk when it is saved, and a resumed run writes the same rows in the same order as an
+uninterrupted one. TensorBoard's files are rebuilt from metrics.jsonl when a run (re)starts, so they
+hold exactly its rows, none twice, whatever was written before a kill.
+"""
 
 from __future__ import annotations
 
+import shutil
 import sys
 from pathlib import Path
+
+import torch
+
+TRAIN_FLUSH_EVERY = 50
 
 
 def progress_bar(cfg, dctx, total, initial, desc):
@@ -41,3 +56,55 @@ def tensorboard_write(tb, rec: dict, step: int) -> None:
         tb.add_scalar(f"plasticity/{group}", value, step)
     for group, value in rec.get("grad_norm", {}).items():
         tb.add_scalar(f"grad_norm/{group}", value, step)
+    if kind == "auto":  # the plasticity --train auto measured before training, and what it chose
+        for group, value in rec.get("plasticity", {}).items():
+            tb.add_scalar(f"auto/plasticity/{group}", value, step)
+        tb.add_text("auto/chosen", ", ".join(rec.get("chosen", [])) or "head only", step)
+
+
+class RunLog:
+    """The rows of one run (see the module docstring). ``log(rec)`` writes a row; ``train(it, loss,
+    lr)`` queues the step's training loss; ``flush()`` writes the queued ones; ``open_tensorboard``
+    starts TensorBoard from the rows already in metrics.jsonl. Every rank calls the same methods at
+    the same iterations (the queued losses are averaged over ranks); only the writer writes."""
+
+    def __init__(self, rd, dctx) -> None:
+        self.rd, self.dctx = rd, dctx
+        self.tb = None
+        self._queued: list[tuple[int, torch.Tensor, float]] = []
+
+    def open_tensorboard(self, run_path: Path) -> None:
+        if not self.rd.writer:
+            return
+        shutil.rmtree(run_path / "tb", ignore_errors=True)  # rebuilt from metrics.jsonl, the record
+        self.tb = tensorboard(run_path)
+        for rec in self.rd.metrics():
+            tensorboard_write(self.tb, rec, rec["step"])
+
+    def log(self, rec: dict) -> None:
+        self.flush()
+        self.rd.log(rec)
+        tensorboard_write(self.tb, rec, rec["step"])
+
+    def train(self, it: int, loss: torch.Tensor, lr: float) -> None:
+        self._queued.append((it, loss.detach().float().reshape(1), lr))
+        if (it + 1) % TRAIN_FLUSH_EVERY == 0:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self._queued:
+            return
+        queued, self._queued = self._queued, []
+        losses = self.dctx.sum_(torch.cat([q[1] for q in queued])) / self.dctx.world
+        for (it, _, lr), loss in zip(queued, losses.tolist(), strict=True):
+            rec = {"kind": "train", "iter": it, "step": it, "loss": loss, "lr": lr}
+            self.rd.log(rec)
+            tensorboard_write(self.tb, rec, it)
+
+    def close(self) -> None:
+        """Closes TensorBoard; queued losses are dropped (a run that ends well flushes first; one that
+        fails replays those iterations when resumed)."""
+        self._queued = []
+        if self.tb is not None:
+            self.tb.close()
+            self.tb = None

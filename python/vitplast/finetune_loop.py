@@ -1,13 +1,16 @@
 """One finetuning run: (train, lr, seed) trained into its run directory, resumable from its checkpoint.
 
 The run directory (``vitplast.rundir.RunDir``) holds config.json, metrics.jsonl (monitor, eval and train
-records), checkpoint.pt (atomic) and summary.json (the finished marker). Everything a resumed run needs
+records: the training loss of every step), checkpoint.pt (atomic) and summary.json (the finished
+marker); with ``--export``, model.safetensors (and adapter/ for LoRA). Everything a resumed run needs
 to continue exactly is in the checkpoint: model, optimiser, scheduler, RNG states, running accuracies
 and, for ``--train auto``, the components it chose; the data order is a function of the iteration.
+The directory is locked while the run writes it (a second writer is refused).
 """
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -15,7 +18,8 @@ import torch
 
 from .finetune_data import StepBatches, evaluate, load_data, probe_batch
 from .finetune_dist import DistContext
-from .finetune_log import progress_bar, tensorboard, tensorboard_write
+from .finetune_export import export_weights
+from .finetune_log import RunLog, progress_bar
 from .finetune_model import (
     amp_factory,
     build_model,
@@ -53,15 +57,33 @@ def _open_run_dir(cfg: dict, run_cfg: dict, run_path: Path, dctx: DistContext) -
 def run_one(cfg: dict, train: str, lr: float, seed: int, run_path: Path, dctx: DistContext,
             say=print) -> dict:
     """Train one (train, lr, seed) combination into ``run_path``; returns its summary dict."""
-    from .monitor import Monitor
-    from .trainable import count_parameters
-
     run_cfg = {k: v for k, v in cfg.items() if k not in ("train", "lr", "seed") and not k.startswith("_")}
     run_cfg.update(train=train, lr=lr, seed=seed)
     rd = _open_run_dir(cfg, run_cfg, run_path, dctx)
-    if rd.finished:
-        say(f"{run_path}: already finished, loading its summary")
-        return rd.summary()
+    try:
+        stale = rd.lock.stale
+        if stale and stale.get("alive") is not True:
+            say(f"{run_path}: taking over the lock of process {stale.get('pid')} on {stale.get('host')} "
+                "(no longer running)")
+        if rd.finished:
+            say(f"{run_path}: already finished, loading its summary")
+            if cfg["export"] and dctx.is_main and rd.checkpoint is not None:
+                export_weights(run_path, rd.checkpoint["model"], metadata=_export_meta(cfg, train, lr, seed))
+            return rd.summary()
+        return _train(cfg, train, lr, seed, run_path, dctx, rd, say)
+    finally:
+        rd.close()
+
+
+def _export_meta(cfg: dict, train: str, lr: float, seed: int) -> dict[str, str]:
+    return {"model": str(cfg["model"]), "model_kwargs": json.dumps(cfg["model_kwargs"], sort_keys=True),
+            "train": train, "lr": repr(lr), "seed": str(seed), "steps": str(cfg["steps"])}
+
+
+def _train(cfg: dict, train: str, lr: float, seed: int, run_path: Path, dctx: DistContext, rd: RunDir,
+           say) -> dict:
+    from .monitor import Monitor
+    from .trainable import count_parameters
 
     t0 = time.perf_counter()
     device = run_device(cfg, dctx)
@@ -78,7 +100,8 @@ def run_one(cfg: dict, train: str, lr: float, seed: int, run_path: Path, dctx: D
         raise ValueError(f"--batch-size {cfg['batch_size']} gives {local} images per process: must be even "
                          "to monitor on the training batch halves (or pass --probe N)")
     ckpt = rd.checkpoint
-    parts, auto = trainable_parts(cfg, train, model, feed, device, dctx, amp, ckpt, rd, say=say)
+    log = RunLog(rd, dctx)
+    parts, auto = trainable_parts(cfg, train, model, feed, device, dctx, amp, ckpt, log, say=say)
     model, names = make_trainable(model, parts, cfg["lora_r"])
     n_train = count_parameters(model, names)
     params = [p for p in model.parameters() if p.requires_grad]
@@ -96,7 +119,7 @@ def run_one(cfg: dict, train: str, lr: float, seed: int, run_path: Path, dctx: D
     else:
         acc0, loss0 = evaluate(model, val_ds, device, limit=cfg["eval_limit"], dctx=dctx, amp=amp)
         state = {"initial_acc": acc0, "best_acc": acc0, "last_acc": acc0, "plasticity_start": None}
-        rd.log({"kind": "eval", "iter": -1, "step": 0, "acc": acc0, "loss": loss0})
+        log.log({"kind": "eval", "iter": -1, "step": 0, "acc": acc0, "loss": loss0})
         start = 0
     wrapped = model
     if dctx.enabled:
@@ -105,13 +128,13 @@ def run_one(cfg: dict, train: str, lr: float, seed: int, run_path: Path, dctx: D
         wrapped = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     if cfg["compile"]:  # after the monitor attached its hooks: they are compiled into the step's graph
         wrapped = torch.compile(wrapped, mode=None if cfg["compile"] == "default" else cfg["compile"])
-    tb = tensorboard(run_path) if cfg["tensorboard"] and dctx.is_main else None
+    if cfg["tensorboard"]:
+        log.open_tensorboard(run_path)  # every row kept in metrics.jsonl, then the new ones
     if ckpt is not None:
         set_rng_state(ckpt["rng"])
 
     steps = cfg["steps"]
     bar = progress_bar(cfg, dctx, steps, start, f"{train} lr={lr:g} seed={seed}")
-    log_every = max(1, steps // 50)
     stop_after = cfg.get("_stop_after")
     try:
         for it, x, y in feed.iterate(start, steps, cfg["workers"]):
@@ -125,12 +148,9 @@ def run_one(cfg: dict, train: str, lr: float, seed: int, run_path: Path, dctx: D
                 rec = monitor.record(it, loss, lr_now)
                 if state["plasticity_start"] is None:
                     state["plasticity_start"] = rec["plasticity_mean"]
-                rd.log(rec)
-                tensorboard_write(tb, rec, it)
+                log.log(rec)
                 bar.set_postfix(loss=f"{rec['loss']:.3f}", acc=f"{state['last_acc']:.3f}", refresh=False)
-            elif not cfg["monitor_every"] and it % log_every == 0:
-                loss_avg = float(dctx.sum_(loss.detach().float().reshape(1).clone()).item()) / dctx.world
-                rd.log({"kind": "train", "iter": it, "step": it, "loss": loss_avg, "lr": lr_now})
+            log.train(it, loss, lr_now)  # every step's loss (written in groups, no sync per step)
             if cfg["grad_clip"] is not None:
                 torch.nn.utils.clip_grad_norm_(params, cfg["grad_clip"])
             opt.step()
@@ -140,12 +160,11 @@ def run_one(cfg: dict, train: str, lr: float, seed: int, run_path: Path, dctx: D
             if (cfg["eval_every"] and done % cfg["eval_every"] == 0) or done == steps:
                 acc, vloss = evaluate(model, val_ds, device, limit=cfg["eval_limit"], dctx=dctx, amp=amp)
                 state["last_acc"], state["best_acc"] = acc, max(state["best_acc"], acc)
-                rec = {"kind": "eval", "iter": it, "step": done, "acc": acc, "loss": vloss}
-                rd.log(rec)
-                tensorboard_write(tb, rec, done)
+                log.log({"kind": "eval", "iter": it, "step": done, "acc": acc, "loss": vloss})
                 bar.set_postfix(acc=f"{acc:.3f}", refresh=False)
             bar.update(1)
             if (cfg["checkpoint_every"] and done % cfg["checkpoint_every"] == 0) or done == steps:
+                log.flush()  # every row of the iterations before the checkpoint is on disk with it
                 rd.save_checkpoint({
                     "step": done, "model": model.state_dict(), "optimizer": opt.state_dict(),
                     "scheduler": sched.state_dict(), "rng": rng_state(), "state": state,
@@ -153,12 +172,11 @@ def run_one(cfg: dict, train: str, lr: float, seed: int, run_path: Path, dctx: D
                 })
             if stop_after is not None and done >= stop_after:
                 raise SimulatedKill(f"stopped after iteration {done}")
+        log.flush()
     finally:
         monitor.close()
         bar.close()
-        rd.close()
-        if tb is not None:
-            tb.close()
+        log.close()
 
     summary = {
         "train": train, "lr": lr, "seed": seed, "trained": list(parts),
@@ -174,6 +192,9 @@ def run_one(cfg: dict, train: str, lr: float, seed: int, run_path: Path, dctx: D
         from .finetune_plots import plot_curves
 
         plot_curves(rd.metrics(), run_path / "plots" / "curves.png", title=f"{train} lr={lr:g} seed={seed}")
+    if cfg["export"] and dctx.is_main:
+        export_weights(run_path, model.state_dict(), peft_model=model if parts == ("lora",) else None,
+                       metadata=_export_meta(cfg, train, lr, seed))
     rd.write_summary(summary)
     dctx.barrier()
     return summary

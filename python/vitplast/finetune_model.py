@@ -76,7 +76,7 @@ def amp_factory(cfg: dict, device: torch.device):
     return contextlib.nullcontext
 
 
-def trainable_parts(cfg: dict, train: str, model, feed, device, dctx: DistContext, amp, ckpt, rd,
+def trainable_parts(cfg: dict, train: str, model, feed, device, dctx: DistContext, amp, ckpt, log,
                     say=print) -> tuple[tuple[str, ...], dict | None]:
     """The parts ``train`` names, and for ``auto`` its record: the most plastic components within
     ``--budget``, measured on the first ``--auto-batches`` training batches (or read back from the
@@ -93,7 +93,7 @@ def trainable_parts(cfg: dict, train: str, model, feed, device, dctx: DistContex
         batches = [feed.get(i)[0].to(device) for i in range(cfg["auto_batches"])]
         means = component_means(measure_plasticity(model, batches, dist=dctx, amp=amp))
         auto = {"plasticity": means, "chosen": choose_components(means, model, cfg["budget"])}
-        rd.log({"kind": "auto", "iter": -1, "step": 0, **auto, "budget": cfg["budget"]})
+        log.log({"kind": "auto", "iter": -1, "step": 0, **auto, "budget": cfg["budget"]})
     chosen = auto["chosen"]
     say(f"--train auto (budget {cfg['budget']}): plasticity "
         + ", ".join(f"{c} {v:.3f}" for c, v in auto["plasticity"].items())

@@ -51,6 +51,7 @@ DEFAULTS: dict = {
     "out": None,
     "resume": False,
     "tensorboard": False,
+    "export": False,
     "progress": None,
     "plots": True,
     "workers": 0,
@@ -187,7 +188,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--warmup", type=int, default=d["warmup"], help="linear warm-up iterations")
     g.add_argument("--grad-clip", type=float, help="clip the global gradient norm to this value")
     g.add_argument("--steps", type=int, default=d["steps"], help="optimiser steps (default: %(default)s)")
-    g.add_argument("--batch-size", type=int, default=d["batch_size"], help="global batch size")
+    g.add_argument("--batch-size", type=int, default=d["batch_size"],
+                   help="images per optimiser step, over all processes (default: %(default)s)")
     g.add_argument("--seed", default=d["seed"], help="seed(s), comma-separated (default: %(default)s)")
     g.add_argument("--amp", choices=AMP_CHOICES, default=d["amp"], help="autocast precision")
     g.add_argument("--device", default=d["device"], help="auto, cpu, cuda, cuda:N (default: %(default)s)")
@@ -207,7 +209,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--out", required=True, help="run directory (a grid writes one sub-directory per run)")
     g.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
     g.add_argument("--tensorboard", action="store_true",
-                   help="also write TensorBoard logs (needs tensorboard)")
+                   help="also write TensorBoard logs (needs tensorboard): every row of metrics.jsonl")
+    g.add_argument("--export", action="store_true",
+                   help="write the finetuned weights to RUN/model.safetensors (LoRA merged) and, for --train "
+                   "lora, the peft adapter to RUN/adapter/; with --resume, also for a finished run")
     g.add_argument("--no-plots", dest="plots", action="store_false")
     g.add_argument("--progress", dest="progress", action="store_true", default=None,
                    help="force the progress bar (default: when stderr is a terminal)")

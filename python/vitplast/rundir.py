@@ -6,12 +6,20 @@ Layout of ``DIR``::
     metrics.jsonl    one JSON record per line, appended (``{"iter": .., "step": .., "kind": .., ..}``)
     checkpoint.pt    the last checkpoint (model, optimiser, schedule, RNG states, step), replaced atomically
     summary.json     written last: its presence marks the run finished
+    model.safetensors, adapter/   the finetuned weights (``--export``)
     plots/, tb/      figures and optional TensorBoard logs
+    .lock            held by the process writing the run (see :class:`RunLock`)
 
 Every file but ``metrics.jsonl`` is written to a temporary file in the same directory and moved into
 place with ``os.replace``, so a killed run leaves either the old or the new version, never a torn one.
 ``metrics.jsonl`` is appended line by line; a torn last line is ignored when read, and a resume cuts
-the log back to the checkpoint's step so that the steps replayed are not logged twice.
+the log back to the checkpoint's step so that the steps replayed are not logged twice (without a
+checkpoint, to nothing: the run starts over).
+
+One process writes a run directory at a time: the writer holds an exclusive ``flock`` on ``.lock``,
+which the kernel releases when the process ends however it ends, so a lock left by a killed run is
+taken over (the file still names the dead process, which is reported) while a live writer makes
+``open`` fail with its PID and host.
 """
 
 from __future__ import annotations
@@ -28,17 +36,16 @@ import torch
 
 from vitplast_kernels.atomic_io import atomic_write
 
+from .runlock import LOCK, RunDirError, RunLock
+
 CONFIG = "config.json"
 METRICS = "metrics.jsonl"
 CHECKPOINT = "checkpoint.pt"
 SUMMARY = "summary.json"
 
 # options that may differ between a run and its resume without changing the results
-RESUME_FREE_KEYS = frozenset({"resume", "progress", "tensorboard", "out", "plots", "device", "workers"})
-
-
-class RunDirError(ValueError):
-    """A run directory cannot be used as asked (finished, unfinished without --resume, mismatch)."""
+RESUME_FREE_KEYS = frozenset({"resume", "progress", "tensorboard", "out", "plots", "device", "workers",
+                              "export"})
 
 
 def _atomic_write(path: Path, write) -> None:
@@ -119,6 +126,7 @@ class RunDir:
         self.writer = writer  # False on DDP ranks > 0: they read, never write
         self.checkpoint: dict | None = None
         self.finished = False
+        self.lock = RunLock(self.path)
         self._metrics_file = None
 
     # -- state of the directory -------------------------------------------------------------------
@@ -140,7 +148,7 @@ class RunDir:
 
     def state(self) -> str:
         """``"new"`` (absent or empty), ``"finished"``, ``"partial"`` or ``"foreign"``."""
-        if not self.path.exists() or not any(self.path.iterdir()):
+        if not self.path.exists() or not any(p.name != LOCK for p in self.path.iterdir()):
             return "new"
         if self.summary_path.exists():
             return "finished"
@@ -149,7 +157,18 @@ class RunDir:
         return "foreign"
 
     def open(self, config: dict, *, resume: bool = False) -> RunDir:
-        """Prepare the directory for ``config``; refuse rather than overwrite another run's files."""
+        """Prepare the directory for ``config``; refuse rather than overwrite another run's files, or
+        while another process writes it. A writer holds the directory's lock until :meth:`close`."""
+        if self.writer and self.state() != "foreign":  # a foreign directory is refused untouched
+            self.path.mkdir(parents=True, exist_ok=True)
+            self.lock.acquire()
+        try:
+            return self._open(config, resume)
+        except BaseException:
+            self.close()
+            raise
+
+    def _open(self, config: dict, resume: bool) -> RunDir:
         state = self.state()
         if state == "foreign":
             raise RunDirError(
@@ -171,8 +190,8 @@ class RunDir:
             self.finished = state == "finished"
             if self.checkpoint_path.exists():
                 self.checkpoint = torch.load(self.checkpoint_path, map_location="cpu", weights_only=False)
-            if self.writer and not self.finished:
-                self.truncate_metrics(self.checkpoint["step"] if self.checkpoint else 0)
+            if self.writer and not self.finished:  # without a checkpoint the run starts over: no record kept
+                self.truncate_metrics(self.checkpoint["step"] if self.checkpoint else -1)
         elif self.writer:
             self.path.mkdir(parents=True, exist_ok=True)
             write_json_atomic(self.config_path, config)
@@ -230,9 +249,11 @@ class RunDir:
         return json.loads(self.summary_path.read_text())
 
     def close(self) -> None:
+        """Closes the metrics file and releases the directory's lock (the end of this writer's session)."""
         if self._metrics_file is not None:
             self._metrics_file.close()
             self._metrics_file = None
+        self.lock.release()
 
     def files(self) -> Iterable[Path]:
         return sorted(self.path.rglob("*"))
