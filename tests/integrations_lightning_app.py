@@ -51,7 +51,7 @@ def loader(n: int, batch_size: int, seed: int) -> DataLoader:
 
 
 def fit(out: Path, callback: PlasticityCallback, *, strategy: str = "auto", devices: int = 1,
-        max_steps: int = 6, accumulate: int = 1, val: bool = True) -> L.Trainer:
+        max_steps: int = 6, accumulate: int = 1, val: bool = True, compile_backend=None) -> L.Trainer:
     warnings.filterwarnings("ignore", message=".*(num_workers|many workers|log_every_n_steps).*")
     L.seed_everything(0, verbose=False)
     trainer = L.Trainer(accelerator="cpu", devices=devices, strategy=strategy, max_steps=max_steps,
@@ -60,8 +60,11 @@ def fit(out: Path, callback: PlasticityCallback, *, strategy: str = "auto", devi
                         enable_checkpointing=False, num_sanity_val_steps=1 if val else 0,
                         limit_val_batches=1 if val else 0, val_check_interval=2 if val else None,
                         log_every_n_steps=50)
+    module = TinyViT()
+    if compile_backend is not None:  # the ViT compiled; the callback attaches its hooks before it runs
+        module.model = torch.compile(module.model, backend=compile_backend)
     # validation batches of 7 images: measured, they would be skipped by pairs="halves" and warn
-    trainer.fit(TinyViT(), loader(64, 8, 0), loader(7, 7, 1) if val else None)
+    trainer.fit(module, loader(64, 8, 0), loader(7, 7, 1) if val else None)
     return trainer
 
 

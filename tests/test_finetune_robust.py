@@ -16,6 +16,7 @@ import pytest
 import torch
 import vitplast.finetune_log as finetune_log
 import vitplast.finetune_options as finetune_options
+from vitplast.cli import main
 from vitplast.finetune import SimulatedKill, finetune
 from vitplast.rundir import RunDir, RunDirError, read_jsonl
 
@@ -150,6 +151,10 @@ def test_export_writes_the_finetuned_weights(tmp_path, train):
     assert set(exported) == set(expected)
     for k, v in expected.items():
         torch.testing.assert_close(exported[k], v, rtol=1e-6, atol=1e-7, msg=k)
+    with warnings.catch_warnings():  # vitplast measure reads the export (architecture from config.json)
+        warnings.simplefilter("ignore")
+        assert main(["measure", "--weights", str(run), "--data", "synthetic", "--batch-size", "8",
+                     "--batches", "1", "--no-progress"]) == 0
     # a finished run exports on --resume --export from its checkpoint
     other = tmp_path / "later"
     _run(other, **{**KW, "train": "FC1", "steps": 2})

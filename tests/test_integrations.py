@@ -72,6 +72,24 @@ def test_lightning_callback_logs_and_writes(tmp_path, recwarn, accumulate):
     assert hooks == []
 
 
+def test_lightning_callback_on_a_compiled_model(tmp_path):
+    """The hooks attached at fit start trace into the compiled ViT: two graphs (measured, plain) for
+    six steps measured every second one, and the measured steps' pairs all there."""
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    cb = integrations.PlasticityCallback(every=2)
+    app.fit(tmp_path, cb, max_steps=6, val=False, compile_backend=backend)
+    assert len(graphs) == 2
+    res = cb.result
+    assert cb.steps.measured_steps == 3
+    for c in COMPS:
+        assert res.n_pairs(c).tolist() == [3 * 4] * 2 and torch.isfinite(res.mean(c)).all()
+
+
 def _run_script_ddp(out: Path) -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
            "OMP_NUM_THREADS": "1"}
