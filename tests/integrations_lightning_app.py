@@ -68,19 +68,24 @@ def fit(out: Path, callback: PlasticityCallback, *, strategy: str = "auto", devi
     return trainer
 
 
+class RecordLocal:
+    """Writes each rank's own result of a measured step before the callback combines the ranks (a
+    module-level class: ddp_spawn pickles the callback into fresh processes)."""
+
+    def __init__(self, out_dir: Path, combine) -> None:
+        self.out_dir, self.combine, self.seen = out_dir, combine, 0
+
+    def __call__(self, local):
+        rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
+        local.to_json(self.out_dir / f"local_r{rank}_{self.seen}.json")
+        self.seen += 1
+        return self.combine(local)
+
+
 def main(out: str, strategy: str, devices: str) -> None:
     out_dir = Path(out)
     cb = PlasticityCallback(every=2, dirpath=out_dir)
-    combine = cb.steps.combine
-    seen = []
-
-    def record_local(local):
-        rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
-        local.to_json(out_dir / f"local_r{rank}_{len(seen)}.json")
-        seen.append(local)
-        return combine(local)
-
-    cb.steps.combine = record_local
+    cb.steps.combine = RecordLocal(out_dir, cb.steps.combine)
     fit(out_dir, cb, strategy=strategy, devices=int(devices), max_steps=4, val=False)
 
 

@@ -99,14 +99,15 @@ def _run_script_ddp(out: Path) -> None:
 
 
 @pytest.mark.parametrize("strategy", [
-    "ddp_fork",
+    "ddp_spawn",
     pytest.param("ddp", marks=[pytest.mark.slow, pytest.mark.skipif(
         not os.environ.get("VITPLAST_SLOW_TESTS"),
         reason="re-executes the script per rank: two fresh interpreters importing torch, timm and lightning "
                "(30-80 s on 2 cores); VITPLAST_SLOW_TESTS=1 runs it")]),
 ])
 def test_lightning_ddp_two_processes_gloo(tmp_path, strategy):
-    """Two ranks on gloo: ``ddp_fork`` forks this process (DDPStrategy, start method fork); ``ddp``
+    """Two ranks on gloo: ``ddp_spawn`` starts two fresh processes (a fork fails once this process
+    has run autograd's threads, as it has after other tests); ``ddp``
     is Lightning's script launcher. The logged and the written values are those of the sums over both
     ranks."""
     if strategy == "ddp":

@@ -246,7 +246,7 @@ class Capture:
         if todo:
             for i in todo:
                 if not self._fits(items[i][2], where):
-                    if (li, items[i][0]) in ((0, 0), (-1, -1)):  # layer 0's component 0, or e: once per forward
+                    if (li, items[i][0]) in ((0, 0), (-1, -1)):  # layer 0's component 0 or e: once a forward
                         self._note_skip()
                     return [None] * len(items)
             sums = self.pairing.sq_sums([self._view(items[i][2], where) for i in todo], backend=self.backend)
@@ -397,8 +397,9 @@ def capture(
         pairs: ``"halves"``: a batch of ``2B``, sequence ``i`` paired with ``i + B`` (matched pairs:
             ``model(torch.cat([X, Y]))``); ``"all"``: every distinct pair ``i < j`` of the batch.
         components: ``{label: module-name glob or tuple of globs}`` (``*`` = layer index, ``**`` = any
-            prefix); default: detected from the presets (timm ViT/DeiT/Eva/DINOv2/DINOv3, SwiGLU,
-            HF ViT, BERT, GPT-2; see :mod:`vitplast_kernels.measure.presets`).
+            prefix, ``?`` and ``[...]`` inside a segment as in fnmatch); default: detected from the
+            presets (timm ViT/DeiT/Eva/DINOv2/DINOv3, SwiGLU, hybrid and parallel-block ViTs, HF ViT,
+            BERT, GPT-2; see :mod:`vitplast_kernels.measure.presets`).
         embedding: decomposition only: the module whose output is ``e`` or ``"<name>:input"``.
         per_head: also measure per-head MHA rates (see the module docstring).
         tokens: ``"all"``, ``"cls"`` (token 0) or ``"patches"`` (after ``prefix_tokens``).
