@@ -41,6 +41,7 @@ from .claim_options import BASELINES, DEFAULTS, FINETUNE_KEYS, PROTOCOLS, resolv
 from .claim_plasticity import DIGITS_MODEL, build_model, measure_chunks
 from .claim_report import format_report, plot_claim
 from .claim_runs import calibrate, estimate_seconds, plan_runs, train_all
+from .finetune_options import model_arg
 from .rundir import write_json_atomic
 
 
@@ -253,16 +254,6 @@ def _finite_or_none(obj):
 
 
 # ------------------------------------------------------------------------------------------ CLI
-def _model_arg(text: str) -> tuple[str, object]:
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"--model-arg expects KEY=VALUE, got {text!r}")
-    try:
-        return key, json.loads(value)
-    except json.JSONDecodeError:
-        return key, value
-
-
 def _one_line_error(prog: str):
     def error(message: str):
         print(f"{prog}: error: {message}", file=sys.stderr)
@@ -276,7 +267,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.error = _one_line_error("vitplast claim")  # bad input: one line on stderr, exit status 2
     g = p.add_argument_group("model and data")
     g.add_argument("--model", default=d["model"], help=f"timm model name, or {DIGITS_MODEL!r} (default)")
-    g.add_argument("--model-arg", action="append", type=_model_arg, default=[], metavar="KEY=VALUE",
+    g.add_argument("--model-arg", action="append", type=model_arg, default=[], metavar="KEY=VALUE",
                    help="extra timm.create_model argument (repeatable)")
     g.add_argument("--weights", help="local pretrained checkpoint (.safetensors, .pth, .npz)")
     g.add_argument("--img-size", type=int, help="input size (default: the model's)")

@@ -151,7 +151,8 @@ def resolve_options(options: dict) -> dict:
     return cfg
 
 
-def _model_arg(text: str) -> tuple[str, object]:
+def model_arg(text: str) -> tuple[str, object]:
+    """``--model-arg KEY=VALUE``: VALUE parsed as JSON when it is JSON, else kept as a string."""
     key, sep, value = text.partition("=")
     if not sep or not key:
         raise argparse.ArgumentTypeError(f"--model-arg expects KEY=VALUE, got {text!r}")
@@ -166,7 +167,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("model and data")
     g.add_argument("--model", default=d["model"],
                    help=f"timm model name, or {DEFAULT_MODEL!r} (the embedded ViT pretrained on digits 0-4)")
-    g.add_argument("--model-arg", action="append", type=_model_arg, default=[], metavar="KEY=VALUE",
+    g.add_argument("--model-arg", action="append", type=model_arg, default=[], metavar="KEY=VALUE",
                    help="extra timm.create_model argument (repeatable), e.g. patch_size=4")
     g.add_argument("--weights", help="local pretrained checkpoint (.safetensors, .pth, .npz)")
     g.add_argument("--data", default=d["data"],
