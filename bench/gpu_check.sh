@@ -59,6 +59,12 @@ step chunk-sweep 45 "$PY" -m bench.gpu_paired --chunk-sweep --json "$OUTDIR/chun
 step abi-probe 60 env PYTHON="$PY" bash bench/gpu_abi_probe.sh "$OUTDIR"
 # ViT-Huge/14, batch 256, bf16, in_situ capture of all 160 components vs forward / naive hooks /
 # paper protocol (random weights; the paper's protocol estimated from block 0 x 32: no 43 GB host copy)
+# monitored compiled steps: ViT-B training step under CUDA graphs, ViT-H/14 b256 compiled forward with
+# all 160 components monitored (ratios to the plain compiled variants, graph breaks, recompiles)
+step compile-monitor 50 "$PY" -m bench.compile_monitor --device cuda --model vit_base_patch16_224 --img-size 224 \
+  --batch-size 64 --dtype bfloat16 --mode reduce-overhead --min-time 2 --json "$OUTDIR/compile_monitor_vitb.json"
+step compile-vith 70 "$PY" -m bench.compile_monitor --device cuda --model vit_huge_patch14_224 --img-size 224 \
+  --batch-size 256 --dtype bfloat16 --forward-only --min-time 2 --json "$OUTDIR/compile_monitor_vith.json"
 step profile 60 "$PY" -m vitplast.cli profile --model vit_huge_patch14_224 --device cuda --batch-size 256 \
   --dtype bfloat16 --protocol in_situ --pairs halves --reps 3 --out "$OUTDIR/profile"
 step cpu-tests 40 "$PY" -m pytest -q -x -m "not gpu and not slow" -p no:cacheprovider --continue-on-collection-errors \
