@@ -62,6 +62,15 @@ import torch
 from ...numerics import U32, gram_error, reliability_threshold, underflow_floor
 from ...timing import median_ms
 from ..cuda import autotune_enabled
+from .all_pairs_grid import (  # noqa: F401  (re-exported: tests, bench)
+    FINISH_ROWS,
+    GRID_AXIS_MAX,
+    _finish_rows,
+    index_extents,
+    launch_grids,
+    num_tiles_of,
+    splits_for,
+)
 
 try:
     import triton
@@ -77,7 +86,7 @@ MMA_FLUSH_K = 128  # products summed in the tensor-core accumulator before a flu
 MMA_TRUNC_PER_PRODUCT = 6.1e-9  # measured truncation bias per accumulated product (H200, see above)
 MMA_MARGIN = 4.0  # safety factor on the measured truncation bias
 # finish: ROWS tile rows per program (ROWS * BM entries), SB split-K partials per load step
-FINISH_ROWS, FINISH_SB, FINISH_WARPS = 2, 16, 8
+FINISH_SB, FINISH_WARPS = 16, 8
 # recompute: JB candidate pairs (one row i, JB rows j) per program, BLOCK columns per step
 RECOMPUTE_JB, RECOMPUTE_BLOCK = 8, 256
 
@@ -255,7 +264,6 @@ if triton is not None:
 _CUDA_CONFIGS = ((128, 64, 8, 3), (64, 64, 4, 4), (128, 32, 8, 4))
 _PROGRAMS_PER_SM = (1, 2)
 _INTERPRET_CONFIG = (16, 32, 1, 1)
-GRID_AXIS_MAX = (2**31 - 1, 65535)  # CUDA's limits on grid axes 0 and 1 (programs)
 _config_cache: dict[tuple, tuple[tuple[int, int, int, int], int | None]] = {}
 _tiles_cache: dict[tuple, torch.Tensor] = {}
 
@@ -269,17 +277,6 @@ def _tiles(nb: int, device: torch.device) -> torch.Tensor:
     return _tiles_cache[key]
 
 
-def num_tiles_of(n: int, bm: int) -> int:
-    """``T``: tiles of the lower block triangle for ``n`` rows in blocks of ``bm``."""
-    nb = math.ceil(n / bm)
-    return nb * (nb + 1) // 2
-
-
-def splits_for(num_tiles: int, sms: int, per_sm: int = 2) -> int:
-    """K-splits giving about ``per_sm`` programs per SM over ``num_tiles`` tiles."""
-    return max(1, math.ceil(per_sm * sms / num_tiles))
-
-
 def _splits(num_tiles: int, k: int, bk: int, device: torch.device, splits: int | None) -> tuple[int, int]:
     """(S, chunk): K cut into S chunks of ``chunk`` (a multiple of BK), by default for about 2 programs
     per SM; S stays within grid axis 1."""
@@ -291,31 +288,6 @@ def _splits(num_tiles: int, k: int, bk: int, device: torch.device, splits: int |
     splits = max(1, min(splits, math.ceil(k / bk), GRID_AXIS_MAX[1]))
     chunk = math.ceil(math.ceil(k / splits) / bk) * bk
     return math.ceil(k / chunk), chunk
-
-
-def _finish_rows(bm: int) -> int:
-    return FINISH_ROWS if bm % FINISH_ROWS == 0 else 1
-
-
-def launch_grids(n: int, bm: int, splits: int, jb: int) -> dict[str, tuple[int, int]]:
-    """The three launches' grids for ``n`` rows (large dimensions on axis 0, small ones on axis 1);
-    ``ValueError`` past CUDA's per-axis limits (:data:`GRID_AXIS_MAX`)."""
-    num_tiles = num_tiles_of(n, bm)
-    grids = {"partial": (num_tiles, splits), "finish": (num_tiles, bm // _finish_rows(bm)),
-             "recompute": (n, -(-n // jb))}
-    for name, grid in grids.items():
-        for axis, (size, limit) in enumerate(zip(grid, GRID_AXIS_MAX, strict=True)):
-            if size > limit:
-                raise ValueError(f"all-pairs {name} launch: grid axis {axis} needs {size} programs, "
-                                 f"more than CUDA's {limit}: too many rows")
-    return grids
-
-
-def index_extents(n: int, k: int, stride_row: int, bm: int, splits: int) -> dict[str, int]:
-    """The largest element offset each buffer is indexed with (exact Python integers: the kernels
-    form them in int64)."""
-    return {"x": (n - 1) * stride_row + k - 1, "workspace": splits * num_tiles_of(n, bm) * bm * bm - 1,
-            "out": n * n - 1}
 
 
 def _precision(dtype: torch.dtype, bk: int) -> tuple[str, float]:
