@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+
 import torch
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -38,3 +40,10 @@ def assert_close_rel(actual: torch.Tensor, expected: torch.Tensor, rtol: float, 
     assert torch.isfinite(actual).all(), f"{what}: non-finite output {actual}"
     err = ((actual - expected).abs() / expected.abs().clamp_min(1e-30)).max().item()
     assert err <= rtol, f"{what}: max relative error {err:.3g} > {rtol:.1g}"
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (for a process group's or torchrun's master)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]

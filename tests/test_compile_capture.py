@@ -13,14 +13,14 @@ timm = pytest.importorskip("timm")
 COMPS = ("LN1", "MHA", "LN2", "FC1", "FC2")
 
 
-class CountingBackend:
-    """A torch.compile backend that runs the traced graph as is and counts compilations."""
+class KeepingBackend:
+    """A torch.compile backend that runs the traced graph as is and keeps every graph it compiled."""
 
     def __init__(self) -> None:
-        self.graphs = 0
+        self.graphs = []
 
     def __call__(self, gm, example_inputs):
-        self.graphs += 1
+        self.graphs.append(gm)
         return gm.forward
 
 
@@ -65,13 +65,13 @@ def test_fullgraph_capture_matches_eager(model, gen, kw):
         model(x)
         model(x.flip(0))
     want = vk.pairwise_plasticity(eager)
-    backend = CountingBackend()
+    backend = KeepingBackend()
     with vk.capture(model, **kw) as acts, torch.no_grad():
         compiled = torch.compile(model, backend=backend, fullgraph=True)  # raises on any graph break
         compiled(x)
         compiled(x.flip(0))
     got = vk.pairwise_plasticity(acts)
-    assert backend.graphs == 1
+    assert len(backend.graphs) == 1
     _assert_same(got, want, rtol=1e-6)
     if kw.get("per_head"):
         assert torch.allclose(got.head_stats.cpu(), want.head_stats.cpu(), rtol=1e-6, atol=0)
@@ -101,7 +101,7 @@ def test_monitor_every_k_steps_compiles_two_variants_once(model, gen):
             model(x)
             ref.step()
     ref.detach()
-    backend = CountingBackend()
+    backend = KeepingBackend()
     mon = vk.monitor(model, every=3)
     compiled = torch.compile(model, backend=backend, fullgraph=True)
     with torch.no_grad():
@@ -110,18 +110,14 @@ def test_monitor_every_k_steps_compiles_two_variants_once(model, gen):
             compiled(x)
             mon.step()
     mon.detach()
-    assert backend.graphs == 2  # monitored and plain, each compiled once; toggling never recompiles
+    assert len(backend.graphs) == 2  # monitored and plain, each compiled once; toggling never recompiles
     _assert_same(mon.result(), ref.result(), rtol=1e-6)
     assert mon.capture.n_forwards == 3  # steps 0, 3, 6
 
 
 def test_plain_variant_holds_none_of_the_capture(model, gen):
-    graphs = []
-
-    def keep(gm, example_inputs):
-        graphs.append(gm)
-        return gm.forward
-
+    keep = KeepingBackend()
+    graphs = keep.graphs
     mon = vk.monitor(model, every=2)
     compiled = torch.compile(model, backend=keep, fullgraph=True)
     with torch.no_grad():
@@ -216,12 +212,8 @@ def test_compiled_reduction_either_way_matches_eager(model, gen, monkeypatch, ch
     x = _images(4, gen)
     with vk.capture(model) as eager, torch.no_grad():
         model(x)
-    graphs = []
-
-    def keep(gm, example_inputs):
-        graphs.append(gm)
-        return gm.forward
-
+    keep = KeepingBackend()
+    graphs = keep.graphs
     with vk.capture(model) as acts, torch.no_grad():
         torch.compile(model, backend=keep, fullgraph=True)(x)
     _assert_same(vk.pairwise_plasticity(acts), vk.pairwise_plasticity(eager), rtol=1e-6)

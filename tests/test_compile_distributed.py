@@ -4,12 +4,12 @@ processes on gloo: the combined result holds every rank's pairs and equals the e
 from __future__ import annotations
 
 import os
-import socket
 
 import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from helpers import free_port
 
 import vitplast_kernels as vk
 
@@ -59,15 +59,10 @@ def _worker(rank: int, world: int, port: int, kind: str, out_dir: str) -> None:
         dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 @pytest.mark.parametrize("kind", ["ddp-compile", "fsdp2"])
 def test_two_ranks_monitor_and_combine(tmp_path, kind):
-    mp.start_processes(_worker, args=(2, _free_port(), kind, str(tmp_path)), nprocs=2, join=True,
+    mp.start_processes(_worker, args=(2, free_port(), kind, str(tmp_path)), nprocs=2, join=True,
                        start_method="spawn")
     got = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
     assert got[0]["world"] == 2 and torch.equal(got[0]["stats"], got[1]["stats"])

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import os
-import socket
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from helpers import free_port
 
 import vitplast_kernels as vk
 
@@ -37,14 +37,9 @@ def _worker(rank: int, world: int, port: int, out_dir: str) -> None:
         dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def test_all_reduce_two_ranks_gloo(tmp_path):
-    mp.spawn(_worker, args=(2, _free_port(), str(tmp_path)), nprocs=2, join=True)
+    mp.spawn(_worker, args=(2, free_port(), str(tmp_path)), nprocs=2, join=True)
     (x0, y0), (x1, y1) = _data(0), _data(1)
     # the same pairs measured in one process: cat the halves so pair i stays (x[i], x[i + n])
     n0, n1 = x0.shape[0] // 2, x1.shape[0] // 2

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 
 import pytest
+from helpers import free_port
 from vitplast.finetune import finetune
 from vitplast.rundir import read_jsonl
 
@@ -39,11 +39,6 @@ def test_compile_mode_is_validated(tmp_path):
         finetune(**TINY, compile="fast", out=str(tmp_path / "x"))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def test_two_process_ddp_with_compile(tmp_path):
     args = ["--model", "vit_tiny_patch16_224", "--img-size", "16", "--model-arg", "patch_size=8",
@@ -52,7 +47,7 @@ def test_two_process_ddp_with_compile(tmp_path):
             "--monitor-every", "2", "--no-plots", "--no-progress", "--seed", "1", "--compile"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2",
-           "--master-addr", "127.0.0.1", "--master-port", str(_free_port()),
+           "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
            "-m", "vitplast.cli", "finetune", "--out", str(tmp_path / "ddp"), *args]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=400)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

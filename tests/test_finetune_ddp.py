@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 
 import pytest
+from helpers import free_port
 from vitplast.finetune import finetune
 from vitplast.rundir import read_jsonl
 
@@ -18,16 +18,11 @@ ARGS = ["--model", "vit_tiny_patch16_224", "--img-size", "16", "--model-arg", "p
         "--monitor-every", "2", "--eval-every", "2", "--no-plots", "--no-progress", "--seed", "1"]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def test_two_process_ddp_combines_ranks(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2",
-           "--master-addr", "127.0.0.1", "--master-port", str(_free_port()),
+           "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
            "-m", "vitplast.cli", "finetune", "--out", str(tmp_path / "ddp"), *ARGS]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=200)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
