@@ -46,11 +46,11 @@ step import 15 "$PY" -c "import vitplast_kernels as vk; print('cuda extension:',
 # what triton (3.6 there) makes of the Triton kernels for sm_90: registers, spills, pipelining
 step codegen 25 "$PY" bench/codegen_sm90.py --json "$OUTDIR/codegen_sm90.json"
 step gpu-tests 75 "$PY" -m pytest -q -m gpu -p no:cacheprovider --continue-on-collection-errors \
-  --ignore=tests/test_determinism.py ${GPU_TESTS:-tests/}
+  --ignore=tests/kernels/test_determinism.py ${GPU_TESTS:-tests/}
 # bitwise determinism of the CUDA and Triton kernels: two fresh processes give the same bits (paired,
 # grouped, all pairs, backend="auto" included), a tensor in a group gives its bits alone, subnormal
-# squares are kept (tests/test_determinism.py, its gpu tests)
-step determinism 60 "$PY" -m pytest -q -m gpu -p no:cacheprovider tests/test_determinism.py
+# squares are kept (tests/kernels/test_determinism.py, its gpu tests)
+step determinism 60 "$PY" -m pytest -q -m gpu -p no:cacheprovider tests/kernels/test_determinism.py
 step bench-gpu 60 "$PY" -m bench.gpu_paired --quick --json "$OUTDIR/bench_gpu.json"
 step bench-all-pairs 35 "$PY" -m bench.compare --device cuda --quick --sections "all pairs" \
   --json "$OUTDIR/bench_gpu_compare.json"
@@ -68,7 +68,7 @@ step compile-vith 70 "$PY" -m bench.compile_monitor --device cuda --model vit_hu
 step profile 60 "$PY" -m vitplast.cli profile --model vit_huge_patch14_224 --device cuda --batch-size 256 \
   --dtype bfloat16 --protocol in_situ --pairs halves --reps 3 --out "$OUTDIR/profile"
 step cpu-tests 40 "$PY" -m pytest -q -x -m "not gpu and not slow" -p no:cacheprovider --continue-on-collection-errors \
-  tests/test_triton_paired.py tests/test_paired_ops.py tests/test_op_layer.py
+  tests/kernels/test_triton_paired.py tests/kernels/test_paired_ops.py tests/kernels/test_op_layer.py
 # the GPU targets (bench/gpu_targets.py) against this run's JSON (no GPU needed; runs even with no time left)
 echo "=== targets" | tee -a "$LOG"
 "$PY" bench/gpu_targets.py "$OUTDIR" 2>&1 | tee -a "$LOG"

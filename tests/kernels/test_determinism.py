@@ -25,7 +25,7 @@ from vitplast_kernels.backends.registry import usable
 
 SEED = 20260101  # fixed: both children must build the same inputs
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
 ROOT = TESTS.parent
 GPU = torch.cuda.is_available()
 

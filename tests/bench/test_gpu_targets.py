@@ -7,7 +7,7 @@ from pathlib import Path
 
 from bench import gpu_targets
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_verdicts_of_the_stored_h200_run():
