@@ -38,8 +38,8 @@ COLUMNS = [
 
 def _row(model_name: str, batch: int, dtype: torch.dtype, device: torch.device, reps: int) -> dict[str, Any]:
     import timm
-    from vitplast import profiler as pf
-    from vitplast import profiler_peers as peers
+    from vitplast.profile import peers
+    from vitplast.profile import profiler as pf
 
     with torch.device(device):
         model = timm.create_model(model_name, pretrained=False)

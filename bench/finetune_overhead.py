@@ -3,7 +3,7 @@
 Times, interleaved in rounds on the same batch, the training step of ``vitplast finetune`` (forward,
 cross-entropy, backward, optimiser step) without monitoring and with it (``halves`` of the training
 batch, every component of every block captured in situ, gradient norm per component, loss; the
-record built, which synchronises once). Both paths are the driver's own (``vitplast.monitor.Monitor``),
+record built, which synchronises once). Both paths are the driver's own (``step_recorder.Monitor``),
 for each ``--train`` choice given. Target: monitored / unmonitored <= 1.15 (medians).
 
 Prints one table and, with ``--json PATH``, writes the numbers with the machine and versions.
@@ -36,9 +36,9 @@ def make_step(model, x, y, monitor, it, opt):
 
 def bench(model_name: str, img_size: int, batch: int, train: str, device: str, min_time: float,
           min_rounds: int) -> dict:
-    from vitplast.models import create_vit
-    from vitplast.monitor import Monitor
-    from vitplast.trainable import select_trainable
+    from vitplast.common.models import create_vit
+    from vitplast.finetune.step_recorder import Monitor
+    from vitplast.finetune.trainable import select_trainable
 
     torch.manual_seed(0)
     with warnings.catch_warnings():

@@ -1,5 +1,6 @@
 """The package's layers, read from its own source: no module imports another that imports it back
-(directly or through a chain), and imports run one way: measure -> ops -> backends -> kernels."""
+(directly or through a chain), and imports run one way: in the kernels, measure -> ops -> backends;
+in the applications, cli -> commands (measure, finetune, claim, profile) -> common -> vitplast_kernels."""
 
 from __future__ import annotations
 
@@ -86,8 +87,6 @@ def test_cycle_detector_finds_a_planted_cycle():
     assert _cycle({"a": {"b"}, "b": set()}) is None
 
 
-
-
 @pytest.mark.parametrize("lower,upper", [("backends", "ops"), ("backends", "measure"), ("ops", "measure"),
                                          ("backends", "testing"), ("ops", "testing"), ("measure", "testing")])
 def test_imports_run_one_way(lower, upper):
@@ -95,6 +94,55 @@ def test_imports_run_one_way(lower, upper):
     bad = [f"{m} -> {t}" for m, ts in graph.items() for t in ts
            if m.startswith(f"vitplast_kernels.{lower}") and t.startswith(f"vitplast_kernels.{upper}")]
     assert not bad, f"{lower} must not import {upper}: {bad}"
+
+
+COMMANDS = ("measure", "finetune", "claim", "profile")
+
+
+def app_layer_violations(graph: dict[str, set[str]]) -> list[str]:
+    """Edges that break the applications' direction: nothing imports ``cli``; ``common`` imports no
+    command; a command imports another only through its package (its public function: claim ->
+    ``vitplast.finetune``), never its modules; integrations use only vitplast_kernels and common; the
+    kernels never import the applications."""
+    bad = []
+    for m, ts in graph.items():
+        part = m.split(".")
+        layer = part[1] if m.startswith("vitplast.") and len(part) > 1 else None
+        for t in ts:
+            tp = t.split(".")
+            target = tp[1] if t.startswith("vitplast.") and len(tp) > 1 else None
+            if m.startswith("vitplast_kernels") and t.startswith("vitplast."):
+                bad.append(f"{m} -> {t} (kernels import no application)")
+            elif target == "cli" and layer != "cli":
+                bad.append(f"{m} -> {t} (nothing imports cli)")
+            elif layer == "common" and target in COMMANDS + ("integrations",):
+                bad.append(f"{m} -> {t} (common imports no command)")
+            elif layer == "integrations" and target in COMMANDS:
+                bad.append(f"{m} -> {t} (integrations use vitplast_kernels and common only)")
+            elif layer in COMMANDS and target in COMMANDS and target != layer and len(tp) > 2:
+                bad.append(f"{m} -> {t} (a command uses another only through its package's public names)")
+    return sorted(bad)
+
+
+def test_app_imports_run_one_way():
+    bad = app_layer_violations(_graph())
+    assert not bad, "application layers: " + "; ".join(bad)
+
+
+@pytest.mark.parametrize("edge", [("vitplast.common.models", "vitplast.finetune.model"),
+                                  ("vitplast.measure.run", "vitplast.cli"),
+                                  ("vitplast.claim.runs", "vitplast.finetune.loop"),
+                                  ("vitplast.integrations.hf_callback", "vitplast.claim"),
+                                  ("vitplast_kernels.measure.capture", "vitplast.common.models")])
+def test_app_layer_check_finds_a_planted_violation(edge):
+    graph = _graph()
+    graph.setdefault(edge[0], set()).add(edge[1])
+    assert any(v.startswith(f"{edge[0]} -> {edge[1]} ") for v in app_layer_violations(graph))
+
+
+def test_app_package_has_a_small_top_level():
+    top = sorted(p.name for p in PACKAGES["vitplast"].glob("*.py"))
+    assert len(top) <= 4, f"python/vitplast/ should hold subpackages, not modules: {top}"
 
 
 def test_no_module_over_400_lines():

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import torch
 from vitplast.claim import claim
-from vitplast.claim_analysis import analyse
-from vitplast.claim_stats import (
+from vitplast.claim.analysis import analyse
+from vitplast.claim.stats import (
     average_ranks,
     kendall_tau_b,
     percentile_interval,

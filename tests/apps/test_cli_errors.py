@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-import vitplast.measure_model as measure_model
+import vitplast.measure.model as measure_model
 from vitplast.cli import main
 from vitplast.measure import measure
 
@@ -208,7 +208,7 @@ def test_measure_loads_what_finetune_writes(train, tmp_path, capsys):
                               cache_dir=None, seed=0, pretrain_config=None, progress=False).net
     state = net.state_dict()
     if train == "lora":  # adapters merged as peft merges them
-        from vitplast.trainable import apply_lora
+        from vitplast.finetune.trainable import apply_lora
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -267,7 +267,7 @@ def test_output_set_is_replaced_as_a_unit(tmp_path, monkeypatch):
     (["--model", "no_such_vit"], "is not a timm model name"),
 ])
 def test_profile_bad_values_one_line_exit_2(argv, needle, tmp_path, capsys, monkeypatch):
-    from vitplast import profiler
+    from vitplast.profile import profiler
 
     def no_timing(*a, **k):
         raise AssertionError("nothing is timed on bad input")

@@ -10,8 +10,8 @@ import sys
 
 import pytest
 from helpers import free_port
+from vitplast.common.rundir import read_jsonl
 from vitplast.finetune import finetune
-from vitplast.rundir import read_jsonl
 
 TINY = dict(model="vit_tiny_patch16_224", img_size=16, data="synthetic", train="MHA", steps=4,
             batch_size=16, monitor_every=2, eval_every=4, plots=False, progress=False, seed="1",

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 from helpers import free_port
+from vitplast.common.rundir import read_jsonl
 from vitplast.finetune import finetune
-from vitplast.rundir import read_jsonl
 
 ARGS = ["--model", "vit_tiny_patch16_224", "--img-size", "16", "--model-arg", "patch_size=8",
         "--model-arg", "depth=2", "--model-arg", "embed_dim=32", "--model-arg", "num_heads=2",

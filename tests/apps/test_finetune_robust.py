@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 import torch
-import vitplast.finetune_log as finetune_log
-import vitplast.finetune_options as finetune_options
+import vitplast.finetune.log as finetune_log
+import vitplast.finetune.options as finetune_options
 from vitplast.cli import main
+from vitplast.common.rundir import RunDir, RunDirError, read_jsonl
 from vitplast.finetune import SimulatedKill, finetune
-from vitplast.rundir import RunDir, RunDirError, read_jsonl
 
 TINY = dict(model="vit_tiny_patch16_224", img_size=16, plots=False, progress=False, data="synthetic",
             model_kwargs=dict(patch_size=8, depth=2, embed_dim=32, num_heads=2), batch_size=16)
@@ -95,7 +95,7 @@ def test_kill_at_any_point_leaves_every_row_once(tmp_path, fake_tensorboard, sto
 
 def _holder(path: Path) -> subprocess.Popen:
     """Another process holding the run directory's lock."""
-    code = ("import sys, time; from vitplast.rundir import RunLock; RunLock(sys.argv[1]).acquire(); "
+    code = ("import sys, time; from vitplast.common.rundir import RunLock; RunLock(sys.argv[1]).acquire(); "
             "print('locked', flush=True); time.sleep(120)")
     proc = subprocess.Popen([sys.executable, "-c", code, str(path)], stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "locked"
@@ -137,7 +137,7 @@ def test_export_writes_the_finetuned_weights(tmp_path, train):
     ckpt = torch.load(run / "checkpoint.pt", weights_only=False)["model"]
     if train == "lora":
         from vitplast.finetune import build_model
-        from vitplast.trainable import apply_lora
+        from vitplast.finetune.trainable import apply_lora
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

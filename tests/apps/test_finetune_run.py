@@ -9,9 +9,9 @@ import sys
 import pytest
 import torch
 from vitplast.cli import main as cli_main
+from vitplast.common.rundir import read_jsonl
 from vitplast.finetune import SimulatedKill, finetune
-from vitplast.rundir import read_jsonl
-from vitplast.trainable import COMPONENTS
+from vitplast.finetune.trainable import COMPONENTS
 
 DEPTH = 2
 TINY = dict(model="vit_tiny_patch16_224", img_size=16, plots=False, progress=False,

@@ -1,6 +1,6 @@
 """Parameter selection of `vitplast finetune --train ...`: each choice trains exactly what it says.
 
-The expected sets are written independently of vitplast.trainable, from timm's parameter names.
+The expected sets are written independently of vitplast.finetune.trainable, from timm's parameter names.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import warnings
 
 import pytest
 import torch
-from vitplast import trainable as T
+from vitplast.finetune import trainable as T
 
 DEPTH = 3
 

@@ -1,4 +1,4 @@
-"""`vitplast profile` and its measurements (python/vitplast/profiler.py, profiler_peers.py) on a tiny
+"""`vitplast profile` and its measurements (python/vitplast/profile/profiler.py, peers.py) on a tiny
 timm ViT, on CPU."""
 
 from __future__ import annotations
@@ -10,7 +10,9 @@ import torch
 
 timm = pytest.importorskip("timm")
 
-from vitplast import cli, profiler, profiler_peers  # noqa: E402
+from vitplast import cli  # noqa: E402
+from vitplast.profile import peers as profiler_peers  # noqa: E402
+from vitplast.profile import profiler  # noqa: E402
 
 TINY = ["--model", "vit_tiny_patch16_224", "--device", "cpu", "--img-size", "32", "--depth", "2",
         "--reps", "2", "--threads", "1"]

@@ -69,7 +69,7 @@ def test_grouped_errors_name_the_tensor(spoil, exc, match):
 
 
 def test_grouped_accepts_tensors_that_require_grad():
-    # the values are those of detached inputs; the result carries the gradient (tests/kernels/test_gradients.py)
+    # the values are those of detached inputs; the result carries the gradient (test_gradients.py)
     a, b = _group()
     a = [x.requires_grad_() for x in a]
     got = vk.pair_sq_distances_grouped(a, b)

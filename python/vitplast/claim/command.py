@@ -36,13 +36,13 @@ import sys
 import time
 from pathlib import Path
 
-from .claim_analysis import analyse
-from .claim_options import BASELINES, DEFAULTS, FINETUNE_KEYS, PROTOCOLS, resolve_options
-from .claim_plasticity import DIGITS_MODEL, build_model, measure_chunks
-from .claim_report import format_report, plot_claim
-from .claim_runs import calibrate, estimate_seconds, plan_runs, train_all
-from .finetune_options import model_arg
-from .rundir import write_json_atomic
+from ..common.arg_types import model_arg
+from ..common.rundir import write_json_atomic
+from .analysis import analyse
+from .options import BASELINES, DEFAULTS, FINETUNE_KEYS, PROTOCOLS, resolve_options
+from .plasticity import DIGITS_MODEL, build_model, measure_chunks
+from .report import format_report, plot_claim
+from .runs import calibrate, estimate_seconds, plan_runs, train_all
 
 
 class _Dist:
@@ -112,7 +112,7 @@ def _measurement(cfg: dict, out: Path, device, progress: bool, is_main: bool, sa
 
     import torch
 
-    from .data import load_dataset
+    from ..common.data import load_dataset
 
     keys = ("model", "weights", "model_kwargs", "img_size", "pretrain_data", "data", "split", "protocol",
             "pairs", "pair_batch", "measure_seed", "amp")
@@ -186,7 +186,7 @@ def claim(**options) -> dict:
         estimate = None
         if cfg["dry_run"] or cfg["time_budget"] is not None:
             if cfg["model"] == DIGITS_MODEL:  # its one-time pretraining is not a finetuning cost
-                from .digits import pretrained_digits_vit
+                from ..common.digits import pretrained_digits_vit
 
                 pretrained_digits_vit(progress=progress)
             calib = calibrate({**base, "progress": False}, trains, probe_steps=min(cfg["calibrate_steps"],

@@ -12,10 +12,11 @@ import sys
 
 # subcommand -> (module, one-line help)
 SUBCOMMANDS = {
-    "measure": ("vitplast.measure", "measure the plasticity of every component of a model"),
-    "finetune": ("vitplast.finetune", "finetune chosen components with per-step plasticity monitoring"),
-    "profile": ("vitplast.profile", "time and size a plasticity measurement on a large model"),
-    "claim": ("vitplast.claim", "test whether plasticity predicts which component to finetune"),
+    "measure": ("vitplast.measure.command", "measure the plasticity of every component of a model"),
+    "finetune": ("vitplast.finetune.command",
+                 "finetune chosen components with per-step plasticity monitoring"),
+    "profile": ("vitplast.profile.command", "time and size a plasticity measurement on a large model"),
+    "claim": ("vitplast.claim.command", "test whether plasticity predicts which component to finetune"),
 }
 
 

@@ -35,11 +35,12 @@ from pathlib import Path
 
 import torch
 
-from .finetune_data import StepBatches, evaluate
-from .finetune_dist import init_distributed
-from .finetune_loop import SimulatedKill, run_one
-from .finetune_model import build_model
-from .finetune_options import (
+from ..common.distributed import init_distributed
+from ..common.rundir import RunDirError, write_json_atomic
+from .data import StepBatches, evaluate
+from .loop import SimulatedKill, run_one
+from .model import build_model
+from .options import (
     AMP_CHOICES,
     DEFAULT_MODEL,
     DEFAULTS,
@@ -49,8 +50,7 @@ from .finetune_options import (
     options_from_args,
     resolve_options,
 )
-from .finetune_report import aggregate, format_table
-from .rundir import RunDirError, write_json_atomic
+from .report import aggregate, format_table
 
 __all__ = [
     "AMP_CHOICES", "DEFAULTS", "DEFAULT_MODEL", "OPTIMIZERS", "SCHEDULES", "SimulatedKill", "StepBatches",
@@ -93,7 +93,7 @@ def finetune(**options) -> dict:
             public = {k: v for k, v in cfg.items() if not k.startswith("_")}
             write_json_atomic(out / "grid_summary.json", {"config": public, **result})
             if cfg["plots"]:
-                from .finetune_plots import plot_grid
+                from .plots import plot_grid
 
                 plot_grid(rows, out / "plots")
         say(text)

@@ -3,7 +3,7 @@
 Order of work: every argument is checked, then ``out`` (it must be able to receive the output set),
 then the datasets are opened and the model built with its weights and components; only then do the
 forward passes run. The output set (``plasticity.json``, ``plasticity.png``, ``run.json``) is written as
-a unit (:mod:`vitplast.output_set`).
+a unit (:mod:`vitplast.common.output_set`).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 import warnings
 
-from .cli_types import DTYPE_ALIASES, DTYPES
+from ..common.arg_types import DTYPE_ALIASES, DTYPES
 
 PROTOCOLS = ("in_situ", "decomposition")
 PAIRS = ("halves", "all")
@@ -46,7 +46,7 @@ def _check(protocol, pairs, dtype, batches, batch_size, img_size, pair_data, emb
 def _device(device: str):
     import torch
 
-    from .cli_types import resolve_device
+    from ..common.arg_types import resolve_device
 
     try:
         dev = resolve_device(device)
@@ -60,7 +60,7 @@ def _device(device: str):
 def _batches(dataset, n_images: int, seed: int):
     """Image tensors of up to ``n_images`` images, shuffled by ``seed`` (a batch may come short, or be
     skipped, when bad images are skipped)."""
-    from vitplast.data import make_loader
+    from vitplast.common.data import make_loader
 
     for batch in make_loader(dataset, batch_size=n_images, shuffle=True, seed=seed, drop_last=True):
         yield None if batch is None else batch[0]
@@ -115,11 +115,11 @@ def measure(model: str | None = None, weights: str | None = None, data: str | No
     from tqdm.auto import tqdm
 
     import vitplast_kernels
-    from vitplast.data import load_dataset
-    from vitplast.output_set import OutputSet
-    from vitplast.rundir import write_json_atomic
+    from vitplast.common.data import load_dataset
+    from vitplast.common.output_set import OutputSet
+    from vitplast.common.rundir import write_json_atomic
 
-    from . import measure_model as mm
+    from . import model as mm
 
     log = log or (lambda *a, **k: None)
     dtype = _check(protocol, pairs, dtype, batches, batch_size, img_size, pair_data, embedding)

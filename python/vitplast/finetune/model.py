@@ -7,15 +7,15 @@ import math
 
 import torch
 
-from .finetune_dist import DistContext
-from .finetune_options import DEFAULT_MODEL
+from ..common.distributed import DistContext
+from .options import DEFAULT_MODEL
 from .trainable import parse_train
 
 
 def build_model(cfg: dict, num_classes: int) -> torch.nn.Module:
     """The model named by ``cfg["model"]`` with a fresh ``num_classes`` head (drawn from the torch RNG)."""
     if cfg["model"] == DEFAULT_MODEL:
-        from .digits import build_digits_vit, pretrained_digits_vit
+        from ..common.digits import build_digits_vit, pretrained_digits_vit
 
         if cfg["weights"]:
             model = build_digits_vit(weights=cfg["weights"])
@@ -25,7 +25,7 @@ def build_model(cfg: dict, num_classes: int) -> torch.nn.Module:
         return model
     import warnings
 
-    from .models import create_vit
+    from ..common.models import create_vit
 
     with warnings.catch_warnings():
         if cfg["weights"] is None:
@@ -84,7 +84,7 @@ def trainable_parts(cfg: dict, train: str, model, feed, device, dctx: DistContex
     parts = parse_train(train)
     if parts != ("auto",):
         return parts, None
-    from .monitor import component_means, measure_plasticity
+    from .step_recorder import component_means, measure_plasticity
     from .trainable import choose_components
 
     if ckpt is not None and "auto" in ckpt:
@@ -103,7 +103,7 @@ def trainable_parts(cfg: dict, train: str, model, feed, device, dctx: DistContex
 
 def make_trainable(model, parts: tuple[str, ...], lora_r: int):
     """``(model, trainable parameter names)``: LoRA adapters for ``lora``, else what
-    ``vitplast.trainable.select_trainable`` leaves trainable (the rest is frozen)."""
+    ``vitplast.finetune.trainable.select_trainable`` leaves trainable (the rest is frozen)."""
     from .trainable import apply_lora, select_trainable
 
     if parts == ("lora",):

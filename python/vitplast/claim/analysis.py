@@ -24,8 +24,8 @@ import math
 
 import numpy as np
 
-from .claim_plasticity import summarize
-from .claim_stats import (
+from .plasticity import summarize
+from .stats import (
     STATISTICS,
     percentile_interval,
     permutation_test,

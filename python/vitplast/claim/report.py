@@ -11,7 +11,7 @@ from pathlib import Path
 
 from vitplast_kernels.atomic_io import atomic_write
 
-from .trainable import COMPONENTS
+from ..finetune import COMPONENTS
 
 
 def _num(v, fmt: str) -> str:

@@ -32,7 +32,7 @@ RUN_DIR_FILES = ("model.safetensors", "checkpoint.pt")  # what a finetune run di
 # wrapper keys, in order of preference (timm training checkpoints: EMA weights first, as timm loads them)
 WRAPPER_KEYS = ("state_dict_ema", "model_ema", "state_dict", "model", "module")
 PREFIXES = ("module.", "_orig_mod.", "base_model.model.")
-# LoRA scale alpha / r: `vitplast finetune --train lora` uses vitplast.trainable.apply_lora's alpha
+# LoRA scale alpha / r: `vitplast finetune --train lora` uses vitplast.finetune.trainable.apply_lora's alpha
 LORA_ALPHA = 16.0
 
 

@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import argparse
 
-from . import cli_types as T
-from .measure_run import DEFAULT_DATA, DEFAULT_PAIR_DATA, PAIRS, PROTOCOLS, measure
+from ..common import arg_types as T
+from .run import DEFAULT_DATA, DEFAULT_PAIR_DATA, PAIRS, PROTOCOLS, measure
 
 __all__ = ["add_arguments", "measure", "run"]
 DIGITS_MODEL = "digits-vit"
@@ -48,7 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
       help="load a checkpoint that leaves more than the classifier head at random init, or holds tensors "
            "the model does not have (by default an error)")
     a("--data", default=None, metavar="SPEC",
-      help="ImageFolder DIR, or a spec of vitplast.data.load_dataset ('digits:0-4', 'cifar10:DIR', ...); "
+      help="ImageFolder DIR, or a spec of load_dataset ('digits:0-4', 'cifar10:DIR', ...); "
            f"default {DEFAULT_DATA!r} with --pair-data {DEFAULT_PAIR_DATA!r}")
     a("--pair-data", default=None, metavar="SPEC",
       help="matched cross-domain pairs: X from --data, Y from here (same spec forms as --data)")

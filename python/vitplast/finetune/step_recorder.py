@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch import nn
 
-from .finetune_dist import DistContext
+from ..common.distributed import DistContext
 from .trainable import COMPONENTS, component_parameter_names
 
 

@@ -1,6 +1,6 @@
 """One finetuning run: (train, lr, seed) trained into its run directory, resumable from its checkpoint.
 
-The run directory (``vitplast.rundir.RunDir``) holds config.json, metrics.jsonl (monitor, eval and train
+The run directory (``common.rundir.RunDir``) holds config.json, metrics.jsonl (monitor, eval and train
 records: the training loss of every step), checkpoint.pt (atomic) and summary.json (the finished
 marker); with ``--export``, model.safetensors (and adapter/ for LoRA). Everything a resumed run needs
 to continue exactly is in the checkpoint: model, optimiser, scheduler, RNG states, running accuracies
@@ -16,11 +16,12 @@ from pathlib import Path
 
 import torch
 
-from .finetune_data import StepBatches, evaluate, load_data, probe_batch
-from .finetune_dist import DistContext
-from .finetune_export import export_weights
-from .finetune_log import RunLog, progress_bar
-from .finetune_model import (
+from ..common.distributed import DistContext
+from ..common.rundir import RunDir, RunDirError, rng_state, set_rng_state
+from .data import StepBatches, evaluate, load_data, probe_batch
+from .export import export_weights
+from .log import RunLog, progress_bar
+from .model import (
     amp_factory,
     build_model,
     input_size,
@@ -30,7 +31,6 @@ from .finetune_model import (
     run_device,
     trainable_parts,
 )
-from .rundir import RunDir, RunDirError, rng_state, set_rng_state
 
 
 class SimulatedKill(BaseException):
@@ -82,7 +82,7 @@ def _export_meta(cfg: dict, train: str, lr: float, seed: int) -> dict[str, str]:
 
 def _train(cfg: dict, train: str, lr: float, seed: int, run_path: Path, dctx: DistContext, rd: RunDir,
            say) -> dict:
-    from .monitor import Monitor
+    from .step_recorder import Monitor
     from .trainable import count_parameters
 
     t0 = time.perf_counter()
@@ -189,7 +189,7 @@ def _train(cfg: dict, train: str, lr: float, seed: int, run_path: Path, dctx: Di
     if auto is not None:
         summary["auto"] = auto
     if dctx.is_main and cfg["plots"]:
-        from .finetune_plots import plot_curves
+        from .plots import plot_curves
 
         plot_curves(rd.metrics(), run_path / "plots" / "curves.png", title=f"{train} lr={lr:g} seed={seed}")
     if cfg["export"] and dctx.is_main:

@@ -8,7 +8,7 @@ apart. Chunks are the resampling unit of the bootstrap over pairs (a chunk of on
 single pairs); the sums of all chunks are exactly the measurement of all pairs at once.
 
 The measured model is the one the finetuning runs start from: the embedded digits ViT
-(``vitplast.digits``) or ``vitplast.models.create_vit`` for a timm name, with the same weights.
+(``vitplast.common.digits``) or ``vitplast.common.models.create_vit`` for a timm name, with the same weights.
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ def build_model(model: str, weights: str | None, model_kwargs: dict, img_size: i
                 num_classes: int, progress: bool):
     """``(model in eval mode, its input size)``: what the finetuning runs start from."""
     if model == DIGITS_MODEL:
-        from vitplast.digits import DigitsConfig, build_digits_vit, pretrained_digits_vit
+        from vitplast.common.digits import DigitsConfig, build_digits_vit, pretrained_digits_vit
 
         net = build_digits_vit(weights=weights) if weights else pretrained_digits_vit(progress=progress)
         return net.eval(), DigitsConfig().img_size
-    from vitplast.models import create_vit
+    from vitplast.common.models import create_vit
 
     net = create_vit(model, num_classes, img_size=img_size, weights=weights, **model_kwargs)
     size = img_size or getattr(getattr(net, "patch_embed", None), "img_size", None)
@@ -119,7 +119,7 @@ def summarize(measured: dict, counts: np.ndarray, level: float = 0.95) -> dict:
     (all pairs), ``ci``, ``per_layer``, ``per_layer_ci``, ``pairs``, ``excluded`` and the replicate
     matrix ``replicates`` ``(B, C)``.
     """
-    from .claim_stats import percentile_interval
+    from .stats import percentile_interval
 
     stats = np.asarray(measured["stats"], dtype=np.float64)  # (K, C, L, 5)
     total = stats.sum(0)

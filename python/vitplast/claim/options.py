@@ -9,8 +9,8 @@ from __future__ import annotations
 import math
 import os
 
-from .claim_plasticity import DIGITS_MODEL
-from .trainable import COMPONENTS
+from ..finetune import COMPONENTS
+from .plasticity import DIGITS_MODEL
 
 PROTOCOLS = ("in_situ", "decomposition")
 BASELINES = ("head", "initial")

@@ -5,7 +5,7 @@
 - ``weights=None`` -> random init, with a ``UserWarning`` (random-init ViTs rank components almost
   opposite to pretrained ones, so a measurement of one is rarely what is wanted);
 - a state-dict checkpoint (``.safetensors`` / ``.pth`` / ``.pt`` / ``.bin`` / ``.ckpt``, or a
-  ``vitplast finetune`` run directory; read by :mod:`vitplast.checkpoints`: wrappers, prefixes and LoRA
+  ``vitplast finetune`` run directory; read by :mod:`vitplast.common.checkpoints`: wrappers, prefixes and LoRA
   adapters handled) is passed through the model family's timm ``checkpoint_filter_fn`` when it has one
   (resamples position embeddings to ``img_size``, converts patch embeddings), then loaded. Only the
   classifier head may stay at its random init (typically when ``num_classes`` differs); a checkpoint

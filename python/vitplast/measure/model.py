@@ -85,7 +85,7 @@ def digits_img_size(img_size: int | None, pretrain_config: dict | None) -> int:
 
 
 def _digits_config(pretrain_config: dict | None):
-    from vitplast.digits import DigitsConfig
+    from vitplast.common.digits import DigitsConfig
 
     fields = {f.name for f in dataclasses.fields(DigitsConfig)}
     unknown = sorted(set(pretrain_config or {}) - fields)
@@ -102,7 +102,7 @@ def build(name: str, timm_kwargs: dict, weights, img_size: int | None, num_class
           progress: bool) -> BuiltModel:
     """The model to measure, with its weights, in eval mode on the CPU."""
     if name == DIGITS_MODEL:
-        from vitplast.digits import build_digits_vit, checkpoint_info, digits_checkpoint
+        from vitplast.common.digits import build_digits_vit, checkpoint_info, digits_checkpoint
 
         cfg = _digits_config(pretrain_config)
         if weights is None:
@@ -113,7 +113,7 @@ def build(name: str, timm_kwargs: dict, weights, img_size: int | None, num_class
                     f"{cfg.embed_dim}, depth {cfg.depth}), pretrained here on digits {cfg.classes} (val acc "
                     f"{float(info.get('val_acc', 'nan')):.3f}), cached at {path}")
         else:
-            from vitplast.models import load_weights
+            from vitplast.common.models import load_weights
 
             with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message=".*no weights given.*")
@@ -121,7 +121,7 @@ def build(name: str, timm_kwargs: dict, weights, img_size: int | None, num_class
             load_weights(net, weights, allow_partial=allow_partial)
             desc = f"digits ViT architecture with weights {weights}"
         return BuiltModel(net.eval(), cfg.img_size, desc, DIGITS_MODEL, {})
-    from vitplast.models import create_vit
+    from vitplast.common.models import create_vit
 
     size = img_size or default_img_size(name)
     net = create_vit(name, num_classes, img_size=size, weights=weights, allow_partial=allow_partial,

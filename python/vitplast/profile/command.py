@@ -28,7 +28,7 @@ import platform
 from pathlib import Path
 from typing import Any
 
-from . import cli_types as T
+from ..common import arg_types as T
 
 # what a bare `vitplast profile` measures on each device type: (model, images per batch, dtype)
 DEVICE_DEFAULTS = {"cuda": ("vit_base_patch16_224", 64, "bfloat16"),
@@ -126,8 +126,8 @@ def profile(args: argparse.Namespace) -> dict[str, Any]:
 
     import vitplast_kernels as vk
 
+    from . import peers
     from . import profiler as pf
-    from . import profiler_peers as peers
 
     args = resolve_defaults(args)
     if args.batch_size < 2 or (args.pairs == "halves" and args.batch_size % 2):
@@ -300,8 +300,8 @@ def plot_layers(rec: dict[str, Any], path: Path) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``vitplast profile``; returns the exit status (2 for any input error)."""
-    from vitplast.output_set import OutputSet
-    from vitplast.rundir import write_json_atomic
+    from vitplast.common.output_set import OutputSet
+    from vitplast.common.rundir import write_json_atomic
 
     out = OutputSet(args.out, OUTPUT_FILES)
     try:

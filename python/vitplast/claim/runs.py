@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .rundir import CONFIG, SUMMARY
+from ..common.rundir import CONFIG, SUMMARY
 
 
 def run_name(train: str, lr: float, seed: int) -> str:
@@ -56,7 +56,7 @@ def _finetune_one(opts: dict, threads: int | None) -> dict:
     """One run in this process (also the body of a worker process); returns its summary."""
     import torch
 
-    from .finetune import finetune
+    from ..finetune import finetune
 
     if threads:
         torch.set_num_threads(threads)

@@ -9,15 +9,15 @@ killed after that many iterations).
 from __future__ import annotations
 
 import argparse
-import json
 import math
 
 import torch
 
-from .finetune_log import tensorboard_writer_class
+from ..common.arg_types import model_arg
+from .log import tensorboard_writer_class
 from .trainable import COMPONENTS, TRAIN_CHOICES, parse_train
 
-DEFAULT_MODEL = "digits-vit"  # the embedded default (vitplast.digits.pretrained_digits_vit)
+DEFAULT_MODEL = "digits-vit"  # the embedded default (vitplast.common.digits.pretrained_digits_vit)
 OPTIMIZERS = ("sgd", "adam")
 SCHEDULES = ("constant", "cosine")
 AMP_CHOICES = ("none", "bf16")
@@ -139,7 +139,7 @@ def resolve_options(options: dict) -> dict:
 
         _import_peft()
     if cfg["model"] == DEFAULT_MODEL:
-        from .digits import DigitsConfig
+        from ..common.digits import DigitsConfig
 
         size = DigitsConfig().img_size
         if cfg["img_size"] not in (None, size):
@@ -149,17 +149,6 @@ def resolve_options(options: dict) -> dict:
     if not isinstance(cfg["model_kwargs"], dict):
         raise ValueError(f"model_kwargs must be a dict, got {type(cfg['model_kwargs']).__name__}")
     return cfg
-
-
-def model_arg(text: str) -> tuple[str, object]:
-    """``--model-arg KEY=VALUE``: VALUE parsed as JSON when it is JSON, else kept as a string."""
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"--model-arg expects KEY=VALUE, got {text!r}")
-    try:
-        return key, json.loads(value)
-    except json.JSONDecodeError:
-        return key, value
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

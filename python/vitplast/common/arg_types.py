@@ -162,3 +162,14 @@ def components(pairs: list[tuple[str, str]] | None) -> dict[str, str | tuple[str
     for label, glob in pairs:
         out.setdefault(label, []).append(glob)
     return {k: v[0] if len(v) == 1 else tuple(v) for k, v in out.items()}
+
+
+def model_arg(text: str) -> tuple[str, object]:
+    """``--model-arg KEY=VALUE``: VALUE parsed as JSON when it is JSON, else kept as a string."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"--model-arg expects KEY=VALUE, got {text!r}")
+    try:
+        return key, json.loads(value)
+    except json.JSONDecodeError:
+        return key, value
