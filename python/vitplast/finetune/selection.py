@@ -1,0 +1,316 @@
+"""What a finetuning run trains, on any model the capture can measure: ``--train`` specs resolved
+through the **component map** of ``vitplast_kernels.measure.presets`` (a detected preset, or
+``{LABEL: GLOB}`` as ``vitplast measure --component LABEL=GLOB`` takes it).
+
+A spec is one or more parts joined with ``+``:
+
+- ``MHA``, ``FC1``, ... (any label of the map, case-insensitive): that component in **every** layer;
+- ``MHA@3``: layer 3 only; ``FC1@0-2``: layers 0 to 2 (inclusive); ``MHA@-1``: the last layer;
+  ``LN1@-2--1``: the last two. A layer is an index into the map's layers in block order (what
+  ``vitplast measure`` prints as layer 0, 1, ...);
+- ``head``: the classifier only (linear probing), which every component selection also trains;
+- ``full``: every parameter; ``lora``: LoRA adapters (see :func:`lora_targets`); ``auto``: chosen
+  by plasticity under a parameter budget. ``full``, ``lora`` and ``auto`` stand alone.
+
+A parameter belongs to the component whose module is the **innermost** one holding it: in the
+``hf-bert`` preset MHA is the whole ``attention`` block, which contains LN1 (``attention.output.
+LayerNorm``), so ``MHA`` trains the attention's linears and ``LN1`` the LayerNorm, never both.
+Parameters of no component (embeddings, final norm, layer scales) are trained only by ``full``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from torch import nn
+
+from vitplast_kernels.measure import presets
+
+COMPONENTS = presets.COMPONENTS  # ("LN1", "MHA", "LN2", "FC1", "FC2"): the one component list
+SPECIAL = ("full", "head", "lora", "auto")
+_LAYERS = re.compile(r"^(-?\d+)(?:-(-?\d+))?$")
+
+
+# ------------------------------------------------------------------------------------------ parsing
+def split_part(part: str) -> tuple[str, str | None]:
+    """``"MHA@0-2"`` -> ``("MHA", "0-2")``; ``"MHA"`` -> ``("MHA", None)``."""
+    label, sep, layers = part.partition("@")
+    return label, (layers if sep else None)
+
+
+def layer_range(text: str) -> tuple[int, int]:
+    """``"3"`` -> ``(3, 3)``, ``"0-2"`` -> ``(0, 2)``, ``"-2--1"`` -> ``(-2, -1)``; ValueError otherwise."""
+    m = _LAYERS.match(text.strip())
+    if m is None:
+        raise ValueError(f"layers {text!r}: expected N, A-B (inclusive) or a negative index such as -1")
+    lo = int(m.group(1))
+    hi = int(m.group(2)) if m.group(2) is not None else lo
+    return lo, hi
+
+
+def parse_train(spec: str, labels: Sequence[str] | None = COMPONENTS) -> tuple[str, ...]:
+    """Canonical parts of ``spec`` (``"mha@3+head"`` -> ``("MHA@3", "head")``), duplicates dropped.
+
+    ``labels``: the component labels allowed (default: the preset components); ``None`` accepts any
+    label (checked later against the model's map, :func:`resolve`)."""
+    choices = ", ".join(list(labels or ("LABEL",)) + list(SPECIAL))
+    if not isinstance(spec, str) or not spec.strip():
+        raise ValueError(f"--train must be one of {choices} (components join with +, LABEL@LAYERS "
+                         "restricts one to layers, e.g. MHA@3, FC1@0-2, MHA@-1)")
+    lookup = {c.lower(): c for c in labels} if labels is not None else None
+    parts = []
+    for raw in spec.split("+"):
+        text = raw.strip()
+        label, layers = split_part(text)
+        label = label.strip()
+        if layers is None and label.lower() in SPECIAL:
+            parts.append(label.lower())
+            continue
+        if not label or label.lower() in SPECIAL:
+            raise ValueError(f"--train: {text!r}: only a component can be restricted to layers "
+                             f"(e.g. MHA@3), not {label or 'nothing'!r}")
+        if lookup is not None:
+            if label.lower() not in lookup:
+                raise ValueError(f"--train: unknown choice {label!r}; expected one of {choices} "
+                                 "(several join with +, grid values with commas)")
+            label = lookup[label.lower()]
+        if layers is not None:
+            lo, hi = layer_range(layers)
+            parts.append(f"{label}@{lo}" if lo == hi else f"{label}@{lo}-{hi}")
+        else:
+            parts.append(label)
+    if len(parts) > 1 and any(p in SPECIAL and p != "head" for p in parts):
+        raise ValueError(f"--train {spec!r}: full, lora and auto cannot be combined with other choices")
+    return tuple(dict.fromkeys(parts))
+
+
+# ------------------------------------------------------------------------------------------ the map
+@dataclass(frozen=True)
+class ComponentMap:
+    """A model's components as the capture sees them. ``layers``: layer labels in block order;
+    ``modules``: ``{label: {layer index: module names}}``; ``preset``: the detected preset's name
+    (None for a given mapping)."""
+
+    labels: tuple[str, ...]
+    layers: tuple[str, ...]
+    modules: dict[str, dict[int, tuple[str, ...]]]
+    preset: str | None
+
+    def label(self, name: str) -> str:
+        """The map's label for ``name`` (case-insensitive); ValueError naming the labels there are."""
+        if name in self.labels:
+            return name
+        found = [c for c in self.labels if c.lower() == name.lower()]
+        if len(found) != 1:
+            raise ValueError(f"--train: component {name!r} is not in the model's component map "
+                             f"({', '.join(self.labels)}); name it with --component {name}=GLOB")
+        return found[0]
+
+    def layer_indices(self, label: str, layers: str | None) -> list[int]:
+        """Layer indices of ``label`` selected by ``layers`` (None: all its layers)."""
+        have = sorted(self.modules[label])
+        if layers is None:
+            return have
+        lo, hi = layer_range(layers)
+        n = len(self.layers)
+        a, b = (lo + n if lo < 0 else lo), (hi + n if hi < 0 else hi)
+        if not (0 <= a < n and 0 <= b < n):
+            raise ValueError(f"--train {label}@{layers}: layer out of range; the model has {n} layers "
+                             f"(0 to {n - 1}, or -{n} to -1)")
+        if a > b:
+            raise ValueError(f"--train {label}@{layers}: empty layer range (first {lo} after last {hi})")
+        missing = [i for i in range(a, b + 1) if i not in self.modules[label]]
+        if missing:
+            raise ValueError(f"--train {label}@{layers}: {label} has no module in layer(s) "
+                             f"{', '.join(self.layers[i] for i in missing)}")
+        return list(range(a, b + 1))
+
+
+def component_map(model: nn.Module, components: Mapping[str, presets.Pattern] | None = None
+                  ) -> ComponentMap:
+    """The component map of ``model``: ``components`` (``{label: glob}``) or the detected preset."""
+    name = None
+    if components is None:
+        p = presets.detect(model)
+        components, name = p.components, p.name
+    elif not isinstance(components, Mapping) or not components:
+        raise ValueError("components must be a non-empty mapping {label: module-name glob}")
+    order = [c for c in COMPONENTS if c in components] + [c for c in components if c not in COMPONENTS]
+    keys, found = presets.resolve(model, {c: components[c] for c in order})
+    index = {k: i for i, k in enumerate(keys)}
+    modules = {c: {index[k]: mods for k, mods in found[c].items()} for c in order}
+    layers = tuple(".".join(k) or "0" for k in keys)
+    return ComponentMap(tuple(order), layers, modules, name)
+
+
+def _owners(model: nn.Module, cmap: ComponentMap) -> dict[str, tuple[str, int]]:
+    """``{parameter name: (label, layer)}`` for the parameters of some component: the innermost
+    component module holding the parameter owns it."""
+    by_module: dict[str, tuple[str, int]] = {}
+    for label, per_layer in cmap.modules.items():
+        for li, mods in per_layer.items():
+            for m in mods:
+                if m in by_module and by_module[m] != (label, li):
+                    raise ValueError(f"module {m!r} is in two components ({by_module[m][0]} and {label}): "
+                                     "a parameter can be trained as one component only")
+                by_module[m] = (label, li)
+    out = {}
+    for pname, _ in model.named_parameters():
+        parts = pname.split(".")[:-1]
+        for k in range(len(parts), 0, -1):
+            owner = by_module.get(".".join(parts[:k]))
+            if owner is not None:
+                out[pname] = owner
+                break
+    return out
+
+
+def head_module(model: nn.Module) -> nn.Module | None:
+    """The classifier: timm's ``get_classifier()``, else ``model.head`` / ``model.classifier``; None
+    when the model has none (an encoder such as ``BertModel``)."""
+    head = model.get_classifier() if callable(getattr(model, "get_classifier", None)) else None
+    for attr in ("head", "classifier"):
+        if not isinstance(head, nn.Module):
+            head = getattr(model, attr, None)
+    if isinstance(head, nn.Module) and any(True for _ in head.parameters()):
+        return head
+    return None
+
+
+def head_names(model: nn.Module) -> list[str]:
+    head = head_module(model)
+    wanted = {id(p) for p in head.parameters()} if head is not None else set()
+    return [n for n, p in model.named_parameters() if id(p) in wanted]
+
+
+# ------------------------------------------------------------------------------------------ resolving
+@dataclass(frozen=True)
+class Selection:
+    """What a spec trains: ``names`` (parameter names, model order, head included), ``units``
+    (the selected ``(label, layer index)`` pairs) and ``modules`` (their module names)."""
+
+    spec: tuple[str, ...]
+    names: list[str]
+    units: list[tuple[str, int]]
+    modules: list[str]
+
+
+def resolve(model: nn.Module, train: str | Sequence[str],
+            components: Mapping[str, presets.Pattern] | None = None,
+            cmap: ComponentMap | None = None) -> Selection:
+    """The parameters ``train`` selects on ``model`` (nothing is changed). ``lora``/``auto`` are not
+    plain selections: resolve them first (:func:`lora_targets`, ``choose_units``)."""
+    parts = parse_train(train, None) if isinstance(train, str) else tuple(train)
+    all_names = [n for n, _ in model.named_parameters()]
+    if "full" in parts:
+        return Selection(parts, all_names, [], [])
+    if "lora" in parts or "auto" in parts:
+        raise ValueError("resolve: resolve --train lora/auto before selecting parameters")
+    head = head_names(model)
+    if "head" in parts and not head:
+        raise ValueError(f"--train head: {type(model).__name__} has no classifier head "
+                         "(get_classifier(), .head or .classifier)")
+    units: list[tuple[str, int]] = []
+    comp_parts = [p for p in parts if p not in SPECIAL]
+    if comp_parts:
+        cmap = cmap or component_map(model, components)
+        for p in comp_parts:
+            label, layers = split_part(p)
+            label = cmap.label(label)
+            units += [(label, li) for li in cmap.layer_indices(label, layers)]
+    units = list(dict.fromkeys(units))
+    wanted_units = set(units)
+    owners = _owners(model, cmap) if comp_parts else {}
+    wanted = set(head) | {n for n, u in owners.items() if u in wanted_units}
+    empty = [u for u in units if not any(owners.get(n) == u for n in owners)]
+    if empty:
+        label, li = empty[0]
+        raise ValueError(f"--train {label}@{li}: its module(s) {list(cmap.modules[label][li])} hold no "
+                         "parameter of their own")
+    modules = [m for u in units for m in cmap.modules[u[0]][u[1]]] if comp_parts else []
+    return Selection(parts, [n for n in all_names if n in wanted], units, modules)
+
+
+def trainable_names(model: nn.Module, train: str | Sequence[str],
+                    components: Mapping[str, presets.Pattern] | None = None) -> list[str]:
+    return resolve(model, train, components).names
+
+
+def set_trainable(model: nn.Module, names: Iterable[str]) -> int:
+    """``requires_grad = True`` exactly for ``names``, False elsewhere; returns the trainable count."""
+    names = set(names)
+    missing = names - {n for n, _ in model.named_parameters()}
+    if missing:
+        raise ValueError(f"set_trainable: no such parameters: {sorted(missing)[:5]}")
+    total = 0
+    for n, p in model.named_parameters():
+        p.requires_grad_(n in names)
+        total += p.numel() if n in names else 0
+    return total
+
+
+def select_trainable(model: nn.Module, train: str | Sequence[str],
+                     components: Mapping[str, presets.Pattern] | None = None) -> list[str]:
+    """Freeze ``model`` except what ``train`` selects; returns the trainable parameter names."""
+    names = trainable_names(model, train, components)
+    set_trainable(model, names)
+    return names
+
+
+def count_parameters(model: nn.Module, names: Iterable[str] | None = None) -> int:
+    """Number of scalars in ``names`` (all parameters when None)."""
+    params = dict(model.named_parameters())
+    return sum(params[n].numel() for n in (params if names is None else names))
+
+
+def parameter_groups(model: nn.Module, components: Mapping[str, presets.Pattern] | None = None
+                     ) -> dict[str, list[str]]:
+    """Parameter names per component label (all layers), ``head`` and ``other`` (everything else)."""
+    cmap = component_map(model, components)
+    owners = _owners(model, cmap)
+    head = set(head_names(model))
+    groups: dict[str, list[str]] = {c: [] for c in cmap.labels}
+    groups["head"], groups["other"] = [], []
+    for n, _ in model.named_parameters():
+        key = "head" if n in head else owners[n][0] if n in owners else "other"
+        groups[key].append(n)
+    return groups
+
+
+def unit_sizes(model: nn.Module, components: Mapping[str, presets.Pattern] | None = None
+               ) -> dict[tuple[str, int], int]:
+    """``{(label, layer index): trainable-parameter count}`` of every (component, layer)."""
+    cmap = component_map(model, components)
+    params = dict(model.named_parameters())
+    sizes = {(c, li): 0 for c, per in cmap.modules.items() for li in per}
+    for n, unit in _owners(model, cmap).items():
+        sizes[unit] += params[n].numel()
+    return sizes
+
+
+def unit_spec(units: Iterable[tuple[str, int]]) -> str:
+    """``[("MHA", 3), ("FC1", 0)]`` -> ``"MHA@3+FC1@0"`` (a ``--train`` value)."""
+    return "+".join(f"{c}@{li}" for c, li in units)
+
+
+# ------------------------------------------------------------------------------------------ LoRA
+def _lora_able(module: nn.Module) -> bool:
+    """A linear map peft can wrap: ``nn.Linear`` or transformers' ``Conv1D`` (GPT-2)."""
+    return isinstance(module, nn.Linear) or type(module).__name__ == "Conv1D"
+
+
+def lora_targets(model: nn.Module, train: str | Sequence[str] = "MHA",
+                 components: Mapping[str, presets.Pattern] | None = None) -> list[str]:
+    """Qualified names of the linear layers inside the selected components' own modules (the same
+    ownership as the parameters: a linear inside a nested component belongs to that one). LayerNorms
+    have none; ValueError when the selection holds none."""
+    sel = resolve(model, train, components)
+    owned = set(sel.names) - set(head_names(model))
+    targets = [n for n, m in model.named_modules()
+               if n and _lora_able(m) and any(f"{n}.{p}" in owned for p, _ in m.named_parameters())]
+    if not targets:
+        raise ValueError(f"--train {'+'.join(sel.spec)}: no LoRA-able linear layer in the selected "
+                         "components (LayerNorms have none)")
+    return targets
