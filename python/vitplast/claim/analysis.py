@@ -25,7 +25,7 @@ import math
 import numpy as np
 
 from .plasticity import summarize
-from .stats import (
+from .statistics import (
     STATISTICS,
     percentile_interval,
     permutation_test,

@@ -1,0 +1,241 @@
+"""Statistics of `vitplast claim`, from ``scipy.stats`` where scipy has them.
+
+- ranks, Spearman's rho, Kendall's tau-b: ``rankdata``, ``pearsonr`` of the ranks (vectorised over
+  bootstrap replicates), ``kendalltau(variant="b")``;
+- permutation p-values: ``permutation_test(permutation_type="pairings")``, every permutation
+  enumerated up to :data:`EXACT_PERMUTATION_LIMIT` items, else sampled;
+- Student-t intervals: ``t``; the trend line: ``theilslopes``.
+
+What scipy lacks is here: the **stratified** permutation test (gains permuted only among rows of the
+same stratum, e.g. the same component type, whose trainable size is constant), the **partial**
+Spearman correlation (plasticity vs gain with the trainable-parameter count held fixed) and the
+percentile bootstrap helpers (the joint resampling of seeds and pair chunks is in ``analysis``).
+
+p-values: ``greater`` is the share of permutations whose statistic is >= the observed one (the
+claim's direction: more plastic, more gain). ``two_sided`` is **scipy's definition, twice the smaller
+one-sided p** (capped at 1), not the share with ``|statistic| >= |observed|``; for a null distribution
+symmetric about 0 (Spearman and Kendall under permutation) the two agree. Exact p: hits / number of
+permutations (the observed order among them); sampled: (1 + hits) / (1 + permutations).
+Undefined values (a constant vector has no rank correlation; one seed has no t interval) are NaN.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import warnings
+
+import numpy as np
+from scipy import stats
+
+# enumerate every permutation up to this many items (8! = 40320); beyond it, draw at random
+EXACT_PERMUTATION_LIMIT = 8
+# enumerate every within-stratum permutation when there are at most this many (else draw at random)
+EXACT_STRATIFIED_LIMIT = 50_000
+TWO_SIDED = "twice the smaller one-sided permutation p (scipy.stats.permutation_test), capped at 1"
+
+
+def average_ranks(x) -> np.ndarray:
+    """Ranks 1..n along the last axis, ties sharing their mean rank (``scipy.stats.rankdata``)."""
+    return stats.rankdata(np.asarray(x, dtype=np.float64), axis=-1)
+
+
+def spearman(x, y) -> np.ndarray | float:
+    """Spearman's rho along the last axis: Pearson's r of the average ranks (NaN when a vector is
+    constant). Broadcasts, so ``(B, n)`` bootstrap replicates are one call."""
+    rx, ry = average_ranks(x), average_ranks(y)
+    if rx.shape[-1] != ry.shape[-1]:
+        raise ValueError(f"spearman: lengths differ ({rx.shape[-1]} vs {ry.shape[-1]})")
+    rx, ry = np.broadcast_arrays(rx, ry)
+    with warnings.catch_warnings(), np.errstate(invalid="ignore", divide="ignore"):
+        warnings.simplefilter("ignore", stats.ConstantInputWarning)
+        out = np.asarray(stats.pearsonr(rx, ry, axis=-1).statistic, dtype=np.float64)
+    return float(out) if out.ndim == 0 else out
+
+
+def kendall_tau_b(x, y) -> np.ndarray | float:
+    """Kendall's tau-b (``scipy.stats.kendalltau(variant="b")``) along the last axis."""
+    a, b = np.broadcast_arrays(np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64))
+    flat_a, flat_b = a.reshape(-1, a.shape[-1]), b.reshape(-1, b.shape[-1])
+    out = np.empty(len(flat_a))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        for i, (u, v) in enumerate(zip(flat_a, flat_b, strict=True)):
+            if np.ptp(u) == 0 or np.ptp(v) == 0:
+                out[i] = np.nan
+            else:
+                out[i] = stats.kendalltau(u, v, variant="b").statistic
+    out = out.reshape(a.shape[:-1])
+    return float(out) if out.ndim == 0 else out
+
+
+STATISTICS = {"spearman": spearman, "kendall": kendall_tau_b}
+
+
+def _nan_result(observed: float, n_perm: int = 0) -> dict:
+    return {"observed": observed, "greater": math.nan, "two_sided": math.nan, "exact": None,
+            "permutations": n_perm}
+
+
+def permutation_test(x, y, statistic, *, permutations: int = 10000, seed: int = 0) -> dict:
+    """p-values of ``statistic(x, y)`` under "y's order is exchangeable" (y unrelated to x), through
+    ``scipy.stats.permutation_test(permutation_type="pairings")`` on y alone. Up to
+    :data:`EXACT_PERMUTATION_LIMIT` items every permutation is enumerated, beyond ``permutations``
+    random ones. Returns ``{"observed", "greater", "two_sided", "exact", "permutations"}``."""
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    n = y.shape[-1]
+    observed = float(statistic(x, y))
+    if not math.isfinite(observed):
+        return _nan_result(observed)
+    n_res = max(permutations, math.factorial(n)) if n <= EXACT_PERMUTATION_LIMIT else permutations
+
+    def stat(yy, axis=-1):
+        v = np.asarray(statistic(np.broadcast_to(x, yy.shape), yy), dtype=np.float64)
+        return np.where(np.isfinite(v), v, 0.0)
+
+    res = stats.permutation_test((y,), stat, permutation_type="pairings", n_resamples=n_res,
+                                 alternative="greater", vectorized=True, rng=np.random.default_rng(seed))
+    exact = n_res >= math.factorial(n)
+    count = math.factorial(n) if exact else n_res
+    # scipy's "less" from the same null distribution, with scipy's tolerance and +1 rule
+    hits_l = int((res.null_distribution <= observed + _tolerance(observed)).sum())
+    less = hits_l / count if exact else (1 + hits_l) / (1 + count)
+    greater = float(res.pvalue)
+    return {"observed": observed, "greater": greater, "two_sided": min(1.0, 2 * min(greater, less)),
+            "exact": exact, "permutations": count}
+
+
+def _tolerance(observed: float) -> float:
+    """scipy.stats.permutation_test's: null values within 100 ulps (relative) of the observed tie."""
+    return abs(observed) * float(np.finfo(np.float64).eps) * 100
+
+
+# ------------------------------------------------------------------------------------------ strata
+def within_strata(x, y, strata, statistic=spearman) -> dict:
+    """Per stratum ``statistic(x, y)`` and their size-weighted mean over the strata where it is
+    defined (the pooled within-stratum association). ``{"per_stratum": {s: value}, "pooled": v}``."""
+    x, y, strata = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64), np.asarray(strata)
+    per, num, den = {}, 0.0, 0
+    for s in dict.fromkeys(strata.tolist()):
+        m = strata == s
+        v = float(statistic(x[m], y[m])) if m.sum() >= 2 else math.nan
+        per[s] = v
+        if math.isfinite(v):
+            num, den = num + v * int(m.sum()), den + int(m.sum())
+    return {"per_stratum": per, "pooled": num / den if den else math.nan}
+
+
+def _pooled_null(x: np.ndarray, y_perm: np.ndarray, groups: list[np.ndarray], statistic) -> np.ndarray:
+    """The pooled statistic of every row of ``y_perm`` (``(P, n)``), vectorised per stratum."""
+    num, den = np.zeros(len(y_perm)), 0
+    for idx in groups:
+        v = np.asarray(statistic(np.broadcast_to(x[idx], (len(y_perm), len(idx))), y_perm[:, idx]))
+        if np.isfinite(v).any():
+            num, den = num + np.where(np.isfinite(v), v, 0.0) * len(idx), den + len(idx)
+    return num / den if den else np.full(len(y_perm), np.nan)
+
+
+def stratified_permutation_test(x, y, strata, *, statistic=spearman, permutations: int = 10000,
+                                seed: int = 0) -> dict:
+    """Permutation test of the pooled within-stratum ``statistic`` (:func:`within_strata`), ``y``
+    permuted **only among rows of the same stratum**: between-stratum differences (e.g. of size) are
+    held fixed, so only the association inside each stratum can make p small. Every combination of
+    within-stratum permutations is enumerated when there are at most :data:`EXACT_STRATIFIED_LIMIT`
+    (p = hits / count), else ``permutations`` are drawn (p = (1 + hits) / (1 + permutations)).
+    ``two_sided``: twice the smaller one-sided p, as scipy's."""
+    x, y, strata = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64), np.asarray(strata)
+    if not (x.shape == y.shape == strata.shape) or x.ndim != 1:
+        raise ValueError(f"stratified_permutation_test: x, y and strata must be 1-D of one length, got "
+                         f"{x.shape}, {y.shape}, {strata.shape}")
+    groups = [np.flatnonzero(strata == s) for s in dict.fromkeys(strata.tolist())]
+    observed = within_strata(x, y, strata, statistic)["pooled"]
+    if not math.isfinite(observed):
+        return {**_nan_result(observed), "strata": len(groups)}
+    count = math.prod(math.factorial(len(g)) for g in groups)
+    if count <= EXACT_STRATIFIED_LIMIT:
+        orders = np.empty((count, len(y)), dtype=np.int64)
+        for row, combo in enumerate(itertools.product(*(itertools.permutations(g) for g in groups))):
+            for g, perm in zip(groups, combo, strict=True):
+                orders[row, g] = perm
+        exact = True
+    else:
+        rng = np.random.default_rng(seed)
+        orders = np.tile(np.arange(len(y)), (permutations, 1))
+        for g in groups:
+            orders[:, g] = g[np.argsort(rng.random((permutations, len(g))), axis=1)]
+        exact = False
+    null = _pooled_null(x, y[orders], groups, statistic)
+    tol = _tolerance(observed)
+    hits_g, hits_l = int((null >= observed - tol).sum()), int((null <= observed + tol).sum())
+    if exact:
+        greater, less = hits_g / count, hits_l / count
+    else:
+        greater, less = (1 + hits_g) / (1 + permutations), (1 + hits_l) / (1 + permutations)
+    return {"observed": observed, "greater": greater, "two_sided": min(1.0, 2 * min(greater, less)),
+            "exact": exact, "permutations": len(orders), "strata": len(groups)}
+
+
+# ------------------------------------------------------------------------------------------ partial
+def partial_spearman(x, y, z) -> np.ndarray | float:
+    """Spearman correlation of ``x`` and ``y`` with ``z`` held fixed, along the last axis: the
+    partial correlation of the ranks, ``(r_xy - r_xz r_yz) / sqrt((1 - r_xz^2)(1 - r_yz^2))``
+    (Pearson's r of the rank residuals after regressing each on z's ranks). NaN when undefined."""
+    rxy, rxz, ryz = (np.asarray(spearman(a, b), dtype=np.float64) for a, b in ((x, y), (x, z), (y, z)))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        den = np.sqrt((1 - rxz**2) * (1 - ryz**2))
+        out = np.where(den > 1e-12, (rxy - rxz * ryz) / np.where(den > 1e-12, den, 1.0), np.nan)
+    out = np.clip(out, -1.0, 1.0)
+    return float(out) if out.ndim == 0 else out
+
+
+def partial_p_greater(r: float, n: int, controls: int = 1) -> float:
+    """One-sided p of a partial correlation ``r`` > 0 from Student's t with ``n - 2 - controls``
+    degrees of freedom (``scipy.stats.t``): ``t = r sqrt(df / (1 - r^2))``. An approximation for
+    ranks; NaN when undefined."""
+    df = n - 2 - controls
+    if not math.isfinite(r) or df < 1:
+        return math.nan
+    if abs(r) >= 1:
+        return 0.0 if r > 0 else 1.0
+    return float(stats.t.sf(r * math.sqrt(df / (1 - r * r)), df))
+
+
+# ------------------------------------------------------------------------------------------ intervals
+def percentile_interval(values, level: float = 0.95) -> tuple[float, float]:
+    """``(lo, hi)`` percentiles of the finite ``values`` around ``level`` (NaN when none is finite)."""
+    v = np.asarray(values, dtype=np.float64).ravel()
+    v = v[np.isfinite(v)]
+    if v.size == 0:
+        return math.nan, math.nan
+    a = (1.0 - level) / 2.0
+    lo, hi = np.quantile(v, [a, 1.0 - a])
+    return float(lo), float(hi)
+
+
+def resample_counts(rng: np.random.Generator, n: int, replicates: int) -> np.ndarray:
+    """``(replicates, n)`` multiplicities of a bootstrap resample of ``n`` units (each row sums to n)."""
+    return rng.multinomial(n, np.full(n, 1.0 / n), size=replicates).astype(np.float64)
+
+
+def t_interval(values, level: float = 0.95) -> tuple[float, float, float]:
+    """``(mean, lo, hi)``: the Student-t interval (``scipy.stats.t``) of the mean of independent
+    ``values`` (across seeds). One value: NaN interval; identical values: a point."""
+    v = np.asarray(values, dtype=np.float64).ravel()
+    if v.size == 0:
+        return math.nan, math.nan, math.nan
+    mean = float(v.mean())
+    if v.size < 2:
+        return mean, math.nan, math.nan
+    half = float(stats.t.ppf(0.5 + level / 2.0, v.size - 1)) * float(v.std(ddof=1)) / math.sqrt(v.size)
+    return mean, mean - half, mean + half
+
+
+def theil_sen(x, y) -> tuple[float, float]:
+    """``(slope, intercept)`` of the Theil-Sen line (``scipy.stats.theilslopes``): the median of the
+    pairwise slopes, intercept ``median(y) - slope * median(x)``. One outlying point cannot tilt it.
+    NaN when all x are equal."""
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    if x.size < 2 or np.ptp(x) == 0:
+        return math.nan, math.nan
+    res = stats.theilslopes(y, x)
+    return float(res.slope), float(res.intercept)
