@@ -1,158 +1,78 @@
-"""What a finetuning run trains: parameter selection for any timm ViT.
+"""What a finetuning run trains: ``--train`` choices on any model the capture can measure.
 
-``--train`` choices:
+``--train`` choices (parsed and resolved by :mod:`vitplast.finetune.selection`, through the same
+component map as the capture: a detected preset, or ``{LABEL: GLOB}``):
 
-- ``MHA``, ``FC1``, ``FC2``, ``LN1``, ``LN2``: that component in **every** block, plus the head
-  (the paper's component-wise protocol). Several join with ``+`` (``MHA+FC2``).
+- ``MHA``, ``FC1``, ``FC2``, ``LN1``, ``LN2``: that component in **every** layer, plus the head
+  (the paper's component-wise protocol); ``MHA@3``, ``FC1@0-2``, ``MHA@-1``: only those layers.
+  Several join with ``+`` (``MHA+FC2``, ``MHA@3+FC1@0``).
 - ``full``: every parameter; ``head``: the classifier only (linear probing);
-- ``lora``: peft LoRA adapters on attention (``attn.qkv``, ``attn.proj``) plus the head (peft is an
-  optional dependency: ``pip install 'vitplast-kernels[lora]'``);
+- ``lora``: peft LoRA adapters on attention (its linear layers in the component map) plus the head
+  (peft is an optional dependency: ``pip install 'vitplast-kernels[lora]'``);
 - ``auto``: measure plasticity first, then train the highest-plasticity components that fit a
-  budget of trainable parameters (:func:`choose_components`).
+  budget of trainable parameters (:func:`choose_components`); ``auto@layer``: the same over
+  (component, layer) units (:func:`choose_units`), e.g. ``MHA@3+FC1@2``.
 
-A *block* is any submodule with ``norm1``, ``attn``, ``norm2`` and ``mlp`` (``mlp.fc1``/``mlp.fc2``):
-timm's ViT, DeiT, BEiT, EVA and Swin blocks all have this layout. Layer-scale parameters
-(``ls1``/``ls2``), embeddings and the final norm belong to no component: only ``full`` trains them.
+Layer-scale parameters, embeddings and the final norm belong to no component: only ``full`` trains them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 from torch import nn
 
+from . import selection
+from .selection import count_parameters, set_trainable
+
+# display and default-grid order of `vitplast finetune` / `claim` (the capture's order is
+# selection.COMPONENTS: LN1, MHA, LN2, FC1, FC2)
 COMPONENTS = ("MHA", "FC1", "FC2", "LN1", "LN2")
-SPECIAL = ("full", "head", "lora", "auto")
+SPECIAL = selection.SPECIAL
 TRAIN_CHOICES = COMPONENTS + SPECIAL
+AUTO_LAYER = "auto@layer"
 
-# component -> attribute path inside a block
-_COMPONENT_PATHS = {
-    "MHA": "attn",
-    "FC1": "mlp.fc1",
-    "FC2": "mlp.fc2",
-    "LN1": "norm1",
-    "LN2": "norm2",
-}
-# modules peft can wrap with LoRA, per component (LayerNorms have none)
-_LORA_TARGETS = {"MHA": ("attn.qkv", "attn.proj"), "FC1": ("mlp.fc1",), "FC2": ("mlp.fc2",)}
-
-
-def _get(module: nn.Module, path: str) -> nn.Module | None:
-    for part in path.split("."):
-        module = getattr(module, part, None)
-        if not isinstance(module, nn.Module):
-            return None
-    return module
-
-
-def find_blocks(model: nn.Module) -> list[tuple[str, nn.Module]]:
-    """Transformer blocks of ``model`` in forward order, as ``(qualified name, module)``."""
-    blocks = []
-    for name, mod in model.named_modules():
-        if all(_get(mod, p) is not None for p in _COMPONENT_PATHS.values()):
-            blocks.append((name, mod))
-    if not blocks:
-        raise ValueError(
-            "model has no transformer blocks with norm1/attn/norm2/mlp.fc1/mlp.fc2 submodules "
-            f"(got {type(model).__name__}); pass a timm vision transformer"
-        )
-    return blocks
+__all__ = ["COMPONENTS", "SPECIAL", "TRAIN_CHOICES", "apply_lora", "choose_components", "choose_units",
+           "component_parameter_names", "count_parameters", "freeze_list", "head_module", "lora_config",
+           "lora_target_modules", "parse_train", "select_trainable", "set_trainable", "trainable_names"]
 
 
 def parse_train(spec: str) -> tuple[str, ...]:
-    """``"MHA+FC2"`` -> ``("MHA", "FC2")``; validates every part (case-insensitive for components)."""
-    if not isinstance(spec, str) or not spec.strip():
-        raise ValueError(f"--train must be one of {', '.join(TRAIN_CHOICES)} (or several joined by +)")
-    parts = []
-    lookup = {c.lower(): c for c in TRAIN_CHOICES}
-    for raw in spec.split("+"):
-        key = raw.strip().lower()
-        if key not in lookup:
-            raise ValueError(
-                f"--train: unknown choice {raw.strip()!r}; expected one of {', '.join(TRAIN_CHOICES)} "
-                "(several components join with +, grid values with commas)"
-            )
-        parts.append(lookup[key])
-    if len(parts) > 1 and any(p in SPECIAL and p != "head" for p in parts):
-        raise ValueError(f"--train {spec!r}: full, lora and auto cannot be combined with other choices")
-    return tuple(dict.fromkeys(parts))
-
-
-def component_modules(model: nn.Module, component: str) -> dict[str, nn.Module]:
-    """``{qualified name: module}`` of ``component`` in every block (one entry per block)."""
-    if component not in _COMPONENT_PATHS:
-        raise ValueError(f"component must be one of {', '.join(COMPONENTS)}, got {component!r}")
-    path = _COMPONENT_PATHS[component]
-    out = {}
-    for bname, block in find_blocks(model):
-        out[f"{bname}.{path}" if bname else path] = _get(block, path)
-    return out
+    """``"MHA+FC2"`` -> ``("MHA", "FC2")``, ``"mha@3"`` -> ``("MHA@3",)``; validates every part
+    (case-insensitive for components). ``auto@layer`` stands alone like ``auto``."""
+    if isinstance(spec, str) and spec.strip().lower() == AUTO_LAYER:
+        return (AUTO_LAYER,)
+    return selection.parse_train(spec, COMPONENTS)
 
 
 def head_module(model: nn.Module) -> nn.Module:
-    """The classifier (timm's ``get_classifier()``, else ``model.head``)."""
-    head = model.get_classifier() if hasattr(model, "get_classifier") else getattr(model, "head", None)
-    if not isinstance(head, nn.Module):
+    """The classifier (timm's ``get_classifier()``, else ``model.head`` / ``model.classifier``)."""
+    head = selection.head_module(model)
+    if head is None:
         raise ValueError(f"model {type(model).__name__} has no classifier head (get_classifier/head)")
     return head
 
 
-def _names_of(model: nn.Module, modules: Iterable[nn.Module]) -> list[str]:
-    wanted = {id(p) for m in modules for p in m.parameters()}
-    return [n for n, p in model.named_parameters() if id(p) in wanted]
+def component_parameter_names(model: nn.Module, components=None) -> dict[str, list[str]]:
+    """Parameter names per group: each component (all layers), ``head``, and ``other``."""
+    return selection.parameter_groups(model, components)
 
 
-def component_parameter_names(model: nn.Module) -> dict[str, list[str]]:
-    """Parameter names per group: each component, ``head``, and ``other`` (everything else)."""
-    groups = {c: _names_of(model, component_modules(model, c).values()) for c in COMPONENTS}
-    groups["head"] = _names_of(model, [head_module(model)])
-    taken = {n for names in groups.values() for n in names}
-    groups["other"] = [n for n, _ in model.named_parameters() if n not in taken]
-    return groups
-
-
-def trainable_names(model: nn.Module, train: str | Sequence[str]) -> list[str]:
+def trainable_names(model: nn.Module, train: str | Sequence[str], components=None) -> list[str]:
     """Names of the parameters ``train`` makes trainable (no change to the model). ``lora``/``auto``
     are not plain selections: resolve them first (:func:`apply_lora`, :func:`choose_components`)."""
     parts = parse_train(train) if isinstance(train, str) else tuple(train)
-    if "full" in parts:
-        return [n for n, _ in model.named_parameters()]
-    if "lora" in parts or "auto" in parts:
-        raise ValueError("trainable_names: resolve --train lora/auto before selecting parameters")
-    groups = component_parameter_names(model)
-    wanted = set(groups["head"])
-    for c in parts:
-        if c in COMPONENTS:
-            wanted.update(groups[c])
-    return [n for n, _ in model.named_parameters() if n in wanted]
+    if AUTO_LAYER in parts:
+        raise ValueError("trainable_names: resolve --train auto@layer before selecting parameters")
+    return selection.trainable_names(model, parts, components)
 
 
-def set_trainable(model: nn.Module, names: Iterable[str]) -> int:
-    """``requires_grad = True`` exactly for ``names``, False elsewhere; returns the trainable count."""
-    names = set(names)
-    known = {n for n, _ in model.named_parameters()}
-    missing = names - known
-    if missing:
-        raise ValueError(f"set_trainable: no such parameters: {sorted(missing)[:5]}")
-    total = 0
-    for n, p in model.named_parameters():
-        p.requires_grad_(n in names)
-        total += p.numel() if n in names else 0
-    return total
-
-
-def select_trainable(model: nn.Module, train: str | Sequence[str]) -> list[str]:
+def select_trainable(model: nn.Module, train: str | Sequence[str], components=None) -> list[str]:
     """Freeze ``model`` except what ``train`` selects; returns the trainable parameter names."""
-    names = trainable_names(model, train)
+    names = trainable_names(model, train, components)
     set_trainable(model, names)
     return names
-
-
-def count_parameters(model: nn.Module, names: Iterable[str] | None = None) -> int:
-    """Number of scalars in ``names`` (all parameters when None)."""
-    params = dict(model.named_parameters())
-    return sum(params[n].numel() for n in (params if names is None else names))
 
 
 def _component_means(plasticity) -> dict[str, float]:
@@ -198,6 +118,31 @@ def choose_components(
     return chosen
 
 
+def choose_units(plasticity: Mapping[str, Sequence[float]], model: nn.Module, budget: int, *,
+                 components=None, include_head: bool = True) -> list[str]:
+    """(component, layer) units to train, highest plasticity first, whose parameters (plus the
+    head's) fit ``budget``: greedy like :func:`choose_components` over every unit. ``plasticity``:
+    ``{component: [value per layer]}`` (a monitor record's ``"plasticity"``; NaN layers skipped).
+    Returns ``--train`` parts such as ``["MHA@3", "FC1@2"]``."""
+    if not isinstance(budget, int) or budget <= 0:
+        raise ValueError(f"--budget must be a positive number of parameters, got {budget}")
+    sizes = selection.unit_sizes(model, components)
+    units = [(c, li, float(v)) for c, per in plasticity.items() for li, v in enumerate(per)
+             if (c, li) in sizes and v == v]
+    if not units:
+        raise ValueError(f"no plasticity for any (component, layer) of the model (got {sorted(plasticity)})")
+    units.sort(key=lambda u: -u[2])
+    used = count_parameters(model, selection.head_names(model)) if include_head else 0
+    if used > budget:
+        raise ValueError(f"--budget {budget} is smaller than the head alone ({used} parameters)")
+    chosen = []
+    for c, li, _ in units:
+        if sizes[(c, li)] and used + sizes[(c, li)] <= budget:
+            chosen.append(f"{c}@{li}")
+            used += sizes[(c, li)]
+    return chosen
+
+
 def freeze_list(plasticity, model: nn.Module, budget: int | None = None) -> list[str]:
     """Parameter names to **freeze** so that only the components :func:`choose_components` picks
     (plus the head) train: the complement of the trainable set."""
@@ -217,17 +162,16 @@ def _import_peft():
 
 
 def lora_target_modules(model: nn.Module, components: Sequence[str]) -> list[str]:
-    """Qualified names of the linear layers LoRA should wrap for ``components`` (LNs have none)."""
-    targets = []
-    for bname, _ in find_blocks(model):
-        for c in components:
-            for path in _LORA_TARGETS.get(c, ()):
-                targets.append(f"{bname}.{path}" if bname else path)
-    if not targets:
-        raise ValueError(
-            f"no LoRA-able linear layers in components {list(components)} (LayerNorms have none)"
-        )
-    return targets
+    """Qualified names of the linear layers LoRA should wrap for ``components`` (``"MHA"``,
+    ``"FC1@2"``...: the component map's modules; LNs have none)."""
+    return selection.lora_targets(model, tuple(components))
+
+
+def _has_lora_target(model: nn.Module, component: str) -> bool:
+    try:
+        return bool(selection.lora_targets(model, (component,)))
+    except ValueError:
+        return False
 
 
 def lora_config(
@@ -245,7 +189,7 @@ def lora_config(
         components = [parse_train(c)[0] for c in plasticity_or_components]
     else:
         means = _component_means(plasticity_or_components)
-        lora_able = {c: v for c, v in means.items() if c in _LORA_TARGETS}
+        lora_able = {c: v for c, v in means.items() if c in COMPONENTS and _has_lora_target(model, c)}
         components = choose_components(lora_able, model, budget)
     head_name = next(n for n, m in model.named_modules() if m is head_module(model))
     return peft.LoraConfig(
