@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-import vitplast.measure.model as measure_model
+import vitplast.common.model_builder as model_builder
 from vitplast.cli import main
 from vitplast.measure import measure
 
@@ -58,7 +58,7 @@ def _no_work(monkeypatch):
     def build(*a, **k):
         raise AssertionError("the model must not be built: the error is found before any work")
 
-    monkeypatch.setattr(measure_model, "build", build)
+    monkeypatch.setattr(model_builder, "build_model", build)
 
 
 @pytest.mark.parametrize("argv,needle", [
@@ -78,7 +78,7 @@ def _no_work(monkeypatch):
     (["--component", "MHA"], "expected LABEL=GLOB"),
     (["--component", "MHA=blocks.[0-2.attn"], "without a closing"),
     (["--embedding", "blocks.0"], "does not apply to protocol='in_situ'"),
-    (["--img-size", "64"], "the digits ViT takes 32x32"),
+    (["--img-size", "64"], "digits-vit takes 32x32"),
 ])
 def test_bad_values_one_line_exit_2_before_any_work(argv, needle, capsys, monkeypatch):
     _no_work(monkeypatch)
@@ -204,17 +204,16 @@ def test_measure_loads_what_finetune_writes(train, tmp_path, capsys):
         rc, err = _main(["measure", "--weights", str(weights), "--data", "synthetic", "--batch-size", "8",
                          "--batches", "1", "--no-progress"], capsys)
         assert rc == 0, err
-    net = measure_model.build("vit_tiny_patch16_224", TINY["model_kwargs"], run, 16, 4, allow_partial=False,
-                              cache_dir=None, seed=0, pretrain_config=None, progress=False).net
+    net = model_builder.build_model("vit_tiny_patch16_224", 4, weights=run, model_kwargs=TINY["model_kwargs"],
+                                    img_size=16).net
     state = net.state_dict()
     if train == "lora":  # adapters merged as peft merges them
         from vitplast.finetune.trainable import apply_lora
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            ref = apply_lora(measure_model.build("vit_tiny_patch16_224", TINY["model_kwargs"], None, 16, 4,
-                                                 allow_partial=False, cache_dir=None, seed=0,
-                                                 pretrain_config=None, progress=False).net)
+            ref = apply_lora(model_builder.build_model("vit_tiny_patch16_224", 4, img_size=16,
+                                                       model_kwargs=TINY["model_kwargs"]).net)
         ref.load_state_dict(ckpt["model"])
         expected = ref.merge_and_unload().state_dict()
     else:

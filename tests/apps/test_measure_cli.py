@@ -113,7 +113,7 @@ def test_timm_model_on_image_folder_decomposition(tmp_path):
 @pytest.mark.parametrize("extra,needle", [
     (["--pretrain-config", "{bad"], "not valid JSON"),
     (["--pretrain-config", '{"no_such_field": 1}'], "no_such_field"),
-    (["--img-size", "64"], "img_size"),
+    (["--img-size", "64"], "--img-size 64"),
     (["--batch-size", "5000"], "too few images"),
 ])
 def test_cli_errors_exit_2_with_message(cache, capsys, extra, needle):

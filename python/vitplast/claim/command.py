@@ -37,54 +37,15 @@ import time
 from pathlib import Path
 
 from ..common.arg_types import model_arg
+from ..common.device import resolve_device
+from ..common.distributed import init_distributed, silent
+from ..common.model_builder import DIGITS_MODEL, build_model
 from ..common.rundir import write_json_atomic
 from .analysis import analyse
 from .options import BASELINES, DEFAULTS, FINETUNE_KEYS, PROTOCOLS, resolve_options
-from .plasticity import DIGITS_MODEL, build_model, measure_chunks
+from .plasticity import measure_chunks
 from .report import format_report, plot_claim
 from .runs import calibrate, estimate_seconds, plan_runs, train_all
-
-
-class _Dist:
-    """The torchrun process group for the whole claim (each finetune run joins it, none closes it)."""
-
-    def __init__(self, device: str):
-        import torch
-
-        self.world = int(os.environ.get("WORLD_SIZE", "1"))
-        self.rank = int(os.environ.get("RANK", "0"))
-        self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-        self.created = False
-        if self.world > 1:
-            import torch.distributed as dist
-
-            if not dist.is_initialized():
-                cuda = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
-                if cuda:
-                    torch.cuda.set_device(self.local_rank)
-                dist.init_process_group(backend="nccl" if cuda else "gloo")
-                self.created = True
-
-    @property
-    def is_main(self) -> bool:
-        return self.rank == 0
-
-    def close(self) -> None:
-        if self.created:
-            import torch.distributed as dist
-
-            dist.destroy_process_group()
-
-
-def _measure_device(device: str, dist: _Dist):
-    import torch
-
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    dev = torch.device(device)
-    if dev.type == "cuda" and dist.world > 1 and dev.index is None:
-        dev = torch.device("cuda", dist.local_rank)
-    return dev
 
 
 def _threads(cfg: dict, device) -> int | None:
@@ -129,8 +90,9 @@ def _measurement(cfg: dict, out: Path, device, progress: bool, is_main: bool, sa
     n_classes = load_dataset(cfg["data"], "val", img_size=cfg["img_size"] or 32, seed=0).num_classes
     with torch.random.fork_rng(devices=[]):  # a random-init model is the one seed[0]'s run starts from
         torch.manual_seed(cfg["seed"][0])
-        net, img_size = build_model(cfg["model"], cfg["weights"], cfg["model_kwargs"], cfg["img_size"],
-                                    n_classes, progress)
+        built = build_model(cfg["model"], n_classes, weights=cfg["weights"], model_kwargs=cfg["model_kwargs"],
+                            img_size=cfg["img_size"], progress=progress)
+    net, img_size = built.net, built.img_size
     x_set = load_dataset(cfg["pretrain_data"], cfg["split"], img_size=img_size, seed=cfg["measure_seed"])
     y_set = load_dataset(cfg["data"], cfg["split"], img_size=img_size, seed=cfg["measure_seed"])
     amp = (lambda: torch.autocast(device_type=device.type, dtype=torch.bfloat16)) if cfg["amp"] == "bf16" \
@@ -158,11 +120,11 @@ def claim(**options) -> dict:
     cfg = resolve_options(options)
     say = options.get("_say", print)
     out = Path(cfg["out"])
-    dist = _Dist(cfg["device"])
+    dist = init_distributed(cfg["device"])  # the claim's process group: each finetune run joins it
     if not dist.is_main:
-        say = _silent
+        say = silent
     progress = (cfg["progress"] if cfg["progress"] is not None else sys.stderr.isatty()) and dist.is_main
-    device = _measure_device(cfg["device"], dist)
+    device = resolve_device(cfg["device"], dist.local_rank if dist.enabled else None)
     threads = _threads(cfg, device)
     cfg["jobs"] = n_procs = _jobs(cfg, device)
     saved_threads = torch.get_num_threads()
@@ -236,10 +198,6 @@ def claim(**options) -> dict:
     finally:
         torch.set_num_threads(saved_threads)
         dist.close()
-
-
-def _silent(*args, **kwargs) -> None:
-    pass
 
 
 def _finite_or_none(obj):

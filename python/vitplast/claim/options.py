@@ -9,8 +9,9 @@ from __future__ import annotations
 import math
 import os
 
+from ..common.device import check_device
+from ..common.model_builder import DIGITS_MODEL, check_digits_options
 from ..finetune import COMPONENTS
-from .plasticity import DIGITS_MODEL
 
 PROTOCOLS = ("in_situ", "decomposition")
 BASELINES = ("head", "initial")
@@ -95,20 +96,10 @@ def resolve_options(options: dict) -> dict:
         raise ValueError(f"--weight-decay must be >= 0, got {cfg['weight_decay']}")
     if int(os.environ.get("WORLD_SIZE", "1")) > 1 and (cfg["jobs"] or 1) > 1:
         raise ValueError("--jobs must be 1 under torchrun (each run is already data-parallel)")
-    if cfg["model"] == DIGITS_MODEL and (cfg["model_kwargs"] or cfg["img_size"] not in (None, 32)):
-        raise ValueError(f"--model-arg/--img-size do not apply to {DIGITS_MODEL} (32x32, fixed architecture)")
-    _check_device(cfg["device"])
-    return cfg
-
-
-def _check_device(device: str) -> None:
-    import torch
-
-    if device == "auto":
-        return
+    if cfg["model"] == DIGITS_MODEL:
+        check_digits_options(cfg["model_kwargs"], cfg["img_size"])
     try:
-        dev = torch.device(device)
-    except RuntimeError:
-        raise ValueError(f"--device: not a device: {device!r} (auto, cpu, cuda, cuda:1, ...)") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"--device {device}: CUDA is not available on this machine")
+        check_device(cfg["device"])
+    except ValueError as exc:
+        raise ValueError(f"--device: {exc}") from None
+    return cfg

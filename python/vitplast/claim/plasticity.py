@@ -7,8 +7,8 @@ and each chunk's sums ``[count, sum, sumsq, identical, nonfinite]`` per (compone
 apart. Chunks are the resampling unit of the bootstrap over pairs (a chunk of one pair resamples
 single pairs); the sums of all chunks are exactly the measurement of all pairs at once.
 
-The measured model is the one the finetuning runs start from: the embedded digits ViT
-(``vitplast.common.digits``) or ``vitplast.common.models.create_vit`` for a timm name, with the same weights.
+The measured model is the one the finetuning runs start from (``vitplast.common.model_builder``, with
+the same weights).
 """
 
 from __future__ import annotations
@@ -19,25 +19,6 @@ import time
 import warnings
 
 import numpy as np
-
-DIGITS_MODEL = "digits-vit"
-
-
-def build_model(model: str, weights: str | None, model_kwargs: dict, img_size: int | None,
-                num_classes: int, progress: bool):
-    """``(model in eval mode, its input size)``: what the finetuning runs start from."""
-    if model == DIGITS_MODEL:
-        from vitplast.common.digits import DigitsConfig, build_digits_vit, pretrained_digits_vit
-
-        net = build_digits_vit(weights=weights) if weights else pretrained_digits_vit(progress=progress)
-        return net.eval(), DigitsConfig().img_size
-    from vitplast.common.models import create_vit
-
-    net = create_vit(model, num_classes, img_size=img_size, weights=weights, **model_kwargs)
-    size = img_size or getattr(getattr(net, "patch_embed", None), "img_size", None)
-    if size is None:
-        raise ValueError(f"--img-size is needed: cannot read the input size of {type(net).__name__}")
-    return net.eval(), int(size[-1] if isinstance(size, (tuple, list)) else size)
 
 
 def _images(dataset, idx: np.ndarray):

@@ -18,6 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from ..common.distributed import silent
 from ..common.rundir import CONFIG, SUMMARY
 
 
@@ -48,10 +49,6 @@ def plan_runs(out: Path, trains: list[str], lrs: list[float], seeds: list[int]) 
     return jobs
 
 
-def _silent(*args, **kwargs) -> None:
-    pass
-
-
 def _finetune_one(opts: dict, threads: int | None) -> dict:
     """One run in this process (also the body of a worker process); returns its summary."""
     import torch
@@ -60,7 +57,7 @@ def _finetune_one(opts: dict, threads: int | None) -> dict:
 
     if threads:
         torch.set_num_threads(threads)
-    return finetune(**{**opts, "_say": _silent})["runs"][0]
+    return finetune(**{**opts, "_say": silent})["runs"][0]
 
 
 def run_options(base: dict, job: dict) -> dict:

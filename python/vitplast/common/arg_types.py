@@ -98,32 +98,13 @@ def dtype(text: str) -> str:
 
 
 def device(text: str) -> str:
-    """``auto``, or a torch device that exists here (``cuda`` only when CUDA is available)."""
-    if text == "auto":
-        return text
-    import torch
+    """``--device``: :func:`vitplast.common.device.check_device` as an argparse type."""
+    from .device import check_device
 
     try:
-        dev = torch.device(text)
-    except (RuntimeError, ValueError):
-        raise argparse.ArgumentTypeError(f"not a device: {text!r} (auto, cpu, cuda, cuda:1, ...)") from None
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            raise argparse.ArgumentTypeError(f"{text!r}: CUDA is not available on this machine")
-        if dev.index is not None and dev.index >= torch.cuda.device_count():
-            raise argparse.ArgumentTypeError(f"{text!r}: this machine has {torch.cuda.device_count()} GPU(s)")
-    elif dev.type != "cpu":
-        raise argparse.ArgumentTypeError(f"device type {dev.type!r} is not supported (auto, cpu, cuda)")
-    return text
-
-
-def resolve_device(text: str):
-    """The ``torch.device`` of a :func:`device` value (``auto``: CUDA when available, else CPU)."""
-    import torch
-
-    if text == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(text)
+        return check_device(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def json_object(text: str) -> dict:

@@ -1,4 +1,5 @@
-"""torchrun / DistributedDataParallel plumbing for the finetuning driver (gloo on CPU, nccl on GPU).
+"""The one distributed context of the commands: torchrun / DistributedDataParallel plumbing (gloo on
+CPU, nccl on GPU) for finetune and claim, and :func:`world_size` for the trainer callbacks.
 
 Outside torchrun (no ``WORLD_SIZE`` > 1 in the environment) every helper is a no-op on one process.
 """
@@ -10,6 +11,8 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+
+from .device import resolve_device
 
 
 @dataclass
@@ -50,8 +53,21 @@ class DistContext:
             dist.destroy_process_group()
 
 
+def silent(*args, **kwargs) -> None:
+    """Prints nothing: the ``say`` of ranks other than 0 (and of runs meant to be quiet)."""
+
+
+def world_size() -> int:
+    """Ranks of the default process group (1 outside ``torch.distributed``)."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_world_size()
+    return 1
+
+
 def init_distributed(device: str) -> DistContext:
-    """Join the process group torchrun describes (``WORLD_SIZE``, ``RANK``, ``LOCAL_RANK``)."""
+    """Join the process group torchrun describes (``WORLD_SIZE``, ``RANK``, ``LOCAL_RANK``); ``device``
+    is a ``--device`` value (``auto`` included) and picks the backend. A group that exists already is
+    joined, and left to whoever created it (:meth:`DistContext.close` closes only its own)."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1:
         return DistContext()
@@ -59,7 +75,7 @@ def init_distributed(device: str) -> DistContext:
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if dist.is_initialized():
         return DistContext(dist.get_rank(), dist.get_world_size(), local_rank, False)
-    backend = "nccl" if device.startswith("cuda") else "gloo"
+    backend = "nccl" if resolve_device(device).type == "cuda" else "gloo"
     if backend == "nccl":
         torch.cuda.set_device(local_rank)
     dist.init_process_group(backend=backend)

@@ -33,16 +33,13 @@ import argparse
 import sys
 from pathlib import Path
 
-import torch
-
-from ..common.distributed import init_distributed
+from ..common.distributed import init_distributed, silent
 from ..common.rundir import RunDirError, write_json_atomic
 from .data import StepBatches, evaluate
 from .loop import SimulatedKill, run_one
 from .model import build_model
 from .options import (
     AMP_CHOICES,
-    DEFAULT_MODEL,
     DEFAULTS,
     OPTIMIZERS,
     SCHEDULES,
@@ -53,7 +50,7 @@ from .options import (
 from .report import aggregate, format_table
 
 __all__ = [
-    "AMP_CHOICES", "DEFAULTS", "DEFAULT_MODEL", "OPTIMIZERS", "SCHEDULES", "SimulatedKill", "StepBatches",
+    "AMP_CHOICES", "DEFAULTS", "OPTIMIZERS", "SCHEDULES", "SimulatedKill", "StepBatches",
     "add_arguments", "aggregate", "build_model", "evaluate", "finetune", "format_table", "options_from_args",
     "resolve_options", "run", "run_one",
 ]
@@ -71,10 +68,9 @@ def finetune(**options) -> dict:
     combos = [(t, lr, s) for t in cfg["train"] for lr in cfg["lr"] for s in cfg["seed"]]
     out = Path(cfg["out"])
     say = options.get("_say", print)
-    dctx = init_distributed(cfg["device"] if cfg["device"] != "auto" else
-                            ("cuda" if torch.cuda.is_available() else "cpu"))
+    dctx = init_distributed(cfg["device"])
     if not dctx.is_main:
-        say = _silent
+        say = silent
     try:
         if len(combos) > 1 and (out / "grid_summary.json").exists() and not cfg["resume"]:
             raise RunDirError(f"--out {out} already holds a finished grid (grid_summary.json); refusing to "
@@ -100,10 +96,6 @@ def finetune(**options) -> dict:
         return result
     finally:
         dctx.close()
-
-
-def _silent(*args, **kwargs) -> None:
-    pass
 
 
 def run(args: argparse.Namespace) -> int:

@@ -95,8 +95,9 @@ def trainable_parts(cfg: dict, train: str, model, feed, device, dctx: DistContex
         auto = {"plasticity": means, "chosen": choose_components(means, model, cfg["budget"])}
         log.log({"kind": "auto", "iter": -1, "step": 0, **auto, "budget": cfg["budget"]})
     chosen = auto["chosen"]
-    say(f"--train auto (budget {cfg['budget']}): plasticity "
-        + ", ".join(f"{c} {v:.3f}" for c, v in auto["plasticity"].items())
+    say(f"--train {parts[0]} (budget {cfg['budget']}): plasticity "
+        + ", ".join(f"{c} {v:.3f}" if isinstance(v, float) else f"{c} " + "/".join(f"{x:.2f}" for x in v)
+                    for c, v in auto["plasticity"].items())
         + f" -> training {'+'.join(chosen) or 'head only'}")
     return tuple(chosen) or ("head",), auto
 

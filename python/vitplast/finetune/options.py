@@ -115,7 +115,7 @@ def resolve_options(options: dict) -> dict:
             f"--batch-size must be even to monitor on the training batch (pairs = its halves), got "
             f"{cfg['batch_size']}; or pass --probe N"
         )
-    if any(parse_train(t) == ("auto",) for t in trains):
+    if any(parse_train(t) in (("auto",), ("auto@layer",)) for t in trains):
         if cfg["budget"] is None:
             raise ValueError("--train auto needs --budget N (the number of trainable parameters allowed)")
         if not isinstance(cfg["budget"], int) or cfg["budget"] < 1:

@@ -31,12 +31,7 @@ import torch.distributed as dist
 import vitplast_kernels as vk
 from vitplast_kernels import PlasticityResult
 
-
-def world_size() -> int:
-    """Ranks of the default process group (1 outside ``torch.distributed``)."""
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_world_size()
-    return 1
+from ..common.distributed import world_size
 
 
 def metrics_of(result: PlasticityResult, prefix: str = "plasticity",

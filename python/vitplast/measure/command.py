@@ -28,10 +28,10 @@ from __future__ import annotations
 import argparse
 
 from ..common import arg_types as T
+from ..common.model_builder import DIGITS_MODEL
 from .run import DEFAULT_DATA, DEFAULT_PAIR_DATA, PAIRS, PROTOCOLS, measure
 
 __all__ = ["add_arguments", "measure", "run"]
-DIGITS_MODEL = "digits-vit"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

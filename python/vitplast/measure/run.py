@@ -44,17 +44,9 @@ def _check(protocol, pairs, dtype, batches, batch_size, img_size, pair_data, emb
 
 
 def _device(device: str):
-    import torch
+    from ..common.device import check_device, resolve_device
 
-    from ..common.arg_types import resolve_device
-
-    try:
-        dev = resolve_device(device)
-    except (RuntimeError, ValueError):
-        raise ValueError(f"device {device!r} is not a torch device (auto, cpu, cuda, cuda:1, ...)") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {device!r} requested but CUDA is not available")
-    return dev
+    return resolve_device(check_device(device))
 
 
 def _batches(dataset, n_images: int, seed: int):
@@ -116,10 +108,17 @@ def measure(model: str | None = None, weights: str | None = None, data: str | No
 
     import vitplast_kernels
     from vitplast.common.data import load_dataset
+    from vitplast.common.model_builder import (
+        DIGITS_MODEL,
+        build_model,
+        check_digits_options,
+        default_img_size,
+        resolve_architecture,
+    )
     from vitplast.common.output_set import OutputSet
     from vitplast.common.rundir import write_json_atomic
 
-    from . import model as mm
+    from .model import make_capture
 
     log = log or (lambda *a, **k: None)
     dtype = _check(protocol, pairs, dtype, batches, batch_size, img_size, pair_data, embedding)
@@ -134,11 +133,11 @@ def measure(model: str | None = None, weights: str | None = None, data: str | No
             pair_data = DEFAULT_PAIR_DATA
 
     start = time.perf_counter()
-    name, timm_kwargs, img_size = mm.resolve_architecture(model, weights, img_size)
-    if name == mm.DIGITS_MODEL:
-        img_size = mm.digits_img_size(img_size, pretrain_config)
+    name, timm_kwargs, img_size = resolve_architecture(model, weights, img_size)
+    if name == DIGITS_MODEL:
+        img_size = check_digits_options(timm_kwargs, img_size, pretrain_config)
     else:
-        img_size = img_size or mm.default_img_size(name)
+        img_size = img_size or default_img_size(name)
 
     def open_sets(size: int):
         x = load_dataset(data, split, img_size=size, seed=seed, skip_bad_images=skip_bad_images)
@@ -148,13 +147,13 @@ def measure(model: str | None = None, weights: str | None = None, data: str | No
 
     # datasets before the model: a bad --data fails before any (first-run digits) pretraining
     x_set, y_set = open_sets(img_size)
-    built = mm.build(name, timm_kwargs, weights, img_size, x_set.num_classes,
-                     allow_partial=allow_partial_weights, cache_dir=cache_dir, seed=seed,
-                     pretrain_config=pretrain_config, progress=progress)
+    built = build_model(name, x_set.num_classes, weights=weights, model_kwargs=timm_kwargs, img_size=img_size,
+                        allow_partial=allow_partial_weights, cache_dir=cache_dir, seed=seed,
+                        pretrain_config=pretrain_config, progress=progress)
     if built.img_size != img_size:
         img_size = built.img_size
         x_set, y_set = open_sets(img_size)
-    acts = mm.make_capture(built.net, name, protocol=protocol, pairs=pairs, components=components,
+    acts = make_capture(built.net, name, protocol=protocol, pairs=pairs, components=components,
                            embedding=embedding)
     net = built.net.to(dev).eval()
     log(f"model: {built.description}, {sum(p.numel() for p in net.parameters()) / 1e6:.2f} M parameters")

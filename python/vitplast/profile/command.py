@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ..common import arg_types as T
+from ..common.device import check_device, resolve_device
 
 # what a bare `vitplast profile` measures on each device type: (model, images per batch, dtype)
 DEVICE_DEFAULTS = {"cuda": ("vit_base_patch16_224", 64, "bfloat16"),
@@ -73,7 +74,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def resolve_defaults(args: argparse.Namespace) -> argparse.Namespace:
     """``args`` with the device-dependent defaults filled in (a copy; ``device`` resolved)."""
     args = argparse.Namespace(**vars(args))
-    device = T.resolve_device(args.device)
+    device = resolve_device(args.device)
     model, batch, dtype = DEVICE_DEFAULTS["cuda" if device.type == "cuda" else "cpu"]
     args.device = str(device)
     args.model = args.model or model
@@ -102,11 +103,9 @@ def _build(args: argparse.Namespace):
         kwargs["depth"] = args.depth
     dtype = getattr(torch, args.dtype)
     try:
-        device = T.resolve_device(args.device)
-    except RuntimeError as exc:
-        raise ValueError(f"--device {args.device!r} is not a torch device") from exc
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"--device {args.device!r} requested but CUDA is not available")
+        device = resolve_device(check_device(args.device))
+    except ValueError as exc:
+        raise ValueError(f"--device: {exc}") from None
     try:
         with torch.device(device):  # parameters created (and initialised) on the device: fast for ViT-H
             model = timm.create_model(args.model, **kwargs)
