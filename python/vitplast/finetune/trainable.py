@@ -26,9 +26,10 @@ from torch import nn
 from . import selection
 from .selection import count_parameters, set_trainable
 
-# display and default-grid order of `vitplast finetune` / `claim` (the capture's order is
-# selection.COMPONENTS: LN1, MHA, LN2, FC1, FC2)
-COMPONENTS = ("MHA", "FC1", "FC2", "LN1", "LN2")
+# the one component list (the capture's, selection.COMPONENTS: LN1, MHA, LN2, FC1, FC2 in block order),
+# in the display and default-grid order of `vitplast finetune` / `claim`: the components with weight
+# matrices first, then the LayerNorms, each in block order -> MHA, FC1, FC2, LN1, LN2
+COMPONENTS = tuple(sorted(selection.COMPONENTS, key=lambda c: c.startswith("LN")))
 SPECIAL = selection.SPECIAL
 TRAIN_CHOICES = COMPONENTS + SPECIAL
 AUTO_LAYER = "auto@layer"
