@@ -82,17 +82,22 @@ def trainable_parts(cfg: dict, train: str, model, feed, device, dctx: DistContex
     ``--budget``, measured on the first ``--auto-batches`` training batches (or read back from the
     checkpoint of a resumed run, so a resumed run trains what it trained)."""
     parts = parse_train(train)
-    if parts != ("auto",):
+    if parts not in (("auto",), ("auto@layer",)):
         return parts, None
     from .step_recorder import component_means, measure_plasticity
-    from .trainable import choose_components
+    from .trainable import choose_components, choose_units
 
     if ckpt is not None and "auto" in ckpt:
         auto = ckpt["auto"]
     else:
         batches = [feed.get(i)[0].to(device) for i in range(cfg["auto_batches"])]
-        means = component_means(measure_plasticity(model, batches, dist=dctx, amp=amp))
-        auto = {"plasticity": means, "chosen": choose_components(means, model, cfg["budget"])}
+        measured = measure_plasticity(model, batches, dist=dctx, amp=amp)
+        if parts == ("auto@layer",):  # (component, layer) units, each with its layer's plasticity
+            per_layer = {c: measured["plasticity"][c] for c in component_means(measured)}
+            auto = {"plasticity": per_layer, "chosen": choose_units(per_layer, model, cfg["budget"])}
+        else:
+            means = component_means(measured)
+            auto = {"plasticity": means, "chosen": choose_components(means, model, cfg["budget"])}
         log.log({"kind": "auto", "iter": -1, "step": 0, **auto, "budget": cfg["budget"]})
     chosen = auto["chosen"]
     say(f"--train {parts[0]} (budget {cfg['budget']}): plasticity "
