@@ -99,3 +99,19 @@ def test_custom_model_label_glob():
     before, after = _train_a_little(net, torch.randn(6, 5, 4), "MHA@0+LN1@2", comps)
     assert _changed(before, after) == {"layers.0.mix.weight", "layers.0.mix.bias", "layers.2.norm.weight",
                                        "layers.2.norm.bias", "head.weight", "head.bias"}
+
+
+def test_auto_layer_picks_units_within_budget(tmp_path):
+    from vitplast.common.rundir import read_jsonl
+
+    res = finetune(**TINY, train="auto@layer", budget=3000, steps=2, batch_size=16, monitor_every=0,
+                   out=str(tmp_path / "run"), _say=lambda *a, **k: None)
+    s = res["runs"][0]
+    assert 0 < s["trainable_params"] <= 3000 and s["trained"]
+    assert all(re.fullmatch(r"(MHA|FC1|FC2|LN1|LN2)@\d", p) for p in s["trained"])
+    auto = [r for r in read_jsonl(tmp_path / "run" / "metrics.jsonl") if r["kind"] == "auto"][0]
+    assert auto["chosen"] == s["trained"] and len(auto["plasticity"]["MHA"]) == 3
+    # the most plastic unit that fits is chosen first
+    best = max(((c, i) for c, per in auto["plasticity"].items() for i, _ in enumerate(per)),
+               key=lambda u: auto["plasticity"][u[0]][u[1]])
+    assert s["trained"][0] == f"{best[0]}@{best[1]}" or best[0] in ("MHA", "FC1", "FC2")
