@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 import vitplast.common.model_builder as model_builder
-from vitplast.cli import main
+from vitplast.cli import build_parser, main
 from vitplast.measure import measure
 
 TIMM = ["--model", "vit_tiny_patch16_224", "--img-size", "32", "--no-progress"]
@@ -58,6 +58,7 @@ def _no_work(monkeypatch):
     def build(*a, **k):
         raise AssertionError("the model must not be built: the error is found before any work")
 
+    build_parser()  # every command imported first: none binds the stand-in by a from-import
     monkeypatch.setattr(model_builder, "build_model", build)
 
 
@@ -67,7 +68,7 @@ def _no_work(monkeypatch):
     (["--batch-size", "3"], "batch_size=3 images: must be even"),
     (["--batch-size", "x"], "expected an integer"),
     (["--batches", "0"], "--batches: must be a positive integer"),
-    (["--seed", "-1"], "--seed: must be an integer >= 0"),
+    (["--seed", "-1"], "--seed: must be an integer in 0..4294967295"),
     (["--dtype", "int8"], "--dtype: must be one of float32, bfloat16, float16"),
     (["--device", "tpu"], "--device"),
     (["--device", "cuda:0"] if not torch.cuda.is_available() else ["--device", "cuda:99"], "--device"),

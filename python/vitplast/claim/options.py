@@ -9,19 +9,24 @@ from __future__ import annotations
 import math
 import os
 
+from ..common.arg_types import check_seed, check_steps
 from ..common.device import check_device
 from ..common.model_builder import DIGITS_MODEL, check_digits_options
+from ..common.paths import check_out_dir, foreign_files
 from ..finetune import COMPONENTS
 
 PROTOCOLS = ("in_situ", "decomposition")
 BASELINES = ("head", "initial")
+GRANULARITIES = ("component", "layer")
+COMPONENT_STEPS, LAYER_STEPS = 100, 60  # default --steps per granularity
 
 DEFAULTS: dict = {
     "model": DIGITS_MODEL, "weights": None, "model_kwargs": {}, "img_size": None,
     "pretrain_data": "digits:0-4", "data": "digits:5-9", "split": "all",
     "protocol": "in_situ", "pairs": 512, "pair_batch": 16, "measure_seed": 0,
-    "components": ",".join(COMPONENTS), "baseline": "head",
-    "optimizer": "adam", "lr": "3e-3,1e-2,3e-2", "seed": "0,1,2", "steps": 100, "batch_size": 64,
+    "components": ",".join(COMPONENTS), "baseline": "head", "granularity": "component", "budget": None,
+    "draws": 3,
+    "optimizer": "adam", "lr": "3e-3,1e-2,3e-2", "seed": "0,1,2", "steps": None, "batch_size": 64,
     "weight_decay": 0.0, "schedule": "cosine", "amp": "none", "device": "auto", "eval_limit": 0,
     "checkpoint_every": 50, "run_plots": False,
     "jobs": None, "threads": None,
@@ -59,6 +64,8 @@ def resolve_options(options: dict) -> dict:
     if unknown:
         raise ValueError(f"unknown option(s) {unknown}; known: {sorted(DEFAULTS)}")
     cfg = {**DEFAULTS, **{k: v for k, v in options.items() if v is not None}}
+    if cfg["steps"] is None:  # a layer claim trains 4-5x more runs: fewer steps keep it in budget
+        cfg["steps"] = LAYER_STEPS if cfg["granularity"] == "layer" else COMPONENT_STEPS
     if cfg["out"] is None:
         raise ValueError("--out DIR is required: it holds the finetuning runs and the reports")
     cfg["out"] = str(cfg["out"])
@@ -75,10 +82,18 @@ def resolve_options(options: dict) -> dict:
     if any(not (v > 0 and math.isfinite(v)) for v in cfg["lr"]):
         raise ValueError(f"--lr values must be positive, got {cfg['lr']}")
     cfg["seed"] = _list(cfg["seed"], int, "seed")
+    for seed in cfg["seed"]:
+        check_seed(seed)
+    for key in ("measure_seed", "stats_seed"):
+        check_seed(cfg[key], f"--{key.replace('_', '-')}")
     for key in ("steps", "batch_size", "pairs", "pair_batch", "bootstrap", "permutations", "calibrate_steps"):
         _positive_int(cfg, key)
+    check_steps(cfg["steps"])
     if cfg["jobs"] is not None:
         _positive_int(cfg, "jobs")
+        cores = os.cpu_count() or 1
+        if cfg["jobs"] > cores:
+            raise ValueError(f"--jobs {cfg['jobs']}: at most one run per core ({cores} on this machine)")
     for key in ("eval_limit", "checkpoint_every"):
         _positive_int(cfg, key, 0)
     if cfg["threads"] is not None:
@@ -90,6 +105,15 @@ def resolve_options(options: dict) -> dict:
     for key, allowed in choices.items():
         if cfg[key] not in allowed:
             raise ValueError(f"--{key.replace('_', '-')} must be one of {allowed}, got {cfg[key]!r}")
+    if cfg["granularity"] not in GRANULARITIES:
+        raise ValueError(f"--granularity must be one of {GRANULARITIES}, got {cfg['granularity']!r}")
+    if cfg["granularity"] == "layer" and cfg["baseline"] != "head":
+        raise ValueError("--granularity layer compares every unit with the head-only run: --baseline head")
+    _positive_int(cfg, "draws", 0)
+    if cfg["budget"] is not None:
+        _positive_int(cfg, "budget")
+        if cfg["granularity"] != "layer":
+            raise ValueError("--budget only applies to --granularity layer (the selected sets' size)")
     if cfg["time_budget"] is not None and not cfg["time_budget"] > 0:
         raise ValueError(f"--time-budget must be a positive number of minutes, got {cfg['time_budget']}")
     if cfg["weight_decay"] < 0:
@@ -98,8 +122,23 @@ def resolve_options(options: dict) -> dict:
         raise ValueError("--jobs must be 1 under torchrun (each run is already data-parallel)")
     if cfg["model"] == DIGITS_MODEL:
         check_digits_options(cfg["model_kwargs"], cfg["img_size"])
+    check_claim_out(cfg["out"])
     try:
         check_device(cfg["device"])
     except ValueError as exc:
         raise ValueError(f"--device: {exc}") from None
     return cfg
+
+
+# what a claim writes into OUT (and nothing else: another directory is refused, never written into)
+CLAIM_FILES = frozenset({"runs", "plasticity_chunks.json", "claim.json", "claim.txt", "claim.png"})
+
+
+def check_claim_out(out: str) -> None:
+    """``--out``: a new or empty directory, or one a claim wrote (its files only); ValueError otherwise."""
+    check_out_dir(out)
+    foreign = [n for n in foreign_files(out, CLAIM_FILES) if not n.startswith(".")]  # hidden: temporaries
+    if foreign:
+        raise ValueError(f"--out {out!r} holds files a claim did not write ({', '.join(foreign[:5])}"
+                         f"{' ...' if len(foreign) > 5 else ''}): give a new or empty directory, or one an "
+                         "earlier claim wrote")

@@ -8,22 +8,28 @@ most the steps since each interrupted run's last checkpoint. A directory written
 is refused by the finetune driver (its config check), which keeps one OUT one experiment.
 
 ``jobs > 1`` trains that many runs at once in spawned processes (each with ``threads`` intra-op
-threads); results do not depend on it.
+threads); results do not depend on it. The workers die with the claim: on Linux the kernel kills them
+when it dies (``PR_SET_PDEATHSIG``), everywhere a thread of theirs exits when their parent changes, and
+every write to a run directory first checks the parent, so nothing is written after a ``kill -9`` of
+the claim. Ctrl-C is the claim's to handle (the workers ignore it): it stops them, each run keeping
+its last checkpoint.
 """
 
 from __future__ import annotations
 
 import os
+import signal
+import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 from ..common.distributed import silent
-from ..common.rundir import CONFIG, SUMMARY
+from ..common.rundir import CONFIG, SUMMARY, check_parent, guard_writes
+from ..finetune import run_name
 
-
-def run_name(train: str, lr: float, seed: int) -> str:
-    return f"{train.replace('+', '_')}-lr{lr:g}-s{seed}"
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 def run_state(path: Path) -> str:
@@ -47,6 +53,35 @@ def plan_runs(out: Path, trains: list[str], lrs: list[float], seeds: list[int]) 
                 path = out / "runs" / run_name(train, lr, seed)
                 jobs.append({"train": train, "lr": lr, "seed": seed, "path": path, "state": run_state(path)})
     return jobs
+
+
+def _worker_init(parent_pid: int) -> None:
+    """First thing in a worker process: it dies with ``parent_pid`` and leaves Ctrl-C to it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        try:  # the kernel sends SIGKILL when the parent dies
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+    guard_writes(parent_pid)
+    check_parent()  # the parent may have died before prctl took effect
+    threading.Thread(target=_watch_parent, name="vitplast-watch-parent", daemon=True).start()
+
+
+def _watch_parent(period: float = 0.2) -> None:
+    while True:
+        time.sleep(period)
+        check_parent()
+
+
+def _stop_workers(pool) -> None:
+    """Ends the pool's worker processes now (each run keeps its last checkpoint) and the pool."""
+    for proc in list((getattr(pool, "_processes", None) or {}).values()):
+        if proc.is_alive():
+            proc.terminate()
+    pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _finetune_one(opts: dict, threads: int | None) -> dict:
@@ -92,7 +127,8 @@ def train_all(jobs: list[dict], base: dict, *, n_procs: int = 1, threads: int | 
             from concurrent.futures import ProcessPoolExecutor, as_completed
 
             ctx = multiprocessing.get_context("spawn")
-            with ProcessPoolExecutor(max_workers=n_procs, mp_context=ctx) as pool:
+            with ProcessPoolExecutor(max_workers=n_procs, mp_context=ctx, initializer=_worker_init,
+                                     initargs=(os.getpid(),)) as pool:
                 futures = {pool.submit(_finetune_one, run_options(base, j), threads): i
                            for i, j in enumerate(jobs) if i not in out}
                 try:
@@ -103,7 +139,7 @@ def train_all(jobs: list[dict], base: dict, *, n_procs: int = 1, threads: int | 
                         bar.set_postfix_str(f"{j['train']} lr={j['lr']:g} seed={j['seed']}", refresh=False)
                         bar.update(1)
                 except BaseException:
-                    pool.shutdown(wait=True, cancel_futures=True)
+                    _stop_workers(pool)
                     raise
     finally:
         bar.close()

@@ -154,3 +154,30 @@ def model_arg(text: str) -> tuple[str, object]:
         return key, json.loads(value)
     except json.JSONDecodeError:
         return key, value
+
+
+MAX_SEED = 2**32 - 1  # numpy's seed range, within every generator the commands seed
+MAX_STEPS = 10**9  # optimiser steps of one run: beyond it a run would not end (nor its data order seed)
+
+
+def check_seed(value, flag: str = "--seed") -> int:
+    """``value`` as a seed: an integer in ``0..MAX_SEED`` (ValueError naming ``flag`` otherwise)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SEED:
+        raise ValueError(f"{flag} must be an integer in 0..{MAX_SEED}, got {value!r}")
+    return value
+
+
+def seed(text: str) -> int:
+    """``--seed``: an integer in ``0..MAX_SEED``."""
+    value = _int(text)
+    try:
+        return check_seed(value, "seed")
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer in 0..{MAX_SEED}, got {text!r}") from None
+
+
+def check_steps(value, flag: str = "--steps") -> int:
+    """``value`` as a number of optimiser steps: an integer in ``1..MAX_STEPS``."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_STEPS:
+        raise ValueError(f"{flag} must be an integer in 1..{MAX_STEPS}, got {value!r}")
+    return value

@@ -54,7 +54,8 @@ def resolve_path(path: str | os.PathLike) -> Path:
     return p
 
 
-def _numpy_globals() -> list:
+def numpy_globals() -> list:
+    """The numpy types a weights-only load may rebuild (arrays: older checkpoints' RNG states)."""
     import numpy as np
 
     core = getattr(np, "_core", None) or np.core
@@ -64,13 +65,13 @@ def _numpy_globals() -> list:
 
 def _read_torch(path: Path) -> object:
     try:
-        with torch.serialization.safe_globals(_numpy_globals()):
+        with torch.serialization.safe_globals(numpy_globals()):
             return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise CheckpointError(
             f"weights: {str(path)!r} holds Python objects other than tensors, which are not loaded "
-            f"({first}); save a state dict (model.state_dict()) or a .safetensors file") from None
+            f"({unpickling_reason(exc)}); save a state dict (model.state_dict()) or a .safetensors file") \
+            from None
     except (RuntimeError, EOFError, OSError, ValueError, zipfile.BadZipFile) as exc:
         raise CheckpointError(f"weights: {str(path)!r} is not a readable PyTorch checkpoint (truncated or "
                               f"corrupt?): {_one_line(exc)}") from None
@@ -86,9 +87,28 @@ def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
                               f"corrupt?): {_one_line(exc)}") from None
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+
+
+def plain_text(text: str) -> str:
+    """``text`` without terminal escape sequences or control characters, on one line."""
+    text = _ANSI.sub("", str(text))
+    return " ".join("".join(ch if ch.isprintable() else " " for ch in text).split())
+
+
 def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return (text.splitlines()[0] if text else type(exc).__name__)[:200]
+    text = _ANSI.sub("", str(exc)).strip()
+    return plain_text(text.splitlines()[0] if text else type(exc).__name__)[:200]
+
+
+def unpickling_reason(exc: BaseException) -> str:
+    """What a weights-only ``torch.load`` refused, in one plain line (torch's message spans lines, with
+    terminal escapes; its ``WeightsUnpickler error:`` line names the refused global)."""
+    for line in _ANSI.sub("", str(exc)).splitlines():
+        if "WeightsUnpickler error:" in line:
+            reason = line.split("WeightsUnpickler error:", 1)[1].split(". Please", 1)[0]
+            return plain_text(reason)[:200]
+    return _one_line(exc)
 
 
 def _unwrap(obj: object, path: Path) -> dict[str, torch.Tensor]:

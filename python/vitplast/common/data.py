@@ -301,3 +301,52 @@ def _collate_present(items: list):
 
     items = [x for x in items if x is not None]
     return default_collate(items) if items else None
+
+
+def _file_of(dataset, idx: int) -> str | None:
+    """The image file behind item ``idx`` (through ``_Labelled``, ``Subset`` and ``ConcatDataset``), or
+    None for in-memory data."""
+    import bisect
+
+    while True:
+        if isinstance(dataset, _Labelled):
+            dataset = dataset.inner
+        elif isinstance(dataset, Subset):
+            dataset, idx = dataset.dataset, int(dataset.indices[idx])
+        elif isinstance(dataset, ConcatDataset):
+            part = bisect.bisect_right(dataset.cumulative_sizes, idx)
+            idx -= dataset.cumulative_sizes[part - 1] if part else 0
+            dataset = dataset.datasets[part]
+        else:
+            samples = getattr(dataset, "samples", None)
+            return samples[idx][0] if samples is not None else None
+
+
+class _Indices(Dataset):
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, idx: int) -> int:
+        return idx
+
+
+def check_images(dataset, batches: int, batch_size: int, seed: int) -> int:
+    """Decodes the image files of the first ``batches`` batches :func:`make_loader` gives (``shuffle``,
+    ``seed``, full batches): the ones a run will read, checked before it starts. Raises
+    :class:`BadImageError` naming the first file that cannot be decoded; returns the files checked."""
+    # the same loader over the items' indices: the same draws from the same generator, the same order
+    loader = make_loader(_Indices(len(dataset)), batch_size=batch_size, shuffle=True, seed=seed,
+                         drop_last=True)
+    checked = 0
+    for b, idx in enumerate(loader):
+        if b >= batches:
+            break
+        for i in idx.tolist():
+            path = _file_of(dataset, int(i))
+            if path is not None:
+                open_image(path)
+                checked += 1
+    return checked

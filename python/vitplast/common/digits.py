@@ -61,6 +61,35 @@ class DigitsConfig:
     max_scale: float = 0.12
     max_shift: float = 0.12  # fraction of the image half-width
 
+    def __post_init__(self) -> None:
+        """Every field checked (ValueError naming it), so a bad override fails before any pretraining."""
+        def bad(field: str, want: str) -> ValueError:
+            return ValueError(f"DigitsConfig.{field} must be {want}, got {getattr(self, field)!r}")
+
+        for f in ("img_size", "patch_size", "embed_dim", "depth", "num_heads", "epochs", "batch_size"):
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise bad(f, "a positive integer")
+        if isinstance(self.warmup_epochs, bool) or not isinstance(self.warmup_epochs, int) or \
+                self.warmup_epochs < 0:
+            raise bad("warmup_epochs", "an integer >= 0")
+        for f, low, high in (("mlp_ratio", 0, None), ("lr", 0, None), ("weight_decay", None, None),
+                             ("label_smoothing", None, 1), ("max_rotate_deg", None, None),
+                             ("max_scale", None, 1), ("max_shift", None, None)):
+            v = getattr(self, f)
+            ok = not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v) and v >= 0
+            if not ok or (low is not None and v <= low) or (high is not None and v >= high):
+                raise bad(f, "a finite number " + ("> 0" if low is not None else ">= 0")
+                          + (f" and < {high}" if high is not None else ""))
+        if self.img_size % self.patch_size:
+            raise bad("img_size", f"a multiple of patch_size ({self.patch_size})")
+        if self.embed_dim % self.num_heads:
+            raise bad("embed_dim", f"a multiple of num_heads ({self.num_heads})")
+        if not isinstance(self.model, str) or not self.model:
+            raise bad("model", "a timm model name")
+        if not isinstance(self.classes, str):
+            raise bad("classes", "a digits class list such as '0-4'")
+
     def timm_kwargs(self) -> dict:
         """Keyword arguments that make ``create_vit(self.model, ...)`` build this architecture."""
         return dict(patch_size=self.patch_size, embed_dim=self.embed_dim, depth=self.depth,
@@ -78,6 +107,14 @@ def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
         return Path(cache_dir)
     env = os.environ.get("VITPLAST_CACHE")
     return Path(env) if env else Path.home() / ".cache" / "vitplast"
+
+
+def check_cache_dir(cache_dir: str | os.PathLike | None = None) -> Path:
+    """The cache directory (:func:`cache_root`), checked before any pretraining: a directory this process
+    can write into, or one it can create (ValueError naming ``--cache-dir`` otherwise)."""
+    from vitplast.common.paths import check_out_dir
+
+    return check_out_dir(cache_root(cache_dir), "--cache-dir" if cache_dir is not None else "the cache")
 
 
 def build_digits_vit(config: DigitsConfig | None = None, weights: str | os.PathLike | None = None,

@@ -167,7 +167,7 @@ def create_vit(name: str, num_classes: int, img_size: int | None = None,
             kwargs.pop("img_size")  # a model without an input size (ResNets): images are just resized
             model = _create(timm, name, num_classes, kwargs)
         else:
-            raise ValueError(f"model {name!r} does not take the arguments {sorted(kwargs)}: {exc}") from None
+            raise ValueError(_rejected(name, kwargs, timm_kwargs, exc)) from None
     if weights is None:
         warnings.warn(f"{name}: no weights given, using random init; random-init ViTs rank components "
                       f"almost opposite to pretrained ones (pass weights=PATH / --weights PATH)",
@@ -181,4 +181,14 @@ def _create(timm, name: str, num_classes: int, kwargs: dict) -> nn.Module:
     try:
         return timm.create_model(name, pretrained=False, num_classes=num_classes, **kwargs)
     except TypeError as exc:
-        raise ValueError(f"model {name!r} does not take these arguments {sorted(kwargs)}: {exc}") from None
+        raise ValueError(_rejected(name, kwargs, kwargs, exc)) from None
+
+
+def _rejected(name: str, kwargs: dict, given: dict, exc: TypeError) -> str:
+    """The message for constructor arguments timm refused: the ones its error names (an unexpected
+    keyword), else those the user gave (``img_size`` only when the user gave it)."""
+    text = str(exc)
+    named = [k for k in kwargs if f"'{k}'" in text]
+    blamed = named or sorted(given) or sorted(kwargs)
+    what = "argument" if len(blamed) == 1 else "arguments"
+    return f"model {name!r} does not take the {what} {', '.join(blamed)} (--model-arg): {text}"

@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import random
+import zipfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -48,8 +50,26 @@ RESUME_FREE_KEYS = frozenset({"resume", "progress", "tensorboard", "out", "plots
                               "export"})
 
 
+_PARENT_PID: int | None = None  # set in worker processes (guard_writes): writes stop once it is gone
+
+
+def guard_writes(parent_pid: int | None) -> None:
+    """In a worker process: every later write to a run directory first checks that ``parent_pid`` is
+    still this process's parent, and ends the process at once (``os._exit(1)``) when it is not, so a
+    worker never writes after the process that started it died (None: no check)."""
+    global _PARENT_PID
+    _PARENT_PID = parent_pid
+
+
+def check_parent() -> None:
+    """Ends this process when :func:`guard_writes` named a parent that is gone (a no-op otherwise)."""
+    if _PARENT_PID is not None and os.getppid() != _PARENT_PID:
+        os._exit(1)
+
+
 def _atomic_write(path: Path, write) -> None:
     """``write(f)`` into a binary file object, atomically (vitplast_kernels.atomic_io)."""
+    check_parent()
 
     def fill(tmp: str) -> None:
         with open(tmp, "wb") as f:
@@ -99,8 +119,12 @@ def read_jsonl(path: str | os.PathLike) -> list[dict]:
 
 
 def rng_state() -> dict:
-    """Every RNG a training step may draw from (torch CPU and CUDA, numpy, python)."""
-    state = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    """Every RNG a training step may draw from (torch CPU and CUDA, numpy, python), as tensors and plain
+    values only, so that a checkpoint loads with ``torch.load(weights_only=True)``."""
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    keys = torch.from_numpy(keys.astype(np.int64))
+    state = {"torch": torch.get_rng_state(), "numpy": (kind, keys, int(pos), int(has_gauss), float(cached)),
+             "python": random.getstate()}
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
@@ -108,10 +132,36 @@ def rng_state() -> dict:
 
 def set_rng_state(state: dict) -> None:
     torch.set_rng_state(state["torch"])
-    np.random.set_state(state["numpy"])
+    kind, keys, *rest = state["numpy"]
+    keys = keys.numpy() if isinstance(keys, torch.Tensor) else np.asarray(keys)
+    np.random.set_state((kind, keys.astype(np.uint32), *rest))
     random.setstate(state["python"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def load_checkpoint(path: str | os.PathLike) -> dict:
+    """A run's ``checkpoint.pt``, read with ``torch.load(weights_only=True)``: tensors and plain values
+    only (and numpy arrays, which checkpoints of earlier versions hold in their RNG states); nothing in
+    it can run code. Raises :class:`RunDirError` naming the file when it holds anything else or cannot
+    be read."""
+    from .checkpoints import numpy_globals, unpickling_reason
+
+    path = Path(path)
+    try:
+        with torch.serialization.safe_globals(numpy_globals()):
+            ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        raise RunDirError(f"{path} holds Python objects other than tensors and plain values, which are not "
+                          f"loaded ({unpickling_reason(exc)}); vitplast finetune did not write it: remove it "
+                          "to restart the run from step 0, or choose another --out") from None
+    except (RuntimeError, EOFError, OSError, ValueError, zipfile.BadZipFile) as exc:
+        raise RunDirError(f"{path} is not a readable checkpoint (truncated or corrupt?): "
+                          f"{unpickling_reason(exc)}; remove it to restart the run from step 0") from None
+    if not isinstance(ckpt, dict) or not isinstance(ckpt.get("step"), int):
+        raise RunDirError(f"{path} is not a vitplast finetune checkpoint (no step); remove it to restart the "
+                          "run from step 0, or choose another --out")
+    return ckpt
 
 
 class RunDir:
@@ -189,7 +239,7 @@ class RunDir:
             self._check_same_config(config)
             self.finished = state == "finished"
             if self.checkpoint_path.exists():
-                self.checkpoint = torch.load(self.checkpoint_path, map_location="cpu", weights_only=False)
+                self.checkpoint = load_checkpoint(self.checkpoint_path)
             if self.writer and not self.finished:  # without a checkpoint the run starts over: no record kept
                 self.truncate_metrics(self.checkpoint["step"] if self.checkpoint else -1)
         elif self.writer:
@@ -214,6 +264,7 @@ class RunDir:
         """Append one record to ``metrics.jsonl`` (flushed; fsynced at each checkpoint)."""
         if not self.writer:
             return
+        check_parent()
         if self._metrics_file is None:
             self._metrics_file = open(self.metrics_path, "a")  # noqa: SIM115 - kept open for the run
         self._metrics_file.write(json.dumps(record, default=_json_default, allow_nan=True) + "\n")

@@ -47,13 +47,19 @@ from .options import (
     options_from_args,
     resolve_options,
 )
+from .preflight import preflight
 from .report import aggregate, format_table
 
 __all__ = [
     "AMP_CHOICES", "DEFAULTS", "OPTIMIZERS", "SCHEDULES", "SimulatedKill", "StepBatches",
     "add_arguments", "aggregate", "build_model", "evaluate", "finetune", "format_table", "options_from_args",
-    "resolve_options", "run", "run_one",
+    "resolve_options", "run", "run_name", "run_one",
 ]
+
+
+def run_name(train: str, lr: float, seed: int) -> str:
+    """The directory name of one run of a grid (``MHA_FC1-lr0.001-s0``); claim names its runs alike."""
+    return f"{train.replace('+', '_')}-lr{lr:g}-s{seed}"
 
 
 def finetune(**options) -> dict:
@@ -65,6 +71,7 @@ def finetune(**options) -> dict:
     write ``out/grid_summary.json`` and the grid plots.
     """
     cfg = resolve_options(options)
+    preflight(cfg)  # the checks that need the model or the data: before any file is created
     combos = [(t, lr, s) for t in cfg["train"] for lr in cfg["lr"] for s in cfg["seed"]]
     out = Path(cfg["out"])
     say = options.get("_say", print)
@@ -77,7 +84,7 @@ def finetune(**options) -> dict:
                               "overwrite it: choose another --out (or pass --resume to load its results)")
         summaries = []
         for train, lr, seed in combos:
-            path = out if len(combos) == 1 else out / f"{train.replace('+', '_')}-lr{lr:g}-s{seed}"
+            path = out if len(combos) == 1 else out / run_name(train, lr, seed)
             s = run_one(cfg, train, lr, seed, path, dctx, say=say)
             summaries.append(s)
             say(f"{train:<10} lr={lr:g} seed={seed}: accuracy {s['initial_acc']:.4f} -> {s['final_acc']:.4f}"

@@ -14,10 +14,14 @@ and ``plasticity/{component}/layer_{l}`` are logged at the step they were measur
 
 - with ``trainer=`` given, through ``trainer.log`` — into ``trainer.state.log_history`` and to every
   ``report_to`` integration (TensorBoard, W&B, ...) and callback, like the trainer's own loss;
-- without it (a callback passed to ``Trainer(callbacks=[...])`` cannot know its trainer), the callback
-  asks for a log event at that step (``control.should_log``) and adds the metrics to its ``logs`` in
-  ``on_log``: they reach ``state.log_history`` and the callbacks that come after this one, but not the
-  ``report_to`` integrations, which the trainer calls first.
+- without it (a callback passed to ``Trainer(callbacks=[...])`` cannot know its trainer): at a step the
+  trainer logs anyway, the metrics join its ``logs`` in ``on_log`` (they reach ``state.log_history``
+  and the callbacks after this one, not the ``report_to`` integrations, which the trainer calls first);
+  at any other step they are a record of their own in ``state.log_history`` only.
+
+Either way the trainer logs what it would log without the callback: its loss at every
+``logging_steps``, averaged over the same steps (the callback never asks for a log event, and the
+events of ``trainer.log`` do not cancel the trainer's own).
 
 Under DDP the per-pair sums are all-reduced before the means are taken. At the end of training the main
 process writes ``plasticity.json`` (every measured step merged, ranks combined) into ``args.output_dir``.
@@ -84,12 +88,20 @@ class PlasticityTrainerCallback(TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs):
         metrics = self.steps.end_step()
         self.steps.pause()
-        if metrics:
-            if self.trainer is not None:
-                self.trainer.log(dict(metrics))
-            else:
-                self._pending.update(metrics)
-                control.should_log = True
+        if not metrics:
+            return control
+        if self.trainer is not None:
+            # trainer.log() runs the on_log events, which clear control.should_log: the trainer would then
+            # skip its own log of this step (its loss). Its decisions are put back as they were.
+            decided = (control.should_log, control.should_evaluate, control.should_save,
+                       control.should_training_stop)
+            self.trainer.log(dict(metrics))
+            (control.should_log, control.should_evaluate, control.should_save,
+             control.should_training_stop) = decided
+        elif control.should_log:  # the trainer logs this step: the metrics join its record (on_log)
+            self._pending.update(metrics)
+        else:  # it does not: a record of their own, never a log event the trainer did not ask for
+            state.log_history.append({**metrics, "epoch": state.epoch, "step": state.global_step})
         return control
 
     def on_log(self, args, state, control, logs=None, **kwargs):

@@ -76,7 +76,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
       help="autocast dtype (float32: no autocast; bf16/fp16/fp32 accepted)")
     a("--img-size", type=T.positive_int, default=None,
       help="image size (default: the model's own; 32 for the digits ViT)")
-    a("--seed", type=T.nonnegative_int, default=0, help="data order and digits pretraining seed")
+    a("--seed", type=T.seed, default=0, help="data order, random initialisation and digits pretraining seed")
     a("--out", default=None, metavar="DIR",
       help="write plasticity.json, plasticity.png and run.json here, as one set (a new directory, or one "
            "a previous measure wrote; checked before measuring)")

@@ -76,6 +76,17 @@ def _paired_stream(x_set, y_set, batch_size: int, seed: int):
             yield torch.cat([xb[:k], yb[:k]])
 
 
+def _check_images(x_set, y_set, batches: int, batch_size: int, seed: int) -> None:
+    """Decodes the image files the first ``batches`` batches of :func:`_paired_stream` read."""
+    from vitplast.common.data import check_images
+
+    if y_set is None:
+        check_images(x_set, batches, batch_size, seed)
+    else:
+        check_images(x_set, batches, batch_size // 2, seed)
+        check_images(y_set, batches, batch_size // 2, seed + 1)
+
+
 def _autocast(device, dtype_name: str):
     import contextlib
 
@@ -136,6 +147,10 @@ def measure(model: str | None = None, weights: str | None = None, data: str | No
     name, timm_kwargs, img_size = resolve_architecture(model, weights, img_size)
     if name == DIGITS_MODEL:
         img_size = check_digits_options(timm_kwargs, img_size, pretrain_config)
+        if weights is None:  # it will be pretrained into the cache unless there already
+            from vitplast.common.digits import check_cache_dir
+
+            check_cache_dir(cache_dir)
     else:
         img_size = img_size or default_img_size(name)
 
@@ -147,9 +162,14 @@ def measure(model: str | None = None, weights: str | None = None, data: str | No
 
     # datasets before the model: a bad --data fails before any (first-run digits) pretraining
     x_set, y_set = open_sets(img_size)
-    built = build_model(name, x_set.num_classes, weights=weights, model_kwargs=timm_kwargs, img_size=img_size,
-                        allow_partial=allow_partial_weights, cache_dir=cache_dir, seed=seed,
-                        pretrain_config=pretrain_config, progress=progress)
+    if not skip_bad_images:  # the image files this run reads decode: checked before any work
+        _check_images(x_set, y_set, batches, batch_size, seed)
+    with torch.random.fork_rng(devices=[]):  # random initialisation from --seed: the run replays
+        torch.manual_seed(seed)
+        built = build_model(name, x_set.num_classes, weights=weights, model_kwargs=timm_kwargs,
+                            img_size=img_size,
+                            allow_partial=allow_partial_weights, cache_dir=cache_dir, seed=seed,
+                            pretrain_config=pretrain_config, progress=progress)
     if built.img_size != img_size:
         img_size = built.img_size
         x_set, y_set = open_sets(img_size)

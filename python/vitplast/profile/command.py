@@ -107,16 +107,37 @@ def _build(args: argparse.Namespace):
     except ValueError as exc:
         raise ValueError(f"--device: {exc}") from None
     try:
-        with torch.device(device):  # parameters created (and initialised) on the device: fast for ViT-H
+        cuda = [device.index if device.index is not None else torch.cuda.current_device()] \
+            if device.type == "cuda" else []
+        # parameters created (and initialised, from seed 0: the run replays) on the device: fast for ViT-H
+        with torch.random.fork_rng(devices=cuda), torch.device(device):
+            torch.manual_seed(0)
             model = timm.create_model(args.model, **kwargs)
     except TypeError as exc:  # --img-size / --depth for a model that does not take them
         raise ValueError(f"--model {args.model}: {exc}") from None
     model = model.eval().to(device=device, dtype=dtype)
     cfg = model.pretrained_cfg if hasattr(model, "pretrained_cfg") else {}
     size = args.img_size or (cfg.get("input_size") or (3, 224, 224))[-1]
+    need, have = args.batch_size * 3 * size * size * dtype.itemsize, _memory_bytes(device)
+    if have and need > have:
+        raise ValueError(f"--batch-size {args.batch_size}: the input batch alone needs {need / 1e9:,.1f} GB, "
+                         f"more than the {have / 1e9:,.1f} GB of memory of {device}; choose a smaller "
+                         "--batch-size")
     gen = torch.Generator().manual_seed(0)
     images = torch.randn(args.batch_size, 3, size, size, generator=gen).to(device=device, dtype=dtype)
     return model, images
+
+
+def _memory_bytes(device) -> int | None:
+    """The memory of ``device`` (a GPU's, or the machine's physical memory for the CPU), or None."""
+    import torch
+
+    try:
+        if device.type == "cuda":
+            return torch.cuda.get_device_properties(device).total_memory
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError, RuntimeError):
+        return None
 
 
 def profile(args: argparse.Namespace) -> dict[str, Any]:
@@ -137,7 +158,15 @@ def profile(args: argparse.Namespace) -> dict[str, Any]:
         torch.set_num_threads(args.threads)
     model, images = _build(args)
     device = images.device
-    st = pf.structure(model)
+    try:
+        st = pf.structure(model)
+    except ValueError as exc:
+        if "no component found" not in str(exc):
+            raise
+        raise ValueError(f"--model {args.model}: {type(model).__name__} matches none of the component "
+                         "presets and vitplast profile has no --component option: profile a model a preset "
+                         "covers (timm ViT/DeiT, DINOv2, Eva, ...), or measure it with `vitplast measure "
+                         "--component LABEL=GLOB`") from None
     n_layers = len(st.layers)
     n_modules = sum(len(n) for c in st.components for n in st.modules[c].values())
     rec: dict[str, Any] = {
