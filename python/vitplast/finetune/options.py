@@ -13,7 +13,8 @@ import math
 
 import torch
 
-from ..common.arg_types import model_arg
+from ..common.arg_types import check_seed, check_steps, model_arg, setup_parser
+from ..common.paths import check_out_dir
 from .log import tensorboard_writer_class
 from .trainable import COMPONENTS, TRAIN_CHOICES, parse_train
 
@@ -90,10 +91,14 @@ def resolve_options(options: dict) -> dict:
     seeds = _split(cfg["seed"], int, "seed")
     if any(not (lr > 0 and math.isfinite(lr)) for lr in lrs):
         raise ValueError(f"--lr must be positive, got {cfg['lr']}")
+    for s in seeds:
+        check_seed(s)
     cfg["train"], cfg["lr"], cfg["seed"] = trains, lrs, seeds
-    for key in ("steps", "batch_size"):
+    for key in ("steps", "batch_size", "lora_r", "auto_batches"):
         if not isinstance(cfg[key], int) or cfg[key] < 1:
             raise ValueError(f"--{key.replace('_', '-')} must be a positive integer, got {cfg[key]!r}")
+    check_steps(cfg["steps"])
+    check_out_dir(cfg["out"])
     for key in ("eval_every", "monitor_every", "probe", "checkpoint_every", "warmup", "eval_limit",
                 "workers"):
         if not isinstance(cfg[key], int) or cfg[key] < 0:
@@ -152,6 +157,7 @@ def resolve_options(options: dict) -> dict:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    setup_parser(p)  # a bad value: one line and exit status 2, not the usage block
     d = DEFAULTS
     g = p.add_argument_group("model and data")
     g.add_argument("--model", default=d["model"],
