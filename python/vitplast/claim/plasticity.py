@@ -20,6 +20,14 @@ import warnings
 
 import numpy as np
 
+# layout of the saved chunk statistics along their last axis: the result's first stat_fields (checked
+# when measured), read by name below
+CHUNK_FIELDS = ("count", "sum", "sumsq", "identical", "nonfinite")
+
+
+def _field(stats: np.ndarray, name: str) -> np.ndarray:
+    return stats[..., CHUNK_FIELDS.index(name)]
+
 
 def _images(dataset, idx: np.ndarray):
     import torch
@@ -68,23 +76,26 @@ def measure_chunks(net, x_set, y_set, *, protocol: str, pairs: int, pair_batch: 
         with vk.capture(net, protocol=protocol, pairs="halves") as acts, torch.no_grad(), amp():
             net(batch)
         res = vk.pairwise_plasticity(acts)
+        if tuple(res.stat_fields[: len(CHUNK_FIELDS)]) != CHUNK_FIELDS:
+            raise RuntimeError(f"the result's statistics {res.stat_fields} do not start with {CHUNK_FIELDS}")
         if components is None:
             components, layers = list(res.components), list(res.layers)
-        stats.append(res.stats[..., :5].detach().to("cpu", torch.float64).numpy())
+        stats.append(res.stats[..., : len(CHUNK_FIELDS)].detach().to("cpu", torch.float64).numpy())
     return {"components": components, "layers": layers, "stats": np.stack(stats).tolist(),
             "pairs": chunks * pair_batch, "chunks": chunks, "seconds": time.perf_counter() - t0}
 
 
 def layer_means(stats: np.ndarray) -> np.ndarray:
-    """``(..., C, L, 5)`` summed chunk statistics -> ``(..., C, L)`` mean rate (NaN without pairs)."""
-    count, total = stats[..., 0], stats[..., 1]
+    """``(..., C, L, 5)`` summed chunk statistics -> ``(..., C, L)`` mean rate (NaN without pairs):
+    ``PlasticityResult.mean``, over any leading axes (the bootstrap's replicates)."""
+    count, total = _field(stats, "count"), _field(stats, "sum")
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(count > 0, total / np.where(count > 0, count, 1.0), np.nan)
 
 
 def component_means(per_layer: np.ndarray) -> np.ndarray:
-    """``(..., C, L)`` -> ``(..., C)``: mean over the layers that have a value (the package's
-    ``PlasticityResult.overall``)."""
+    """``(..., C, L)`` -> ``(..., C)``: mean over the layers that have a value
+    (``PlasticityResult.overall``, over any leading axes: the bootstrap's replicates)."""
     finite = np.isfinite(per_layer)
     n = finite.sum(-1)
     total = np.where(finite, per_layer, 0.0).sum(-1)
@@ -116,7 +127,7 @@ def summarize(measured: dict, counts: np.ndarray, level: float = 0.95) -> dict:
             "per_layer": [float(v) if math.isfinite(v) else None for v in per_layer[i]],
             "per_layer_ci": [list(percentile_interval(reps_layer[:, i, l], level))
                              for l in range(per_layer.shape[1])],
-            "pairs": int(total[i, :, 0].min()),
-            "excluded": int(total[i, :, 3].sum() + total[i, :, 4].sum()),
+            "pairs": int(_field(total[i], "count").min()),
+            "excluded": int(_field(total[i], "identical").sum() + _field(total[i], "nonfinite").sum()),
         }
     return {"components": out, "replicates": reps}

@@ -22,20 +22,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # a process of another user
-        return True
-    return True
+from .runlock import process_alive
 
 
 class OutputSet:
@@ -80,21 +73,31 @@ class OutputSet:
         for p in self.parent.glob(f".{self.target.name}.*-*-*"):
             kind, _, rest = p.name[len(self.target.name) + 2:].partition("-")
             pid = rest.partition("-")[0]
-            if kind in ("tmp", "old") and pid.isdigit() and not _alive(int(pid)) and p.is_dir():
+            if kind in ("tmp", "old") and pid.isdigit() and not process_alive(int(pid)) and p.is_dir():
                 shutil.rmtree(p, ignore_errors=True)
 
     @contextlib.contextmanager
     def writing(self) -> Iterator[Path]:
         """A temporary directory to fill; it replaces the target when the block ends without error."""
         self._sweep()
-        tmp = Path(tempfile.mkdtemp(prefix=self._hidden("tmp"), dir=self.parent))
+        tmp = self._fresh_dir()
         try:
             yield tmp
-            os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700
             self._replace(tmp)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
+
+    def _fresh_dir(self) -> Path:
+        """A new hidden directory beside the target, with the usual permissions (``os.mkdir`` applies
+        the umask, unlike ``mkdtemp``'s 0700)."""
+        while True:
+            path = self.parent / f"{self._hidden('tmp')}{secrets.token_hex(4)}"
+            try:
+                path.mkdir()
+                return path
+            except FileExistsError:
+                continue
 
     def _replace(self, new: Path) -> None:
         old = None
@@ -116,9 +119,3 @@ class OutputSet:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask

@@ -22,12 +22,13 @@ class RunDirError(ValueError):
     """A run directory cannot be used as asked (finished, unfinished without --resume, mismatch, in use)."""
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists on this host (one of another user counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
+    except PermissionError:  # a process of another user
         return True
     return True
 
@@ -71,7 +72,7 @@ class RunLock:
         if previous.get("pid") and not (previous.get("host") == socket.gethostname()
                                         and previous["pid"] == os.getpid()):
             here = previous.get("host") == socket.gethostname()
-            self.stale = dict(previous, alive=_alive(int(previous["pid"])) if here else None)
+            self.stale = dict(previous, alive=process_alive(int(previous["pid"])) if here else None)
         me = {"pid": os.getpid(), "host": socket.gethostname(),
               "since": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
         os.ftruncate(fd, 0)

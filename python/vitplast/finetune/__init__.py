@@ -1,8 +1,8 @@
 """``vitplast finetune``: finetune chosen components, monitoring plasticity every step (:func:`finetune`)."""
 
-from .command import finetune
+from .command import finetune, run_name
 from .loop import SimulatedKill
 from .model import build_model
 from .trainable import COMPONENTS
 
-__all__ = ["COMPONENTS", "SimulatedKill", "build_model", "finetune"]
+__all__ = ["COMPONENTS", "SimulatedKill", "build_model", "finetune", "run_name"]

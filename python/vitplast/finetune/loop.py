@@ -82,7 +82,7 @@ def _export_meta(cfg: dict, train: str, lr: float, seed: int) -> dict[str, str]:
 
 def _train(cfg: dict, train: str, lr: float, seed: int, run_path: Path, dctx: DistContext, rd: RunDir,
            say) -> dict:
-    from .step_recorder import Monitor
+    from .step_recorder import StepRecorder
     from .trainable import count_parameters
 
     t0 = time.perf_counter()
@@ -108,7 +108,8 @@ def _train(cfg: dict, train: str, lr: float, seed: int, run_path: Path, dctx: Di
     opt = make_optimizer(cfg, params, lr)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_schedule(cfg))
     probe = probe_batch(train_ds, cfg["probe"], dctx, device) if cfg["probe"] else None
-    monitor = Monitor(model, cfg["monitor_every"], probe=probe, dist=dctx, amp=amp)
+    recorder = StepRecorder(model, cfg["monitor_every"], probe=probe, dist=dctx, amp=amp,
+                            start=ckpt["step"] if ckpt is not None else 0)
 
     if ckpt is not None:
         model.load_state_dict(ckpt["model"])
@@ -126,7 +127,7 @@ def _train(cfg: dict, train: str, lr: float, seed: int, run_path: Path, dctx: Di
         from torch.nn.parallel import DistributedDataParallel
 
         wrapped = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
-    if cfg["compile"]:  # after the monitor attached its hooks: they are compiled into the step's graph
+    if cfg["compile"]:  # after the recorder attached its hooks: they are compiled into the step's graph
         wrapped = torch.compile(wrapped, mode=None if cfg["compile"] == "default" else cfg["compile"])
     if cfg["tensorboard"]:
         log.open_tensorboard(run_path)  # every row kept in metrics.jsonl, then the new ones
@@ -139,13 +140,13 @@ def _train(cfg: dict, train: str, lr: float, seed: int, run_path: Path, dctx: Di
     try:
         for it, x, y in feed.iterate(start, steps, cfg["workers"]):
             x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-            with monitor.training_forward(it), amp():
+            with recorder.training_forward(), amp():
                 logits = wrapped(x)
             loss = torch.nn.functional.cross_entropy(logits.float(), y)
             loss.backward()
             lr_now = sched.get_last_lr()[0]
-            if monitor.due(it):
-                rec = monitor.record(it, loss, lr_now)
+            if recorder.due:
+                rec = recorder.record(it, loss, lr_now)
                 if state["plasticity_start"] is None:
                     state["plasticity_start"] = rec["plasticity_mean"]
                 log.log(rec)
@@ -156,6 +157,7 @@ def _train(cfg: dict, train: str, lr: float, seed: int, run_path: Path, dctx: Di
             opt.step()
             sched.step()
             opt.zero_grad(set_to_none=True)
+            recorder.step()
             done = it + 1
             if (cfg["eval_every"] and done % cfg["eval_every"] == 0) or done == steps:
                 acc, vloss = evaluate(model, val_ds, device, limit=cfg["eval_limit"], dctx=dctx, amp=amp)
@@ -174,7 +176,7 @@ def _train(cfg: dict, train: str, lr: float, seed: int, run_path: Path, dctx: Di
                 raise SimulatedKill(f"stopped after iteration {done}")
         log.flush()
     finally:
-        monitor.close()
+        recorder.close()
         bar.close()
         log.close()
 

@@ -1,67 +1,61 @@
-"""Per-step plasticity monitoring inside a training loop.
+"""What a finetuning run records per step (:class:`StepRecorder`), on the steps the schedule of
+:func:`vitplast_kernels.monitor` measures (every ``every``-th: ``it % every == 0``), for the model
+being trained:
 
-Every ``every`` iterations (``it % every == 0``) the monitor records, for the model being trained:
-
-- plasticity per component and layer, through :func:`vitplast_kernels.capture` (protocol ``in_situ``):
-  on the **training batch** itself (pairs = its two halves, captured during the real forward pass, so
-  nothing is recomputed), or on a **fixed probe batch** (``probe``: the same sequences and pairs every
-  time, so curves are comparable; one extra forward pass without gradients);
+- plasticity per component and layer (protocol ``in_situ``): on the **training batch** itself (pairs =
+  its two halves, captured during the real forward pass, so nothing is recomputed), or on a **fixed
+  probe batch** (``probe``: the same images and pairs every time, so curves are comparable; one extra
+  forward pass without gradients);
 - the gradient norm per component (``MHA``, ``FC1``, ``FC2``, ``LN1``, ``LN2``, ``head``, ``other``)
   over the parameters that have a gradient, before clipping;
 - the loss and the learning rate.
 
-The capture is attached once, when the monitor is made (before the model is compiled): iterations
-between monitored ones run the plain variant of a compiled model (the hooks read one flag and return),
-and nothing is synchronised.
-Under DistributedDataParallel the per-(component, layer) pair statistics are summed over ranks before
-the means are taken, so the recorded plasticity is that of the global batch.
+The monitor's capture is attached once, when the recorder is made (before the model is compiled):
+iterations between recorded ones run the plain variant of a compiled model (the hooks read one flag
+and return), and nothing is synchronised. Under DistributedDataParallel the result's sums are
+all-reduced over ranks (``PlasticityResult.all_reduce``) before the means are taken, so the recorded
+plasticity is that of the global batch; every value is the result's own (``mean``, ``overall``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
 import torch
 from torch import nn
+
+from vitplast_kernels import PlasticityResult
 
 from ..common.distributed import DistContext
 from .trainable import COMPONENTS, component_parameter_names
 
 
-def _stats_of(result) -> tuple[list[str], torch.Tensor]:
-    """``(components, stats (C, L, 5) float64 [count, sum, sumsq, identical, nonfinite])`` of a result."""
-    comps = list(result.components)
-    stats = result.stats
-    if not isinstance(stats, torch.Tensor):
-        stats = torch.stack([torch.as_tensor(stats[c]) for c in comps])
-    return comps, stats.detach().to(torch.float64)
-
-
-def summarize_stats(components: Sequence[str], stats: torch.Tensor) -> dict:
-    """``stats (C, L, 5)`` -> ``{"plasticity": {c: [mean per layer]}, "plasticity_mean": {c: mean over
-    layers}, "pairs": {c: [pairs used per layer]}, "excluded": {c: identical + non-finite pairs}}``."""
-    stats = stats.cpu()
-    count, total = stats[..., 0], stats[..., 1]
-    mean = torch.where(count > 0, total / count.clamp_min(1), torch.full_like(total, float("nan")))
+def summarize(result: PlasticityResult) -> dict:
+    """A result as the record's fields: ``{"plasticity": {c: [mean per layer]}, "plasticity_mean": {c:
+    mean over layers (the result's overall)}, "pairs": {c: [pairs used per layer]}, "excluded": {c:
+    identical + non-finite pairs}}``."""
     out = {"plasticity": {}, "plasticity_mean": {}, "pairs": {}, "excluded": {}}
-    for i, c in enumerate(components):
-        layers = mean[i]
-        finite = layers[torch.isfinite(layers)]
-        out["plasticity"][c] = [float(v) for v in layers]
-        out["plasticity_mean"][c] = float(finite.mean()) if finite.numel() else float("nan")
-        out["pairs"][c] = [int(v) for v in count[i]]
-        out["excluded"][c] = int(stats[i, :, 3].sum() + stats[i, :, 4].sum())
+    for c in result.components:
+        out["plasticity"][c] = [float(v) for v in result.mean(c)]
+        out["plasticity_mean"][c] = result.overall(c)
+        out["pairs"][c] = [int(v) for v in result.n_pairs(c)]
+        out["excluded"][c] = int(result.n_identical(c).sum() + result.n_nonfinite(c).sum())
     return out
+
+
+def _over_ranks(result: PlasticityResult, dist: DistContext | None) -> PlasticityResult:
+    """The result over all ranks (its sums all-reduced) under torchrun, else itself."""
+    return result.all_reduce() if dist is not None and dist.enabled else result
 
 
 def measure_plasticity(model: nn.Module, batches, *, dist: DistContext | None = None, amp=None) -> dict:
     """Plasticity (halves of each batch, in situ) summed over ``batches`` (an iterable of images
-    ``(2B, 3, H, W)``) and over ranks; returns :func:`summarize_stats`'s dict."""
+    ``(2B, 3, H, W)``) and over ranks; returns :func:`summarize`'s dict."""
     from vitplast_kernels import capture, pairwise_plasticity
 
-    total, comps = None, None
+    total = None
     was_training = model.training
     model.eval()
     with torch.no_grad():
@@ -69,36 +63,32 @@ def measure_plasticity(model: nn.Module, batches, *, dist: DistContext | None = 
             with capture(model, protocol="in_situ", pairs="halves") as acts:
                 with amp() if amp is not None else contextlib.nullcontext():
                     model(images)
-            comps, stats = _stats_of(pairwise_plasticity(acts))
-            total = stats if total is None else total + stats
+            res = pairwise_plasticity(acts)
+            total = res if total is None else total.merge(res)
     model.train(was_training)
     if total is None:
         raise ValueError("measure_plasticity: batches is empty")
-    if dist is not None:
-        total = dist.sum_(total.to(_reduce_device(model)).contiguous()).cpu()
-    return summarize_stats(comps, total)
+    return summarize(_over_ranks(total, dist))
 
 
-def _reduce_device(model: nn.Module) -> torch.device:
-    p = next(model.parameters())
-    return p.device
+class StepRecorder:
+    """Records, on the steps :func:`vitplast_kernels.monitor`'s schedule measures (every ``every``-th),
+    the plasticity per component and layer, the gradient norm per component, the loss and the lr.
 
-
-class Monitor:
-    """Decides which iterations are monitored and builds their records.
-
-    ``model`` is the unwrapped model (not the DDP wrapper). ``probe``: ``None`` (training batch,
-    halves) or a fixed batch of images ``(2P, 3, H, W)`` already on the model's device.
+    ``model`` is the unwrapped model (not the DDP wrapper). ``probe``: ``None`` (the training batch,
+    its halves paired, captured in the real forward) or a fixed batch of images ``(2P, 3, H, W)``
+    already on the model's device (one extra forward without gradients). ``start``: the step a resumed
+    run continues at. Per step: ``with recorder.training_forward(): ...``, then, when
+    ``recorder.due``, ``recorder.record(...)`` after backward, and ``recorder.step()`` at its end.
     """
 
     def __init__(self, model: nn.Module, every: int, *, probe: torch.Tensor | None = None,
-                 dist: DistContext | None = None, amp=None):
+                 dist: DistContext | None = None, amp=None, start: int = 0):
         if every < 0:
             raise ValueError(f"--monitor-every must be >= 0 (0 = off), got {every}")
         if probe is not None and (probe.shape[0] < 2 or probe.shape[0] % 2):
             raise ValueError(f"--probe must be an even number >= 2 of images, got {probe.shape[0]}")
         self.model = model
-        self.every = every
         self.probe = probe
         self.dist = dist or DistContext()
         self.amp = amp
@@ -106,32 +96,50 @@ class Monitor:
         params = dict(model.named_parameters())
         self.groups = {g: [params[n] for n in ns] for g, ns in names.items()}
         self._mon = None
-        if probe is None and every > 0:
+        self._due = False
+        if every > 0:
             from vitplast_kernels import monitor
 
-            self._mon = monitor(model, protocol="in_situ", pairs="halves")
-            self._mon.capture.enabled = False
-        self._measured = False
+            # the schedule and the capture: attached now, before the model is compiled
+            self._mon = monitor(model, every=every, protocol="in_situ", pairs="halves")
+            if start:  # a resumed run: the monitor's step counter continues at ``start``
+                self._mon.steps = start - 1
+                self._mon.step()
+            self._due = self._mon.active
+            self._pause()
+
+    def _pause(self) -> None:
+        """No forward is measured outside :meth:`training_forward` (evaluation, the probe's own)."""
+        self._paused = self._mon.measuring(False)
+        self._paused.__enter__()
 
     def close(self) -> None:
         """Removes the hooks."""
         if self._mon is not None:
+            self._paused.__exit__(None, None, None)
             self._mon.detach()
 
-    def due(self, it: int) -> bool:
-        return self.every > 0 and it % self.every == 0
+    @property
+    def due(self) -> bool:
+        """Whether the current step is recorded."""
+        return self._due
+
+    def step(self) -> None:
+        """Ends the current training step (the monitor's schedule moves on)."""
+        if self._mon is not None:
+            self._paused.__exit__(None, None, None)
+            self._due = self._mon.step()
+            self._pause()
 
     @contextlib.contextmanager
-    def training_forward(self, it: int):
-        """Wrap the training forward pass of iteration ``it``: captures it when due and pairing on
-        the training batch; otherwise does nothing at all."""
-        if self._mon is None:
+    def training_forward(self):
+        """Wraps the training forward pass: captured when the step is due and the pairs are the training
+        batch's halves; otherwise nothing at all."""
+        if self._mon is None or self.probe is not None:
             yield
             return
-        due = self.due(it)
-        with self._mon.measuring(due):
+        with self._mon.measuring(self._due):
             yield
-        self._measured = self._measured or due
 
     def grad_norms(self) -> dict[str, torch.Tensor]:
         """``{group: norm}`` (0-dim tensors, on device) of the current gradients; groups without
@@ -144,19 +152,21 @@ class Monitor:
                 out[g] = torch.linalg.vector_norm(torch.stack([n.float() for n in norms]))
         return out
 
+    def _probe_result(self) -> PlasticityResult:
+        was_training = self.model.training
+        self.model.eval()
+        with torch.no_grad(), self._mon.measuring(True):
+            with self.amp() if self.amp is not None else contextlib.nullcontext():
+                self.model(self.probe)
+        self.model.train(was_training)
+        return self._mon.result(reset=True)
+
     def record(self, it: int, loss: torch.Tensor, lr: float, *, grad_norms: Mapping | None = None) -> dict:
-        """The record of monitored iteration ``it`` (call after backward, before the optimiser step)."""
-        if self.probe is not None:
-            summary = measure_plasticity(self.model, [self.probe], dist=self.dist, amp=self.amp)
-        else:
-            if not self._measured:
-                raise RuntimeError(
-                    "Monitor.record: the training forward was not captured (use training_forward)"
-                )
-            comps, stats = _stats_of(self._mon.result(reset=True))
-            self._measured = False
-            stats = self.dist.sum_(stats.to(_reduce_device(self.model)).contiguous()).cpu()
-            summary = summarize_stats(comps, stats)
+        """The record of the due iteration ``it`` (call after backward, before the optimiser step)."""
+        if not self._due:
+            raise RuntimeError(f"StepRecorder.record: iteration {it} is not a recorded step")
+        result = self._probe_result() if self.probe is not None else self._mon.result(reset=True)
+        summary = summarize(_over_ranks(result, self.dist))
         loss_t = self.dist.sum_(loss.detach().float().reshape(1).clone()) / self.dist.world
         gn = grad_norms if grad_norms is not None else self.grad_norms()
         gn_values = torch.stack(list(gn.values())).tolist() if gn else []

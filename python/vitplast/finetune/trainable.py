@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-import torch
 from torch import nn
 
 from . import selection
@@ -80,11 +79,7 @@ def _component_means(plasticity) -> dict[str, float]:
     """``{component: mean plasticity over layers}`` from a PlasticityResult or a mapping."""
     if isinstance(plasticity, Mapping):
         return {str(k): float(v) for k, v in plasticity.items()}
-    out = {}
-    for c in plasticity.components:
-        per_layer = torch.as_tensor(plasticity.mean(c), dtype=torch.float64)
-        out[str(c)] = float(per_layer[torch.isfinite(per_layer)].mean())
-    return out
+    return {str(c): plasticity.overall(c) for c in plasticity.components}
 
 
 def choose_components(
