@@ -9,8 +9,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from vitplast_kernels.atomic_io import atomic_write
-
+from ..common.plots import figure, save
 from ..finetune import COMPONENTS
 
 
@@ -103,14 +102,10 @@ def _layer_table(an: dict) -> str:
 def plot_claim(result: dict, path) -> Path:
     """Gain against plasticity (one point per component, 95% error bars both ways, Theil-Sen trend)
     beside plasticity per layer (mean and 95% band per component) -> PNG at ``path``."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
     an = result["analysis"]
     rows = an["rows"]
-    fig = Figure(figsize=(12, 4.8))
-    FigureCanvasAgg(fig)
-    ax, ax2 = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.15, 1]})
+    fig, axes = figure(1, 2, (12, 4.8), gridspec_kw={"width_ratios": [1.15, 1]})
+    ax, ax2 = axes[0]
     names = list(COMPONENTS) + [r["component"] for r in rows if r["component"] not in COMPONENTS]
     colors = {c: f"C{i}" for i, c in enumerate(names)}
     points = [r for r in rows if r["plasticity"] is not None and r["gain"]["mean"] is not None]
@@ -157,7 +152,4 @@ def plot_claim(result: dict, path) -> Path:
     ax2.set_title("plasticity per layer (per layer the claim is plasticity-only)", fontsize=10)
     ax2.legend(fontsize=8)
     ax2.grid(alpha=0.3)
-    fig.tight_layout()
-    path = Path(path)
-    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
-    return path
+    return save(fig, path)

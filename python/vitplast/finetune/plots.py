@@ -1,4 +1,4 @@
-"""Figures of a finetuning run or grid (matplotlib, Agg backend, PNG files written atomically).
+"""Figures of a finetuning run or grid (:mod:`vitplast.common.plots`: PNG files written atomically).
 
 - :func:`plot_curves` — one run: per-step plasticity per component (mean over layers) and gradient
   norm per component, from its ``metrics.jsonl`` records, plus loss and validation accuracy;
@@ -11,28 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from vitplast_kernels.atomic_io import atomic_write
-
+from ..common.plots import figure, save
 from .trainable import COMPONENTS
-
-
-def _figure(nrows: int, ncols: int, size):
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
-
-    return plt, *plt.subplots(nrows, ncols, figsize=size, squeeze=False)
-
-
-def _save(plt, fig, path: Path) -> Path:
-    path = Path(path)
-    try:
-        fig.tight_layout()
-        atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110))
-    finally:
-        plt.close(fig)
-    return path
 
 
 def _groups(records: Sequence[dict], field: str) -> list[str]:
@@ -46,7 +26,7 @@ def plot_curves(records: Sequence[dict], path, *, title: str = "") -> Path:
     mon = [r for r in records if r.get("kind") == "monitor"]
     evals = [r for r in records if r.get("kind") == "eval"]
     train = [r for r in records if r.get("kind") in ("monitor", "train")]
-    plt, fig, ax = _figure(1, 3, (15, 4))
+    fig, ax = figure(1, 3, (15, 4))
     for g in _groups(mon, "plasticity_mean"):
         pts = [(r["step"], r["plasticity_mean"][g]) for r in mon if g in r["plasticity_mean"]]
         ax[0, 0].plot(*zip(*pts, strict=True), marker=".", label=g)
@@ -70,14 +50,14 @@ def plot_curves(records: Sequence[dict], path, *, title: str = "") -> Path:
             a.legend(fontsize=8)
     if title:
         fig.suptitle(title)
-    return _save(plt, fig, path)
+    return save(fig, path)
 
 
 def plot_grid(rows: Sequence[dict], folder) -> list[Path]:
     """Grid figures from :func:`vitplast.finetune.aggregate` rows -> PNGs in ``folder``."""
     folder = Path(folder)
     out = []
-    plt, fig, ax = _figure(1, 1, (max(5, 1.1 * len(rows) + 2), 4))
+    fig, ax = figure(1, 1, (max(5, 1.1 * len(rows) + 2), 4))
     labels = [r["train"] if len({x["lr"] for x in rows}) == 1 else f"{r['train']}\nlr={r['lr']:g}"
               for r in rows]
     ax[0, 0].bar(range(len(rows)), [r["acc_mean"] for r in rows], yerr=[r["acc_std"] for r in rows],
@@ -86,10 +66,10 @@ def plot_grid(rows: Sequence[dict], folder) -> list[Path]:
     ax[0, 0].set(ylabel="validation accuracy (mean ± std over seeds)", title="accuracy per trained component")
     ax[0, 0].axhline(rows[0]["initial_acc"] if rows else 0, color="grey", ls="--", lw=1, label="before")
     ax[0, 0].legend(fontsize=8)
-    out.append(_save(plt, fig, folder / "accuracy_per_component.png"))
+    out.append(save(fig, folder / "accuracy_per_component.png"))
 
     pts = [r for r in rows if "plasticity" in r]
-    plt, fig, ax = _figure(1, 1, (5, 4))
+    fig, ax = figure(1, 1, (5, 4))
     for i, r in enumerate(pts):
         ax[0, 0].errorbar(r["plasticity"], r["gain"], yerr=r["acc_std"], fmt="o", color=f"C{i % 10}",
                           capsize=3)
@@ -97,5 +77,5 @@ def plot_grid(rows: Sequence[dict], folder) -> list[Path]:
     over = rows[0]["gain_over"] if rows else "initial"
     ax[0, 0].set(xlabel="plasticity before finetuning", title="plasticity vs accuracy gain",
                  ylabel=f"accuracy gain over {'linear probing' if over == 'head' else 'start'}")
-    out.append(_save(plt, fig, folder / "plasticity_vs_gain.png"))
+    out.append(save(fig, folder / "plasticity_vs_gain.png"))
     return out

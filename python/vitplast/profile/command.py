@@ -30,6 +30,7 @@ from typing import Any
 
 from ..common import arg_types as T
 from ..common.device import check_device, resolve_device
+from ..common.plots import figure, save
 
 # what a bare `vitplast profile` measures on each device type: (model, images per batch, dtype)
 DEVICE_DEFAULTS = {"cuda": ("vit_base_patch16_224", 64, "bfloat16"),
@@ -298,15 +299,11 @@ def report(rec: dict[str, Any]) -> str:
 
 
 def plot_layers(rec: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     lt = rec["layer_times"]
     layers = list(lt["forward"]["per_layer"])
     xs = range(len(layers))
-    fig, ax = plt.subplots(figsize=(max(6, 0.3 * len(layers) + 3), 4))
+    fig, axes = figure(1, 1, (max(6, 0.3 * len(layers) + 3), 4))
+    ax = axes[0, 0]
     bottom = [0.0] * len(layers)
     for c, per in lt["forward"]["per_component"].items():
         vals = [1e3 * per.get(lay, 0.0) for lay in layers]
@@ -321,9 +318,7 @@ def plot_layers(rec: dict[str, Any], path: Path) -> None:
     ax.set_ylabel("ms per batch")
     ax.set_title(f"{rec['model']} batch {rec['batch_size']} {rec['dtype']} on {rec['device']}", fontsize=9)
     ax.legend(fontsize=7, ncol=2)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save(fig, path, dpi=120)
 
 
 def run(args: argparse.Namespace) -> int:

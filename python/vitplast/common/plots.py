@@ -1,0 +1,38 @@
+"""The one plotting style of the commands: a bare ``matplotlib.figure.Figure`` on its own Agg canvas,
+saved atomically. No pyplot and no ``matplotlib.use``: the importer's backend, rcParams and open
+figures stay untouched, and nothing needs closing (the figure is freed with its last reference).
+
+Usage::
+
+    fig, axes = figure(1, 2, (12, 4))        # axes: a 2-D array, like plt.subplots(squeeze=False)
+    axes[0, 0].plot(...)
+    save(fig, "out/curves.png")              # tight layout, PNG (or the suffix's format), atomic
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from vitplast_kernels.atomic_io import atomic_write
+
+DPI = 110
+
+
+def figure(nrows: int = 1, ncols: int = 1, size: tuple[float, float] = (6.4, 4.8), **subplots_kw):
+    """``(fig, axes)``: a new Figure with the Agg canvas and an ``nrows x ncols`` array of axes."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=size)
+    FigureCanvasAgg(fig)
+    return fig, fig.subplots(nrows, ncols, squeeze=False, **subplots_kw)
+
+
+def save(fig, path: str | os.PathLike, *, dpi: int = DPI, tight: bool = True) -> Path:
+    """Writes ``fig`` to ``path`` atomically (temporary file + rename); returns the path."""
+    path = Path(path)
+    if tight:
+        fig.tight_layout()
+    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=dpi))
+    return path

@@ -1,0 +1,103 @@
+"""What the commands share has one home each: the model builder, the device check, the plotting style
+(no global matplotlib state), the per-step recorder on vk.monitor's schedule, and the mean over layers
+(the result's)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from vitplast.common import model_builder
+from vitplast.common.device import check_device, resolve_device
+from vitplast.common.plots import figure, save
+
+from vitplast_kernels import PlasticityResult
+
+
+def test_digits_model_options_are_checked_in_one_place():
+    with pytest.raises(ValueError, match="--img-size 64: digits-vit takes 32x32 images"):
+        model_builder.check_digits_options({}, 64)
+    with pytest.raises(ValueError, match="--model-arg does not apply to digits-vit"):
+        model_builder.check_digits_options({"depth": 2}, None)
+    assert model_builder.check_digits_options({}, None) == 32
+
+
+def test_timm_model_input_size_and_random_init_warning():
+    with pytest.warns(UserWarning, match="no weights given"):
+        built = model_builder.build_model("vit_tiny_patch16_224", 3, img_size=32,
+                                          model_kwargs={"depth": 1, "patch_size": 8})
+    assert built.img_size == 32 and built.timm_kwargs == {"depth": 1, "patch_size": 8}
+    assert not built.net.training
+
+
+@pytest.mark.parametrize("text", ["tpu", "cuda:x", "meta"])
+def test_device_check_wording(text):
+    with pytest.raises(ValueError):
+        check_device(text)
+
+
+def test_auto_device_and_local_rank():
+    expected = "cuda" if torch.cuda.is_available() else "cpu"
+    assert resolve_device("auto").type == expected
+    assert resolve_device("cpu", local_rank=1) == torch.device("cpu")
+
+
+def test_plots_leave_global_matplotlib_state_alone(tmp_path):
+    import matplotlib
+
+    backend, rc = matplotlib.get_backend(), dict(matplotlib.rcParams)
+    import vitplast.profile.command  # noqa: F401 - importing it must not switch the backend
+
+    fig, ax = figure(1, 2, (4, 2))
+    ax[0, 1].plot([0, 1], [1, 0])
+    path = save(fig, tmp_path / "f.png")
+    assert path.read_bytes().startswith(b"\x89PNG")
+    assert matplotlib.get_backend() == backend
+    assert dict(matplotlib.rcParams) == rc
+    import sys
+
+    if "matplotlib.pyplot" in sys.modules:
+        assert not sys.modules["matplotlib.pyplot"].get_fignums()
+
+
+def test_claim_layer_means_are_the_results(gen):
+    from vitplast.claim.plasticity import component_means, layer_means
+
+    stats = torch.rand(3, 4, 5, generator=gen, dtype=torch.float64) * 10
+    stats[..., 0] = torch.randint(0, 3, (3, 4), generator=gen).double()
+    stats[1, :, 0] = 0  # a component without pairs
+    res = PlasticityResult(stats, ["A", "B", "C"], ["0", "1", "2", "3"])
+    per_layer = layer_means(stats.numpy())
+    overall = component_means(per_layer)
+    for i, c in enumerate(res.components):
+        np.testing.assert_allclose(per_layer[i], res.mean(c).numpy(), rtol=1e-15, equal_nan=True)
+        np.testing.assert_allclose(overall[i], res.overall(c), rtol=1e-14, equal_nan=True)
+
+
+def test_step_recorder_follows_the_monitors_schedule():
+    import timm
+    from vitplast.finetune.step_recorder import StepRecorder
+
+    model = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=16, patch_size=8, depth=1,
+                              num_classes=3)
+    x = torch.randn(4, 3, 16, 16)
+    rec = StepRecorder(model, 3, start=4)  # a resumed run continues the schedule: steps 6, 9, ...
+    recorded = []
+    try:
+        for it in range(4, 11):
+            with rec.training_forward():
+                loss = model(x).logsumexp(-1).mean()
+            loss.backward()
+            if rec.due:
+                r = rec.record(it, loss, 0.1)
+                recorded.append(it)
+                assert r["source"] == "halves"
+                assert set(r["plasticity_mean"]) == {"LN1", "MHA", "LN2", "FC1", "FC2"}
+                assert all(p == 2 for p in r["pairs"]["MHA"])  # this step's forward only (eval is not seen)
+            model.zero_grad()
+            with torch.no_grad():
+                model(x)  # an evaluation forward between steps: never captured
+            rec.step()
+    finally:
+        rec.close()
+    assert recorded == [6, 9]
