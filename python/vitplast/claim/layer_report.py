@@ -1,0 +1,245 @@
+"""Reports of `vitplast claim --granularity layer`: the text (table, statistics, selection comparison,
+and in words what the data can and cannot tell) and the figure (gain against plasticity per unit,
+coloured by component; plasticity and gain per layer; the selection comparison).
+
+Drawn on a bare ``matplotlib.figure.Figure`` with the Agg canvas (no global pyplot state), written
+atomically."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from vitplast_kernels.atomic_io import atomic_write
+
+from ..finetune import COMPONENTS
+from .report import _ci, _num
+
+P_DEFINITION = ("p-values: one-sided = share of permutations whose statistic is >= the observed one; "
+                "two-sided = twice the smaller one-sided p (scipy.stats.permutation_test's definition)")
+
+
+def _row(unit, plasticity, params, lr, accuracy, gain) -> str:
+    return f"{unit:<8} {plasticity:<22} {params:>9} {lr:>8}  {accuracy:<22} {gain}".rstrip()
+
+
+def _edge_mark(edge) -> str:
+    return {"low": "<", "high": ">"}.get(edge, "")
+
+
+def format_layer_report(result: dict) -> str:
+    cfg, an = result["config"], result["analysis"]
+    base = an["baseline"]
+    lines = [
+        "Which (component, layer) to finetune? Plasticity before finetuning vs the gain of training one "
+        "unit alone",
+        f"model {cfg['model']}{' (' + cfg['weights'] + ')' if cfg['weights'] else ''}; plasticity: "
+        f"{cfg['protocol']}, {an['bootstrap']['pairs']} matched pairs X={cfg['pretrain_data']} / "
+        f"Y={cfg['data']} ({an['bootstrap']['pair_chunks']} chunks); each unit's plasticity is its layer's",
+        f"finetuning on {cfg['data']}: each (component, layer) alone (+ head), {cfg['optimizer']}, "
+        f"{cfg['steps']} steps, batch {cfg['batch_size']}, lr grid {','.join(f'{v:g}' for v in cfg['lr'])} "
+        f"(best per unit; < / > = at the grid's low / high edge), seeds "
+        f"{','.join(str(s) for s in cfg['seed'])}; gain over the head-only run of the same seed",
+        "",
+        _row("unit", "plasticity [95% CI]", "params", "lr", "accuracy [95% CI]", "gain [95% CI]"),
+    ]
+    lines.append("-" * len(lines[-1]))
+    for r in an["rows"]:
+        lines.append(_row(
+            r["unit"], f"{_num(r['plasticity'], '.3f')} {_ci(r['plasticity_ci'], '.3f')}",
+            f"{r['trainable_params']:,}", f"{r['lr']:.2g}{_edge_mark(r['lr_edge'])}",
+            f"{_num(r['accuracy']['mean'], '.4f')} {_ci(r['accuracy']['ci'], '.3f')}",
+            f"{_num(r['gain']['mean'], '+.4f')} {_ci(r['gain']['ci'], '+.3f')}"))
+    lines.append(_row("head", "(baseline)", f"{base['trainable_params']:,}",
+                      f"{base['lr']:.2g}{_edge_mark(base['lr_edge'])}",
+                      f"{_num(base['accuracy']['mean'], '.4f')} {_ci(base['accuracy']['ci'], '.3f')}", ""))
+    ia = base["initial_accuracy"]
+    lines += [f"before finetuning: accuracy {_num(ia['mean'], '.4f')} {_ci(ia['ci'], '.3f')}", ""]
+    n = len(an["rows"])
+    lines.append(f"over all {n} units:")
+    for name, label in (("spearman", "Spearman rho "), ("kendall", "Kendall tau-b")):
+        c, s = an["correlations"][name], an["params_correlations"][name]
+        lines.append(f"  plasticity vs gain: {label} = {_num(c['value'], '+.3f')}  bootstrap 95% CI "
+                     f"{_ci(c['ci'], '+.2f')}  p = {_num(c['p_greater'], '.3g')} (one-sided), "
+                     f"{_num(c['p_two_sided'], '.3g')} (two-sided);  size vs gain: "
+                     f"{_num(s['value'], '+.3f')} "
+                     f"(p = {_num(s['p_greater'], '.3g')})")
+    w = an["within_type"]
+    kind = "exact" if w["exact"] else f"{w['permutations']} random permutations"
+    lines.append(f"within component type (trainable size fixed): pooled Spearman "
+                 f"{_num(w['pooled_spearman'], '+.3f')}, stratified permutation p = "
+                 f"{_num(w['stratified_p_greater'], '.3g')} (one-sided), "
+                 f"{_num(w['stratified_p_two_sided'], '.3g')} (two-sided; gains permuted within types, "
+                 f"{kind})")
+    lines.append("  per type: " + "; ".join(
+        f"{c} {_num(v['spearman'], '+.2f')} {_ci(v['ci'], '+.2f')} ({v['units']} layers, "
+        f"{v['trainable_params']:,} params)" for c, v in w["per_type"].items()))
+    pa = an["partial"]
+    lines.append(f"controlling for size: partial Spearman {_num(pa['spearman'], '+.3f')} bootstrap 95% CI "
+                 f"{_ci(pa['ci'], '+.2f')}, p = {_num(pa['p_greater'], '.3g')} (one-sided, Student-t "
+                 f"approximation, n - 3 df)")
+    t = an["trend"]
+    lines.append(f"trend (Theil-Sen): gain = {_num(t['slope'], '+.4f')} x plasticity "
+                 f"{_num(t['intercept'], '+.4f')}")
+    b = an["bootstrap"]
+    lines.append(f"(bootstrap: {b['replicates']} replicates resampling the {b['seeds']} seeds and the "
+                 f"{b['pair_chunks']} pair chunks, the best lr chosen again in each; {P_DEFINITION})")
+    if "selection" in an:
+        lines += [""] + _selection_lines(an["selection"])
+    lines += ["", "learning-rate grid: " + (
+        f"the best lr is at an edge of the grid for {', '.join(an['lr_edges'])}: those units may be judged "
+        "at a clipped lr (widen --lr, or --lr auto)" if an["lr_edges"] else "every best lr is interior")]
+    lines += ["", "what this can and cannot tell:"] + [f"- {s}" for s in reading(an, cfg)]
+    return "\n".join(lines)
+
+
+def _selection_lines(sel: dict) -> list[str]:
+    def one(label, s):
+        return (f"  {label:<18} {_num(s['gain']['mean'], '+.4f')} {_ci(s['gain']['ci'], '+.3f')}  "
+                f"lr {s['lr']:.2g}{_edge_mark(s['lr_edge'])}  {s['trainable_params']:,} params  "
+                f"{'+'.join(s['units'])}")
+
+    out = [f"selection under a budget of {sel['budget']:,} trainable parameters besides the head "
+           "(gain [95% CI], best lr):", one("plasticity-guided", sel["auto"])]
+    out += [one(f"random draw {i}", s) for i, s in enumerate(sel["random"])]
+    best = sel["best_single_unit"]
+    out.append(f"  best single unit   {_num(best['gain']['mean'], '+.4f')} "
+               f"{_ci(best['gain']['ci'], '+.3f')}  "
+               f"{best['unit']} (picked after seeing every gain: an oracle, not a strategy)")
+    if "auto_minus_random" in sel:
+        d = sel["auto_minus_random"]
+        out.append(f"  plasticity-guided minus the mean random draw: {_num(d['mean'], '+.4f')} bootstrap "
+                   f"95% CI {_ci(d['ci'], '+.3f')}; a random draw did better in {d['random_better']} of "
+                   f"{d['draws']}")
+    return out
+
+
+def reading(an: dict, cfg: dict) -> list[str]:
+    """Plain sentences on what the numbers support, computed from them."""
+    out = []
+    sp, sz = an["correlations"]["spearman"], an["params_correlations"]["spearman"]
+    w, pa = an["within_type"], an["partial"]
+    p_w, rho_w = w["stratified_p_greater"], w["pooled_spearman"]
+    if p_w is not None and rho_w is not None and p_w < 0.05 and rho_w > 0:
+        out.append(f"Within component types, where every unit has the same size, the more plastic layers "
+                   f"gained more (pooled rho {rho_w:+.2f}, stratified p = {p_w:.3g}): plasticity carries "
+                   "information that size cannot.")
+    else:
+        out.append(f"Within component types, where size is fixed, a link between a layer's plasticity and "
+                   f"its gain is not established (pooled rho {_num(rho_w, '+.2f')}, stratified p = "
+                   f"{_num(p_w, '.3g')}): the data cannot separate plasticity from size.")
+    if sp["value"] is not None and sz["value"] is not None:
+        which = "size" if abs(sz["value"]) > abs(sp["value"]) else "plasticity"
+        out.append(f"Over all units, plasticity vs gain rho {sp['value']:+.2f} and size vs gain rho "
+                   f"{sz['value']:+.2f}: {which} ranks the gains better here; with size held fixed the "
+                   f"partial rho is {_num(pa['spearman'], '+.2f')} {_ci(pa['ci'], '+.2f')}.")
+    n_seeds = len(cfg["seed"])
+    out.append(f"Gains rest on {n_seeds} seed(s) and {cfg['steps']} steps on one downstream task: a "
+               "unit's gain interval is wide, and small differences between units are within noise; "
+               "the bootstrap over so few seeds understates that uncertainty.")
+    if an["lr_edges"]:
+        out.append(f"{len(an['lr_edges'])} train(s) have their best lr at a grid edge; their gains may be "
+                   "underestimated.")
+    sel = an.get("selection")
+    if sel and "auto_minus_random" in sel:
+        d = sel["auto_minus_random"]
+        lo = d["ci"][0]
+        verdict = "beat" if lo is not None and lo > 0 else "did not clearly beat"
+        out.append(f"Plasticity-guided selection {verdict} random selection under the same budget "
+                   f"({d['mean']:+.4f}, random better in {d['random_better']} of {d['draws']} draws); "
+                   "few draws make this a rough check, not a test.")
+    out.append("Plasticity is measured before finetuning on this model only; it says nothing about "
+               "other models, tasks or training lengths.")
+    return out
+
+
+def plot_layers(result: dict, path) -> Path:
+    """Gain vs plasticity (one point per unit, coloured by component, 95% error bars both ways);
+    plasticity and gain per layer; the selection comparison -> PNG at ``path``."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    an = result["analysis"]
+    rows = an["rows"]
+    fig = Figure(figsize=(13, 9))
+    FigureCanvasAgg(fig)
+    (ax, ax_sel), (ax_p, ax_g) = fig.subplots(2, 2)
+    names = list(COMPONENTS) + [c for c in dict.fromkeys(r["component"] for r in rows) if c not in COMPONENTS]
+    colors = {c: f"C{i}" for i, c in enumerate(names)}
+    seen = set()
+    for r in rows:
+        x, (xlo, xhi) = r["plasticity"], r["plasticity_ci"]
+        y, (ylo, yhi) = r["gain"]["mean"], r["gain"]["ci"]
+        if x is None or y is None:
+            continue
+        xerr = None if xlo is None or xhi is None else [[max(0.0, x - xlo)], [max(0.0, xhi - x)]]
+        yerr = None if ylo is None or yhi is None else [[max(0.0, y - ylo)], [max(0.0, yhi - y)]]
+        c = r["component"]
+        ax.errorbar([x], [y], xerr=xerr, yerr=yerr, fmt="o", color=colors[c], capsize=2, ms=6, alpha=0.85,
+                    label=None if c in seen else f"{c} ({r['trainable_params']:,} params)")
+        seen.add(c)
+        ax.annotate(str(r["layer"]), (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
+    ax.axhline(0.0, color="0.75", lw=0.8)
+    sp, w = an["correlations"]["spearman"], an["within_type"]
+    ax.set_title(f"all units: Spearman {_num(sp['value'], '+.2f')} (p {_num(sp['p_greater'], '.2g')}); "
+                 f"within types {_num(w['pooled_spearman'], '+.2f')} "
+                 f"(p {_num(w['stratified_p_greater'], '.2g')})",
+                 fontsize=10)
+    ax.set_xlabel("plasticity of the unit's layer before finetuning (95% bootstrap CI); labels: layer")
+    ax.set_ylabel("gain over head-only (95% t CI over seeds)")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+
+    layers = an["layers"]
+    for c in names:
+        rs = sorted((r for r in rows if r["component"] == c), key=lambda r: r["layer_index"])
+        if not rs:
+            continue
+        xs = [r["layer_index"] for r in rs]
+        for axis, key in ((ax_p, "plasticity"), (ax_g, "gain")):
+            mean = [_nan(r[key] if key == "plasticity" else r[key]["mean"]) for r in rs]
+            ci = [r["plasticity_ci"] if key == "plasticity" else r[key]["ci"] for r in rs]
+            axis.plot(xs, mean, "o-", color=colors[c], label=c)
+            axis.fill_between(xs, [_nan(v[0]) for v in ci], [_nan(v[1]) for v in ci], color=colors[c],
+                              alpha=0.15)
+    for axis, label in ((ax_p, "plasticity (95% CI)"), (ax_g, "gain over head-only (95% CI)")):
+        axis.set_xticks(range(len(layers)), layers)
+        axis.set_xlabel("layer (block)")
+        axis.set_ylabel(label)
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=8)
+    ax_p.axhline(1.0, color="0.75", lw=0.8)
+    ax_g.axhline(0.0, color="0.75", lw=0.8)
+    ax_p.set_title("plasticity per layer", fontsize=10)
+    ax_g.set_title("gain per layer (each unit trained alone)", fontsize=10)
+    _plot_selection(ax_sel, an.get("selection"))
+    fig.tight_layout()
+    path = Path(path)
+    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=100, format="png"))
+    return path
+
+
+def _nan(v):
+    return math.nan if v is None else v
+
+
+def _plot_selection(ax, sel) -> None:
+    if not sel:
+        ax.set_axis_off()
+        return
+    entries = [("plasticity-\nguided", sel["auto"]["gain"], "C3")]
+    entries += [(f"random {i}", s["gain"], "0.6") for i, s in enumerate(sel["random"])]
+    best = sel["best_single_unit"]
+    entries.append((f"best unit\n{best['unit']}\n(oracle)", best["gain"], "C2"))
+    for i, (_, g, color) in enumerate(entries):
+        m, (lo, hi) = g["mean"], g["ci"]
+        if m is None:
+            continue
+        err = None if lo is None or hi is None else [[max(0.0, m - lo)], [max(0.0, hi - m)]]
+        ax.bar([i], [m], color=color, alpha=0.8)
+        ax.errorbar([i], [m], yerr=err, fmt="none", color="k", capsize=3)
+    ax.set_xticks(range(len(entries)), [e[0] for e in entries], fontsize=8)
+    ax.axhline(0.0, color="0.75", lw=0.8)
+    ax.set_ylabel("gain over head-only (95% CI)")
+    ax.set_title(f"selection under a budget of {sel['budget']:,} parameters (+ head)", fontsize=10)
+    ax.grid(alpha=0.3, axis="y")

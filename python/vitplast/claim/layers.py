@@ -1,0 +1,231 @@
+"""`vitplast claim --granularity layer`: every (component, layer) unit trained alone, and the
+statistics that can separate plasticity from size.
+
+A unit ``MHA@3`` is one component of one layer (``vitplast finetune --train MHA@3``: its parameters +
+the head). Its plasticity is that layer's (matched X-Y pairs before finetuning, chunks resampled by
+the bootstrap); its gain the paired difference from the head-only run of the same seed at each
+train's best learning rate, as in :mod:`.analysis`. Inside a component type every unit has the same
+trainable size, so the association **within** types is free of the size confound:
+
+- rank correlations over all units (Spearman, Kendall tau-b) with the joint bootstrap and sampled
+  permutation p-values, and the same for the trainable-parameter count (the size-only rival);
+- a stratified permutation test permuting gains only among units of the same component type (the
+  pooled within-type Spearman), and the per-type Spearman;
+- the partial Spearman of plasticity and gain with the trainable-parameter count held fixed;
+- selection judged against its rival: the plasticity-guided set of units under a parameter budget
+  (``auto``) against random sets under the same budget (same seeds and lr grid), and against the
+  best single unit of the table (chosen after the fact: an oracle, not a strategy).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .analysis import ACC, GAIN, LEVEL, _best, _finite, _interval, accuracy_cube
+from .plasticity import layer_means
+from .statistics import (
+    STATISTICS,
+    partial_p_greater,
+    partial_spearman,
+    percentile_interval,
+    permutation_test,
+    resample_counts,
+    spearman,
+    stratified_permutation_test,
+    theil_sen,
+)
+
+AUTO, RANDOM = "auto", "random"
+
+
+def units_of(measured: dict, components: list[str]) -> list[tuple[str, int]]:
+    """``(component, layer index)`` of every measured unit of ``components``, component-major."""
+    missing = [c for c in components if c not in measured["components"]]
+    if missing:
+        raise ValueError(f"components {missing} were not measured (measured: {measured['components']})")
+    return [(c, li) for c in components for li in range(len(measured["layers"]))]
+
+
+def unit_name(unit: tuple[str, int]) -> str:
+    return f"{unit[0]}@{unit[1]}"
+
+
+def unit_plasticity(measured: dict) -> np.ndarray:
+    """``(C, L)`` mean rate of every (component, layer) over all pairs (NaN without pairs)."""
+    return layer_means(np.asarray(measured["stats"], dtype=np.float64).sum(0))
+
+
+def _greedy(order: list[tuple[str, int]], sizes: dict, budget: int) -> list[tuple[str, int]]:
+    chosen, used = [], 0
+    for u in order:
+        if sizes[u] and used + sizes[u] <= budget:
+            chosen.append(u)
+            used += sizes[u]
+    return chosen
+
+
+def default_budget(sizes: dict) -> int:
+    """Twice the largest unit: room for two weight matrices, or one and some LayerNorms."""
+    return 2 * max(sizes.values())
+
+
+def plan_selections(measured: dict, units: list[tuple[str, int]], sizes: dict, budget: int, draws: int,
+                    seed: int) -> dict:
+    """The plasticity-guided set (units by decreasing plasticity, greedily while they fit ``budget``
+    trainable parameters besides the head) and ``draws`` random sets under the same budget (units in
+    a random order, the same greedy fill). Returns ``{"budget", "auto", "random": [...]}`` with each
+    set as ``{"train": spec, "units": [...], "params": n}``."""
+    value = unit_plasticity(measured)
+    index = {c: i for i, c in enumerate(measured["components"])}
+    finite = [u for u in units if math.isfinite(value[index[u[0]], u[1]])]
+    ranked = sorted(finite, key=lambda u: -value[index[u[0]], u[1]])
+
+    def as_set(chosen):
+        return {"train": "+".join(unit_name(u) for u in chosen), "units": [unit_name(u) for u in chosen],
+                "unit_params": int(sum(sizes[u] for u in chosen))}
+
+    out = {"budget": int(budget), AUTO: as_set(_greedy(ranked, sizes, budget)), RANDOM: []}
+    for d in range(draws):
+        rng = np.random.default_rng([seed, d])
+        order = [finite[i] for i in rng.permutation(len(finite))]
+        out[RANDOM].append(as_set(_greedy(order, sizes, budget)))
+    if not out[AUTO]["units"]:
+        raise ValueError(f"--budget {budget}: no (component, layer) unit fits (the smallest has "
+                         f"{min(sizes.values())} parameters)")
+    return out
+
+
+def _edge(idx: int, n: int) -> str | None:
+    """Where the best lr sits in a grid of ``n``: ``"low"``/``"high"`` edge, None when interior."""
+    if n < 2:
+        return None
+    return "low" if idx == 0 else "high" if idx == n - 1 else None
+
+
+def _rank_block(x: np.ndarray, y: np.ndarray, x_reps: np.ndarray, y_reps: np.ndarray,
+                permutations: int, seed: int) -> dict:
+    out = {}
+    for name, fn in STATISTICS.items():
+        perm = permutation_test(x, y, fn, permutations=permutations, seed=seed)
+        reps = np.asarray(fn(x_reps, y_reps)) if x_reps is not None else None
+        out[name] = {"value": _finite(perm["observed"]), "p_greater": _finite(perm["greater"]),
+                     "p_two_sided": _finite(perm["two_sided"]), "permutations": perm["permutations"],
+                     "exact": perm["exact"],
+                     "ci": [_finite(v) for v in percentile_interval(reps, LEVEL)] if reps is not None
+                     else [None, None]}
+    return out
+
+
+def analyse_layers(measured: dict, summaries: list[dict], *, units: list[tuple[str, int]],
+                   selections: dict | None, lrs: list[float], seeds: list[int], bootstrap: int = 2000,
+                   permutations: int = 10000, seed: int = 0) -> dict:
+    """The layer-granularity result: per-unit rows, the statistics above, the selection comparison."""
+    names = [unit_name(u) for u in units]
+    sel_trains = []
+    if selections is not None:
+        sel_trains = [t for t in dict.fromkeys([selections[AUTO]["train"]] +
+                                               [s["train"] for s in selections[RANDOM]]) if t not in names]
+    trains = names + sel_trains + ["head"]
+    acc, initial, params = accuracy_cube(summaries, trains, lrs, seeds)
+    n_u, n_s = len(units), len(seeds)
+    rng = np.random.default_rng(seed)
+    seed_counts = resample_counts(rng, n_s, bootstrap)
+    chunk_counts = resample_counts(rng, int(measured["chunks"]), bootstrap)
+
+    stats = np.asarray(measured["stats"], dtype=np.float64)  # (K, C, L, 5)
+    ci_of = {c: i for i, c in enumerate(measured["components"])}
+    cols = ([ci_of[c] for c, _ in units], [li for _, li in units])
+    p_value = layer_means(stats.sum(0))[cols]  # (U,)
+    p_reps = layer_means(np.tensordot(chunk_counts, stats, axes=(1, 0)))[:, cols[0], cols[1]]  # (B, U)
+
+    best, best_idx = _best(acc.mean(-1))
+    per_seed = acc[np.arange(len(trains)), best_idx]  # (T, S)
+    gains_seed = per_seed[:-1] - per_seed[-1]  # every train against the head-only run of its seed
+    gain = gains_seed.mean(-1)
+    acc_reps = np.einsum("tls,bs->btl", acc, seed_counts) / n_s
+    best_reps = acc_reps.max(-1)
+    g_reps_all = best_reps[:, :-1] - best_reps[:, -1:]  # (B, T-1)
+    g_reps = g_reps_all[:, :n_u]
+
+    sizes = np.array([params[n] for n in names], dtype=np.float64)
+    types = np.array([c for c, _ in units])
+    correlations = _rank_block(p_value, gain[:n_u], p_reps, g_reps, permutations, seed)
+    size_corr = _rank_block(sizes, gain[:n_u], None, None, permutations, seed)
+    strat = stratified_permutation_test(p_value, gain[:n_u], types, permutations=permutations, seed=seed)
+    per_type = {}
+    for c in dict.fromkeys(types.tolist()):
+        m = types == c
+        reps = np.asarray(spearman(p_reps[:, m], g_reps[:, m]))
+        per_type[c] = {"spearman": _finite(float(spearman(p_value[m], gain[:n_u][m]))),
+                       "ci": [_finite(v) for v in percentile_interval(reps, LEVEL)], "units": int(m.sum()),
+                       "trainable_params": int(sizes[m][0])}
+    part = float(partial_spearman(p_value, gain[:n_u], sizes))
+    part_reps = np.asarray(partial_spearman(p_reps, g_reps, np.broadcast_to(sizes, p_reps.shape)))
+    slope, intercept = theil_sen(p_value, gain[:n_u])
+
+    rows = []
+    for i, (c, li) in enumerate(units):
+        rows.append({
+            "unit": names[i], "component": c, "layer": measured["layers"][li], "layer_index": li,
+            "plasticity": _finite(p_value[i]),
+            "plasticity_ci": [_finite(v) for v in percentile_interval(p_reps[:, i], LEVEL)],
+            "trainable_params": params[names[i]], "lr": float(lrs[best_idx[i]]),
+            "lr_edge": _edge(int(best_idx[i]), len(lrs)),
+            "accuracy": _interval(per_seed[i], ACC), "gain": _interval(gains_seed[i], GAIN),
+            "gain_per_seed": gains_seed[i].tolist(),
+            "accuracy_by_lr": {f"{lr:g}": float(v) for lr, v in zip(lrs, acc[i].mean(-1), strict=True)},
+        })
+    base = {"train": "head", "lr": float(lrs[best_idx[-1]]), "lr_edge": _edge(int(best_idx[-1]), len(lrs)),
+            "trainable_params": params["head"], "accuracy": _interval(per_seed[-1], ACC),
+            "initial_accuracy": _interval(initial, ACC)}
+    result = {
+        "granularity": "layer", "rows": rows, "baseline": base, "correlations": correlations,
+        "params_correlations": size_corr,
+        "within_type": {"stratified_p_greater": _finite(strat["greater"]),
+                        "stratified_p_two_sided": _finite(strat["two_sided"]),
+                        "pooled_spearman": _finite(strat["observed"]), "exact": strat["exact"],
+                        "permutations": strat["permutations"], "per_type": per_type},
+        "partial": {"spearman": _finite(part),
+                    "ci": [_finite(v) for v in percentile_interval(part_reps, LEVEL)],
+                    "p_greater": _finite(partial_p_greater(part, n_u)), "controls": "trainable parameters"},
+        "trend": {"method": "theil-sen", "slope": _finite(slope), "intercept": _finite(intercept)},
+        "layers": list(measured["layers"]),
+        "lr_edges": [r["unit"] for r in rows if r["lr_edge"]] + (["head"] if base["lr_edge"] else []),
+        "bootstrap": {"replicates": bootstrap, "seeds": n_s, "pair_chunks": int(measured["chunks"]),
+                      "pairs": int(measured["pairs"]), "level": LEVEL},
+    }
+    if selections is not None:
+        result["selection"] = _selection(selections, trains, names, gains_seed, g_reps_all, best_idx, lrs,
+                                         params)
+    return result
+
+
+def _selection(selections: dict, trains, names, gains_seed, g_reps, best_idx, lrs, params) -> dict:
+    """Gains of the plasticity-guided set, the random sets and the best single unit (after the fact)."""
+    pos = {t: i for i, t in enumerate(trains[:-1])}  # a set of one unit is that unit's row
+
+    def entry(s: dict) -> dict:
+        i = pos[s["train"]]
+        return {**s, "trainable_params": params[s["train"]], "lr": float(lrs[best_idx[i]]),
+                "lr_edge": _edge(int(best_idx[i]), len(lrs)), "gain": _interval(gains_seed[i], GAIN),
+                "gain_per_seed": gains_seed[i].tolist()}
+
+    auto = entry(selections[AUTO])
+    rand = [entry(s) for s in selections[RANDOM]]
+    unit_gain = gains_seed[: len(names)].mean(-1)
+    best = int(np.argmax(unit_gain))
+    out = {"budget": selections["budget"], AUTO: auto, RANDOM: rand,
+           "best_single_unit": {"unit": names[best], "gain": _interval(gains_seed[best], GAIN),
+                                "trainable_params": params[names[best]]}}
+    if rand:
+        r_gain = np.array([r["gain"]["mean"] for r in rand])
+        ia, ir = pos[selections[AUTO]["train"]], [pos[s["train"]] for s in selections[RANDOM]]
+        diff_reps = g_reps[:, ia] - g_reps[:, ir].mean(-1)  # auto minus the mean random set
+        out["auto_minus_random"] = {
+            "mean": _finite(float(auto["gain"]["mean"] - r_gain.mean())),
+            "ci": [_finite(v) for v in percentile_interval(diff_reps, LEVEL)],
+            "random_better": int((r_gain > auto["gain"]["mean"]).sum()), "draws": len(rand),
+        }
+    return out

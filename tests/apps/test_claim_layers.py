@@ -1,0 +1,152 @@
+"""`vitplast claim --granularity layer`: the analysis on a made-up grid with hand-countable p-values,
+and end to end on a tiny timm ViT (reports, the selection comparison, resume after a kill, errors)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import warnings
+
+import numpy as np
+import pytest
+from vitplast.claim import claim
+from vitplast.claim.layers import analyse_layers, plan_selections, units_of
+from vitplast.cli import main as cli_main
+from vitplast.finetune import SimulatedKill
+
+
+def _made_up():
+    """MHA and LN1 over 3 layers; plasticity rises with the layer; gains rise with it inside each
+    type, LN1's gains all above MHA's (so the across-type order is not the plasticity order)."""
+    comps, layers, chunks = ["LN1", "MHA"], ["0", "1", "2"], 2
+    plast = {"LN1": [0.2, 0.4, 0.6], "MHA": [0.5, 1.0, 1.5]}
+    stats = np.zeros((chunks, 2, 3, 5))
+    for ci, c in enumerate(comps):
+        for li, p in enumerate(plast[c]):
+            stats[:, ci, li] = [4, 4 * p, 4 * p * p, 0, 0]
+    measured = {"components": comps, "layers": layers, "stats": stats.tolist(), "pairs": 8, "chunks": chunks}
+    gain = {"MHA@0": 0.01, "MHA@1": 0.02, "MHA@2": 0.03, "LN1@0": 0.10, "LN1@1": 0.11, "LN1@2": 0.12}
+    params = {"MHA": 100, "LN1": 8}
+    summaries = []
+    for t, g in list(gain.items()) + [("head", 0.0)]:
+        for s in (0, 1):
+            for lr in (1e-3, 1e-2):
+                summaries.append({"train": t, "lr": lr, "seed": s, "final_acc": 0.5 + g + (0.01 if lr == 1e-2
+                                                                                            else 0.0),
+                                  "initial_acc": 0.2, "trainable_params": params.get(t[:3], 5) + 5})
+    return measured, summaries
+
+
+def test_analysis_within_type_and_partial_by_hand():
+    measured, summaries = _made_up()
+    units = units_of(measured, ["MHA", "LN1"])
+    an = analyse_layers(measured, summaries, units=units, selections=None, lrs=[1e-3, 1e-2], seeds=[0, 1],
+                        bootstrap=100, permutations=500)
+    assert [r["unit"] for r in an["rows"]] == ["MHA@0", "MHA@1", "MHA@2", "LN1@0", "LN1@1", "LN1@2"]
+    assert [r["plasticity"] for r in an["rows"]] == pytest.approx([0.5, 1.0, 1.5, 0.2, 0.4, 0.6])
+    assert [r["gain"]["mean"] for r in an["rows"]] == pytest.approx([0.01, 0.02, 0.03, 0.10, 0.11, 0.12])
+    w = an["within_type"]
+    # within each type the orders agree: pooled rho 1, and of the 3! x 3! = 36 within-type
+    # permutations only the identity reaches it
+    assert w["pooled_spearman"] == pytest.approx(1) and w["exact"] and w["permutations"] == 36
+    assert w["stratified_p_greater"] == pytest.approx(1 / 36)
+    assert w["per_type"]["MHA"]["spearman"] == pytest.approx(1)
+    assert w["per_type"]["LN1"]["trainable_params"] == 13
+    # across all units plasticity does not order the gains (the LN1 units gain most), size does (inversely)
+    assert an["correlations"]["spearman"]["value"] < 0.5
+    assert an["params_correlations"]["spearman"]["value"] < 0
+    # with size held fixed the association is positive
+    assert an["partial"]["spearman"] > 0.5
+    # lr: the larger of the two is best everywhere -> every row at the grid's high edge, flagged
+    assert all(r["lr_edge"] == "high" for r in an["rows"]) and "head" in an["lr_edges"]
+
+
+def test_plan_selections_budget_and_draws():
+    measured, _ = _made_up()
+    units = units_of(measured, ["MHA", "LN1"])
+    sizes = {u: (100 if u[0] == "MHA" else 8) for u in units}
+    sel = plan_selections(measured, units, sizes, budget=116, draws=2, seed=0)
+    # by plasticity: MHA@2 (1.5) fits, MHA@1 no longer, then LN1@2 and LN1@1 (8 each) do
+    assert sel["auto"]["units"] == ["MHA@2", "MHA@1"][:1] + ["LN1@2", "LN1@1"]
+    assert sel["auto"]["unit_params"] == 116 and len(sel["random"]) == 2
+    assert all(s["unit_params"] <= 116 for s in sel["random"])
+    assert plan_selections(measured, units, sizes, 116, 2, 0) == sel  # the draws are seeded
+    with pytest.raises(ValueError, match="no \\(component, layer\\) unit fits"):
+        plan_selections(measured, units, sizes, budget=4, draws=0, seed=0)
+
+
+TINY = dict(model="vit_tiny_patch16_224", img_size=16, granularity="layer",
+            model_kwargs=dict(patch_size=8, depth=2, embed_dim=32, num_heads=2),
+            pretrain_data="synthetic", data="synthetic", components="MHA,LN1", lr="3e-3",
+            seed="0,1", steps=4, batch_size=16, checkpoint_every=2, pairs=24, pair_batch=4,
+            bootstrap=100, permutations=200, draws=1, _say=lambda *a, **k: None)
+
+
+def _claim(out, **kw):
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*no weights given.*")
+        return claim(out=str(out), **{**TINY, **kw})
+
+
+@pytest.fixture(scope="module")
+def whole(tmp_path_factory):
+    out = tmp_path_factory.mktemp("claim_layers") / "whole"
+    return out, _claim(out)
+
+
+def test_layer_claim_end_to_end(whole):
+    out, res = whole
+    saved = json.loads((out / "claim.json").read_text())
+    an = saved["analysis"]
+    assert [r["unit"] for r in an["rows"]] == ["MHA@0", "MHA@1", "LN1@0", "LN1@1"]
+    for r in an["rows"]:
+        assert r["plasticity"] > 0 and r["trainable_params"] > 0 and len(r["gain_per_seed"]) == 2
+    assert set(an["within_type"]["per_type"]) == {"MHA", "LN1"}
+    assert an["within_type"]["exact"] and an["within_type"]["permutations"] == 4  # (2!)^2
+    assert "spearman" in an["partial"] and "selection" in an
+    sel = an["selection"]
+    assert sel["auto"]["units"] and len(sel["random"]) == 1 and "auto_minus_random" in sel
+    text = (out / "claim.txt").read_text()
+    for words in ("within component type", "stratified permutation p", "partial Spearman",
+                  "plasticity-guided", "what this can and cannot tell", "twice the smaller one-sided p"):
+        assert words in text, words
+    assert (out / "claim.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    trains = {p.name.rsplit("-lr", 1)[0] for p in (out / "runs").iterdir()}
+    assert {"MHA@0", "LN1@1", "head"} <= trains and res["plan"]["trained"] == res["plan"]["runs"]
+
+
+def test_layer_claim_killed_resumes_to_the_same_table(whole, tmp_path):
+    out, res = whole
+    # the claim as it stood after seed 0: seed 1's runs not started, its reports not written
+    shutil.copytree(out, tmp_path / "k")
+    for run in (tmp_path / "k" / "runs").glob("*-s1"):
+        shutil.rmtree(run)
+    for name in ("claim.json", "claim.txt", "claim.png"):
+        (tmp_path / "k" / name).unlink()
+    with pytest.raises(SimulatedKill):
+        _claim(tmp_path / "k", _stop_after=3)  # killed after step 3 of seed 1's first run
+    partial = sorted(r for r in (tmp_path / "k" / "runs").glob("*-s1") if not (r / "summary.json").exists())
+    assert len(partial) == 1 and (partial[0] / "checkpoint.pt").exists()
+    resumed = _claim(tmp_path / "k")
+    assert resumed["plan"]["reused"] == res["plan"]["runs"] // 2
+    assert [r["final_acc"] for r in resumed["runs"]] == [r["final_acc"] for r in res["runs"]]
+    assert resumed["analysis"]["rows"] == res["analysis"]["rows"]
+    assert resumed["analysis"]["within_type"] == res["analysis"]["within_type"]
+    again = _claim(out)  # everything reused
+    assert again["plan"]["trained"] == 0 and again["analysis"]["selection"] == res["analysis"]["selection"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--budget", "100"], "--budget only applies to --granularity layer"),
+    (["--granularity", "layer", "--baseline", "initial"], "--baseline head"),
+    (["--granularity", "block"], "argument --granularity: invalid choice"),
+    (["--granularity", "layer", "--draws", "-1"], "--draws must be an integer >= 0"),
+])
+def test_cli_errors(args, message, tmp_path, capsys):
+    try:
+        rc = cli_main(["claim", "--out", str(tmp_path / "o"), "--no-progress", *args])
+    except SystemExit as exc:
+        rc = exc.code
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert rc == 2 and len(err) == 1 and message in err[0], err
+    assert not (tmp_path / "o").exists()
