@@ -42,7 +42,18 @@ from ..common.distributed import init_distributed, silent
 from ..common.model_builder import DIGITS_MODEL, build_model
 from ..common.rundir import write_json_atomic
 from .analysis import analyse
-from .options import BASELINES, DEFAULTS, FINETUNE_KEYS, PROTOCOLS, resolve_options
+from .layer_report import format_layer_report, plot_layers
+from .layers import analyse_layers, default_budget, plan_selections, unit_name, units_of
+from .options import (
+    BASELINES,
+    COMPONENT_STEPS,
+    DEFAULTS,
+    FINETUNE_KEYS,
+    GRANULARITIES,
+    LAYER_STEPS,
+    PROTOCOLS,
+    resolve_options,
+)
 from .plasticity import measure_chunks
 from .report import format_report, plot_claim
 from .runs import calibrate, estimate_seconds, plan_runs, train_all
@@ -132,7 +143,13 @@ def claim(**options) -> dict:
         torch.set_num_threads(threads)
     t0 = time.perf_counter()
     try:
-        trains = cfg["components"] + (["head"] if cfg["baseline"] == "head" else [])
+        layered = cfg["granularity"] == "layer"
+        measured = units = selections = None
+        if layered:  # the units and the plasticity-guided set come from the measurement: it goes first
+            measured = _measurement(cfg, out, device, progress, dist.is_main, say)
+            units, selections, trains = _plan_layers(cfg, measured)
+        else:
+            trains = cfg["components"] + (["head"] if cfg["baseline"] == "head" else [])
         jobs = plan_runs(out, trains, cfg["lr"], cfg["seed"])
         foreign = [str(j["path"]) for j in jobs if j["state"] == "foreign"]
         if foreign:
@@ -140,7 +157,9 @@ def claim(**options) -> dict:
         states = {s: sum(j["state"] == s for j in jobs) for s in ("finished", "partial", "new")}
         plan = {"runs": len(jobs), **states, "trains": trains, "lrs": cfg["lr"], "seeds": cfg["seed"],
                 "steps": cfg["steps"]}
-        say(f"claim: {len(jobs)} finetuning runs = {len(trains)} trained ({', '.join(trains)}) x "
+        listing = ", ".join(trains) if not layered else (
+            f"{len(units)} (component, layer) units, {len(trains) - len(units) - 1} selections, head")
+        say(f"claim: {len(jobs)} finetuning runs = {len(trains)} trained ({listing}) x "
             f"{len(cfg['lr'])} learning rates x {len(cfg['seed'])} seeds, {cfg['steps']} steps each; "
             f"{states['finished']} finished, {states['partial']} partial, {states['new']} new")
         base = {k: cfg[k] for k in FINETUNE_KEYS}
@@ -167,14 +186,19 @@ def claim(**options) -> dict:
         if cfg["dry_run"]:
             return {"config": public, "plan": plan, "estimate": estimate}
 
-        measured = _measurement(cfg, out, device, progress, dist.is_main, say)
+        measured = measured or _measurement(cfg, out, device, progress, dist.is_main, say)
         t_train = time.perf_counter()
         summaries = train_all(jobs, base, n_procs=n_procs, threads=threads, progress=progress,
                               stop_after=options.get("_stop_after"))
         train_s = time.perf_counter() - t_train
-        analysis = analyse(measured, summaries, components=cfg["components"], lrs=cfg["lr"],
-                           seeds=cfg["seed"], baseline=cfg["baseline"], bootstrap=cfg["bootstrap"],
-                           permutations=cfg["permutations"], seed=cfg["stats_seed"])
+        if layered:
+            analysis = analyse_layers(measured, summaries, units=units, selections=selections, lrs=cfg["lr"],
+                                      seeds=cfg["seed"], bootstrap=cfg["bootstrap"],
+                                      permutations=cfg["permutations"], seed=cfg["stats_seed"])
+        else:
+            analysis = analyse(measured, summaries, components=cfg["components"], lrs=cfg["lr"],
+                               seeds=cfg["seed"], baseline=cfg["baseline"], bootstrap=cfg["bootstrap"],
+                               permutations=cfg["permutations"], seed=cfg["stats_seed"])
         runs = [{k: s[k] for k in ("train", "lr", "seed", "final_acc", "initial_acc", "trainable_params",
                                    "run_dir", "reused")} for s in summaries]
         reused = sum(s["reused"] for s in summaries)
@@ -183,14 +207,14 @@ def claim(**options) -> dict:
         measurement = {k: measured[k] for k in ("components", "layers", "pairs", "chunks", "seconds")}
         result = _finite_or_none({"config": public, "plan": plan, "estimate": estimate,
                                   "measurement": measurement, "analysis": analysis, "runs": runs})
-        result["text"] = format_report(result)
+        result["text"] = format_layer_report(result) if layered else format_report(result)
         if dist.is_main:
             write_json_atomic(out / "claim.json", {k: v for k, v in result.items() if k != "text"})
             text = result["text"] + "\n"
             from vitplast_kernels.atomic_io import atomic_write_bytes
 
             atomic_write_bytes(out / "claim.txt", text.encode())
-            plot_claim(result, out / "claim.png")
+            (plot_layers if layered else plot_claim)(result, out / "claim.png")
         say(result["text"])
         say(f"({plan['trained']} runs trained, {plan['reused']} reused, {plan['seconds']:.0f} s; wrote "
             f"{out / 'claim.json'}, {out / 'claim.txt'}, {out / 'claim.png'})")
@@ -198,6 +222,29 @@ def claim(**options) -> dict:
     finally:
         torch.set_num_threads(saved_threads)
         dist.close()
+
+
+def _plan_layers(cfg: dict, measured: dict):
+    """``(units, selections, trains)`` of a layer-granularity claim: every (component, layer) unit of
+    ``--components``, the plasticity-guided and ``--draws`` random sets under ``--budget`` (default:
+    twice the largest unit) and the head-only baseline, as ``vitplast finetune --train`` values."""
+    from ..finetune import unit_sizes
+
+    built = build_model(cfg["model"], 10, weights=cfg["weights"], model_kwargs=cfg["model_kwargs"],
+                        img_size=cfg["img_size"], progress=False)
+    sizes = unit_sizes(built.net)
+    units = units_of(measured, cfg["components"])
+    missing = [u for u in units if u not in sizes]
+    if missing:
+        raise ValueError(f"the component map of {cfg['model']} has no {unit_name(missing[0])}")
+    selections = None
+    if cfg["draws"]:
+        budget = cfg["budget"] or default_budget({u: sizes[u] for u in units})
+        selections = plan_selections(measured, units, sizes, budget, cfg["draws"], cfg["stats_seed"])
+    names = [unit_name(u) for u in units]
+    extra = [] if selections is None else (
+        [selections["auto"]["train"]] + [s["train"] for s in selections["random"]])
+    return units, selections, list(dict.fromkeys(names + extra + ["head"]))
 
 
 def _finite_or_none(obj):
@@ -245,13 +292,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("finetuning (the same budget for every component)")
     g.add_argument("--components", default=d["components"],
                    help="components trained alone (default: %(default)s)")
+    g.add_argument("--granularity", choices=GRANULARITIES, default=d["granularity"],
+                   help="component: each component in every layer at once (default); layer: each "
+                        "(component, layer) alone, plus the plasticity-guided selection against random ones")
+    g.add_argument("--budget", type=int,
+                   help="--granularity layer: trainable parameters (besides the head) of the selected sets "
+                        "(default: twice the largest unit)")
+    g.add_argument("--draws", type=int, default=d["draws"],
+                   help="--granularity layer: random sets compared with the plasticity-guided one "
+                        "(0: no comparison; default: %(default)s)")
     g.add_argument("--baseline", choices=BASELINES, default=d["baseline"],
                    help="gain over the head-only run of the same seed (default) or the initial accuracy")
     g.add_argument("--optimizer", choices=("sgd", "adam"), default=d["optimizer"])
     g.add_argument("--lr", default=d["lr"], help="learning-rate grid; each component keeps its best "
                                                  "(default: %(default)s)")
     g.add_argument("--seed", default=d["seed"], help="seeds (default: %(default)s)")
-    g.add_argument("--steps", type=int, default=d["steps"], help="steps per run (default: %(default)s)")
+    g.add_argument("--steps", type=int, default=d["steps"],
+                   help=f"steps per run (default: {COMPONENT_STEPS}; {LAYER_STEPS} with --granularity layer)")
     g.add_argument("--batch-size", type=int, default=d["batch_size"])
     g.add_argument("--weight-decay", type=float, default=d["weight_decay"])
     g.add_argument("--schedule", choices=("constant", "cosine"), default=d["schedule"])

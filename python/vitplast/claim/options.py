@@ -75,7 +75,7 @@ def resolve_options(options: dict) -> dict:
     if bad:
         raise ValueError(f"--components: unknown {bad}; choose from {', '.join(COMPONENTS)}")
     cfg["components"] = [lookup[c.lower()] for c in comps]
-    if len(cfg["components"]) < 3:
+    if len(cfg["components"]) < 3 and cfg["granularity"] != "layer":  # layer: units = components x layers
         raise ValueError(f"--components: a rank correlation needs at least 3 components, got "
                          f"{cfg['components']}")
     cfg["lr"] = _list(cfg["lr"], float, "lr")
