@@ -11,20 +11,19 @@ from __future__ import annotations
 import argparse
 import math
 
-import torch
-
 from ..common.arg_types import check_seed, check_steps, model_arg, setup_parser
+from ..common.device import check_device
+from ..common.model_builder import DIGITS_MODEL, check_digits_options
 from ..common.paths import check_out_dir
 from .log import tensorboard_writer_class
 from .trainable import COMPONENTS, TRAIN_CHOICES, parse_train
 
-DEFAULT_MODEL = "digits-vit"  # the embedded default (vitplast.common.digits.pretrained_digits_vit)
 OPTIMIZERS = ("sgd", "adam")
 SCHEDULES = ("constant", "cosine")
 AMP_CHOICES = ("none", "bf16")
 
 DEFAULTS: dict = {
-    "model": DEFAULT_MODEL,
+    "model": DIGITS_MODEL,
     "model_kwargs": {},
     "weights": None,
     "data": "digits:5-9",
@@ -129,28 +128,18 @@ def resolve_options(options: dict) -> dict:
         raise ValueError("--budget only applies to --train auto")
     if cfg["weight_decay"] < 0:
         raise ValueError(f"--weight-decay must be >= 0, got {cfg['weight_decay']}")
-    dev = str(cfg["device"])
-    if dev != "auto":
-        try:
-            torch.device(dev)
-        except RuntimeError:
-            raise ValueError(f"--device: not a device: {dev!r} (auto, cpu, cuda, cuda:1, ...)") from None
-        if dev.startswith("cuda") and not torch.cuda.is_available():
-            raise ValueError(f"--device {dev}: CUDA is not available on this machine")
+    try:
+        check_device(str(cfg["device"]))
+    except ValueError as exc:
+        raise ValueError(f"--device: {exc}") from None
     if cfg["tensorboard"]:
         tensorboard_writer_class()  # fail before any directory is made
     if any(parse_train(t) == ("lora",) for t in trains):
         from .trainable import _import_peft
 
         _import_peft()
-    if cfg["model"] == DEFAULT_MODEL:
-        from ..common.digits import DigitsConfig
-
-        size = DigitsConfig().img_size
-        if cfg["img_size"] not in (None, size):
-            raise ValueError(f"--img-size {cfg['img_size']}: {DEFAULT_MODEL} takes {size}x{size} images")
-        if cfg["model_kwargs"]:
-            raise ValueError(f"--model-arg does not apply to {DEFAULT_MODEL} (its architecture is fixed)")
+    if cfg["model"] == DIGITS_MODEL:
+        check_digits_options(cfg["model_kwargs"], cfg["img_size"])
     if not isinstance(cfg["model_kwargs"], dict):
         raise ValueError(f"model_kwargs must be a dict, got {type(cfg['model_kwargs']).__name__}")
     return cfg
@@ -161,7 +150,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     d = DEFAULTS
     g = p.add_argument_group("model and data")
     g.add_argument("--model", default=d["model"],
-                   help=f"timm model name, or {DEFAULT_MODEL!r} (the embedded ViT pretrained on digits 0-4)")
+                   help=f"timm model name, or {DIGITS_MODEL!r} (the embedded ViT pretrained on digits 0-4)")
     g.add_argument("--model-arg", action="append", type=model_arg, default=[], metavar="KEY=VALUE",
                    help="extra timm.create_model argument (repeatable), e.g. patch_size=4")
     g.add_argument("--weights", help="local pretrained checkpoint (.safetensors, .pth, .npz)")
