@@ -12,6 +12,7 @@ from .backends.extension import cpu_extension_available, cuda_extension_availabl
 from .measure import (
     AllPairs,
     Capture,
+    MissedForwardError,
     Monitor,
     Pairing,
     PlasticityResult,
@@ -42,6 +43,7 @@ __all__ = [
     "all_pair_sq_distances",
     "all_pair_sq_distances_reference",
     "Capture",
+    "MissedForwardError",
     "Monitor",
     "monitor",
     "PlasticityResult",

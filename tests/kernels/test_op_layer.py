@@ -19,8 +19,8 @@ import vitplast_kernels as vk
         (torch.zeros(4, 3, dtype=torch.int64), torch.zeros(4, 3), TypeError, "a must be float32"),
         (torch.zeros(4, 3), torch.zeros(4, 3, dtype=torch.float16), TypeError, "b has dtype"),
         ([[1.0]], torch.zeros(1, 1), TypeError, "a must be a torch.Tensor"),
-        (torch.zeros(4, 3, dtype=torch.float64), torch.zeros(4, 3, dtype=torch.float64), TypeError,
-         "float32, float16 or bfloat16"),
+        (torch.zeros(4, 3, dtype=torch.complex64), torch.zeros(4, 3, dtype=torch.complex64), TypeError,
+         "float32, float16, bfloat16 or float64, got torch.complex64 \\(complex activations"),
     ],
 )
 def test_bad_input_errors_name_the_argument(a, b, exc, match):
@@ -48,7 +48,8 @@ def _group(n=4):
 
 @pytest.mark.parametrize("spoil, exc, match", [
     (lambda a, b: b.__setitem__(2, b[2].to(torch.float16)), TypeError, r"b\[2\] has dtype torch.float16"),
-    (lambda a, b: a.__setitem__(3, a[3].to(torch.float64)), TypeError, r"a\[3\] must be float32"),
+    (lambda a, b: a.__setitem__(3, a[3].to(torch.float64)), TypeError, r"a\[3\] has dtype torch.float64"),
+    (lambda a, b: a.__setitem__(3, a[3].to(torch.int32)), TypeError, r"a\[3\] must be float32"),
     (lambda a, b: b.__setitem__(1, b[1][:, :4]), ValueError, r"b\[1\] must have the same shape as a\[1\]"),
     (lambda a, b: (a.__setitem__(2, a[2][:2]), b.__setitem__(2, b[2][:2])), ValueError, r"a\[2\] has 2 rows"),
     (lambda a, b: (a.__setitem__(1, a[1][:, 0, 0]), b.__setitem__(1, b[1][:, 0, 0])), ValueError,

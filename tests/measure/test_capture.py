@@ -448,22 +448,30 @@ def test_no_grad_inference_mode_autocast(small, gen):
         assert torch.allclose(out["bf16"].mean(c), out["no_grad"].mean(c), rtol=0.1), c
 
 
-def test_a_model_compiled_and_run_before_the_capture_raises_the_compile_error(gen):
-    """Hooks added after a compiled model ran are not in its cached code: result() says so and how to
-    fix it, instead of returning nothing."""
+def test_a_model_compiled_and_run_before_the_capture_is_measured_or_raises(gen):
+    """Hooks added after a compiled model ran: the cached code guards on hooks (importing the package
+    asks for it), so the model recompiles and is measured; with Dynamo's unsafe default back, the cached
+    code without hooks runs and result() says so and how to fix it, instead of returning less."""
     model = timm.create_model("vit_tiny_patch16_224", img_size=32, depth=1, pretrained=False).eval()
-    compiled = torch.compile(model, backend="eager")
     x = _images(4, gen)
-    torch._dynamo.reset()
-    try:
-        with torch.no_grad():
-            compiled(x)
-        with vk.capture(compiled) as late, torch.no_grad():
-            compiled(x)
-        with pytest.raises(RuntimeError, match="attach the capture .* before compiling"):
-            vk.pairwise_plasticity(late)
-    finally:
+    with vk.capture(model) as ref, torch.no_grad():
+        model(x)
+    for guard in (True, False):
+        compiled = torch.compile(model, backend="eager")
         torch._dynamo.reset()
+        try:
+            with torch._dynamo.config.patch(skip_nnmodule_hook_guards=not guard):
+                with torch.no_grad():
+                    compiled(x)
+                with vk.capture(compiled) as late, torch.no_grad():
+                    compiled(x)
+                if guard:
+                    assert torch.equal(vk.pairwise_plasticity(late).stats, ref.result().stats)
+                else:
+                    with pytest.raises(RuntimeError, match="attach the capture .* before compiling"):
+                        vk.pairwise_plasticity(late)
+        finally:
+            torch._dynamo.reset()
 
 
 def test_swiglu_eva_with_rope(gen):

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import vitplast_kernels as vk
-from vitplast_kernels.measure.pairing import get_pairing, pair_stats
+from vitplast_kernels.measure.pairings import get_pairing, pair_stats
 from vitplast_kernels.measure.result import PlasticityResult
 
 
@@ -73,7 +73,7 @@ def test_mapping_errors(gen):
         vk.pairwise_plasticity({"f": x})
     with pytest.raises(TypeError, match="acts must be"):
         vk.pairwise_plasticity([x, y])
-    assert get_pairing("all").name == "all"  # registered by vitplast_kernels.measure.pairing_all
+    assert get_pairing("all").name == "all"  # registered by vitplast_kernels.measure.pairings
 
 
 def test_no_sync_until_asked_and_merge(gen):

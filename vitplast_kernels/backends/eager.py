@@ -3,7 +3,8 @@
 Up-cast to float64, difference, square, sum with torch's own reduction (float64: every square of a
 float32 difference is representable; devices without float64, such as MPS, use float32 and keep
 float32's range). All pairs: one direct difference per pair (O(N^2 K) traffic: slow, simple, the
-portable fallback). Outputs are the float64 sums, like every backend's; gradients are torch's own.
+portable fallback). Outputs are the float64 sums, like every backend's; gradients are torch's own. The one
+backend for float64 inputs (exact: no up-cast needed; ``"auto"`` picks it for them on every device).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from collections.abc import Sequence
 
 import torch
 
-from .registry import Backend, register_backend
+from .registry import KERNEL_DTYPES, Backend, register_backend
 
 
 def _wide(device: torch.device) -> torch.dtype:
@@ -42,4 +43,4 @@ def _all_pairs_torch(x: torch.Tensor) -> torch.Tensor:
 
 
 register_backend(Backend("torch", None, lambda: True, lambda: None, pair_sq_distances_torch, grouped_torch,
-                         all_pairs=_all_pairs_torch))
+                         all_pairs=_all_pairs_torch, dtypes=(*KERNEL_DTYPES, torch.float64)))

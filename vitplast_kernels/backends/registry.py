@@ -1,7 +1,8 @@
 """The one backend registry, for the paired and the all-pairs reductions.
 
 A backend computes ``pair_sq(a, b) -> (B,) float64``, ``grouped(as_, bs) -> (G, B) float64`` and, when it
-has one, ``all_pairs(x (N, K)) -> (N, N) float64``. Backend modules register themselves here; choosing
+has one, ``all_pairs(x (N, K)) -> (N, N) float64``; ``dtypes`` are the input dtypes it takes (float64 only on
+the PyTorch path). Backend modules register themselves here; choosing
 one for a call (``"auto"`` included) is :mod:`vitplast_kernels.backends.select`'s job.
 """
 
@@ -15,6 +16,7 @@ import torch
 PairSqFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 GroupedFn = Callable[[Sequence[torch.Tensor], Sequence[torch.Tensor]], torch.Tensor]
 AllPairsFn = Callable[[torch.Tensor], torch.Tensor]
+KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)  # what the hand-written kernels take
 
 
 @dataclass(frozen=True)
@@ -26,6 +28,7 @@ class Backend:
     pair_sq: PairSqFn
     grouped: GroupedFn
     all_pairs: AllPairsFn | None = None  # None: no all-pairs kernel
+    dtypes: tuple[torch.dtype, ...] = KERNEL_DTYPES  # input dtypes its kernels take
 
 
 BACKENDS: dict[str, Backend] = {}

@@ -1,7 +1,8 @@
 """Choosing the backend of a call: ``backend="auto"`` or a name, checked against the tensors' device.
 
 ``"auto"`` resolves by device: CUDA -> the GPU choice of :mod:`vitplast_kernels.backends.cuda` (a fixed
-plan unless autotuning is asked for), CPU -> the C++ extension, anything else -> the PyTorch path.
+plan unless autotuning is asked for), CPU -> the C++ extension, anything else -> the PyTorch path;
+float64 inputs -> the PyTorch path on every device (the kernels take float32, float16 and bfloat16).
 For the all-pairs op (``op="all_pairs"``) only backends with an all-pairs kernel count; ``"auto"`` on
 CUDA is Triton there. A backend asked for by name is used or an error is raised: never replaced.
 """
@@ -40,7 +41,9 @@ def _warn_cpu_missing() -> None:
         )
 
 
-def _auto(device: torch.device, op: str) -> str:
+def _auto(device: torch.device, op: str, dtype: torch.dtype | None) -> str:
+    if dtype == torch.float64:
+        return "torch"  # the kernels take 16/32-bit inputs; the PyTorch path is exact in float64
     if device.type == "cuda":
         return "triton" if op == "all_pairs" else AUTO["cuda"]()
     if device.type == "cpu":
@@ -50,10 +53,11 @@ def _auto(device: torch.device, op: str) -> str:
     return "torch"
 
 
-def resolve(name: str, device: torch.device, *, op: str = "paired") -> Backend:
-    """The backend called ``name`` for ``op`` on tensors of ``device`` (``"auto"`` picks one)."""
+def resolve(name: str, device: torch.device, *, op: str = "paired",
+            dtype: torch.dtype | None = None) -> Backend:
+    """The backend called ``name`` for ``op`` on tensors of ``device`` and ``dtype`` ("auto" picks one)."""
     if name == "auto":
-        name = _auto(device, op)
+        name = _auto(device, op, dtype)
     backend = BACKENDS.get(name)
     if backend is None or (op == "all_pairs" and backend.all_pairs is None):
         raise ValueError(f"backend must be one of {backend_names(op)}, got {name!r}")
@@ -61,5 +65,9 @@ def resolve(name: str, device: torch.device, *, op: str = "paired") -> Backend:
         raise ValueError(
             f"backend={name!r} runs on {'/'.join(backend.device_types)} tensors, got tensors on {device}"
         )
+    if dtype is not None and dtype not in backend.dtypes:
+        takes = ", ".join(str(d).removeprefix("torch.") for d in backend.dtypes)
+        raise TypeError(f"backend={name!r} takes {takes} inputs, got {dtype}: use backend='auto' or 'torch' "
+                        "(the PyTorch path, exact in float64)")
     backend.require()
     return backend

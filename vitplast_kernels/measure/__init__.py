@@ -2,11 +2,11 @@
 combination and :func:`pairwise_plasticity`. It knows the kernels only through :mod:`vitplast_kernels.ops`."""
 
 from .capture import Capture, capture
+from .forward_check import MissedForwardError
 from .monitor import Monitor, monitor
-from .pairing import Pairing, get_pairing, register_pairing
-from .pairing_all import AllPairs  # registers pairs="all"
+from .pairings import AllPairs, Pairing, get_pairing, register_pairing
 from .plasticity import pairwise_plasticity
 from .result import PlasticityResult
 
-__all__ = ["AllPairs", "Capture", "Monitor", "Pairing", "PlasticityResult", "capture", "get_pairing",
-           "monitor", "pairwise_plasticity", "register_pairing"]
+__all__ = ["AllPairs", "Capture", "MissedForwardError", "Monitor", "Pairing", "PlasticityResult", "capture",
+           "get_pairing", "monitor", "pairwise_plasticity", "register_pairing"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from .pairing import Pairing
+from .pairings import Pairing
 
 FORWARDS, ROWS, SKIPPED = 0, 1, 2  # counter slots
 
@@ -54,7 +54,7 @@ class Accumulator:
         self.head_acc = None if heads is None else _new((n_layers, heads, fields), torch.float64, device)
         self.counters = _new((3,), torch.int64, device)
         self.head_rows_added = False  # host flag: set when per-head rows were added (eager bookkeeping)
-        self._index_cache: dict[tuple, torch.Tensor] = {}  # eager: index tensors built once per layout
+        self._index_cache: dict[tuple, torch.Tensor] = {}  # eager: index/count constants, once per layout
 
     def zero_(self) -> None:
         for t in (self.acc, self.head_acc, self.counters):
@@ -72,9 +72,9 @@ class Accumulator:
         if self.head_acc is not None:
             self.head_acc = _static(self.head_acc.to(device))
 
-    def _index(self, values: list[int], device: torch.device) -> torch.Tensor:
-        """``values`` as a device index; in eager mode built once per layout (no host copy per forward),
-        under torch.compile a constant of the graph."""
+    def _const(self, values: list[int], device: torch.device) -> torch.Tensor:
+        """``values`` as an int64 device tensor; in eager mode built once per layout (no host copy per
+        forward), under torch.compile a constant of the graph."""
         if torch.compiler.is_compiling():
             return torch.tensor(values, dtype=torch.long, device=device)
         key = (tuple(values), device)
@@ -84,24 +84,35 @@ class Accumulator:
         return idx
 
     def _index_add(self, acc: torch.Tensor, rows: list[int], st: torch.Tensor) -> None:
+        if rows == list(range(acc.shape[0])):  # every row once, in order (a whole forward): a plain add
+            acc.add_(st)
+            return
         for p in _passes(rows):
-            sel = st if len(p) == len(rows) else st[self._index(p, st.device)]
-            acc.index_add_(0, self._index([rows[k] for k in p], st.device), sel)
+            sel = st if len(p) == len(rows) else st[self._const(p, st.device)]
+            acc.index_add_(0, self._const([rows[k] for k in p], st.device), sel)
 
-    def add_rows(self, rows: list[tuple[int, torch.Tensor, torch.Tensor]]) -> None:
-        """Statistics of ``rows`` (row index, s_in (P,), s_out (P,)) added to the running sums."""
+    def add_rows(self, rows: list[tuple[int, torch.Tensor, torch.Tensor]], forwards: int = 0) -> None:
+        """Statistics of ``rows`` (row index, s_in (P,), s_out (P,)) added to the running sums, in one
+        pass per pair count (sorted by row: a whole forward is one fused update of the buffer);
+        ``forwards`` is added to the forward counter in the same update as the row counter."""
         if not rows:
             return
         if rows[0][1].device != self.acc.device:
             self._to(rows[0][1].device)
-        by_p: dict[int, list[tuple[int, torch.Tensor, torch.Tensor]]] = {}
+        by_row: dict[int, list[tuple[int, torch.Tensor, torch.Tensor]]] = {}
         for row in rows:
-            by_p.setdefault(row[1].shape[-1], []).append(row)
+            by_row.setdefault(row[0], []).append(row)
+        by_p: dict[int, list[tuple[int, torch.Tensor, torch.Tensor]]] = {}
+        for k in sorted(by_row):
+            for row in by_row[k]:
+                by_p.setdefault(row[1].shape[-1], []).append(row)
         for group in by_p.values():
             s_in = torch.stack([a for _, a, _ in group])
             s_out = torch.stack([b for _, _, b in group])
             self._index_add(self.acc, [k for k, _, _ in group], self.pairing.stats(s_in, s_out))
-        self.count(ROWS, len(rows))
+        counts = [0] * self.counters.shape[0]
+        counts[FORWARDS], counts[ROWS] = forwards, len(rows)
+        self.counters.add_(self._const(counts, self.counters.device))
 
     def add_head_rows(self, rows: list[tuple[int, torch.Tensor, torch.Tensor]]) -> None:
         """Per-head statistics: rows of (layer, MHA s_in (P,), per-head s_out (H, P))."""

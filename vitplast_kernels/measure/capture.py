@@ -29,12 +29,16 @@ every distance to the class token, the tokens after the prefix, or all tokens.
 (``fullgraph=True`` works): per-forward bookkeeping is Python structure resolved when a forward is
 traced, sums and counters live in device tensors updated in place. Attach the capture (or a
 :func:`~vitplast_kernels.monitor`) *before* compiling: the hooks are part of the compiled code. A model
-compiled and run before the capture was attached keeps running its cached code without the hooks;
-:meth:`Capture.result` then raises (``torch._dynamo.reset()`` after attaching makes it recompile).
+compiled without the hooks (another instance of the model, or this one before attaching) is not reused
+for it: importing the package makes compiled code guard on module hooks, and where hook-less code runs
+anyway (compiled before the import) :mod:`.forward_check` raises at the first check that sees a forward
+that was not measured (``torch._dynamo.reset()`` after attaching makes it recompile).
 Under compile, the decomposition's extra calls do not fork the random generators.
 
 Batches that do not fit the pairing (an odd batch with ``pairs="halves"``) are skipped and counted,
-with one warning, unless ``strict=True``, which raises from inside the forward.
+with one warning, unless ``strict=True``, which raises ValueError: from inside the forward in eager
+mode; under ``torch.compile`` outside the graph (after the forward, or at ``step()`` / ``result()``),
+with the same text.
 """
 
 from __future__ import annotations
@@ -49,8 +53,9 @@ import torch
 from . import presets as _presets
 from . import targets
 from .accumulator import FORWARDS, SKIPPED, Accumulator
+from .forward_check import ForwardCheck
 from .module_io import input_of
-from .pairing import Pairing, get_pairing
+from .pairings import Pairing, get_pairing
 from .protocols import make_protocol
 from .result import PlasticityResult
 
@@ -162,6 +167,8 @@ class Capture:
         # host flags, only ever set to True by hooks (a store, not a read: nothing for compile to guard)
         self._fired = self._skipped = False
         self._warned_skip = False
+        self.strict_error: str | None = None  # strict=True under compile: raised outside the graph
+        self.forward_check = ForwardCheck(self)  # every forward measured, or an error
         self.attached = False
 
     # ---------------------------------------------------------------- attach / detach
@@ -182,6 +189,7 @@ class Capture:
                 for name in names:
                     h.append(self._protocol.register(self, self._named[name], name, ci, li, len(names)))
         h.extend(self._protocol.register_root(self))
+        h.extend(self.forward_check.register(self.model))
         for li, (proj, heads) in self._heads.items():
             hook = functools.partial(self._proj_hook, li, heads, proj)
             h.append(self._named[proj].register_forward_pre_hook(hook))
@@ -205,11 +213,14 @@ class Capture:
     # ---------------------------------------------------------------- reductions
     def _fits(self, t: torch.Tensor, where: str) -> bool:
         """Whether ``t``'s batch fits the pairing; a batch that does not is skipped (the hook measures
-        nothing) or raises with ``strict=True``."""
+        nothing) or raises with ``strict=True`` (under compile: recorded, raised outside the graph, as a
+        raise inside it would surface as Dynamo's "Observed exception")."""
         if self.pairing.fits(t.shape[0]):
             return True
         if self.strict:
-            self.pairing.check(t.shape[0], where)
+            if not torch.compiler.is_compiling():
+                self.pairing.check(t.shape[0], where)
+            self.strict_error = self.pairing.problem(t.shape[0], where)
         return False
 
     def _view(self, t: torch.Tensor, where: str) -> torch.Tensor:
@@ -232,6 +243,8 @@ class Capture:
         in this layer during this forward (LN1's output is MHA's input) is reused: which endpoint is
         which tensor is resolved when a forward is traced, not looked up by address. Returns ``None``
         entries when the batch does not fit the pairing (counted once per forward, at row 0)."""
+        if torch.compiler.is_compiling():
+            self.forward_check.traced = True  # a side effect the compiled code replays on every call
         slots = self._fwd.slots.setdefault(li, {})
         out: list[torch.Tensor | None] = [None] * len(items)
         todo: list[int] = []
@@ -335,10 +348,15 @@ class Capture:
         """Root forward passes measured (reads the counter from the device: synchronises)."""
         return 0 if self._acc is None else int(self._acc.counters[FORWARDS])
 
+    def forwards_seen(self) -> torch.Tensor | None:
+        """Device int64 scalar: forwards whose hooks ran, measured or skipped (no sync)."""
+        return None if self._acc is None else self._acc.counters[FORWARDS] + self._acc.counters[SKIPPED]
+
     def result(self) -> PlasticityResult:
         """The accumulated statistics (no host-device sync unless batches were skipped). Raises when
         nothing was measured."""
         self._flush()  # rows of a forward whose root hooks did not run (a submodule called directly)
+        self.forward_check.verify()  # raises when a forward ran unmeasured (reads two counters)
         if not self._fired:
             if self._skipped:
                 raise RuntimeError("nothing was measured: every batch was skipped (it did not fit "
@@ -374,6 +392,8 @@ class Capture:
             self._acc.zero_()
         self._fwd.clear()
         self._fired = self._skipped = False
+        self.strict_error = None
+        self.forward_check.reset()
 
 
 def capture(

@@ -14,6 +14,14 @@ most two variants — monitored and plain — each compiled once: toggling never
 variant's graph holds none of the capture's work. Nothing is synchronised with the host inside a step
 (sums and counters are device tensors updated in place at fixed addresses), so CUDA graphs
 (``mode="reduce-overhead"``) replay the monitored variant too.
+
+Every forward of a monitored step is measured, or ``step()`` raises :class:`MissedForwardError` naming
+the step, the cause and the remedy (:mod:`.forward_check`): compiled code without the hooks (another
+instance of the model compiled first, the model compiled and run before the monitor was attached) is
+never reused silently. On CUDA the check reads a counter copied asynchronously, so it may raise one
+``step()`` later; ``result()`` always checks everything. A due step that runs no forward of the model
+counts as missed once compiled code has measured some step: run such steps inside
+``measuring(False)``. ``strict=True`` errors of a compiled forward are raised at ``step()`` at the latest.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from collections.abc import Iterator
 import torch
 
 from .capture import Capture
+from .forward_check import MissedForwardError  # noqa: F401  (raised by step(), documented here)
 from .result import PlasticityResult
 
 
@@ -43,6 +52,7 @@ class Monitor:
         self.capture = Capture(model, **capture_kwargs)
         self.steps = 0
         self.capture.enabled = True  # step 0 is measured
+        self._paused = False  # measuring(False) was entered during the current step
         self.capture.attach()
 
     @property
@@ -51,7 +61,11 @@ class Monitor:
         return self.capture.enabled
 
     def step(self) -> bool:
-        """Ends the current training step; returns whether the next one is measured."""
+        """Ends the current training step; returns whether the next one is measured. Raises
+        :class:`MissedForwardError` when a forward of a measured step was not measured (see above)."""
+        due = self.steps % self.every == 0 and self.capture.enabled and not self._paused
+        self._paused = False
+        self.capture.forward_check.end_step(self.steps, due)
         self.steps += 1
         self.capture.enabled = self.steps % self.every == 0
         return self.capture.enabled
@@ -61,6 +75,7 @@ class Monitor:
         """Measures (or, with ``enabled=False``, does not measure) the forwards inside the block."""
         before = self.capture.enabled
         self.capture.enabled = enabled
+        self._paused = self._paused or not enabled
         try:
             yield self
         finally:

@@ -8,7 +8,7 @@ import torch
 
 from ..ops import validate
 from .capture import Capture
-from .pairing import get_pairing
+from .pairings import get_pairing
 from .result import PlasticityResult
 
 InOut = tuple[torch.Tensor, torch.Tensor]

@@ -2,8 +2,8 @@
 
 What is stored are *sums*, exactly combinable across batches and ranks: per component ``c`` and
 layer ``l``, float64 ``[count, sum, sumsq, identical, nonfinite]`` (see
-:data:`vitplast_kernels.measure.stat_fields.STAT_FIELDS`): pairs used, sum and sum of squares of their rates,
-pairs excluded because their input distance is 0, pairs with a non-finite value (never averaged in).
+:data:`vitplast_kernels.measure.pairings.fields.STAT_FIELDS`): pairs used, sum and sum of squares of their
+rates, pairs excluded because their input distance is 0, pairs with a non-finite value (never averaged in).
 The sums stay on the device they were computed on until a value is asked for.
 
 Derived values (float64 CPU tensors, NaN where undefined):
@@ -13,7 +13,7 @@ Derived values (float64 CPU tensors, NaN where undefined):
 - 95% CI: normal approximation ``mean +- 1.96 * sem``, ``sem`` (standard error of the mean) =
   ``std / sqrt(count)`` for disjoint pairs (``halves``). With ``pairs="all"`` the pairs of a batch
   share sequences and are not independent: the stats carry a sixth field ``var_w`` (jackknife over
-  sequences of each batch's U-statistic, see :mod:`vitplast_kernels.measure.pairing_all`) and
+  sequences of each batch's U-statistic, see :mod:`vitplast_kernels.measure.pairings.all_pairs`) and
   ``sem = sqrt(var_w) / count``.
 """
 
@@ -28,7 +28,7 @@ import torch
 
 from ..atomic_io import atomic_write
 from .distributed import all_reduce_sums
-from .stat_fields import STAT_FIELDS, U_STAT_FIELDS
+from .pairings.fields import STAT_FIELDS, U_STAT_FIELDS
 
 Z95 = 1.959963984540054
 

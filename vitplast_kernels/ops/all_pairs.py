@@ -1,7 +1,8 @@
 """All distinct pairs of one batch: the ``(N, N)`` squared-distance matrix and the rate matrix.
 
 ``all_pair_sq_distances(a)`` for ``a`` of shape ``(N, ...)`` (float32, float16 or bfloat16, any
-strides) returns ``S`` of shape ``(N, N)``, float32, symmetric, zero diagonal, with
+strides; float64 runs on the ``"torch"`` path and gives float64 results) returns ``S`` of shape
+``(N, N)``, float32, symmetric, zero diagonal, with
 ``S[i, j] = sum_k (a[i, k] - a[j, k])^2`` (differences taken after up-casting). ``all_pair_ratios(fx,
 x)`` returns ``sqrt(S_fx / S_x)`` with NaN on the diagonal and wherever ``S_x == 0`` (identical
 sequences: no rate). These are what ``pairs="all"`` (the U-statistic over the N(N-1)/2 distinct pairs)
@@ -68,7 +69,7 @@ from .paired import ratio_from_sq, sqrt0
 @torch.library.custom_op("vitplast::all_pair_sq_distances", mutates_args=())
 def _all_pair_sq_distances_op(a: torch.Tensor, backend: str) -> torch.Tensor:
     """``(N, ...) -> (N, N)`` float64 squared distances on the backend called ``backend``."""
-    return resolve(backend, a.device, op="all_pairs").all_pairs(a.reshape(a.shape[0], -1))
+    return resolve(backend, a.device, op="all_pairs", dtype=a.dtype).all_pairs(a.reshape(a.shape[0], -1))
 
 
 @_all_pair_sq_distances_op.register_fake
@@ -102,21 +103,22 @@ _all_pair_sq_distances_op.register_autograd(_all_pairs_backward, setup_context=_
 def all_pair_sq_sums(a: torch.Tensor, *, backend: str = "auto") -> torch.Tensor:
     """``(N, ...) -> (N, N)`` float64 ``S[i, j] = ||a[i] - a[j]||_F^2`` (the backends' sums)."""
     a = validate.check_tensor("a", a)
-    return _all_pair_sq_distances_op(a, resolve(backend, a.device, op="all_pairs").name)
+    return _all_pair_sq_distances_op(a, resolve(backend, a.device, op="all_pairs", dtype=a.dtype).name)
 
 
 def all_pair_sq_distances(a: torch.Tensor, *, backend: str = "auto") -> torch.Tensor:
     """``(N, ...) -> (N, N)`` float32 ``S[i, j] = ||a[i] - a[j]||_F^2``: symmetric, zero diagonal.
 
     ``a`` is float32, float16 or bfloat16 (any strides); every entry has a relative error <= 1e-5
-    against float64, near-duplicate rows included, and identical rows give exactly 0.
+    against float64, near-duplicate rows included, and identical rows give exactly 0. float64 inputs
+    give float64 results (exact, on the ``"torch"`` path).
     """
-    return all_pair_sq_sums(a, backend=backend).to(torch.float32)
+    return all_pair_sq_sums(a, backend=backend).to(validate.result_dtype(a))
 
 
 def all_pair_distances(a: torch.Tensor, *, backend: str = "auto") -> torch.Tensor:
     """``(N, ...) -> (N, N)`` float32 Frobenius distances ``||a[i] - a[j]||``."""
-    return sqrt0(all_pair_sq_sums(a, backend=backend)).to(torch.float32)
+    return sqrt0(all_pair_sq_sums(a, backend=backend)).to(validate.result_dtype(a))
 
 
 def ratios_from_sq_matrices(num_sq: torch.Tensor, den_sq: torch.Tensor) -> torch.Tensor:
@@ -137,4 +139,5 @@ def all_pair_ratios(fx: torch.Tensor, x: torch.Tensor, *, backend: str = "auto")
     validate.check_output_input(fx, x)
     num = all_pair_sq_sums(fx, backend=backend)
     den = all_pair_sq_sums(x, backend=backend)
-    return ratios_from_sq_matrices(num, den).to(torch.float32)
+    return ratios_from_sq_matrices(num, den).to(torch.promote_types(validate.result_dtype(fx),
+                                                                    validate.result_dtype(x)))

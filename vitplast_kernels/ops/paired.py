@@ -3,7 +3,9 @@ fakes and autograd formulas.
 
 Shapes: ``a``, ``b`` are ``(B, ...)``: pair ``i`` is ``(a[i], b[i])``; everything after the leading
 dim is one pair member (e.g. ``(B, n, d)`` tokens x channels). Inputs may be float32, float16 or
-bfloat16, contiguous or strided views; differences are taken after up-casting.
+bfloat16, contiguous or strided views; differences are taken after up-casting. float64 inputs run on the
+PyTorch path (backend ``"torch"``, which ``"auto"`` picks for them; the kernels take the other three) and
+give float64 distances and rates, differentiable through torch itself (gradcheck-able).
 
 Range: every backend returns the float64 sums of squares (a float32 square overflows above 2^64 and
 vanishes below 2^-75, far inside float32's range), and distances and rates are formed from them in
@@ -53,7 +55,8 @@ def compiler_reduces(backend: str, device: torch.device) -> bool:
 def decomposed_sq_sums(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """``(B, ...) x (B, ...) -> (B,)`` float64 sums as plain tensor code (what the compiler fuses): the
     up-cast comes before the difference, as in the kernels."""
-    d = a.to(torch.float32) - b.to(torch.float32)
+    wide = torch.float64 if a.dtype == torch.float64 else torch.float32
+    d = a.to(wide) - b.to(wide)
     return d.to(torch.float64).square().flatten(1).sum(1)
 
 
@@ -62,17 +65,18 @@ def pair_sq_sums(a: torch.Tensor, b: torch.Tensor, *, backend: str = "auto") -> 
     a, b = validate.check_pair("a", a, "b", b)
     if compiler_reduces(backend, a.device):
         return decomposed_sq_sums(a, b)
-    return resolve(backend, a.device).pair_sq(a, b)
+    return resolve(backend, a.device, dtype=a.dtype).pair_sq(a, b)
 
 
 def pair_sq_distances(a: torch.Tensor, b: torch.Tensor, *, backend: str = "auto") -> torch.Tensor:
-    """``(B, ...) x (B, ...) -> (B,)`` float32: ``sum_k (a[i, k] - b[i, k])^2`` per pair ``i``."""
-    return pair_sq_sums(a, b, backend=backend).to(torch.float32)
+    """``(B, ...) x (B, ...) -> (B,)`` float32 (float64 for float64 inputs): ``sum_k (a[i, k] - b[i, k])^2``
+    per pair ``i``."""
+    return pair_sq_sums(a, b, backend=backend).to(validate.result_dtype(a))
 
 
 def pair_distances(a: torch.Tensor, b: torch.Tensor, *, backend: str = "auto") -> torch.Tensor:
-    """``(B, ...) x (B, ...) -> (B,)`` float32 Frobenius distances ``||a[i] - b[i]||``."""
-    return sqrt0(pair_sq_sums(a, b, backend=backend)).to(torch.float32)
+    """``(B, ...) x (B, ...) -> (B,)`` float32 (float64 for float64 inputs) distances ``||a[i] - b[i]||``."""
+    return sqrt0(pair_sq_sums(a, b, backend=backend)).to(validate.result_dtype(a))
 
 
 def pair_ratios(
@@ -88,7 +92,8 @@ def pair_ratios(
     validate.check_output_input(fx, x)
     num = pair_sq_sums(fx, fy, backend=backend)
     den = pair_sq_sums(x, y, backend=backend)
-    return ratio_from_sq(num, den).to(torch.float32)
+    return ratio_from_sq(num, den).to(torch.promote_types(validate.result_dtype(fx),
+                                                          validate.result_dtype(x)))
 
 
 def ratio_from_sq(num_sq: torch.Tensor, den_sq: torch.Tensor) -> torch.Tensor:
@@ -136,7 +141,7 @@ def grouped_sq_sums(
         validate.check_same(names, a, same_shape=False)
     if compiler_reduces(backend, a[0].device):
         return torch.stack([decomposed_sq_sums(x, y) for x, y in zip(a, b, strict=True)])
-    return resolve(backend, a[0].device).grouped(a, b)
+    return resolve(backend, a[0].device, dtype=a[0].dtype).grouped(a, b)
 
 
 def pair_sq_distances_grouped(
@@ -147,7 +152,7 @@ def pair_sq_distances_grouped(
     One launch for the whole group on GPU backends: what a capture uses to reduce every tensor of a
     forward pass at once.
     """
-    return grouped_sq_sums(a, b, backend=backend).to(torch.float32)
+    return grouped_sq_sums(a, b, backend=backend).to(validate.result_dtype(a[0]))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -6,7 +6,27 @@ from collections.abc import Sequence
 
 import torch
 
-SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+# float64 runs on the PyTorch path (backend "torch", what "auto" picks for it): exact, and differentiable
+# by torch itself; the hand-written kernels take the three 16/32-bit types (KERNEL_DTYPES).
+KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+SUPPORTED_DTYPES = (*KERNEL_DTYPES, torch.float64)
+
+
+def dtype_problem(name: str, dtype: torch.dtype) -> str:
+    """The error text for an activation of an unsupported dtype."""
+    if dtype.is_complex:
+        why = (" (complex activations are not compared: pass torch.view_as_real(t), whose real and "
+               "imaginary parts count as two channels of a real distance)")
+    elif not dtype.is_floating_point:
+        why = " (integer activations cannot be compared)"
+    else:
+        why = ""
+    return f"{name} must be float32, float16, bfloat16 or float64, got {dtype}{why}"
+
+
+def result_dtype(t: torch.Tensor) -> torch.dtype:
+    """The dtype of the ops' distances and rates: float64 for float64 inputs, float32 otherwise."""
+    return torch.float64 if t.dtype == torch.float64 else torch.float32
 
 
 def check_tensor(name: str, t: object, *, min_dims: int = 2) -> torch.Tensor:
@@ -14,10 +34,7 @@ def check_tensor(name: str, t: object, *, min_dims: int = 2) -> torch.Tensor:
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     if t.dtype not in SUPPORTED_DTYPES:
-        raise TypeError(
-            f"{name} must be float32, float16 or bfloat16, got {t.dtype}"
-            + (" (integer activations cannot be compared)" if not t.is_floating_point() else "")
-        )
+        raise TypeError(dtype_problem(name, t.dtype))
     if t.dim() < min_dims:
         raise ValueError(
             f"{name} must have at least {min_dims} dims (B, ...): pairs first, then the elements of each "

@@ -5,8 +5,8 @@ Per captured tensor the ``(N, N)`` float64 squared-distance matrix comes from :f
 capture the strict upper triangle in row-major order, ``P = N (N - 1) / 2`` sums per tensor. Several
 forward passes each contribute their own pairs (pairs never straddle two batches).
 
-Statistics: the five sums of :func:`~vitplast_kernels.measure.pairing.pair_stats` (pairs used, sum and sum of
-squares of their rates, identical pairs excluded, non-finite pairs) plus a sixth, ``var_w``:
+Statistics: the five sums of :func:`~vitplast_kernels.measure.pairings.base.pair_stats` (pairs used, sum
+and sum of squares of their rates, identical pairs excluded, non-finite pairs) plus a sixth, ``var_w``:
 
     var_w = count_b^2 * Var_jack(U_b)            (summed over batches b, and over ranks)
 
@@ -31,9 +31,9 @@ from collections.abc import Sequence
 
 import torch
 
-from ..ops.all_pairs import all_pair_sq_sums
-from .pairing import Pairing, register_pairing, stats_of, used_rates
-from .stat_fields import U_STAT_FIELDS
+from ...ops.all_pairs import all_pair_sq_sums
+from .base import Pairing, register_pairing, stats_of, used_rates
+from .fields import U_STAT_FIELDS
 
 _BACKEND_ALIASES = {"cuda": "triton"}  # paired-op backends without an all-pairs twin
 _triu_cache: dict[tuple[int, torch.device], tuple[torch.Tensor, torch.Tensor]] = {}
@@ -91,12 +91,11 @@ class AllPairs(Pairing):
     def fits(self, n: int) -> bool:
         return n >= 2
 
-    def check(self, n: int, where: str) -> None:
-        if n < 2:
-            raise ValueError(
-                f"pairs='all' needs a batch of at least 2 sequences (every pair i < j is compared), got "
-                f"{n} sequence(s) in {where}"
-            )
+    def problem(self, n: int, where: str) -> str | None:
+        if self.fits(n):
+            return None
+        return (f"pairs='all' needs a batch of at least 2 sequences (every pair i < j is compared), got "
+                f"{n} sequence(s) in {where}")
 
     def n_pairs(self, n: int) -> int:
         return n * (n - 1) // 2

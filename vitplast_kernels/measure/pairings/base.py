@@ -1,4 +1,4 @@
-"""Pairing schemes: which sequences of a batch are compared, as small strategy objects.
+"""The base of the pairing schemes: which sequences of a batch are compared, as small strategy objects.
 
 A scheme turns captured tensors ``(N, ...)`` (``N`` sequences first) into per-pair sums of squared
 differences ``S[p] = sum_k (T[i_p, k] - T[j_p, k])^2``, float64 (the kernels' sums: right where a
@@ -9,12 +9,16 @@ beyond this interface.
 
 Schemes:
 
-- ``"halves"`` (:class:`Halves`): a batch of ``N = 2B`` sequences, sequence ``i`` paired with ``i + B``.
+- ``"halves"`` (:class:`~vitplast_kernels.measure.pairings.halves.Halves`): a batch of ``N = 2B``
+  sequences, sequence ``i`` paired with ``i + B``.
   **Matched pairs** (the paper: ``X`` from the pretraining data, ``Y`` from the downstream data, ``X[i]``
   paired with ``Y[i]``) are the halves of ``torch.cat([X, Y])``.
 - ``"all"``: every distinct pair ``i < j`` of one batch:
-  :class:`~vitplast_kernels.measure.pairing_all.AllPairs`, registered when the package is imported (it
-  carries a sixth statistic, the U-statistic's variance).
+  :class:`~vitplast_kernels.measure.pairings.all_pairs.AllPairs` (it carries a sixth statistic, the
+  U-statistic's variance).
+
+Each scheme's module registers it (:func:`register_pairing`); importing
+:mod:`vitplast_kernels.measure.pairings` registers both.
 """
 
 from __future__ import annotations
@@ -23,8 +27,7 @@ from collections.abc import Sequence
 
 import torch
 
-from ..ops.paired import grouped_sq_sums
-from .stat_fields import STAT_FIELDS
+from .fields import STAT_FIELDS
 
 
 class Pairing:
@@ -33,9 +36,15 @@ class Pairing:
     name: str = "?"
     stat_fields: tuple[str, ...] = STAT_FIELDS  # what stats() returns along its last dim
 
-    def check(self, n: int, where: str) -> None:
-        """Raises ValueError when a batch of ``n`` sequences cannot be paired; ``where`` names the tensor."""
+    def problem(self, n: int, where: str) -> str | None:
+        """Why a batch of ``n`` sequences cannot be paired (``where`` names the tensor); None when it can."""
         raise NotImplementedError
+
+    def check(self, n: int, where: str) -> None:
+        """Raises ValueError (:meth:`problem`'s text) when a batch of ``n`` sequences cannot be paired."""
+        msg = self.problem(n, where)
+        if msg is not None:
+            raise ValueError(msg)
 
     def fits(self, n: int) -> bool:
         """Whether a batch of ``n`` sequences can be paired (what :meth:`check` checks, without raising)."""
@@ -95,48 +104,11 @@ def stats_of(r: torch.Tensor, used: torch.Tensor, identical: torch.Tensor, nonfi
     )
 
 
-class Halves(Pairing):
-    """``N = 2B`` sequences: pair ``i`` is ``(T[i], T[i + B])``. Matched pairs: ``torch.cat([X, Y])``."""
-
-    name = "halves"
-
-    def fits(self, n: int) -> bool:
-        return n >= 2 and n % 2 == 0
-
-    def check(self, n: int, where: str) -> None:
-        if n < 2 or n % 2:
-            raise ValueError(
-                f"pairs='halves' needs an even batch of at least 2 sequences (2B: sequence i is paired "
-                f"with i + B), got {n} sequences in {where}. For matched pairs pass torch.cat([X, Y]) "
-                "with X and Y of the same size."
-            )
-
-    def n_pairs(self, n: int) -> int:
-        return n // 2
-
-    def sq_sums(self, tensors: Sequence[torch.Tensor], *, backend: str = "auto") -> torch.Tensor:
-        tensors = list(tensors)
-        n = tensors[0].shape[0]
-        b = n // 2
-        # one grouped launch per dtype (the grouped op needs one dtype); results back in input order
-        out: list[torch.Tensor | None] = [None] * len(tensors)
-        by_dtype: dict[torch.dtype, list[int]] = {}
-        for g, t in enumerate(tensors):
-            by_dtype.setdefault(t.dtype, []).append(g)
-        for idx in by_dtype.values():
-            sums = grouped_sq_sums(
-                [tensors[g][:b] for g in idx], [tensors[g][b:] for g in idx], backend=backend
-            )
-            for k, g in enumerate(idx):
-                out[g] = sums[k]
-        return torch.stack(out)  # type: ignore[arg-type]
-
-
-_PAIRINGS: dict[str, type[Pairing]] = {"halves": Halves}  # "all": registered by pairing_all on import
+_PAIRINGS: dict[str, type[Pairing]] = {}  # filled by the scheme modules (halves, all_pairs)
 
 
 def register_pairing(name: str, cls: type[Pairing]) -> None:
-    """Installs (or replaces) the scheme called ``name`` (how :mod:`.pairing_all` adds ``"all"``)."""
+    """Installs (or replaces) the scheme called ``name`` (:mod:`.halves` and :mod:`.all_pairs` use it)."""
     _PAIRINGS[name] = cls
 
 

@@ -1,0 +1,175 @@
+"""A monitored model measures every forward it runs or raises at the first step it missed, compiled or
+not: compiled code without the hooks (another instance compiled first, the model compiled and run before
+attaching, a detach and re-attach) is never reused silently. Compiled with backend="eager": the hooks
+are a Dynamo matter (guards, cached code), Inductor adds only compile time."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import vitplast_kernels as vk
+
+timm = pytest.importorskip("timm")
+
+SIZES = (8, 12, 8, 8)  # the batch of 12 recompiles: before the fix only that forward was measured
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def _vit():
+    torch.manual_seed(0)  # every instance has the same weights: one eager reference serves all
+    return timm.create_model("vit_tiny_patch16_224", img_size=32, depth=2, num_classes=0).eval()
+
+
+@pytest.fixture(scope="module")
+def images():
+    gen = torch.Generator().manual_seed(0)
+    return {n: torch.randn(n, 3, 32, 32, generator=gen) for n in set(SIZES)}
+
+
+@pytest.fixture(scope="module")
+def reference(images):
+    model = _vit()
+    with vk.capture(model) as cap, torch.no_grad():
+        for n in SIZES:
+            model(images[n])
+    return cap.result().stats
+
+
+def _compile(model, fullgraph):
+    return torch.compile(model, backend="eager", fullgraph=fullgraph)
+
+
+def _run(mon, fn, images):
+    with torch.no_grad():
+        for n in SIZES:
+            fn(images[n])
+            mon.step()
+    return mon.result()
+
+
+def plain_instance_first(images, fullgraph):
+    with torch.no_grad():
+        _compile(_vit(), fullgraph)(images[8])
+    model = _vit()
+    mon = vk.monitor(model, every=1)
+    return [_run(mon, _compile(model, fullgraph), images)]
+
+
+def attach_after_run(images, fullgraph):
+    model = _vit()
+    compiled = _compile(model, fullgraph)
+    with torch.no_grad():
+        compiled(images[8])
+    return [_run(vk.monitor(model, every=1), compiled, images)]
+
+
+def detach_then_reattach(images, fullgraph):
+    model = _vit()
+    compiled = _compile(model, fullgraph)
+    first = vk.monitor(model, every=1)
+    with torch.no_grad():
+        compiled(images[8])
+        first.detach()
+        compiled(images[8])
+    return [_run(vk.monitor(model, every=1), compiled, images)]
+
+
+def two_monitored_models(images, fullgraph):
+    a, b = _vit(), _vit()
+    mon_a, mon_b = vk.monitor(a, every=1), vk.monitor(b, every=1)
+    return [_run(mon_a, _compile(a, fullgraph), images), _run(mon_b, _compile(b, fullgraph), images)]
+
+
+def compiled_step_function(images, fullgraph):
+    """torch.compile(fn) taking the model: the root's hooks are traced too (no eager root hook runs)."""
+
+    @torch.compile(backend="eager", fullgraph=fullgraph)
+    def forward(model, x):
+        return model(x)
+
+    with torch.no_grad():
+        forward(_vit(), images[8])
+    model = _vit()
+    mon = vk.monitor(model, every=1)
+    return [_run(mon, lambda x: forward(model, x), images)]
+
+
+SCENARIOS = [plain_instance_first, attach_after_run, detach_then_reattach, two_monitored_models,
+             compiled_step_function]
+FULLGRAPH = [True, pytest.param(False, marks=pytest.mark.slow)]
+
+
+@pytest.mark.parametrize("fullgraph", FULLGRAPH)
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda f: f.__name__)
+def test_every_forward_is_measured(scenario, fullgraph, images, reference):
+    """Importing the package makes compiled code guard on hooks: each case recompiles with the hooks and
+    measures the 4 forwards (18 pairs), as eager does."""
+    for res in scenario(images, fullgraph):
+        assert res.stats[0, 0, 0].item() == 18
+        torch.testing.assert_close(res.stats, reference, rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("scenario", [s for s in SCENARIOS if s is not two_monitored_models],
+                         ids=lambda f: f.__name__)
+def test_hookless_code_raises_at_the_first_missed_step(scenario, images):
+    """With Dynamo's unsafe default back (code compiled before vitplast_kernels was imported), the cached
+    code without hooks runs: the monitor raises, naming step 0, the cause and the remedy."""
+    with torch._dynamo.config.patch(skip_nnmodule_hook_guards=True):
+        with pytest.raises(vk.MissedForwardError, match=r"step 0: .*_dynamo\.reset\(\) after attaching"):
+            scenario(images, True)
+
+
+def test_two_monitored_models_need_no_guard(images, reference):
+    """Two monitored instances share hooked code: measured in full without the hook guards, no false alarm."""
+    with torch._dynamo.config.patch(skip_nnmodule_hook_guards=True):
+        for res in two_monitored_models(images, True):
+            torch.testing.assert_close(res.stats, reference, rtol=1e-12, atol=0)
+
+
+def test_a_step_without_forward_is_not_a_miss_in_eager_or_when_paused(images):
+    """An eager model that did not run in a step missed nothing; a compiled one may skip a due step
+    inside measuring(False)."""
+    model = _vit()
+    with vk.monitor(model, every=1) as mon, torch.no_grad():
+        model(images[8])
+        mon.step()
+        mon.step()  # no forward in this step
+        assert mon.result().stats[0, 0, 0].item() == 4
+    model = _vit()
+    mon = vk.monitor(model, every=1)
+    compiled = _compile(model, True)
+    with torch.no_grad():
+        compiled(images[8])
+        mon.step()
+        with mon.measuring(False):
+            compiled(images[8])  # a due step paused on purpose
+        mon.step()
+        compiled(images[8])
+        mon.step()
+    assert mon.result().stats[0, 0, 0].item() == 8
+
+
+@pytest.mark.parametrize("monitored", [True, False], ids=["monitor", "capture"])
+def test_strict_under_fullgraph_raises_the_package_error_outside_the_graph(images, monitored):
+    """strict=True and an odd batch under torch.compile(fullgraph=True): the package's ValueError, not
+    Dynamo's "Observed exception" (raised at step() or result(), after the compiled forward)."""
+    model = _vit()
+    odd = images[8][:5]
+    cap = vk.monitor(model, every=1, strict=True) if monitored else vk.capture(model, strict=True).attach()
+    compiled = _compile(model, True)
+    with torch.no_grad():
+        compiled(images[8])
+        compiled(odd)
+    with pytest.raises(ValueError, match=r"pairs='halves' needs an even batch .* got 5 sequences"):
+        cap.step() if monitored else cap.result()
+    with torch.no_grad():
+        compiled(images[8])  # the error was raised once; measuring goes on
+    res = cap.result()
+    assert res.stats[0, 0, 0].item() == 8 and res.meta["skipped_batches"] == 1

@@ -1,0 +1,179 @@
+"""Every forward of a captured model is measured, or the capture raises: never a silently partial result.
+
+Why a forward can run unmeasured: ``torch.compile`` caches the code it compiled for a frame and reuses it
+for any call whose guards pass. With ``torch._dynamo.config.skip_nnmodule_hook_guards = True`` (torch's
+default) the guards ignore empty hook dicts, so code compiled for a model *without* hooks (another
+instance of the same class compiled first, or this model compiled and run before the capture was
+attached, or before a detach and re-attach) is reused for the captured model and runs none of its hooks.
+
+Two measures:
+
+1. **Guard on hooks** (:func:`guard_compiled_code_on_hooks`, run when this module is imported, i.e. by
+   ``import vitplast_kernels``): sets ``skip_nnmodule_hook_guards = False``, so code compiled from then
+   on checks that the hooks it was traced with are still the module's: a captured model recompiles
+   instead of reusing hook-less code (one guard per hook dict per call, microseconds).
+2. **Count and compare** (:class:`ForwardCheck`), for code compiled before the import or with the flag
+   set back: a forward pre-hook on the model's root counts, on the host, the forwards that ran while the
+   capture was enabled whenever the root's hooks run outside the compiled graph (eager, and
+   ``torch.compile(model)``, which calls the root's hooks before entering its compiled ``forward``); the
+   component hooks count, on the device, the forwards they saw (measured or skipped). A monitor compares
+   the two at every ``step()`` and a capture at ``result()``; when the root's hooks are themselves
+   traced (``torch.compile(train_step)``, ``model.compile()``) a due step in which no forward was seen is
+   a miss once the capture's hooks have been traced at least once (an eager model that did not run in a
+   step is not). The device counter is read at ``step()`` without waiting: on CUDA it is copied
+   asynchronously and checked at a later ``step()`` once the copy is done (at the latest at
+   ``result()``); on CPU at once.
+
+Errors raised by a hook inside a compiled graph surface as Dynamo's ``Unsupported: Observed exception``;
+so under compile, a batch that breaks ``strict=True`` is recorded (:attr:`Capture.strict_error`, a host
+attribute that the compiled code sets on every call) and raised here with the package's text, outside the
+graph: right after the forward when the root's hooks run eagerly, else at ``step()`` / ``result()``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+
+
+class Checked(Protocol):
+    """What the check uses of a capture."""
+
+    enabled: bool  # the hooks measure
+    strict_error: str | None  # a strict=True error recorded by a compiled forward
+
+    def forwards_seen(self) -> torch.Tensor | None:
+        """Device int64 scalar: forwards whose hooks ran (measured or skipped)."""
+
+
+def guard_compiled_code_on_hooks() -> None:
+    """Makes code compiled by ``torch.compile`` from now on guard on modules' hooks (see above)."""
+    torch._dynamo.config.skip_nnmodule_hook_guards = False
+
+
+guard_compiled_code_on_hooks()
+
+REMEDY = (
+    "Dynamo reused code compiled for a model without these hooks (another instance of the same model "
+    "compiled first, or this model compiled and run before the capture was attached): it does not guard "
+    "on module hooks when torch._dynamo.config.skip_nnmodule_hook_guards is True, torch's default, which "
+    "importing vitplast_kernels sets to False for code compiled afterwards. Remedy: import "
+    "vitplast_kernels and attach the capture (or monitor) before compiling anything, or call "
+    "torch._dynamo.reset() after attaching so that the model recompiles with the hooks."
+)
+
+
+class MissedForwardError(RuntimeError):
+    """A forward of a captured model ran without being measured (see :mod:`.forward_check`)."""
+
+
+@dataclass
+class _Mark:
+    step: int | None  # None: not the end of a step (result())
+    due: bool  # the step was measured and never paused
+    calls: int  # host count of root forwards while enabled, at the mark
+    seen: Any  # int, or (pinned host tensor, CUDA event) until the copy is done
+
+
+class ForwardCheck:
+    """The root hooks of one capture and the comparison of forwards run with forwards seen."""
+
+    def __init__(self, cap: Checked) -> None:
+        self.cap = cap
+        self.calls = 0  # root forwards while enabled, counted where the root's hooks run outside a graph
+        self.traced = False  # the capture's hooks were traced by torch.compile at least once
+        self._queue: list[_Mark] = []
+        self._last = (0, 0)  # (calls, seen) at the last settled mark
+        self._idle_step: int | None = None  # first due step with nothing seen, before any trace
+
+    def register(self, model: torch.nn.Module) -> list[Any]:
+        return [model.register_forward_pre_hook(self._before), model.register_forward_hook(self._after)]
+
+    def _before(self, module, args) -> None:
+        if not torch.compiler.is_compiling() and self.cap.enabled:
+            self.calls += 1
+
+    def _after(self, module, args, output) -> None:
+        if not torch.compiler.is_compiling():
+            self.raise_strict()
+
+    def raise_strict(self) -> None:
+        """Raises the ``strict=True`` error a compiled forward recorded (the package's own text)."""
+        err = self.cap.strict_error
+        if err is not None:
+            self.cap.strict_error = None
+            raise ValueError(err)
+
+    # ---------------------------------------------------------------- marks
+    def _seen(self) -> torch.Tensor | None:
+        return self.cap.forwards_seen()
+
+    def mark(self, step: int | None, due: bool) -> None:
+        """Records the counts at the end of ``step`` (no wait on the device) and settles what is ready."""
+        seen = self._seen()
+        if seen is None:
+            return
+        if seen.device.type == "cuda":
+            host = torch.empty((), dtype=seen.dtype, pin_memory=True)
+            host.copy_(seen, non_blocking=True)
+            event = torch.cuda.Event()
+            event.record()
+            value: Any = (host, event)
+        else:
+            value = int(seen)
+        self._queue.append(_Mark(step, due, self.calls, value))
+        self._settle(wait=False)
+
+    def _settle(self, wait: bool) -> None:
+        while self._queue:
+            m = self._queue[0]
+            if isinstance(m.seen, tuple):
+                host, event = m.seen
+                if not wait and not event.query():
+                    return
+                event.synchronize()
+                m.seen = int(host)
+            self._queue.pop(0)
+            self._judge(m)
+
+    def _judge(self, m: _Mark) -> None:
+        calls, seen = m.calls - self._last[0], m.seen - self._last[1]
+        self._last = (m.calls, m.seen)
+        where = "the forwards since the last check" if m.step is None else f"step {m.step}"
+        if calls > seen:
+            raise MissedForwardError(
+                f"{where}: {calls} forward(s) of the captured model ran but {seen} were measured. {REMEDY}")
+        if m.step is not None and m.due and calls == 0 and seen == 0:
+            if self.traced:
+                self._raise_idle(m.step)
+            if self._idle_step is None:
+                self._idle_step = m.step
+
+    def _raise_idle(self, step: int) -> None:
+        raise MissedForwardError(
+            f"step {step}: it was due to be measured but no forward of the monitored model was measured, "
+            "while the compiled code measured other steps. Either the model did not run in that step (run "
+            "such steps inside monitor.measuring(False)), or " + REMEDY[0].lower() + REMEDY[1:])
+
+    def end_step(self, step: int, due: bool) -> None:
+        """At a monitor's ``step()``: raises a pending strict error, then checks the step's forwards."""
+        self.raise_strict()
+        self.mark(step, due)
+        if self.traced and self._idle_step is not None:
+            self._raise_idle(self._idle_step)
+
+    def verify(self) -> None:
+        """At ``result()``: waits for every recorded count (a host sync) and raises on any miss."""
+        self.raise_strict()
+        self.mark(None, False)
+        self._settle(wait=True)
+        if self.traced and self._idle_step is not None:
+            self._raise_idle(self._idle_step)
+
+    def reset(self) -> None:
+        """The capture's counters were zeroed: start comparing anew."""
+        self._queue.clear()
+        self._last = (self.calls, 0)
+        self._idle_step = None
