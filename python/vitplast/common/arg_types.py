@@ -25,7 +25,7 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefau
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
-        if "%(default)" in text or not action.option_strings:
+        if "%(default)" in text or not action.option_strings or action.nargs == 0:
             return text
         if action.default is None or action.default is False or action.default == argparse.SUPPRESS:
             return text

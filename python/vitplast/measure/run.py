@@ -8,45 +8,16 @@ a unit (:mod:`vitplast.common.output_set`).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import warnings
 
-from ..common.arg_types import DTYPE_ALIASES, DTYPES
+from ..common.device import resolve_device
+from ..common.options import resolve
+from .options import DEFAULT_DATA, DEFAULT_PAIR_DATA, MeasureOptions
 
-PROTOCOLS = ("in_situ", "decomposition")
-PAIRS = ("halves", "all")
-DEFAULT_DATA = "digits:0-4"
-DEFAULT_PAIR_DATA = "digits:5-9"
+OPTION_NAMES = frozenset(f.name for f in dataclasses.fields(MeasureOptions))
 OUTPUT_FILES = ("plasticity.json", "plasticity.png", "run.json")
-
-
-def _check(protocol, pairs, dtype, batches, batch_size, img_size, pair_data, embedding) -> str:
-    if protocol not in PROTOCOLS:
-        raise ValueError(f"protocol must be one of {PROTOCOLS}, got {protocol!r}")
-    if pairs not in PAIRS:
-        raise ValueError(f"pairs must be one of {PAIRS}, got {pairs!r}")
-    dtype = DTYPE_ALIASES.get(dtype, dtype)
-    if dtype not in DTYPES:
-        raise ValueError(f"dtype must be one of {DTYPES} (or {tuple(DTYPE_ALIASES)}), got {dtype!r}")
-    for name, v, low in (("batches", batches, 1), ("batch_size", batch_size, 2)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < low:
-            raise ValueError(f"{name} must be an integer >= {low}, got {v!r}")
-    if img_size is not None and (isinstance(img_size, bool) or not isinstance(img_size, int) or img_size < 1):
-        raise ValueError(f"img_size must be a positive integer, got {img_size!r}")
-    if batch_size % 2 and (pairs == "halves" or pair_data is not None):
-        what = ("matched pairs take half from each dataset" if pair_data
-                else "pairs='halves' pairs i with i + B/2")
-        raise ValueError(f"batch_size={batch_size} images: must be even ({what})")
-    if embedding is not None and protocol != "decomposition":
-        raise ValueError("embedding names the input e of protocol='decomposition'; it does not apply to "
-                         f"protocol={protocol!r}")
-    return dtype
-
-
-def _device(device: str):
-    from ..common.device import check_device, resolve_device
-
-    return resolve_device(check_device(device))
 
 
 def _batches(dataset, n_images: int, seed: int):
@@ -98,13 +69,17 @@ def _autocast(device, dtype_name: str):
 
 
 def measure(model: str | None = None, weights: str | None = None, data: str | None = None,
-            pair_data: str | None = None, protocol: str = "in_situ", pairs: str = "halves",
-            batches: int = 4, batch_size: int = 128, device: str = "cpu", dtype: str = "float32",
-            img_size: int | None = None, seed: int = 0, split: str = "all", out: str | None = None,
-            cache_dir: str | None = None, pretrain_config: dict | None = None, progress: bool = True,
-            components: dict | None = None, embedding: str | None = None,
-            allow_partial_weights: bool = False, skip_bad_images: bool = False, log=print):
+            pair_data: str | None = None, protocol: str | None = None, pairs: str | None = None,
+            batches: int | None = None, batch_size: int | None = None, device: str | None = None,
+            dtype: str | None = None, img_size: int | None = None, seed: int | None = None,
+            split: str | None = None, out: str | None = None, cache_dir: str | None = None,
+            pretrain_config: dict | None = None, progress: bool | None = None, components: dict | None = None,
+            embedding: str | None = None, allow_partial_weights: bool | None = None,
+            skip_bad_images: bool | None = None, log=print):
     """Measure a model's plasticity; returns the ``vitplast_kernels`` ``PlasticityResult``.
+
+    Every keyword is the option of ``vitplast measure`` with that name (None: its default; defaults
+    and checks in :class:`vitplast.measure.options.MeasureOptions`).
 
     ``model=None`` -> the embedded digits ViT, or the architecture of the ``vitplast finetune`` run that
     wrote ``weights``; ``data=None`` -> ``"digits:0-4"`` matched with ``pair_data="digits:5-9"``. Each
@@ -132,8 +107,13 @@ def measure(model: str | None = None, weights: str | None = None, data: str | No
     from .model import make_capture
 
     log = log or (lambda *a, **k: None)
-    dtype = _check(protocol, pairs, dtype, batches, batch_size, img_size, pair_data, embedding)
-    dev = _device(device)
+    o = resolve(MeasureOptions, {k: v for k, v in locals().items() if k in OPTION_NAMES})
+    (model, weights, data, pair_data, protocol, pairs, batches, batch_size, dtype, img_size, seed, split, out,
+     cache_dir, pretrain_config, progress, components, embedding, allow_partial_weights, skip_bad_images) = (
+        o.model, o.weights, o.data, o.pair_data, o.protocol, o.pairs, o.batches, o.batch_size, o.dtype,
+        o.img_size, o.seed, o.split, o.out, o.cache_dir, o.pretrain_config, o.progress, o.components,
+        o.embedding, o.allow_partial_weights, o.skip_bad_images)
+    dev = resolve_device(o.device)
     out_set = None
     if out is not None:
         out_set = OutputSet(out, OUTPUT_FILES)

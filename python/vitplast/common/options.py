@@ -1,0 +1,247 @@
+"""One description of a command's options, from which its CLI flags, defaults, validation and error
+wording all come.
+
+A command declares its options once, as a dataclass whose fields are made by :func:`option`::
+
+    @dataclasses.dataclass
+    class Options:
+        steps: int = option(150, "optimiser steps", kind=integer(1))
+        lr: list = option("1e-3", "learning rate(s), comma-separated", kind=csv(number(positive=True)))
+
+- :func:`add_arguments` adds one argparse argument per field (flag ``--steps``, the default shown in
+  ``--help``); argparse only collects the text: it converts and checks nothing;
+- :func:`resolve` turns the collected values, or the keywords of the command's Python function, into
+  the dataclass: text is parsed by the field's kind (``Kind.parse``), every value checked
+  (``Kind.check``, which may normalise it), ``None`` means the default; then the dataclass's
+  ``validate()`` checks what involves several options;
+- every problem is an :class:`OptionError` (a ``ValueError``) worded ``--flag: what is wrong``, which
+  the command prints as one line ``vitplast CMD: error: --flag: ...`` with exit status 2
+  (:func:`vitplast.common.arg_types.fail`), the same from the CLI and from Python.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+
+class OptionError(ValueError):
+    """A bad option value: ``--flag: what is wrong`` (one line)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Kind:
+    """How one option's value is read from the command line (``parse``: text -> value) and checked
+    from anywhere (``check``: value -> normalised value); both raise ValueError with the reason."""
+
+    parse: Callable[[str], Any] = str
+    check: Callable[[Any], Any] = lambda v: v
+    metavar: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Spec:
+    """The CLI side of an option (see :func:`option`)."""
+
+    help: str | None
+    kind: Kind
+    flag: str | None
+    group: str | None
+    metavar: str | None
+    action: str | None
+    nargs: str | None
+    const: Any
+    required: bool
+    negation: str | None  # a second flag storing False in the same option (--no-progress)
+    cli: bool
+
+
+def option(default: Any = None, help: str | None = None, *, kind: Kind | None = None, flag: str | None = None,
+           group: str | None = None, metavar: str | None = None, action: str | None = None,
+           nargs: str | None = None, const: Any = None, required: bool = False, negation: str | None = None,
+           cli: bool = True, default_factory: Callable[[], Any] | None = None) -> Any:
+    """A dataclass field describing one option (``cli=False``: a keyword of the Python function only)."""
+    spec = Spec(help, kind or Kind(), flag, group, metavar, action, nargs, const, required, negation, cli)
+    if default_factory is not None:
+        return dataclasses.field(default_factory=default_factory, metadata={"option": spec})
+    return dataclasses.field(default=default, metadata={"option": spec})
+
+
+def flag_of(field: dataclasses.Field) -> str:
+    spec: Spec = field.metadata["option"]
+    return spec.flag or "--" + field.name.replace("_", "-")
+
+
+# ---------------------------------------------------------------------------------------------- kinds
+def _int_text(text: str) -> int:
+    try:
+        return int(text.strip(), 10)
+    except ValueError:
+        raise ValueError(f"expected an integer, got {text!r}") from None
+
+
+def integer(minimum: int | None = None, maximum: int | None = None, *, what: str | None = None) -> Kind:
+    """An int in ``[minimum, maximum]`` (``what``: the reason given for a value out of range)."""
+
+    def check(v):
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise ValueError(f"expected an integer, got {v!r}")
+        if (minimum is not None and v < minimum) or (maximum is not None and v > maximum):
+            if what is not None:
+                raise ValueError(f"{what}, got {v!r}")
+            if maximum is not None:
+                raise ValueError(f"must be an integer in {minimum}..{maximum}, got {v!r}")
+            if minimum == 1:
+                raise ValueError(f"must be a positive integer, got {v!r}")
+            raise ValueError(f"must be an integer >= {minimum}, got {v!r}")
+        return v
+
+    return Kind(_int_text, check)
+
+
+def number(*, positive: bool = False, minimum: float | None = None) -> Kind:
+    """A finite float (``positive``: > 0; ``minimum``: >= it)."""
+
+    def parse(text: str) -> float:
+        try:
+            return float(text)
+        except ValueError:
+            raise ValueError(f"expected a number, got {text!r}") from None
+
+    def check(v):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise ValueError(f"expected a finite number, got {v!r}")
+        if positive and not v > 0:
+            raise ValueError(f"must be positive, got {v!r}")
+        if minimum is not None and v < minimum:
+            raise ValueError(f"must be >= {minimum:g}, got {v!r}")
+        return float(v)
+
+    return Kind(parse, check)
+
+
+def choice(values: Sequence[str], aliases: Mapping[str, str] | None = None) -> Kind:
+    """One of ``values`` (``aliases``: other spellings mapped to one of them; case-insensitive)."""
+    aliases = dict(aliases or {})
+
+    def check(v):
+        name = aliases.get(str(v).lower(), str(v).lower()) if isinstance(v, str) else v
+        if name not in values:
+            more = f" (or {', '.join(aliases)})" if aliases else ""
+            raise ValueError(f"must be one of {', '.join(values)}{more}, got {v!r}")
+        return name
+
+    return Kind(str, check, "{" + ",".join(values) + "}")
+
+
+def csv(item: Kind, *, unique: bool = False) -> Kind:
+    """Comma-separated values of ``item`` (a list or tuple from Python), as a list."""
+
+    def parse(text: str) -> list:
+        parts = [p.strip() for p in text.split(",")]
+        if any(not p for p in parts):
+            raise ValueError(f"empty value in {text!r}")
+        return [item.parse(p) for p in parts]
+
+    def check(v):
+        values = list(v) if isinstance(v, (list, tuple)) else [v]
+        out = [item.check(item.parse(x) if isinstance(x, str) else x) for x in values]
+        if unique and len(set(map(str, out))) != len(out):
+            raise ValueError(f"repeated value in {v!r}")
+        return out
+
+    return Kind(parse, check)
+
+
+def checked(fn: Callable[[Any], Any], parse: Callable[[str], Any] = str) -> Kind:
+    """A kind whose check is ``fn`` (e.g. :func:`vitplast.common.device.check_device`)."""
+    return Kind(parse, fn)
+
+
+def optional(kind: Kind) -> Kind:
+    """``kind``, or None (the option's default when it is None)."""
+    return Kind(kind.parse, lambda v: None if v is None else kind.check(v), kind.metavar)
+
+
+# ---------------------------------------------------------------------------------------------- CLI
+def add_arguments(parser: argparse.ArgumentParser, cls: type,
+                  groups: Mapping[str, str] | None = None) -> None:
+    """One argparse argument per field of ``cls`` (in field order; ``groups``: title of each group)."""
+    made: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        spec: Spec = f.metadata["option"]
+        if not spec.cli:
+            continue
+        target = parser
+        if spec.group is not None:
+            if spec.group not in made:
+                made[spec.group] = parser.add_argument_group((groups or {}).get(spec.group, spec.group))
+            target = made[spec.group]
+        default = f.default if f.default is not dataclasses.MISSING else None
+        kw: dict[str, Any] = {"dest": f.name, "help": spec.help}
+        if spec.action in ("store_true", "store_false"):
+            kw.update(action=spec.action, default=default)
+        else:
+            kw.update(default=None if spec.action == "append" else default, required=spec.required)
+            if spec.action:
+                kw["action"] = spec.action
+            if spec.nargs:
+                kw.update(nargs=spec.nargs, const=spec.const)
+            metavar = spec.metavar or spec.kind.metavar
+            if metavar:
+                kw["metavar"] = metavar
+        target.add_argument(flag_of(f), **kw)
+        if spec.negation:
+            target.add_argument(spec.negation, dest=f.name, action="store_false")
+
+
+def values_of(args: argparse.Namespace, cls: type) -> dict:
+    """The options ``cls`` describes, as collected by :func:`add_arguments` (text, not yet checked)."""
+    out = {}
+    for f in dataclasses.fields(cls):
+        if f.metadata["option"].cli and hasattr(args, f.name):
+            value = getattr(args, f.name)
+            out[f.name] = None if f.metadata["option"].action == "append" and not value else value
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- checks
+def resolve(cls: type, values: Mapping[str, Any]):
+    """``cls`` filled from ``values`` (defaults for what is absent or None), every field parsed and
+    checked, then ``validate()`` if the class has one; :class:`OptionError` names the option."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(k for k in values if k not in fields)
+    if unknown:
+        raise OptionError(f"unknown option(s) {unknown}; known: {sorted(fields)}")
+    kwargs = {}
+    for name, f in fields.items():
+        spec: Spec = f.metadata["option"]
+        value = values.get(name)
+        if value is None:
+            value = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        try:
+            if spec.action == "append" and isinstance(value, list) and all(isinstance(v, str) for v in value):
+                value = [spec.kind.parse(v) for v in value]
+            elif isinstance(value, str):
+                value = spec.kind.parse(value)
+            value = spec.kind.check(value)
+        except (ValueError, TypeError, argparse.ArgumentTypeError) as exc:
+            raise OptionError(f"{flag_of(f)}: {' '.join(str(exc).split())}") from None
+        kwargs[name] = value
+    opts = cls(**kwargs)
+    if hasattr(opts, "validate"):
+        opts.validate()
+    return opts
+
+
+def fail_on(flag: str, check: Callable[[], Any]):
+    """``check()``, its ValueError reworded ``flag: reason`` (an :class:`OptionError`)."""
+    try:
+        return check()
+    except OptionError:
+        raise
+    except ValueError as exc:
+        raise OptionError(f"{flag}: {exc}") from None

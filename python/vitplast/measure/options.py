@@ -1,0 +1,96 @@
+"""The options of ``vitplast measure`` (flags, defaults, checks: :mod:`vitplast.common.options`)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ..common import arg_types as T
+from ..common.device import check_device
+from ..common.model_builder import DIGITS_MODEL
+from ..common.options import Kind, OptionError, checked, choice, integer, option, optional
+
+PROTOCOLS = ("in_situ", "decomposition")
+PAIRS = ("halves", "all")
+DEFAULT_DATA = "digits:0-4"
+DEFAULT_PAIR_DATA = "digits:5-9"
+
+
+def _components(value):
+    """``--component`` values (``LABEL=GLOB`` texts or pairs) or a ``{label: glob}`` mapping."""
+    if value is None or isinstance(value, dict):
+        return value or None
+    return T.components([T.component(v) if isinstance(v, str) else tuple(v) for v in value])
+
+
+def _json_object(value):
+    if not isinstance(value, dict):
+        raise ValueError(f"must be a JSON object {{\"key\": value, ...}}, got {value!r}")
+    return value
+
+
+@dataclasses.dataclass
+class MeasureOptions:
+    model: str | None = option(
+        None, f"timm model name, or {DIGITS_MODEL!r}; default: the architecture of the finetune run that "
+        f"wrote --weights, else {DIGITS_MODEL} (the embedded ViT pretrained here on digits 0-4)")
+    weights: str | None = option(
+        None, "local checkpoint (.safetensors / .pth / .npz) or a vitplast finetune run directory; without "
+        "it a --model is random init (warns)", metavar="PATH")
+    allow_partial_weights: bool = option(
+        False, "load a checkpoint that leaves more than the classifier head at random init, or holds tensors "
+        "the model does not have (by default an error)", action="store_true")
+    data: str | None = option(
+        None, "ImageFolder DIR, or a spec of load_dataset ('digits:0-4', 'cifar10:DIR', ...); default "
+        f"{DEFAULT_DATA!r} with --pair-data {DEFAULT_PAIR_DATA!r}", metavar="SPEC")
+    pair_data: str | None = option(
+        None, "matched cross-domain pairs: X from --data, Y from here (same spec forms as --data)",
+        metavar="SPEC")
+    skip_bad_images: bool = option(
+        False, "skip (and count) image files that cannot be decoded instead of stopping with an error",
+        action="store_true")
+    split: str = option("all", "dataset split", kind=choice(("train", "val", "all")))
+    protocol: str = option(
+        "in_situ", "in_situ: real forward, each component sees its real input; decomposition: every "
+        "component applied to the embedding output (the paper's protocol)", kind=choice(PROTOCOLS))
+    pairs: str = option(
+        "halves", "halves: image i with i + B/2 of each batch of B images; all: every distinct pair of the B "
+        "images (with --pair-data, X-X and Y-Y pairs too)", kind=choice(PAIRS))
+    components: dict | None = option(
+        None, "a component to measure, as a glob over module names ('*' = the layer index, '**' = any "
+        "prefix, '?' and '[...]' inside a name); repeatable (a label given twice is made of both "
+        "modules); replaces the presets", flag="--component", action="append", metavar="LABEL=GLOB",
+        kind=Kind(T.component, _components))
+    embedding: str | None = option(
+        None, "--protocol decomposition: the module whose output is e, or 'NAME:input' for its input "
+        "(default: the preset's)", metavar="NAME")
+    batches: int = option(4, "forward passes to accumulate", kind=integer(1))
+    batch_size: int = option(
+        128, "images per forward pass (B: B/2 pairs with halves or --pair-data, B(B-1)/2 with --pairs all)",
+        kind=integer(2, what="images per batch must be >= 2 (one pair)"))
+    device: str = option("cpu", "auto (cuda when available), cpu, cuda, cuda:1, ...",
+                         kind=checked(check_device))
+    dtype: str = option("float32", "autocast dtype (float32: no autocast; bf16/fp16/fp32 accepted)",
+                        kind=choice(T.DTYPES, T.DTYPE_ALIASES))
+    img_size: int | None = option(None, "image size (default: the model's own; 32 for the digits ViT)",
+                                  kind=optional(integer(1)))
+    seed: int = option(0, "data order, random initialisation and digits pretraining seed",
+                       kind=integer(0, T.MAX_SEED))
+    out: str | None = option(
+        None, "write plasticity.json, plasticity.png and run.json here, as one set (a new directory, or "
+        "one a previous measure wrote; checked before measuring)", metavar="DIR")
+    cache_dir: str | None = option(
+        None, "where the digits ViT is cached (default $VITPLAST_CACHE or ~/.cache/vitplast)", metavar="DIR")
+    pretrain_config: dict | None = option(
+        None, "overrides of the digits ViT's DigitsConfig, e.g. '{\"epochs\": 5}' (a new cache entry)",
+        metavar="JSON", kind=optional(Kind(T.json_object, _json_object)))
+    progress: bool = option(True, "no progress bars", flag="--no-progress", action="store_false")
+
+    def validate(self) -> None:
+        """What involves several options."""
+        if self.batch_size % 2 and (self.pairs == "halves" or self.pair_data is not None):
+            what = ("matched pairs take half from each dataset" if self.pair_data
+                    else "--pairs halves pairs image i with i + B/2")
+            raise OptionError(f"--batch-size {self.batch_size}: must be even ({what})")
+        if self.embedding is not None and self.protocol != "decomposition":
+            raise OptionError("--embedding names the input e of --protocol decomposition; it does not apply "
+                              f"to protocol={self.protocol!r}")
