@@ -10,7 +10,9 @@ import warnings
 import numpy as np
 import pytest
 from vitplast.claim import claim
+from vitplast.claim.analysis import accuracy_cube, lr_edge
 from vitplast.claim.layers import analyse_layers, plan_selections, units_of
+from vitplast.claim.lr_auto import lrs_run, train_widening, widen
 from vitplast.cli import main as cli_main
 from vitplast.finetune import SimulatedKill
 
@@ -150,3 +152,33 @@ def test_cli_errors(args, message, tmp_path, capsys):
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert rc == 2 and len(err) == 1 and message in err[0], err
     assert not (tmp_path / "o").exists()
+
+
+# ------------------------------------------------------------------------------------------ --lr auto
+def _summ(train, lr, accs):
+    return [{"train": train, "lr": lr, "seed": s, "final_acc": a, "initial_acc": 0.1, "trainable_params": 9}
+            for s, a in enumerate(accs)]
+
+
+def test_lr_auto_widens_only_at_edges_and_is_bounded():
+    start = [1e-3, 1e-2]
+    s = _summ("A", 1e-3, [0.5, 0.5]) + _summ("A", 1e-2, [0.7, 0.7])  # best at the top
+    s += _summ("B", 1e-3, [0.9, 0.9]) + _summ("B", 1e-2, [0.2, 0.2])  # best at the bottom
+    assert widen(s, start) == [("A", 0.03), ("B", 0.00033)]
+    # a fake trainer where accuracy keeps rising with lr for A: two steps up, then it stops
+    acc_of = {"A": lambda lr: 0.7 + lr, "B": lambda lr: 0.3}  # B: 1e-3 stays best, now interior
+    jobs, out = train_widening(
+        [], s, start=start, say=lambda *a: None,
+        plan=lambda t, lr: [{"train": t, "lr": lr, "seed": k} for k in (0, 1)],
+        train=lambda js: [{**j, "final_acc": acc_of[j["train"]](j["lr"]), "initial_acc": 0.1,
+                           "trainable_params": 9} for j in js])
+    assert sorted({(j["train"], j["lr"]) for j in jobs}) == [("A", 0.03), ("A", 0.09), ("B", 0.00033)]
+    assert lrs_run(out) == [0.00033, 1e-3, 1e-2, 0.03, 0.09]
+    assert widen(out, start) == []  # A still at its top edge, but its two steps up are used
+    # the analysis reads the ragged grid: each train's lrs are the ones it ran at
+    trains, seeds = ["A", "B"], [0, 1]
+    acc, _, _ = accuracy_cube(out, trains, lrs_run(out), seeds)
+    assert np.isnan(acc[0, 0]).all() and np.isfinite(acc[1, 0]).all()
+    assert lr_edge(acc, 0, 4) == "high" and lr_edge(acc, 1, 0) == "low"
+    with pytest.raises(ValueError, match="has no summary"):
+        accuracy_cube(out[:-1], trains, lrs_run(out), seeds)  # one seed of a (train, lr) missing

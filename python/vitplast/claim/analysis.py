@@ -39,7 +39,8 @@ ACC, GAIN = (0.0, 1.0), (-1.0, 1.0)  # what an accuracy and a gain can be
 
 
 def accuracy_cube(summaries: list[dict], trains: list[str], lrs: list[float], seeds: list[int]):
-    """``(acc (T, LR, S), initial (S,), params {train: n})`` from run summaries."""
+    """``(acc (T, LR, S), initial (S,), params {train: n})`` from run summaries. A (train, lr) is run
+    for every seed or for none (``--lr auto`` widens one train's grid only): NaN marks one not run."""
     acc = np.full((len(trains), len(lrs), len(seeds)), np.nan)
     initial = np.full((len(seeds),), np.nan)
     params: dict[str, int] = {}
@@ -49,15 +50,39 @@ def accuracy_cube(summaries: list[dict], trains: list[str], lrs: list[float], se
         acc[ti[s["train"]], li[float(s["lr"])], si[int(s["seed"])]] = s["final_acc"]
         initial[si[int(s["seed"])]] = s["initial_acc"]
         params[s["train"]] = int(s["trainable_params"])
-    if np.isnan(acc).any():
+    missing = np.isnan(acc)
+    if (missing.any(-1) & ~missing.all(-1)).any() or missing.all(-1).all(-1).any():
         raise ValueError("accuracy_cube: a (train, lr, seed) combination has no summary")
     return acc, initial, params
 
 
 def _best(acc_mean: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(best value, its index)`` over the learning-rate axis (-1); ties: the first lr listed."""
-    idx = np.argmax(acc_mean, axis=-1)
+    """``(best value, its index)`` over the learning-rate axis (-1), lrs not run (NaN) skipped; ties:
+    the first lr listed."""
+    idx = np.argmax(np.where(np.isnan(acc_mean), -np.inf, acc_mean), axis=-1)
     return np.take_along_axis(acc_mean, idx[..., None], -1)[..., 0], idx
+
+
+def best_replicates(acc: np.ndarray, seed_counts: np.ndarray) -> np.ndarray:
+    """``(B, T)``: each train's best mean accuracy over its lrs when the seeds are resampled with
+    ``seed_counts`` ``(B, S)`` (the lr chosen again in each replicate)."""
+    run = ~np.isnan(acc).all(-1)  # (T, LR)
+    reps = np.einsum("tls,bs->btl", np.nan_to_num(acc), seed_counts) / acc.shape[-1]
+    return np.where(run[None], reps, -np.inf).max(-1)
+
+
+def lr_edge(acc: np.ndarray, t: int, idx: int) -> str | None:
+    """``"low"``/``"high"`` when train ``t``'s best lr index ``idx`` is the smallest/largest lr it was
+    run at (its gain may be clipped by the grid), None when interior or with one lr only."""
+    run = np.flatnonzero(~np.isnan(acc[t]).all(-1))
+    if len(run) < 2:
+        return None
+    return "low" if idx == run[0] else "high" if idx == run[-1] else None
+
+
+def by_lr(acc: np.ndarray, t: int, lrs: list[float]) -> dict[str, float]:
+    """``{lr: mean accuracy}`` of train ``t`` over the lrs it was run at."""
+    return {f"{lr:g}": float(v) for lr, v in zip(lrs, acc[t].mean(-1), strict=True) if np.isfinite(v)}
 
 
 def _interval(values, bounds: tuple[float, float]) -> dict:
@@ -98,8 +123,7 @@ def analyse(measured: dict, summaries: list[dict], *, components: list[str], lrs
     gain = gains_seed.mean(-1)
 
     # bootstrap replicates of the gains: seeds resampled, best lr chosen again in each replicate
-    acc_reps = np.einsum("tls,bs->btl", acc, seed_counts) / n_s  # (B, T, LR)
-    best_reps = acc_reps.max(-1)  # (B, T)
+    best_reps = best_replicates(acc, seed_counts)  # (B, T)
     base_reps = best_reps[:, -1] if baseline == "head" else seed_counts @ initial / n_s
     g_reps = best_reps[:, :n_c] - base_reps[:, None]  # (B, C)
 
@@ -131,16 +155,17 @@ def analyse(measured: dict, summaries: list[dict], *, components: list[str], lrs
             "plasticity_per_layer": pc["per_layer"], "plasticity_per_layer_ci": pc["per_layer_ci"],
             "pairs": pc["pairs"], "excluded_pairs": pc["excluded"],
             "trainable_params": params[c], "lr": float(lrs[best_idx[i]]),
+            "lr_edge": lr_edge(acc, i, int(best_idx[i])),
             "accuracy": _interval(per_seed[i], ACC), "accuracy_per_seed": per_seed[i].tolist(),
-            "accuracy_by_lr": {f"{lr:g}": float(v) for lr, v in zip(lrs, acc[i].mean(-1), strict=True)},
+            "accuracy_by_lr": by_lr(acc, i, lrs),
             "gain": _interval(gains_seed[i], GAIN), "gain_per_seed": gains_seed[i].tolist(),
         })
     base_row = {"train": baseline, "initial_accuracy": _interval(initial, ACC)}
     if baseline == "head":
-        base_row.update(lr=float(lrs[best_idx[-1]]), trainable_params=params["head"],
+        base_row.update(lr=float(lrs[best_idx[-1]]), lr_edge=lr_edge(acc, len(trains) - 1, int(best_idx[-1])),
+                        trainable_params=params["head"],
                         accuracy=_interval(per_seed[-1], ACC), accuracy_per_seed=per_seed[-1].tolist(),
-                        accuracy_by_lr={f"{lr:g}": float(v) for lr, v in zip(lrs, acc[-1].mean(-1),
-                                                                              strict=True)})
+                        accuracy_by_lr=by_lr(acc, len(trains) - 1, lrs))
     others = [c for c in measured["components"] if c not in components]
     per_layer_only = {c: plast["components"][c] for c in others}
     return {

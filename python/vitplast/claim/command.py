@@ -44,6 +44,7 @@ from ..common.rundir import write_json_atomic
 from .analysis import analyse
 from .layer_report import format_layer_report, plot_layers
 from .layers import analyse_layers, default_budget, plan_selections, unit_name, units_of
+from .lr_auto import lrs_run, train_widening
 from .options import (
     BASELINES,
     COMPONENT_STEPS,
@@ -188,15 +189,22 @@ def claim(**options) -> dict:
 
         measured = measured or _measurement(cfg, out, device, progress, dist.is_main, say)
         t_train = time.perf_counter()
-        summaries = train_all(jobs, base, n_procs=n_procs, threads=threads, progress=progress,
-                              stop_after=options.get("_stop_after"))
+        def train(js):
+            return train_all(js, base, n_procs=n_procs, threads=threads, progress=progress,
+                             stop_after=options.get("_stop_after"))
+
+        summaries, lrs = train(jobs), cfg["lr"]
+        if cfg["lr_auto"]:  # widen each train's grid where its best lr sits at an edge
+            jobs, summaries = train_widening(jobs, summaries, start=cfg["lr"], say=say, train=train,
+                                             plan=lambda t, lr: plan_runs(out, [t], [lr], cfg["seed"]))
+            lrs = plan["lrs_run"] = lrs_run(summaries)
         train_s = time.perf_counter() - t_train
         if layered:
-            analysis = analyse_layers(measured, summaries, units=units, selections=selections, lrs=cfg["lr"],
+            analysis = analyse_layers(measured, summaries, units=units, selections=selections, lrs=lrs,
                                       seeds=cfg["seed"], bootstrap=cfg["bootstrap"],
                                       permutations=cfg["permutations"], seed=cfg["stats_seed"])
         else:
-            analysis = analyse(measured, summaries, components=cfg["components"], lrs=cfg["lr"],
+            analysis = analyse(measured, summaries, components=cfg["components"], lrs=lrs,
                                seeds=cfg["seed"], baseline=cfg["baseline"], bootstrap=cfg["bootstrap"],
                                permutations=cfg["permutations"], seed=cfg["stats_seed"])
         runs = [{k: s[k] for k in ("train", "lr", "seed", "final_acc", "initial_acc", "trainable_params",
@@ -305,7 +313,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="gain over the head-only run of the same seed (default) or the initial accuracy")
     g.add_argument("--optimizer", choices=("sgd", "adam"), default=d["optimizer"])
     g.add_argument("--lr", default=d["lr"], help="learning-rate grid; each component keeps its best "
-                                                 "(default: %(default)s)")
+                                                 "(default: %(default)s); auto: that grid, widened x3 "
+                                                 "(at most twice per side) for a train whose best lr is "
+                                                 "at an edge")
     g.add_argument("--seed", default=d["seed"], help="seeds (default: %(default)s)")
     g.add_argument("--steps", type=int, default=d["steps"],
                    help=f"steps per run (default: {COMPONENT_STEPS}; {LAYER_STEPS} with --granularity layer)")

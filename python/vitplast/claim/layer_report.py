@@ -13,7 +13,7 @@ from pathlib import Path
 from vitplast_kernels.atomic_io import atomic_write
 
 from ..finetune import COMPONENTS
-from .report import _ci, _num
+from .report import EDGE_MARK, _ci, _num, lr_edge_line, lr_grid
 
 P_DEFINITION = ("p-values: one-sided = share of permutations whose statistic is >= the observed one; "
                 "two-sided = twice the smaller one-sided p (scipy.stats.permutation_test's definition)")
@@ -24,7 +24,7 @@ def _row(unit, plasticity, params, lr, accuracy, gain) -> str:
 
 
 def _edge_mark(edge) -> str:
-    return {"low": "<", "high": ">"}.get(edge, "")
+    return EDGE_MARK.get(edge, "")
 
 
 def format_layer_report(result: dict) -> str:
@@ -37,7 +37,7 @@ def format_layer_report(result: dict) -> str:
         f"{cfg['protocol']}, {an['bootstrap']['pairs']} matched pairs X={cfg['pretrain_data']} / "
         f"Y={cfg['data']} ({an['bootstrap']['pair_chunks']} chunks); each unit's plasticity is its layer's",
         f"finetuning on {cfg['data']}: each (component, layer) alone (+ head), {cfg['optimizer']}, "
-        f"{cfg['steps']} steps, batch {cfg['batch_size']}, lr grid {','.join(f'{v:g}' for v in cfg['lr'])} "
+        f"{cfg['steps']} steps, batch {cfg['batch_size']}, lr grid {lr_grid(result)} "
         f"(best per unit; < / > = at the grid's low / high edge), seeds "
         f"{','.join(str(s) for s in cfg['seed'])}; gain over the head-only run of the same seed",
         "",
@@ -86,9 +86,7 @@ def format_layer_report(result: dict) -> str:
                  f"{b['pair_chunks']} pair chunks, the best lr chosen again in each; {P_DEFINITION})")
     if "selection" in an:
         lines += [""] + _selection_lines(an["selection"])
-    lines += ["", "learning-rate grid: " + (
-        f"the best lr is at an edge of the grid for {', '.join(an['lr_edges'])}: those units may be judged "
-        "at a clipped lr (widen --lr, or --lr auto)" if an["lr_edges"] else "every best lr is interior")]
+    lines += ["", lr_edge_line(an["rows"], base, "unit")]
     lines += ["", "what this can and cannot tell:"] + [f"- {s}" for s in reading(an, cfg)]
     return "\n".join(lines)
 

@@ -23,7 +23,18 @@ import math
 
 import numpy as np
 
-from .analysis import ACC, GAIN, LEVEL, _best, _finite, _interval, accuracy_cube
+from .analysis import (
+    ACC,
+    GAIN,
+    LEVEL,
+    _best,
+    _finite,
+    _interval,
+    accuracy_cube,
+    best_replicates,
+    by_lr,
+    lr_edge,
+)
 from .plasticity import layer_means
 from .statistics import (
     STATISTICS,
@@ -97,13 +108,6 @@ def plan_selections(measured: dict, units: list[tuple[str, int]], sizes: dict, b
     return out
 
 
-def _edge(idx: int, n: int) -> str | None:
-    """Where the best lr sits in a grid of ``n``: ``"low"``/``"high"`` edge, None when interior."""
-    if n < 2:
-        return None
-    return "low" if idx == 0 else "high" if idx == n - 1 else None
-
-
 def _rank_block(x: np.ndarray, y: np.ndarray, x_reps: np.ndarray, y_reps: np.ndarray,
                 permutations: int, seed: int) -> dict:
     out = {}
@@ -144,8 +148,7 @@ def analyse_layers(measured: dict, summaries: list[dict], *, units: list[tuple[s
     per_seed = acc[np.arange(len(trains)), best_idx]  # (T, S)
     gains_seed = per_seed[:-1] - per_seed[-1]  # every train against the head-only run of its seed
     gain = gains_seed.mean(-1)
-    acc_reps = np.einsum("tls,bs->btl", acc, seed_counts) / n_s
-    best_reps = acc_reps.max(-1)
+    best_reps = best_replicates(acc, seed_counts)
     g_reps_all = best_reps[:, :-1] - best_reps[:, -1:]  # (B, T-1)
     g_reps = g_reps_all[:, :n_u]
 
@@ -172,12 +175,13 @@ def analyse_layers(measured: dict, summaries: list[dict], *, units: list[tuple[s
             "plasticity": _finite(p_value[i]),
             "plasticity_ci": [_finite(v) for v in percentile_interval(p_reps[:, i], LEVEL)],
             "trainable_params": params[names[i]], "lr": float(lrs[best_idx[i]]),
-            "lr_edge": _edge(int(best_idx[i]), len(lrs)),
+            "lr_edge": lr_edge(acc, i, int(best_idx[i])),
             "accuracy": _interval(per_seed[i], ACC), "gain": _interval(gains_seed[i], GAIN),
             "gain_per_seed": gains_seed[i].tolist(),
-            "accuracy_by_lr": {f"{lr:g}": float(v) for lr, v in zip(lrs, acc[i].mean(-1), strict=True)},
+            "accuracy_by_lr": by_lr(acc, i, lrs),
         })
-    base = {"train": "head", "lr": float(lrs[best_idx[-1]]), "lr_edge": _edge(int(best_idx[-1]), len(lrs)),
+    base = {"train": "head", "lr": float(lrs[best_idx[-1]]),
+            "lr_edge": lr_edge(acc, len(trains) - 1, int(best_idx[-1])),
             "trainable_params": params["head"], "accuracy": _interval(per_seed[-1], ACC),
             "initial_accuracy": _interval(initial, ACC)}
     result = {
@@ -198,18 +202,18 @@ def analyse_layers(measured: dict, summaries: list[dict], *, units: list[tuple[s
     }
     if selections is not None:
         result["selection"] = _selection(selections, trains, names, gains_seed, g_reps_all, best_idx, lrs,
-                                         params)
+                                         acc, params)
     return result
 
 
-def _selection(selections: dict, trains, names, gains_seed, g_reps, best_idx, lrs, params) -> dict:
+def _selection(selections: dict, trains, names, gains_seed, g_reps, best_idx, lrs, acc, params) -> dict:
     """Gains of the plasticity-guided set, the random sets and the best single unit (after the fact)."""
     pos = {t: i for i, t in enumerate(trains[:-1])}  # a set of one unit is that unit's row
 
     def entry(s: dict) -> dict:
         i = pos[s["train"]]
         return {**s, "trainable_params": params[s["train"]], "lr": float(lrs[best_idx[i]]),
-                "lr_edge": _edge(int(best_idx[i]), len(lrs)), "gain": _interval(gains_seed[i], GAIN),
+                "lr_edge": lr_edge(acc, i, int(best_idx[i])), "gain": _interval(gains_seed[i], GAIN),
                 "gain_per_seed": gains_seed[i].tolist()}
 
     auto = entry(selections[AUTO])

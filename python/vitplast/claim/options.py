@@ -78,7 +78,8 @@ def resolve_options(options: dict) -> dict:
     if len(cfg["components"]) < 3 and cfg["granularity"] != "layer":  # layer: units = components x layers
         raise ValueError(f"--components: a rank correlation needs at least 3 components, got "
                          f"{cfg['components']}")
-    cfg["lr"] = _list(cfg["lr"], float, "lr")
+    cfg["lr_auto"] = str(cfg["lr"]).strip().lower() == "auto"
+    cfg["lr"] = _list(DEFAULTS["lr"] if cfg["lr_auto"] else cfg["lr"], float, "lr")
     if any(not (v > 0 and math.isfinite(v)) for v in cfg["lr"]):
         raise ValueError(f"--lr values must be positive, got {cfg['lr']}")
     cfg["seed"] = _list(cfg["seed"], int, "seed")

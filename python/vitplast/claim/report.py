@@ -21,6 +21,29 @@ def _ci(ci, fmt: str) -> str:
     return f"[{_num(ci[0], fmt)}, {_num(ci[1], fmt)}]"
 
 
+EDGE_MARK = {"low": "<", "high": ">"}  # the best lr is the grid's smallest / largest
+
+
+def lr_grid(result: dict) -> str:
+    """The lr grid as run: ``--lr`` values, and with ``--lr auto`` what the widening added."""
+    cfg = result["config"]
+    text = ",".join(f"{v:g}" for v in cfg["lr"])
+    run = result.get("plan", {}).get("lrs_run")
+    if cfg.get("lr_auto"):
+        text += f" (--lr auto: run at {','.join(f'{v:g}' for v in run)})" if run else " (--lr auto)"
+    return text
+
+
+def lr_edge_line(rows: list[dict], base: dict, key: str) -> str:
+    """One line naming the trains whose best lr sits at an edge of the grid they were run at."""
+    edges = [f"{r[key]} ({r['lr_edge']})" for r in rows if r.get("lr_edge")]
+    edges += [f"head ({base['lr_edge']})"] if base.get("lr_edge") else []
+    if not edges:
+        return "learning rates: every best lr is inside the grid"
+    return (f"learning rates: the best lr is at the edge of the grid for {', '.join(edges)}: their gain may "
+            "be understated (a clipped lr); widen --lr or use --lr auto")
+
+
 def _row(component, plasticity, params, lr, accuracy, gain) -> str:
     return (f"{component:<10} {plasticity:<22} {params:>9} {lr:>7}  {accuracy:<22} {gain}").rstrip()
 
@@ -37,7 +60,7 @@ def format_report(result: dict) -> str:
         f"{cfg['protocol']}, {an['bootstrap']['pairs']} matched pairs X={cfg['pretrain_data']} / "
         f"Y={cfg['data']} ({an['bootstrap']['pair_chunks']} chunks)",
         f"finetuning on {cfg['data']}: each component alone (+ head), {cfg['optimizer']}, {cfg['steps']} "
-        f"steps, batch {cfg['batch_size']}, lr grid {','.join(f'{v:g}' for v in cfg['lr'])} (best per "
+        f"steps, batch {cfg['batch_size']}, lr grid {lr_grid(result)} (best per "
         f"component), seeds {','.join(str(s) for s in cfg['seed'])}; gain over {over}",
         "",
         _row("component", "plasticity [95% CI]", "params", "lr", "accuracy [95% CI]", "gain [95% CI]"),
@@ -46,13 +69,14 @@ def format_report(result: dict) -> str:
     for r in an["rows"]:
         lines.append(_row(
             r["component"], f"{_num(r['plasticity'], '.3f')} {_ci(r['plasticity_ci'], '.3f')}",
-            f"{r['trainable_params']:,}", f"{r['lr']:.2g}",
+            f"{r['trainable_params']:,}", f"{r['lr']:.2g}{EDGE_MARK.get(r.get('lr_edge'), '')}",
             f"{_num(r['accuracy']['mean'], '.4f')} {_ci(r['accuracy']['ci'], '.3f')}",
             f"{_num(r['gain']['mean'], '+.4f')} {_ci(r['gain']['ci'], '+.3f')}"))
     if base["train"] == "head":
         acc = f"{_num(base['accuracy']['mean'], '.4f')} {_ci(base['accuracy']['ci'], '.3f')}"
         params = f"{base['trainable_params']:,}"
-        lines.append(_row("head", "(baseline)", params, f"{base['lr']:.2g}", acc, ""))
+        lr = f"{base['lr']:.2g}{EDGE_MARK.get(base.get('lr_edge'), '')}"
+        lines.append(_row("head", "(baseline)", params, lr, acc, ""))
     ia = base["initial_accuracy"]
     lines.append(f"before finetuning: accuracy {_num(ia['mean'], '.4f')} {_ci(ia['ci'], '.3f')}")
     lines += [
@@ -79,6 +103,7 @@ def format_report(result: dict) -> str:
     lines.append(f"trend (Theil-Sen): gain = {_num(t['slope'], '+.4f')} x plasticity "
                  f"{_num(t['intercept'], '+.4f')}")
     lines.append(f"verdict: {an['verdict']}")
+    lines.append(lr_edge_line(an["rows"], base, "component"))
     lines += ["", "per-layer plasticity (mean [95% CI]); per layer the claim is plasticity-only: the "
                   "finetune driver trains a component in every block", _layer_table(an)]
     return "\n".join(lines)

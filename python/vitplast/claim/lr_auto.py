@@ -1,0 +1,61 @@
+"""``vitplast claim --lr auto``: no train is judged at a clipped learning rate.
+
+The claim first runs the starting grid (the default ``--lr`` values). A train whose best learning
+rate (mean final accuracy over seeds; ties: the smaller lr) is the largest it was run at gets the next
+one up, ``LR_AUTO_FACTOR`` times larger (two significant digits); at the smallest, the next one down.
+Only that train is run at the new lr, for every seed, and the check repeats, at most
+``LR_AUTO_ROUNDS`` steps beyond the starting grid on each side. A train still at an edge then is
+flagged in the report like any other. Every decision depends only on finished runs, so a killed
+claim rerun with the same options makes the same decisions and reuses every run.
+"""
+
+from __future__ import annotations
+
+LR_AUTO_FACTOR = 3.0
+LR_AUTO_ROUNDS = 2
+
+
+def _round(v: float) -> float:
+    return float(f"{v:.2g}")
+
+
+def widen(summaries: list[dict], start: list[float]) -> list[tuple[str, float]]:
+    """``(train, lr)`` pairs to run next: one step beyond the edge where a train's best lr sits, while
+    fewer than :data:`LR_AUTO_ROUNDS` steps were taken on that side."""
+    acc: dict[str, dict[float, list[float]]] = {}
+    for s in summaries:
+        acc.setdefault(s["train"], {}).setdefault(float(s["lr"]), []).append(float(s["final_acc"]))
+    lo, hi = min(start), max(start)
+    out = []
+    for train, per_lr in acc.items():
+        lrs = sorted(per_lr)
+        if len(lrs) < 2:
+            continue
+        means = [sum(per_lr[v]) / len(per_lr[v]) for v in lrs]
+        best = lrs[means.index(max(means))]
+        if best == lrs[-1] and sum(v > hi for v in lrs) < LR_AUTO_ROUNDS:
+            out.append((train, _round(best * LR_AUTO_FACTOR)))
+        elif best == lrs[0] and sum(v < lo for v in lrs) < LR_AUTO_ROUNDS:
+            out.append((train, _round(best / LR_AUTO_FACTOR)))
+    return out
+
+
+def train_widening(jobs: list[dict], summaries: list[dict], *, start: list[float], plan, train, say
+                   ) -> tuple[list[dict], list[dict]]:
+    """Widen until no train's best lr is at an edge (or the rounds are used up). ``plan(train, lr)``
+    gives the new jobs (one per seed), ``train(jobs)`` their summaries. Returns all jobs and summaries."""
+    jobs, summaries = list(jobs), list(summaries)
+    while True:
+        extra = widen(summaries, start)
+        if not extra:
+            return jobs, summaries
+        new_jobs = [j for t, lr in extra for j in plan(t, lr)]
+        say(f"--lr auto: best lr at the grid's edge for {len(extra)} train(s); running "
+            + ", ".join(f"{t} at {lr:g}" for t, lr in extra))
+        summaries += train(new_jobs)
+        jobs += new_jobs
+
+
+def lrs_run(summaries: list[dict]) -> list[float]:
+    """Every learning rate some run used, ascending (the union of the trains' grids)."""
+    return sorted({float(s["lr"]) for s in summaries})
