@@ -256,14 +256,14 @@ def test_output_set_is_replaced_as_a_unit(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("argv,needle", [
     (["--batch-size", "1"], "--batch-size: images per batch must be >= 2"),
-    (["--batch-size", "3"], "--batch-size must be even"),
+    (["--batch-size", "3"], "--batch-size 3: must be even"),
     (["--dtype", "half"], "--dtype: must be one of float32, bfloat16, float16"),
     (["--reps", "0"], "--reps: must be a positive integer"),
     (["--depth", "0"], "--depth: must be a positive integer"),
     (["--img-size", "-3"], "--img-size: must be a positive integer"),
     (["--threads", "0"], "--threads: must be a positive integer"),
     (["--paper-max-gb", "nan"], "--paper-max-gb: must be a positive number"),
-    (["--pairs", "some"], "--pairs: invalid choice"),
+    (["--pairs", "some"], "--pairs: must be one of halves, all"),
     (["--model", "no_such_vit"], "is not a timm model name"),
 ])
 def test_profile_bad_values_one_line_exit_2(argv, needle, tmp_path, capsys, monkeypatch):

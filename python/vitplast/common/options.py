@@ -112,10 +112,12 @@ def number(*, positive: bool = False, minimum: float | None = None) -> Kind:
             raise ValueError(f"expected a number, got {text!r}") from None
 
     def check(v):
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-            raise ValueError(f"expected a finite number, got {v!r}")
-        if positive and not v > 0:
-            raise ValueError(f"must be positive, got {v!r}")
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise ValueError(f"expected a number, got {v!r}")
+        if positive and not (v > 0 and math.isfinite(v)):
+            raise ValueError(f"must be a positive number, got {v!r}")
+        if not math.isfinite(v):
+            raise ValueError(f"must be a finite number, got {v!r}")
         if minimum is not None and v < minimum:
             raise ValueError(f"must be >= {minimum:g}, got {v!r}")
         return float(v)

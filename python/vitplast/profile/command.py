@@ -29,51 +29,24 @@ from pathlib import Path
 from typing import Any
 
 from ..common import arg_types as T
-from ..common.device import check_device, resolve_device
+from ..common.device import resolve_device
+from ..common.options import add_arguments as add_options
+from ..common.options import resolve, values_of
 from ..common.plots import figure, save
+from .options import DEVICE_DEFAULTS, ProfileOptions
 
-# what a bare `vitplast profile` measures on each device type: (model, images per batch, dtype)
-DEVICE_DEFAULTS = {"cuda": ("vit_base_patch16_224", 64, "bfloat16"),
-                   "cpu": ("vit_tiny_patch16_224", 8, "float32")}
 OUTPUT_FILES = ("profile.json", "profile_layers.png")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Options of ``vitplast profile`` (:class:`vitplast.profile.options.ProfileOptions`)."""
     T.setup_parser(p)
-    gpu, cpu = DEVICE_DEFAULTS["cuda"], DEVICE_DEFAULTS["cpu"]
-    p.add_argument("--model", default=None,
-                   help=f"timm model name (default: {gpu[0]} on a GPU, {cpu[0]} on a CPU)")
-    p.add_argument("--device", type=T.device, default="auto",
-                   help="auto (cuda when available), cpu, cuda, cuda:1, ...")
-    p.add_argument("--batch-size", type=T.batch_size, default=None,
-                   help=f"images per forward pass (even for pairs=halves; default: {gpu[1]} on a GPU, "
-                   f"{cpu[1]} on a CPU)")
-    p.add_argument("--dtype", type=T.dtype, default=None, choices=T.DTYPES,
-                   help=f"model and input dtype, bf16/fp16/fp32 accepted (default: {gpu[2]} on a GPU, "
-                   f"{cpu[2]} on a CPU)")
-    p.add_argument("--protocol", default="in_situ", choices=("in_situ", "decomposition"),
-                   help="capture protocol")
-    p.add_argument("--pairs", default="halves", choices=("halves", "all"), help="pairing scheme")
-    p.add_argument("--img-size", type=T.positive_int, help="input resolution (default: the model's)")
-    p.add_argument("--depth", type=T.positive_int,
-                   help="override the number of blocks (a smaller, faster model; default: the model's)")
-    p.add_argument("--threads", type=T.positive_int,
-                   help="CPU threads for torch and the kernels (default: torch's)")
-    p.add_argument("--reps", type=T.positive_int, default=3,
-                   help="timed rounds per variant (medians reported)")
-    p.add_argument("--paper", default="auto", choices=("auto", "full", "one-block", "skip"),
-                   help="run the paper's protocol on every block, estimate it from block 0 times the depth, "
-                   "or skip it; auto: full when its host memory is under --paper-max-gb")
-    p.add_argument("--paper-max-gb", type=T.positive_float, default=4.0,
-                   help="host memory (GB) above which --paper auto estimates from one block")
-    p.add_argument("--no-layers", action="store_true", help="skip the per-layer / per-component timing")
-    p.add_argument("--out", default="results/profile", metavar="DIR",
-                   help="folder of profile.json and profile_layers.png, written as one set (a new folder, or "
-                   "one a previous profile wrote)")
+    add_options(p, ProfileOptions)
 
 
-def resolve_defaults(args: argparse.Namespace) -> argparse.Namespace:
-    """``args`` with the device-dependent defaults filled in (a copy; ``device`` resolved)."""
+def resolve_defaults(args) -> argparse.Namespace:
+    """``args`` (checked options) with the device-dependent defaults filled in (a copy; ``device``
+    resolved)."""
     args = argparse.Namespace(**vars(args))
     device = resolve_device(args.device)
     model, batch, dtype = DEVICE_DEFAULTS["cuda" if device.type == "cuda" else "cpu"]
@@ -95,18 +68,13 @@ def _build(args: argparse.Namespace):
 
     if not timm.is_model(args.model):
         raise ValueError(f"--model {args.model!r} is not a timm model name")
-    if args.dtype not in T.DTYPES:
-        raise ValueError(f"--dtype must be one of {T.DTYPES}, got {args.dtype!r}")
     kwargs: dict[str, Any] = {"pretrained": False}
     if args.img_size:
         kwargs["img_size"] = args.img_size
     if args.depth:
         kwargs["depth"] = args.depth
     dtype = getattr(torch, args.dtype)
-    try:
-        device = resolve_device(check_device(args.device))
-    except ValueError as exc:
-        raise ValueError(f"--device: {exc}") from None
+    device = resolve_device(args.device)
     try:
         cuda = [device.index if device.index is not None else torch.cuda.current_device()] \
             if device.type == "cuda" else []
@@ -150,11 +118,7 @@ def profile(args: argparse.Namespace) -> dict[str, Any]:
     from . import peers
     from . import profiler as pf
 
-    args = resolve_defaults(args)
-    if args.batch_size < 2 or (args.pairs == "halves" and args.batch_size % 2):
-        raise ValueError(f"--batch-size must be even and >= 2 for pairs=halves, got {args.batch_size}")
-    if args.reps < 1:
-        raise ValueError(f"--reps must be >= 1, got {args.reps}")
+    args = resolve_defaults(resolve(ProfileOptions, values_of(args, ProfileOptions)))
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     model, images = _build(args)

@@ -1,0 +1,48 @@
+"""The options of ``vitplast profile`` (flags, defaults, checks: :mod:`vitplast.common.options`)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ..common import arg_types as T
+from ..common.device import check_device
+from ..common.options import OptionError, checked, choice, integer, number, option, optional
+
+# what a bare `vitplast profile` measures on each device type: (model, images per batch, dtype)
+DEVICE_DEFAULTS = {"cuda": ("vit_base_patch16_224", 64, "bfloat16"),
+                   "cpu": ("vit_tiny_patch16_224", 8, "float32")}
+_GPU, _CPU = DEVICE_DEFAULTS["cuda"], DEVICE_DEFAULTS["cpu"]
+
+
+@dataclasses.dataclass
+class ProfileOptions:
+    model: str | None = option(None, f"timm model name (default: {_GPU[0]} on a GPU, {_CPU[0]} on a CPU)")
+    device: str = option("auto", "auto (cuda when available), cpu, cuda, cuda:1, ...",
+                         kind=checked(check_device))
+    batch_size: int | None = option(
+        None, f"images per forward pass (even for pairs=halves; default: {_GPU[1]} on a GPU, {_CPU[1]} on a "
+        "CPU)", kind=optional(integer(2, what="images per batch must be >= 2 (one pair)")))
+    dtype: str | None = option(
+        None, f"model and input dtype, bf16/fp16/fp32 accepted (default: {_GPU[2]} on a GPU, {_CPU[2]} on a "
+        "CPU)", kind=optional(choice(T.DTYPES, T.DTYPE_ALIASES)))
+    protocol: str = option("in_situ", "capture protocol", kind=choice(("in_situ", "decomposition")))
+    pairs: str = option("halves", "pairing scheme", kind=choice(("halves", "all")))
+    img_size: int | None = option(None, "input resolution (default: the model's)", kind=optional(integer(1)))
+    depth: int | None = option(None, "override the number of blocks (a smaller, faster model; default: the "
+                               "model's)", kind=optional(integer(1)))
+    threads: int | None = option(None, "CPU threads for torch and the kernels (default: torch's)",
+                                 kind=optional(integer(1)))
+    reps: int = option(3, "timed rounds per variant (medians reported)", kind=integer(1))
+    paper: str = option(
+        "auto", "run the paper's protocol on every block, estimate it from block 0 times the depth, or skip "
+        "it; auto: full when its host memory is under --paper-max-gb",
+        kind=choice(("auto", "full", "one-block", "skip")))
+    paper_max_gb: float = option(4.0, "host memory (GB) above which --paper auto estimates from one block",
+                                 kind=number(positive=True))
+    no_layers: bool = option(False, "skip the per-layer / per-component timing", action="store_true")
+    out: str = option("results/profile", "folder of profile.json and profile_layers.png, written as one set "
+                      "(a new folder, or one a previous profile wrote)", metavar="DIR")
+
+    def validate(self) -> None:
+        if self.batch_size is not None and self.pairs == "halves" and self.batch_size % 2:
+            raise OptionError(f"--batch-size {self.batch_size}: must be even for --pairs halves")
