@@ -175,11 +175,14 @@ def claim(**options) -> dict:
                               cfg["steps"]), threads=threads)
             seconds = estimate_seconds(jobs, calib, cfg["steps"], n_procs)
             estimate = {**calib, "remaining_seconds": seconds, "jobs": n_procs}
-            steps_text = ", ".join(f"{t} {1000 * v:.1f}" for t, v in calib["step_s"].items())
             procs = f" over {n_procs} processes (if the cores are free)" if n_procs > 1 else ""
-            say(f"estimate: {calib['overhead_s']:.1f} s per run + per step (ms): {steps_text}; "
+            note = "; --lr auto may add runs" if cfg["lr_auto"] else ""
+            if layered and options.get("steps") is None:
+                note += (f"; a layer claim trains {LAYER_STEPS} steps per run by default ({COMPONENT_STEPS} "
+                         "for a component claim) to stay near 10 min on 2 cores")
+            say(f"estimate: {calib['overhead_s']:.1f} s per run + per step (ms): {_step_text(calib)}; "
                 f"{states['partial'] + states['new']} runs to train: about {seconds / 60:.1f} min{procs} "
-                f"(calibration took {calib['seconds']:.1f} s)")
+                f"(calibration took {calib['seconds']:.1f} s){note}")
             if cfg["time_budget"] is not None and seconds > 60 * cfg["time_budget"]:
                 raise ValueError(f"the estimated {seconds / 60:.1f} min exceed --time-budget "
                                  f"{cfg['time_budget']:g} min: fewer --lr/--seed values or --steps")
@@ -230,6 +233,15 @@ def claim(**options) -> dict:
     finally:
         torch.set_num_threads(saved_threads)
         dist.close()
+
+
+def _step_text(calib: dict) -> str:
+    """Calibrated step times, trains with the same time grouped (a layer claim has ~25 trains)."""
+    groups: dict[str, list[str]] = {}
+    for t, v in calib["step_s"].items():
+        groups.setdefault(f"{1000 * v:.1f}", []).append(t)
+    return ", ".join(f"{', '.join(ts) if len(ts) <= 3 else f'{len(ts)} trains'} {v}"
+                     for v, ts in groups.items())
 
 
 def _plan_layers(cfg: dict, measured: dict):
