@@ -159,9 +159,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--img-size", type=int, help="input size (default: the model's)")
     g = p.add_argument_group("what to train (comma-separated values form a grid)")
     g.add_argument("--train", default=d["train"],
-                   help=f"one or more of {', '.join(TRAIN_CHOICES)}; join components with + "
-                   "(default: %(default)s)")
-    g.add_argument("--budget", type=int, help="trainable-parameter budget of --train auto")
+                   help=f"one or more of {', '.join(TRAIN_CHOICES)}; join components with +; "
+                   "COMPONENT@LAYERS trains some layers only (MHA@3, FC1@0-2, MHA@-1 = the last); "
+                   "auto@layer picks (component, layer) units (default: %(default)s)")
+    g.add_argument("--budget", type=int, help="trainable-parameter budget of --train auto / auto@layer")
     g.add_argument("--auto-batches", type=int, default=d["auto_batches"],
                    help="batches measured by --train auto (default: %(default)s)")
     g.add_argument("--lora-r", type=int, default=d["lora_r"], help="LoRA rank of --train lora")
