@@ -1,7 +1,7 @@
 """``backend="cuda"`` (the CUDA C++ kernels of ``vitplast_kernels._C_cuda``) and the GPU ``"auto"`` choice.
 
 The CUDA kernels implement the ``vitplast::pair_sq_distances`` / ``pair_sq_distances_grouped`` ops for
-CUDA tensors (the dispatcher routes by device); their fakes live in ``_library.py``.
+CUDA tensors (the dispatcher routes by device); their fakes and autograd formulas live in ``ops/paired.py``.
 
 ``backend="auto"`` on CUDA tensors is a fixed plan: ``cuda`` when the CUDA extension is built (the
 faster of the two on the H200 at every measured shape, see bench/measured/), else ``triton``, else

@@ -72,8 +72,7 @@ def _all_pair_sq_distances_op(a: torch.Tensor, backend: str) -> torch.Tensor:
     return resolve(backend, a.device, op="all_pairs", dtype=a.dtype).all_pairs(a.reshape(a.shape[0], -1))
 
 
-@_all_pair_sq_distances_op.register_fake
-def _(a: torch.Tensor, backend: str) -> torch.Tensor:
+def _all_pairs_fake(a: torch.Tensor, backend: str) -> torch.Tensor:
     torch._check(a.dim() >= 2, lambda: "a must have at least 2 dims")
     return a.new_empty((a.shape[0], a.shape[0]), dtype=torch.float64)
 
@@ -97,7 +96,10 @@ def _all_pairs_backward(ctx, grad: torch.Tensor):
     return all_pairs_grad(a, grad), None
 
 
-_all_pair_sq_distances_op.register_autograd(_all_pairs_backward, setup_context=_setup_all_pairs)
+# registered by name, like the paired ops' (ops/paired.py)
+torch.library.register_fake("vitplast::all_pair_sq_distances", _all_pairs_fake)
+torch.library.register_autograd("vitplast::all_pair_sq_distances", _all_pairs_backward,
+                                setup_context=_setup_all_pairs)
 
 
 def all_pair_sq_sums(a: torch.Tensor, *, backend: str = "auto") -> torch.Tensor:

@@ -196,26 +196,36 @@ def grouped_backward(ctx, grad: torch.Tensor):
     return ga, [None if t is None else -t for t in ga]
 
 
-PAIR_OPS = ("vitplast::pair_sq_distances", "vitplast::pair_sq_distances_triton")
-GROUPED_OPS = ("vitplast::pair_sq_distances_grouped", "vitplast::pair_sq_distances_grouped_triton")
+# ---------------------------------------------------------------------------------------------
+# fakes of the paired custom ops
+#
+# The one place for the paired ops' fakes and autograd formulas: every ``vitplast::`` op is defined by its
+# backend (the C++ ops by their schemas in csrc/ops_registration.cpp, the Triton twins by
+# ``torch.library.custom_op`` in backends/triton/ops.py: backends own the kernels) and gets its fake and
+# autograd formula here, registered by name with ``torch.library.register_fake`` /
+# ``register_autograd``; the two paired ops share them with their Triton twins. The all-pairs op
+# (``vitplast::all_pair_sq_distances``, defined in ops/all_pairs.py) is registered the same way there.
 
-# The C++ ops (``vitplast::pair_sq_distances[_grouped]``, schemas in csrc/ops_registration.cpp) get their
-# fake implementations here, beside the wrappers that call them, once the extension has loaded; the
-# Triton ops (backends/triton/ops.py, registered when the backends are imported) have theirs there.
-if cpu_extension_available():
 
-    @torch.library.register_fake("vitplast::pair_sq_distances")
-    def _pair_sq_distances_fake(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        torch._check(a.dim() >= 2, lambda: "a must have at least 2 dims")
-        torch._check(a.shape == b.shape, lambda: "a and b must have the same shape")
-        return a.new_empty((a.shape[0],), dtype=torch.float64)
+def pair_sq_fake(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    torch._check(a.dim() >= 2, lambda: "a must have at least 2 dims")
+    torch._check(a.shape == b.shape, lambda: "a and b must have the same shape")
+    return a.new_empty((a.shape[0],), dtype=torch.float64)
 
-    @torch.library.register_fake("vitplast::pair_sq_distances_grouped")
-    def _pair_sq_distances_grouped_fake(a: list[torch.Tensor], b: list[torch.Tensor]) -> torch.Tensor:
-        torch._check(len(a) == len(b) and len(a) > 0, lambda: "a and b must hold as many tensors")
-        return a[0].new_empty((len(a), a[0].shape[0]), dtype=torch.float64)
 
-for _name in PAIR_OPS if cpu_extension_available() else PAIR_OPS[1:]:
+def grouped_fake(a: list[torch.Tensor], b: list[torch.Tensor]) -> torch.Tensor:
+    torch._check(len(a) == len(b) and len(a) > 0, lambda: "a and b must hold as many tensors")
+    return a[0].new_empty((len(a), a[0].shape[0]), dtype=torch.float64)
+
+
+# the C++ ops exist once the extension has loaded; the Triton ops always (defined when backends import)
+_CPP = cpu_extension_available()
+PAIR_OPS = ("vitplast::pair_sq_distances",) * _CPP + ("vitplast::pair_sq_distances_triton",)
+GROUPED_OPS = (("vitplast::pair_sq_distances_grouped",) * _CPP
+               + ("vitplast::pair_sq_distances_grouped_triton",))
+for _name in PAIR_OPS:
+    torch.library.register_fake(_name, pair_sq_fake)
     torch.library.register_autograd(_name, pair_sq_backward, setup_context=setup_pair_sq)
-for _name in GROUPED_OPS if cpu_extension_available() else GROUPED_OPS[1:]:
+for _name in GROUPED_OPS:
+    torch.library.register_fake(_name, grouped_fake)
     torch.library.register_autograd(_name, grouped_backward, setup_context=setup_grouped)

@@ -14,8 +14,8 @@ a tuple ``(context, weights)``; the context is measured); the output projection 
 ``attention.output.dense`` and is not a separate component. The embedding (for the decomposition
 protocol) is ``embeddings`` (token + position + type embeddings, then LayerNorm).
 
-``vitplast_kernels.presets`` also has an ``hf-bert`` preset (picked automatically by ``capture``) whose
-MHA is the whole ``attention`` block (self-attention + ``W_O`` + residual + LayerNorm LN1): use
+``vitplast_kernels.measure.presets`` also has an ``hf-bert`` preset (picked automatically by ``capture``)
+whose MHA is the whole ``attention`` block (self-attention + ``W_O`` + residual + LayerNorm LN1): use
 ``BERT_COMPONENTS`` to measure the attention alone, the preset to measure the whole sub-layer.
 """
 

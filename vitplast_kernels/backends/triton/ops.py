@@ -2,9 +2,9 @@
 
 ``vitplast::pair_sq_distances_triton(Tensor a, Tensor b) -> Tensor``: ``(B, ...) x (B, ...) -> (B,)``
 float64; ``vitplast::pair_sq_distances_grouped_triton(Tensor[] a, Tensor[] b) -> Tensor``: ``(G, B)``
-float64 (the float64 sums, as the C++ ops return them). Both have fake implementations, so
-``torch.compile(fullgraph=True)`` traces through them and ``torch.library.opcheck`` passes; their
-autograd formulas are registered beside the C++ ops' (``ops/paired.py``). Eager calls on plain tensors
+float64 (the float64 sums, as the C++ ops return them). Their fakes and autograd formulas are the C++
+ops', registered in ``ops/paired.py`` (the one place for every op's), so ``torch.compile(fullgraph=True)``
+traces through them and ``torch.library.opcheck`` passes. Eager calls on plain tensors
 that need no gradient skip the op's dispatch and call the launchers directly (same kernels, same
 results); traced calls and calls on tensors requiring grad go through the ops. The backend runs
 on CUDA tensors, and on CPU tensors too when
@@ -52,25 +52,12 @@ def pair_sq_distances_triton(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return triton_paired.pair_sq_distances(a, b)
 
 
-@pair_sq_distances_triton.register_fake
-def _pair_sq_distances_triton_fake(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    torch._check(a.dim() >= 2, lambda: "a must have at least 2 dims")
-    torch._check(a.shape == b.shape, lambda: "a and b must have the same shape")
-    return a.new_empty((a.shape[0],), dtype=torch.float64)
-
-
 @torch.library.custom_op("vitplast::pair_sq_distances_grouped_triton", mutates_args=())
 def pair_sq_distances_grouped_triton(a: list[torch.Tensor], b: list[torch.Tensor]) -> torch.Tensor:
     """G pairs of ``(B, ...)`` tensors -> ``(G, B)`` float64, one launch per stage (Triton)."""
     from . import paired as triton_paired
 
     return triton_paired.pair_sq_distances_grouped(a, b)
-
-
-@pair_sq_distances_grouped_triton.register_fake
-def _pair_sq_distances_grouped_triton_fake(a: list[torch.Tensor], b: list[torch.Tensor]) -> torch.Tensor:
-    torch._check(len(a) == len(b) and len(a) > 0, lambda: "a and b must hold as many tensors")
-    return a[0].new_empty((len(a), a[0].shape[0]), dtype=torch.float64)
 
 
 def _eager(*tensors: torch.Tensor) -> bool:
