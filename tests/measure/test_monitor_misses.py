@@ -101,13 +101,19 @@ def compiled_step_function(images, fullgraph):
     return [_run(mon, lambda x: forward(model, x), images)]
 
 
+# each case compiles a few times (~5-10 s on 2 cores): plain_instance_first with fullgraph=True runs in
+# the fast suite, the rest of the matrix is marked slow
 SCENARIOS = [plain_instance_first, attach_after_run, detach_then_reattach, two_monitored_models,
              compiled_step_function]
-FULLGRAPH = [True, pytest.param(False, marks=pytest.mark.slow)]
 
 
-@pytest.mark.parametrize("fullgraph", FULLGRAPH)
-@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda f: f.__name__)
+def _matrix(scenarios, fullgraphs):
+    return [pytest.param(s, fg, id=f"{s.__name__}-{'fullgraph' if fg else 'default'}",
+                         marks=() if (s is plain_instance_first and fg) else pytest.mark.slow)
+            for s in scenarios for fg in fullgraphs]
+
+
+@pytest.mark.parametrize("scenario, fullgraph", _matrix(SCENARIOS, (True, False)))
 def test_every_forward_is_measured(scenario, fullgraph, images, reference):
     """Importing the package makes compiled code guard on hooks: each case recompiles with the hooks and
     measures the 4 forwards (18 pairs), as eager does."""
@@ -116,16 +122,17 @@ def test_every_forward_is_measured(scenario, fullgraph, images, reference):
         torch.testing.assert_close(res.stats, reference, rtol=1e-12, atol=0)
 
 
-@pytest.mark.parametrize("scenario", [s for s in SCENARIOS if s is not two_monitored_models],
-                         ids=lambda f: f.__name__)
-def test_hookless_code_raises_at_the_first_missed_step(scenario, images):
+@pytest.mark.parametrize("scenario, fullgraph",
+                         _matrix([s for s in SCENARIOS if s is not two_monitored_models], (True,)))
+def test_hookless_code_raises_at_the_first_missed_step(scenario, fullgraph, images):
     """With Dynamo's unsafe default back (code compiled before vitplast_kernels was imported), the cached
     code without hooks runs: the monitor raises, naming step 0, the cause and the remedy."""
     with torch._dynamo.config.patch(skip_nnmodule_hook_guards=True):
         with pytest.raises(vk.MissedForwardError, match=r"step 0: .*_dynamo\.reset\(\) after attaching"):
-            scenario(images, True)
+            scenario(images, fullgraph)
 
 
+@pytest.mark.slow
 def test_two_monitored_models_need_no_guard(images, reference):
     """Two monitored instances share hooked code: measured in full without the hook guards, no false alarm."""
     with torch._dynamo.config.patch(skip_nnmodule_hook_guards=True):
@@ -156,7 +163,8 @@ def test_a_step_without_forward_is_not_a_miss_in_eager_or_when_paused(images):
     assert mon.result().stats[0, 0, 0].item() == 8
 
 
-@pytest.mark.parametrize("monitored", [True, False], ids=["monitor", "capture"])
+@pytest.mark.parametrize("monitored", [True, pytest.param(False, marks=pytest.mark.slow)],
+                         ids=["monitor", "capture"])
 def test_strict_under_fullgraph_raises_the_package_error_outside_the_graph(images, monitored):
     """strict=True and an odd batch under torch.compile(fullgraph=True): the package's ValueError, not
     Dynamo's "Observed exception" (raised at step() or result(), after the compiled forward)."""

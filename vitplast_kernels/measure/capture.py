@@ -353,8 +353,8 @@ class Capture:
         return None if self._acc is None else self._acc.counters[FORWARDS] + self._acc.counters[SKIPPED]
 
     def result(self) -> PlasticityResult:
-        """The accumulated statistics (no host-device sync unless batches were skipped). Raises when
-        nothing was measured."""
+        """The accumulated statistics. Raises when nothing was measured, or when a forward ran unmeasured
+        (:mod:`.forward_check`: reads two device counters; no other sync unless batches were skipped)."""
         self._flush()  # rows of a forward whose root hooks did not run (a submodule called directly)
         self.forward_check.verify()  # raises when a forward ran unmeasured (reads two counters)
         if not self._fired:

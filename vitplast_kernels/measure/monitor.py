@@ -63,7 +63,8 @@ class Monitor:
     def step(self) -> bool:
         """Ends the current training step; returns whether the next one is measured. Raises
         :class:`MissedForwardError` when a forward of a measured step was not measured (see above)."""
-        due = self.steps % self.every == 0 and self.capture.enabled and not self._paused
+        due = (self.steps % self.every == 0 and self.capture.enabled and self.capture.attached
+               and not self._paused)
         self._paused = False
         self.capture.forward_check.end_step(self.steps, due)
         self.steps += 1
@@ -82,7 +83,8 @@ class Monitor:
             self.capture.enabled = before
 
     def result(self, *, reset: bool = False) -> PlasticityResult:
-        """Everything measured since the last reset (no host sync); ``reset=True`` starts anew after."""
+        """Everything measured since the last reset; ``reset=True`` starts anew after. Checks first that no
+        forward ran unmeasured (reads two device counters: the only wait on the device)."""
         res = self.capture.result()
         if reset:
             self.capture.reset()
