@@ -143,7 +143,7 @@ class _Recorder(transformers.TrainerCallback):
         self.logs.append({**logs, "_step": state.global_step})
 
 
-def _hf_trainer(out: Path, recorder, callbacks=()):
+def _hf_trainer(out: Path, recorder, callbacks=(), max_steps: int = 5, logging_steps: int = 100):
     from transformers import Trainer, TrainingArguments, ViTConfig, ViTForImageClassification
 
     torch.manual_seed(0)
@@ -151,8 +151,8 @@ def _hf_trainer(out: Path, recorder, callbacks=()):
                     image_size=32, patch_size=8, num_labels=4)
     g = torch.Generator().manual_seed(0)
     data = [{"pixel_values": torch.randn(3, 32, 32, generator=g), "labels": int(i % 4)} for i in range(48)]
-    args = TrainingArguments(output_dir=str(out), max_steps=5, per_device_train_batch_size=8,
-                             logging_steps=100, save_strategy="no", report_to=[], use_cpu=True,
+    args = TrainingArguments(output_dir=str(out), max_steps=max_steps, per_device_train_batch_size=8,
+                             logging_steps=logging_steps, save_strategy="no", report_to=[], use_cpu=True,
                              disable_tqdm=True, learning_rate=1e-3, dataloader_num_workers=0)
     return Trainer(model=ViTForImageClassification(cfg), args=args, train_dataset=data,
                    callbacks=[recorder, *callbacks])
@@ -183,3 +183,30 @@ def test_hf_trainer_callback_logs_and_writes(tmp_path, bind):
         assert res.n_pairs(c).tolist() == [3 * 4] * 2
     assert json.loads((tmp_path / "plasticity.json").read_text())["format"] == "vitplast-plasticity/1"
     assert cb.steps.monitor is None
+
+
+@pytest.mark.parametrize("logging_steps", [1, 3])
+def test_hf_trainer_callback_never_changes_the_trainers_own_logs(tmp_path, logging_steps):
+    """Issue 20 item 5: bound (``trainer=``, its trainer.log cleared should_log) or passed in
+    ``callbacks=[...]`` (it asked for log events), the callback must leave the trainer's loss rows as a
+    run without it has them: the same steps, the same values."""
+
+    def run(form: str):
+        cb = integrations.PlasticityTrainerCallback(every=2)
+        trainer = _hf_trainer(tmp_path / form, _Recorder(), [cb] if form == "callbacks" else [],
+                              max_steps=6, logging_steps=logging_steps)
+        if form == "bound":
+            cb.trainer = trainer
+            trainer.add_callback(cb)
+        trainer.train()
+        history = trainer.state.log_history
+        losses = [(h["step"], h["loss"]) for h in history if "loss" in h]
+        return losses, [h["step"] for h in history if "plasticity/MHA" in h]
+
+    plain, _ = run("plain")
+    assert [step for step, _ in plain] == list(range(logging_steps, 7, logging_steps))
+    for form in ("bound", "callbacks"):
+        losses, measured = run(form)
+        assert [step for step, _ in losses] == [step for step, _ in plain], form
+        assert [v for _, v in losses] == pytest.approx([v for _, v in plain], rel=1e-6), form
+        assert measured == [1, 3, 5], form  # steps 0, 2, 4 measured, logged at the trainer's step after

@@ -104,10 +104,14 @@ def _one_line(exc: BaseException) -> str:
 def unpickling_reason(exc: BaseException) -> str:
     """What a weights-only ``torch.load`` refused, in one plain line (torch's message spans lines, with
     terminal escapes; its ``WeightsUnpickler error:`` line names the refused global)."""
-    for line in _ANSI.sub("", str(exc)).splitlines():
+    lines = _ANSI.sub("", str(exc)).splitlines()
+    for line in lines:
         if "WeightsUnpickler error:" in line:
             reason = line.split("WeightsUnpickler error:", 1)[1].split(". Please", 1)[0]
             return plain_text(reason)[:200]
+    for line in lines:  # "Trying to load unsupported GLOBAL posix.system whose module posix is blocked."
+        if "GLOBAL" in line:
+            return plain_text(line)[:200]
     return _one_line(exc)
 
 
