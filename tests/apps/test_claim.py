@@ -183,16 +183,16 @@ def test_dry_run_plans_and_estimates_without_training(whole, tmp_path, capsys):
 @pytest.mark.parametrize("args, message", [
     (["--components", "MHA,XYZ"], "--components: unknown"),
     (["--components", "MHA,FC1"], "at least 3 components"),
-    (["--lr", "1e-3,-1"], "--lr values must be positive"),
-    (["--lr", "fast"], "cannot read 'fast'"),
+    (["--lr", "1e-3,-1"], "--lr: must be a positive number"),
+    (["--lr", "fast"], "--lr: expected a number, got 'fast'"),
     (["--seed", "0,0"], "repeated value"),
     (["--pairs", "4", "--pair-batch", "8"], "--pairs (4) must be at least --pair-batch (8)"),
-    (["--steps", "0"], "--steps must be an integer >= 1"),
-    (["--steps", "many"], "argument --steps: invalid int value"),
-    (["--protocol", "paper"], "argument --protocol: invalid choice"),
+    (["--steps", "0"], "--steps: must be an integer in 1.."),
+    (["--steps", "many"], "--steps: expected an integer"),
+    (["--protocol", "paper"], "--protocol: must be one of in_situ, decomposition"),
     (["--device", "tpu:0"], "--device"),
     (["--model-arg", "depth=2"], "does not apply to digits-vit"),
-    (["--time-budget", "-1"], "--time-budget must be a positive"),
+    (["--time-budget", "-1"], "--time-budget: must be a positive number"),
     (["--model", "vit_tiny_patch16_224", "--data", "/no/such/dir"], "unknown dataset spec"),
 ])
 def test_cli_bad_input_is_one_line_and_exit_2(args, message, tmp_path, capsys):

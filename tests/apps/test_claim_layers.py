@@ -141,8 +141,8 @@ def test_layer_claim_killed_resumes_to_the_same_table(whole, tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["--budget", "100"], "--budget only applies to --granularity layer"),
     (["--granularity", "layer", "--baseline", "initial"], "--baseline head"),
-    (["--granularity", "block"], "argument --granularity: invalid choice"),
-    (["--granularity", "layer", "--draws", "-1"], "--draws must be an integer >= 0"),
+    (["--granularity", "block"], "--granularity: must be one of component, layer"),
+    (["--granularity", "layer", "--draws", "-1"], "--draws: must be an integer >= 0"),
 ])
 def test_cli_errors(args, message, tmp_path, capsys):
     try:

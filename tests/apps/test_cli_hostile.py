@@ -77,12 +77,12 @@ FINETUNE_CASES = {
     "data-junk-spec": (lambda t: ["--data", "junk"], "unknown dataset spec 'junk'"),
     "model-arg": (lambda t: ["--model-arg", "bogus_kw=3"], "does not take the argument bogus_kw"),
     "probe": (lambda t: ["--probe", "100000"], "--probe 100000 exceeds the training set"),
-    "lora-r": (lambda t: ["--train", "lora", "--lora-r", "0"], "--lora-r must be a positive integer"),
+    "lora-r": (lambda t: ["--train", "lora", "--lora-r", "0"], "--lora-r: must be a positive integer"),
     "budget": (lambda t: ["--train", "auto", "--budget", "1"], "--budget 1 is smaller than the classifier"),
-    "seed-huge": (lambda t: ["--seed", HUGE_SEED], "--seed must be an integer in 0..4294967295"),
-    "seed-negative": (lambda t: ["--seed", "-1"], "--seed must be an integer in 0..4294967295"),
-    "steps-huge": (lambda t: ["--steps", "100000000000000000000"], "--steps must be an integer in 1.."),
-    "steps-float": (lambda t: ["--steps", "1e20"], "--steps: invalid int value"),
+    "seed-huge": (lambda t: ["--seed", HUGE_SEED], "--seed: must be an integer in 0..4294967295"),
+    "seed-negative": (lambda t: ["--seed", "-1"], "--seed: must be an integer in 0..4294967295"),
+    "steps-huge": (lambda t: ["--steps", "100000000000000000000"], "--steps: must be an integer in 1.."),
+    "steps-float": (lambda t: ["--steps", "1e20"], "--steps: expected an integer, got '1e20'"),
 }
 
 
@@ -122,10 +122,10 @@ def test_out_that_is_a_file(command, tmp_path, capsys):
 # ------------------------------------------------------------------------------------------ claim
 @pytest.mark.parametrize("argv,needle", [
     (["--jobs", "1000"], "--jobs 1000: at most one run per core"),
-    (["--seed", HUGE_SEED], "--seed must be an integer in 0..4294967295"),
-    (["--seed", "-1"], "--seed must be an integer in 0..4294967295"),
-    (["--measure-seed", "-1"], "--measure-seed must be an integer in 0.."),
-    (["--steps", "100000000000000000000"], "--steps must be an integer in 1.."),
+    (["--seed", HUGE_SEED], "--seed: must be an integer in 0..4294967295"),
+    (["--seed", "-1"], "--seed: must be an integer in 0..4294967295"),
+    (["--measure-seed", "-1"], "--measure-seed: must be an integer in 0.."),
+    (["--steps", "100000000000000000000"], "--steps: must be an integer in 1.."),
 ])
 def test_claim_bad_values(argv, needle, tmp_path, capsys):
     rc, lines = _cli(["claim", "--no-progress", "--out", str(tmp_path / "o"), *argv], capsys)

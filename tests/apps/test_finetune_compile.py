@@ -35,7 +35,7 @@ def test_compiled_run_records_the_eager_numbers(tmp_path):
 
 
 def test_compile_mode_is_validated(tmp_path):
-    with pytest.raises(ValueError, match="--compile must be one of"):
+    with pytest.raises(ValueError, match="--compile: must be one of"):
         finetune(**TINY, compile="fast", out=str(tmp_path / "x"))
 
 

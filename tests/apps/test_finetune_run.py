@@ -131,11 +131,11 @@ def test_embedded_model_rejects_other_sizes(tmp_path, capsys):
 
 @pytest.mark.parametrize("argv, message", [
     (["--train", "MLP"], "unknown choice 'MLP'"),
-    (["--lr", "fast"], "--lr: cannot read 'fast'"),
-    (["--lr", "-1"], "--lr must be positive"),
-    (["--steps", "0"], "--steps must be a positive integer"),
-    (["--batch-size", "7"], "--batch-size must be even"),
-    (["--probe", "3"], "--probe must be an even number"),
+    (["--lr", "fast"], "--lr: expected a number, got 'fast'"),
+    (["--lr", "-1"], "--lr: must be a positive number"),
+    (["--steps", "0"], "--steps: must be an integer in 1.."),
+    (["--batch-size", "7"], "--batch-size 7: must be even"),
+    (["--probe", "3"], "--probe: must be an even number"),
     (["--train", "auto"], "--train auto needs --budget"),
     (["--budget", "10"], "--budget only applies to --train auto"),
     (["--data", "cifar10:/nonexistent/dir"], "nothing is downloaded"),

@@ -36,7 +36,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..common.arg_types import model_arg
+from ..common.arg_types import fail
 from ..common.device import resolve_device
 from ..common.distributed import init_distributed, silent
 from ..common.model_builder import DIGITS_MODEL, build_model
@@ -46,15 +46,15 @@ from .layer_report import format_layer_report, plot_layers
 from .layers import analyse_layers, default_budget, plan_selections, unit_name, units_of
 from .lr_auto import lrs_run, train_widening
 from .options import (
-    BASELINES,
     COMPONENT_STEPS,
-    DEFAULTS,
     FINETUNE_KEYS,
-    GRANULARITIES,
     LAYER_STEPS,
-    PROTOCOLS,
+    add_arguments,
+    options_from_args,
     resolve_options,
 )
+
+__all__ = ["add_arguments", "claim", "run"]  # add_arguments and run: the CLI's (vitplast.cli)
 from .plasticity import measure_chunks
 from .report import format_report, plot_claim
 from .runs import calibrate, estimate_seconds, plan_runs, train_all
@@ -278,95 +278,9 @@ def _finite_or_none(obj):
     return obj
 
 
-# ------------------------------------------------------------------------------------------ CLI
-def _one_line_error(prog: str):
-    def error(message: str):
-        print(f"{prog}: error: {message}", file=sys.stderr)
-        sys.exit(2)
-
-    return error
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    d = DEFAULTS
-    p.error = _one_line_error("vitplast claim")  # bad input: one line on stderr, exit status 2
-    g = p.add_argument_group("model and data")
-    g.add_argument("--model", default=d["model"], help=f"timm model name, or {DIGITS_MODEL!r} (default)")
-    g.add_argument("--model-arg", action="append", type=model_arg, default=[], metavar="KEY=VALUE",
-                   help="extra timm.create_model argument (repeatable)")
-    g.add_argument("--weights", help="local pretrained checkpoint (.safetensors, .pth, .npz)")
-    g.add_argument("--img-size", type=int, help="input size (default: the model's)")
-    g.add_argument("--pretrain-data", default=d["pretrain_data"], metavar="SPEC",
-                   help="X, the pretraining-side data of the matched pairs (default: %(default)s)")
-    g.add_argument("--data", default=d["data"], metavar="SPEC",
-                   help="Y, the downstream data: pairs and finetuning (default: %(default)s); "
-                        "ImageFolder DIR, digits:CLASSES, cifar10:DIR, cifar100:DIR")
-    g = p.add_argument_group("plasticity before finetuning")
-    g.add_argument("--protocol", choices=PROTOCOLS, default=d["protocol"])
-    g.add_argument("--pairs", type=int, default=d["pairs"], help="matched X-Y pairs (default: %(default)s)")
-    g.add_argument("--pair-batch", type=int, default=d["pair_batch"],
-                   help="pairs per forward, the bootstrap's resampling unit (default: %(default)s)")
-    g.add_argument("--split", choices=("train", "val", "all"), default=d["split"],
-                   help="split the pairs come from (default: %(default)s)")
-    g.add_argument("--measure-seed", type=int, default=d["measure_seed"], help="order of the pairs")
-    g = p.add_argument_group("finetuning (the same budget for every component)")
-    g.add_argument("--components", default=d["components"],
-                   help="components trained alone (default: %(default)s)")
-    g.add_argument("--granularity", choices=GRANULARITIES, default=d["granularity"],
-                   help="component: each component in every layer at once (default); layer: each "
-                        "(component, layer) alone, plus the plasticity-guided selection against random ones")
-    g.add_argument("--budget", type=int,
-                   help="--granularity layer: trainable parameters (besides the head) of the selected sets "
-                        "(default: twice the largest unit)")
-    g.add_argument("--draws", type=int, default=d["draws"],
-                   help="--granularity layer: random sets compared with the plasticity-guided one "
-                        "(0: no comparison; default: %(default)s)")
-    g.add_argument("--baseline", choices=BASELINES, default=d["baseline"],
-                   help="gain over the head-only run of the same seed (default) or the initial accuracy")
-    g.add_argument("--optimizer", choices=("sgd", "adam"), default=d["optimizer"])
-    g.add_argument("--lr", default=d["lr"], help="learning-rate grid; each component keeps its best "
-                                                 "(default: %(default)s); auto: that grid, widened x3 "
-                                                 "(at most twice per side) for a train whose best lr is "
-                                                 "at an edge")
-    g.add_argument("--seed", default=d["seed"], help="seeds (default: %(default)s)")
-    g.add_argument("--steps", type=int, default=d["steps"],
-                   help=f"steps per run (default: {COMPONENT_STEPS}; {LAYER_STEPS} with --granularity layer)")
-    g.add_argument("--batch-size", type=int, default=d["batch_size"])
-    g.add_argument("--weight-decay", type=float, default=d["weight_decay"])
-    g.add_argument("--schedule", choices=("constant", "cosine"), default=d["schedule"])
-    g.add_argument("--amp", choices=("none", "bf16"), default=d["amp"])
-    g.add_argument("--device", default=d["device"], help="auto, cpu, cuda, cuda:N (default: %(default)s)")
-    g.add_argument("--eval-limit", type=int, default=d["eval_limit"], help="validate on the first N images")
-    g.add_argument("--checkpoint-every", type=int, default=d["checkpoint_every"])
-    g.add_argument("--jobs", type=int, help="runs trained at once, in processes (default: 2 for the digits "
-                                            "ViT on a CPU with 2+ cores, else 1)")
-    g.add_argument("--threads", type=int, help="intra-op threads per run (default: 1 for the digits ViT "
-                                               "on CPU, else torch's)")
-    g = p.add_argument_group("statistics and outputs")
-    g.add_argument("--bootstrap", type=int, default=d["bootstrap"], help="bootstrap replicates")
-    g.add_argument("--permutations", type=int, default=d["permutations"],
-                   help="random permutations beyond 8 components (up to 8: all of them)")
-    g.add_argument("--stats-seed", type=int, default=d["stats_seed"])
-    g.add_argument("--out", required=True, help="directory of the runs and reports (rerun to resume)")
-    g.add_argument("--dry-run", action="store_true",
-                   help="say how many runs remain and time short runs to estimate how long; train nothing")
-    g.add_argument("--time-budget", type=float, metavar="MINUTES",
-                   help="estimate first (as --dry-run) and refuse to start beyond this many minutes")
-    g.add_argument("--run-plots", action="store_true", help="also draw each run's curves")
-    g.add_argument("--progress", dest="progress", action="store_true", default=None)
-    g.add_argument("--no-progress", dest="progress", action="store_false")
-
-
-def options_from_args(args: argparse.Namespace) -> dict:
-    opts = {k: getattr(args, k) for k in DEFAULTS if k != "model_kwargs" and hasattr(args, k)}
-    opts["model_kwargs"] = dict(args.model_arg or [])
-    return opts
-
-
 def run(args: argparse.Namespace) -> int:
     try:
         claim(**options_from_args(args))
     except (ValueError, FileNotFoundError, ImportError) as exc:
-        print(f"vitplast claim: error: {exc}", file=sys.stderr)
-        return 2
+        return fail("vitplast claim", exc)
     return 0

@@ -1,4 +1,5 @@
-"""Options of `vitplast claim`: defaults, and their validation into one resolved configuration.
+"""Options of `vitplast claim`, declared once (:class:`ClaimOptions`, through
+:mod:`vitplast.common.options`): the CLI flags, defaults, checks and error wording all come from it.
 
 Every problem is a ``ValueError`` whose message names the option (the CLI prints it on one line and
 exits with status 2) and is found before anything is measured or trained.
@@ -6,12 +7,27 @@ exits with status 2) and is found before anything is measured or trained.
 
 from __future__ import annotations
 
-import math
+import argparse
+import dataclasses
 import os
 
-from ..common.arg_types import check_seed, check_steps
+from ..common.arg_types import MAX_SEED, MAX_STEPS, model_arg, setup_parser
 from ..common.device import check_device
 from ..common.model_builder import DIGITS_MODEL, check_digits_options
+from ..common.options import (
+    Kind,
+    OptionError,
+    checked,
+    choice,
+    csv,
+    integer,
+    number,
+    option,
+    optional,
+    resolve,
+    values_of,
+)
+from ..common.options import add_arguments as add_options
 from ..common.paths import check_out_dir, foreign_files
 from ..finetune import COMPONENTS
 
@@ -19,116 +35,160 @@ PROTOCOLS = ("in_situ", "decomposition")
 BASELINES = ("head", "initial")
 GRANULARITIES = ("component", "layer")
 COMPONENT_STEPS, LAYER_STEPS = 100, 60  # default --steps per granularity
-
-DEFAULTS: dict = {
-    "model": DIGITS_MODEL, "weights": None, "model_kwargs": {}, "img_size": None,
-    "pretrain_data": "digits:0-4", "data": "digits:5-9", "split": "all",
-    "protocol": "in_situ", "pairs": 512, "pair_batch": 16, "measure_seed": 0,
-    "components": ",".join(COMPONENTS), "baseline": "head", "granularity": "component", "budget": None,
-    "draws": 3,
-    "optimizer": "adam", "lr": "3e-3,1e-2,3e-2", "seed": "0,1,2", "steps": None, "batch_size": 64,
-    "weight_decay": 0.0, "schedule": "cosine", "amp": "none", "device": "auto", "eval_limit": 0,
-    "checkpoint_every": 50, "run_plots": False,
-    "jobs": None, "threads": None,
-    "bootstrap": 2000, "permutations": 10000, "stats_seed": 0,
-    "out": None, "dry_run": False, "time_budget": None, "calibrate_steps": 10, "progress": None,
-}
+LR_GRID = "3e-3,1e-2,3e-2"
+GROUPS = {"data": "model and data", "pairs": "plasticity before finetuning",
+          "train": "finetuning (the same budget for every component)", "out": "statistics and outputs"}
 # options passed on unchanged to every finetune run
 FINETUNE_KEYS = ("model", "weights", "model_kwargs", "img_size", "data", "optimizer", "weight_decay",
                  "schedule", "steps", "batch_size", "amp", "device", "eval_limit", "checkpoint_every")
 
 
-def _list(value, cast, name: str) -> list:
-    items = value if isinstance(value, (list, tuple)) else str(value).split(",")
-    out = []
-    for item in items:
-        text = str(item).strip()
-        try:
-            out.append(cast(text))
-        except ValueError:
-            raise ValueError(f"--{name}: cannot read {text!r} as {cast.__name__}") from None
-    if len(set(out)) != len(out):
-        raise ValueError(f"--{name}: repeated value in {value!r}")
-    return out
+def _model_kwargs(value) -> dict:
+    if isinstance(value, dict):
+        return value
+    if isinstance(value, (list, tuple)):
+        return dict(model_arg(v) if isinstance(v, str) else tuple(v) for v in value)
+    raise ValueError(f"must be a dict, got {type(value).__name__}")
 
 
-def _positive_int(cfg: dict, key: str, minimum: int = 1) -> None:
-    v = cfg[key]
-    if not isinstance(v, int) or isinstance(v, bool) or v < minimum:
-        raise ValueError(f"--{key.replace('_', '-')} must be an integer >= {minimum}, got {v!r}")
+def _component(name):
+    lookup = {c.lower(): c for c in COMPONENTS}
+    if str(name).lower() not in lookup:
+        raise ValueError(f"unknown {name!r}; choose from {', '.join(COMPONENTS)}")
+    return lookup[str(name).lower()]
+
+
+_LRS = csv(number(positive=True), unique=True)
+
+
+def _lr_text(text: str):
+    return "auto" if text.strip().lower() == "auto" else _LRS.parse(text)
+
+
+def _lr_check(value):
+    return "auto" if isinstance(value, str) and value.strip().lower() == "auto" else _LRS.check(value)
+
+
+@dataclasses.dataclass
+class ClaimOptions:
+    model: str = option(DIGITS_MODEL, f"timm model name, or {DIGITS_MODEL!r} (default)", group="data")
+    model_kwargs: dict = option(help="extra timm.create_model argument (repeatable)", flag="--model-arg",
+                                action="append", metavar="KEY=VALUE", group="data",
+                                kind=Kind(str, _model_kwargs), default_factory=dict)
+    weights: str | None = option(None, "local pretrained checkpoint (.safetensors, .pth, .npz)", group="data")
+    img_size: int | None = option(None, "input size (default: the model's)", group="data",
+                                  kind=optional(integer(1)))
+    pretrain_data: str = option("digits:0-4", "X, the pretraining-side data of the matched pairs (default: "
+                                "%(default)s)", metavar="SPEC", group="data")
+    data: str = option("digits:5-9", "Y, the downstream data: pairs and finetuning (default: %(default)s); "
+                       "ImageFolder DIR, digits:CLASSES, cifar10:DIR, cifar100:DIR", metavar="SPEC",
+                       group="data")
+    protocol: str = option("in_situ", group="pairs", kind=choice(PROTOCOLS))
+    pairs: int = option(512, "matched X-Y pairs (default: %(default)s)", group="pairs", kind=integer(1))
+    pair_batch: int = option(16, "pairs per forward, the bootstrap's resampling unit (default: %(default)s)",
+                             group="pairs", kind=integer(1))
+    split: str = option("all", "split the pairs come from (default: %(default)s)", group="pairs",
+                        kind=choice(("train", "val", "all")))
+    measure_seed: int = option(0, "order of the pairs", group="pairs", kind=integer(0, MAX_SEED))
+    components: list = option(",".join(COMPONENTS), "components trained alone (default: %(default)s)",
+                              group="train", kind=csv(checked(_component), unique=True))
+    granularity: str = option(
+        "component", "component: each component in every layer at once (default); layer: each (component, "
+        "layer) alone, plus the plasticity-guided selection against random ones", group="train",
+        kind=choice(GRANULARITIES))
+    budget: int | None = option(
+        None, "--granularity layer: trainable parameters (besides the head) of the selected sets (default: "
+        "twice the largest unit)", group="train", kind=optional(integer(1)))
+    draws: int = option(3, "--granularity layer: random sets compared with the plasticity-guided one (0: no "
+                        "comparison; default: %(default)s)", group="train", kind=integer(0))
+    baseline: str = option("head", "gain over the head-only run of the same seed (default) or the initial "
+                           "accuracy", group="train", kind=choice(BASELINES))
+    optimizer: str = option("adam", group="train", kind=choice(("sgd", "adam")))
+    lr: list | str = option(LR_GRID, "learning-rate grid; each component keeps its best (default: "
+                            "%(default)s); auto: that grid, widened x3 (at most twice per side) for a train "
+                            "whose best lr is at an edge", group="train", kind=Kind(_lr_text, _lr_check))
+    seed: list = option("0,1,2", "seeds (default: %(default)s)", group="train",
+                        kind=csv(integer(0, MAX_SEED), unique=True))
+    steps: int | None = option(None, f"steps per run (default: {COMPONENT_STEPS}; {LAYER_STEPS} with "
+                               "--granularity layer)", group="train", kind=optional(integer(1, MAX_STEPS)))
+    batch_size: int = option(64, group="train", kind=integer(1))
+    weight_decay: float = option(0.0, group="train", kind=number(minimum=0.0))
+    schedule: str = option("cosine", group="train", kind=choice(("constant", "cosine")))
+    amp: str = option("none", group="train", kind=choice(("none", "bf16")))
+    device: str = option("auto", "auto, cpu, cuda, cuda:N (default: %(default)s)", group="train",
+                         kind=checked(check_device))
+    eval_limit: int = option(0, "validate on the first N images", group="train", kind=integer(0))
+    checkpoint_every: int = option(50, group="train", kind=integer(0))
+    jobs: int | None = option(None, "runs trained at once, in processes (default: 2 for the digits ViT on a "
+                              "CPU with 2+ cores, else 1)", group="train", kind=optional(integer(1)))
+    threads: int | None = option(None, "intra-op threads per run (default: 1 for the digits ViT on CPU, else "
+                                 "torch's)", group="train", kind=optional(integer(1)))
+    bootstrap: int = option(2000, "bootstrap replicates", group="out", kind=integer(1))
+    permutations: int = option(10000, "random permutations beyond 8 components (up to 8: all of them)",
+                               group="out", kind=integer(1))
+    stats_seed: int = option(0, group="out", kind=integer(0, MAX_SEED))
+    out: str | None = option(None, "directory of the runs and reports (rerun to resume)", group="out",
+                             required=True)
+    dry_run: bool = option(False, "say how many runs remain and time short runs to estimate how long; train "
+                           "nothing", group="out", action="store_true")
+    time_budget: float | None = option(None, "estimate first (as --dry-run) and refuse to start beyond this "
+                                       "many minutes", metavar="MINUTES", group="out",
+                                       kind=optional(number(positive=True)))
+    run_plots: bool = option(False, "also draw each run's curves", group="out", action="store_true")
+    progress: bool | None = option(None, group="out", action="store_true", negation="--no-progress")
+    calibrate_steps: int = option(10, kind=integer(1), cli=False)
+
+    def validate(self) -> None:
+        """What involves several options, the machine or the file system."""
+        if self.out is None:
+            raise OptionError("--out DIR is required: it holds the finetuning runs and the reports")
+        self.out = str(self.out)
+        if self.steps is None:  # a layer claim trains 4-5x more runs: fewer steps keep it in budget
+            self.steps = LAYER_STEPS if self.granularity == "layer" else COMPONENT_STEPS
+        if len(self.components) < 3 and self.granularity != "layer":  # layer: units = components x layers
+            raise OptionError(f"--components: a rank correlation needs at least 3 components, got "
+                              f"{self.components}")
+        if self.jobs is not None and self.jobs > (os.cpu_count() or 1):
+            raise OptionError(f"--jobs {self.jobs}: at most one run per core ({os.cpu_count() or 1} on this "
+                              "machine)")
+        if self.pairs < self.pair_batch:
+            raise OptionError(f"--pairs ({self.pairs}) must be at least --pair-batch ({self.pair_batch})")
+        if self.granularity == "layer" and self.baseline != "head":
+            raise OptionError("--granularity layer compares every unit with the head-only run: --baseline "
+                              "head")
+        if self.budget is not None and self.granularity != "layer":
+            raise OptionError("--budget only applies to --granularity layer (the selected sets' size)")
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1 and (self.jobs or 1) > 1:
+            raise OptionError("--jobs must be 1 under torchrun (each run is already data-parallel)")
+        if self.model == DIGITS_MODEL:
+            check_digits_options(self.model_kwargs, self.img_size)
+        check_claim_out(self.out)
+
+
+DEFAULTS: dict = {f.name: f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+                  for f in dataclasses.fields(ClaimOptions)}
 
 
 def resolve_options(options: dict) -> dict:
-    """Defaults filled in and every option validated; raises ValueError naming the option."""
-    unknown = sorted(k for k in options if k not in DEFAULTS and not k.startswith("_"))
-    if unknown:
-        raise ValueError(f"unknown option(s) {unknown}; known: {sorted(DEFAULTS)}")
-    cfg = {**DEFAULTS, **{k: v for k, v in options.items() if v is not None}}
-    if cfg["steps"] is None:  # a layer claim trains 4-5x more runs: fewer steps keep it in budget
-        cfg["steps"] = LAYER_STEPS if cfg["granularity"] == "layer" else COMPONENT_STEPS
-    if cfg["out"] is None:
-        raise ValueError("--out DIR is required: it holds the finetuning runs and the reports")
-    cfg["out"] = str(cfg["out"])
-    comps = _list(cfg["components"], str, "components")
-    lookup = {c.lower(): c for c in COMPONENTS}
-    bad = [c for c in comps if c.lower() not in lookup]
-    if bad:
-        raise ValueError(f"--components: unknown {bad}; choose from {', '.join(COMPONENTS)}")
-    cfg["components"] = [lookup[c.lower()] for c in comps]
-    if len(cfg["components"]) < 3 and cfg["granularity"] != "layer":  # layer: units = components x layers
-        raise ValueError(f"--components: a rank correlation needs at least 3 components, got "
-                         f"{cfg['components']}")
-    cfg["lr_auto"] = str(cfg["lr"]).strip().lower() == "auto"
-    cfg["lr"] = _list(DEFAULTS["lr"] if cfg["lr_auto"] else cfg["lr"], float, "lr")
-    if any(not (v > 0 and math.isfinite(v)) for v in cfg["lr"]):
-        raise ValueError(f"--lr values must be positive, got {cfg['lr']}")
-    cfg["seed"] = _list(cfg["seed"], int, "seed")
-    for seed in cfg["seed"]:
-        check_seed(seed)
-    for key in ("measure_seed", "stats_seed"):
-        check_seed(cfg[key], f"--{key.replace('_', '-')}")
-    for key in ("steps", "batch_size", "pairs", "pair_batch", "bootstrap", "permutations", "calibrate_steps"):
-        _positive_int(cfg, key)
-    check_steps(cfg["steps"])
-    if cfg["jobs"] is not None:
-        _positive_int(cfg, "jobs")
-        cores = os.cpu_count() or 1
-        if cfg["jobs"] > cores:
-            raise ValueError(f"--jobs {cfg['jobs']}: at most one run per core ({cores} on this machine)")
-    for key in ("eval_limit", "checkpoint_every"):
-        _positive_int(cfg, key, 0)
-    if cfg["threads"] is not None:
-        _positive_int(cfg, "threads")
-    if cfg["pairs"] < cfg["pair_batch"]:
-        raise ValueError(f"--pairs ({cfg['pairs']}) must be at least --pair-batch ({cfg['pair_batch']})")
-    choices = {"protocol": PROTOCOLS, "baseline": BASELINES, "optimizer": ("sgd", "adam"),
-               "schedule": ("constant", "cosine"), "amp": ("none", "bf16"), "split": ("train", "val", "all")}
-    for key, allowed in choices.items():
-        if cfg[key] not in allowed:
-            raise ValueError(f"--{key.replace('_', '-')} must be one of {allowed}, got {cfg[key]!r}")
-    if cfg["granularity"] not in GRANULARITIES:
-        raise ValueError(f"--granularity must be one of {GRANULARITIES}, got {cfg['granularity']!r}")
-    if cfg["granularity"] == "layer" and cfg["baseline"] != "head":
-        raise ValueError("--granularity layer compares every unit with the head-only run: --baseline head")
-    _positive_int(cfg, "draws", 0)
-    if cfg["budget"] is not None:
-        _positive_int(cfg, "budget")
-        if cfg["granularity"] != "layer":
-            raise ValueError("--budget only applies to --granularity layer (the selected sets' size)")
-    if cfg["time_budget"] is not None and not cfg["time_budget"] > 0:
-        raise ValueError(f"--time-budget must be a positive number of minutes, got {cfg['time_budget']}")
-    if cfg["weight_decay"] < 0:
-        raise ValueError(f"--weight-decay must be >= 0, got {cfg['weight_decay']}")
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and (cfg["jobs"] or 1) > 1:
-        raise ValueError("--jobs must be 1 under torchrun (each run is already data-parallel)")
-    if cfg["model"] == DIGITS_MODEL:
-        check_digits_options(cfg["model_kwargs"], cfg["img_size"])
-    check_claim_out(cfg["out"])
-    try:
-        check_device(cfg["device"])
-    except ValueError as exc:
-        raise ValueError(f"--device: {exc}") from None
-    return cfg
+    """Defaults filled in and every option checked (:class:`ClaimOptions`); raises ValueError naming
+    the option. ``_``-prefixed test hooks pass through; ``lr_auto`` says whether ``--lr auto`` was given
+    (``lr`` is then the default grid)."""
+    hooks = {k: v for k, v in options.items() if k.startswith("_")}
+    opts = resolve(ClaimOptions, {k: v for k, v in options.items() if not k.startswith("_")})
+    cfg = {f.name: getattr(opts, f.name) for f in dataclasses.fields(opts)}
+    cfg["lr_auto"] = cfg["lr"] == "auto"
+    if cfg["lr_auto"]:
+        cfg["lr"] = _LRS.parse(LR_GRID)
+    return {**cfg, **hooks}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    setup_parser(p, defaults_in_help=False)  # bad input: one line on stderr, exit status 2
+    add_options(p, ClaimOptions, GROUPS)
+
+
+def options_from_args(args: argparse.Namespace) -> dict:
+    return values_of(args, ClaimOptions)
 
 
 # what a claim writes into OUT (and nothing else: another directory is refused, never written into)

@@ -32,10 +32,12 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefau
         return text + " (default: %(default)s)"
 
 
-def setup_parser(parser: argparse.ArgumentParser) -> None:
-    """Defaults in ``--help``, and errors as one line (``prog: error: ...``, exit status 2) instead of
-    the usage block followed by the error."""
-    parser.formatter_class = HelpFormatter
+def setup_parser(parser: argparse.ArgumentParser, *, defaults_in_help: bool = True) -> None:
+    """Defaults in ``--help`` (unless ``defaults_in_help=False``: only where the help text says them),
+    and errors as one line (``prog: error: ...``, exit status 2) instead of the usage block followed by
+    the error."""
+    if defaults_in_help:
+        parser.formatter_class = HelpFormatter
 
     def error(message: str) -> NoReturn:
         parser.exit(2, f"{parser.prog}: error: {message} (see {parser.prog} --help)\n")

@@ -30,9 +30,9 @@ This module runs the grid (:func:`finetune`) and the CLI (:func:`run`); the part
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
+from ..common.arg_types import fail
 from ..common.distributed import init_distributed, silent
 from ..common.rundir import RunDirError, write_json_atomic
 from .data import StepBatches, evaluate
@@ -109,6 +109,5 @@ def run(args: argparse.Namespace) -> int:
     try:
         finetune(**options_from_args(args))
     except (ValueError, RunDirError, FileNotFoundError, ImportError) as exc:
-        print(f"vitplast finetune: error: {exc}", file=sys.stderr)
-        return 2
+        return fail("vitplast finetune", exc)
     return 0

@@ -7,41 +7,27 @@ import math
 
 import torch
 
+from ..common.device import resolve_device
 from ..common.distributed import DistContext
-from .options import DEFAULT_MODEL
+from ..common.model_builder import DIGITS_MODEL
+from ..common.model_builder import build_model as build
+from ..common.model_builder import input_size as model_input_size
 from .trainable import parse_train
 
 
 def build_model(cfg: dict, num_classes: int) -> torch.nn.Module:
-    """The model named by ``cfg["model"]`` with a fresh ``num_classes`` head (drawn from the torch RNG)."""
-    if cfg["model"] == DEFAULT_MODEL:
-        from ..common.digits import build_digits_vit, pretrained_digits_vit
-
-        if cfg["weights"]:
-            model = build_digits_vit(weights=cfg["weights"])
-        else:
-            model = pretrained_digits_vit(progress=False)
-        model.reset_classifier(num_classes)
-        return model
-    import warnings
-
-    from ..common.models import create_vit
-
-    with warnings.catch_warnings():
-        if cfg["weights"] is None:
-            warnings.filterwarnings("ignore", message=".*no weights given.*")
-        return create_vit(cfg["model"], num_classes, img_size=cfg["img_size"], weights=cfg["weights"],
-                          **cfg["model_kwargs"])
+    """The model named by ``cfg["model"]`` (:func:`vitplast.common.model_builder.build_model`, random
+    init without a warning) with a fresh ``num_classes`` head (drawn from the torch RNG)."""
+    built = build(cfg["model"], num_classes, weights=cfg["weights"], model_kwargs=cfg["model_kwargs"],
+                  img_size=cfg["img_size"], warn_random_init=False)
+    if cfg["model"] == DIGITS_MODEL:  # it keeps its pretraining head: replace it
+        built.net.reset_classifier(num_classes)
+    return built.net
 
 
 def input_size(model, cfg) -> int:
-    """``--img-size``, else the model's own input size."""
-    if cfg["img_size"]:
-        return int(cfg["img_size"])
-    size = getattr(getattr(model, "patch_embed", None), "img_size", None)
-    if size is None:
-        raise ValueError(f"--img-size is needed: cannot read the input size of {type(model).__name__}")
-    return int(size[0] if isinstance(size, (tuple, list)) else size)
+    """The model's input size (``--img-size`` for a model without one of its own)."""
+    return model_input_size(model, cfg["img_size"])
 
 
 def lr_schedule(cfg: dict):
@@ -61,12 +47,7 @@ def lr_schedule(cfg: dict):
 
 def run_device(cfg: dict, dctx: DistContext) -> torch.device:
     """``--device`` (auto: cuda when available); under torchrun each rank takes its local GPU."""
-    dev = cfg["device"]
-    if dev == "auto":
-        dev = "cuda" if torch.cuda.is_available() else "cpu"
-    if dev == "cuda" and dctx.enabled:
-        dev = f"cuda:{dctx.local_rank}"
-    return torch.device(dev)
+    return resolve_device(cfg["device"], dctx.local_rank if dctx.enabled else None)
 
 
 def amp_factory(cfg: dict, device: torch.device):

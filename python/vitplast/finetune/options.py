@@ -1,4 +1,5 @@
-"""Options of ``vitplast finetune``: defaults, validation (:func:`resolve_options`) and the CLI arguments.
+"""Options of ``vitplast finetune``, declared once (:class:`FinetuneOptions`, through
+:mod:`vitplast.common.options`): the CLI flags, defaults, checks and error wording all come from it.
 
 Every option has a CLI flag (dashes) and a keyword of :func:`vitplast.finetune.finetune` (underscores);
 ``--train``, ``--lr`` and ``--seed`` take comma-separated values that form a grid. Keys starting with
@@ -9,11 +10,26 @@ killed after that many iterations).
 from __future__ import annotations
 
 import argparse
-import math
+import dataclasses
 
-from ..common.arg_types import check_seed, check_steps, model_arg, setup_parser
+from ..common.arg_types import MAX_SEED, MAX_STEPS, model_arg, setup_parser
 from ..common.device import check_device
 from ..common.model_builder import DIGITS_MODEL, check_digits_options
+from ..common.options import (
+    Kind,
+    OptionError,
+    checked,
+    choice,
+    csv,
+    fail_on,
+    integer,
+    number,
+    option,
+    optional,
+    resolve,
+    values_of,
+)
+from ..common.options import add_arguments as add_options
 from ..common.paths import check_out_dir
 from .log import tensorboard_writer_class
 from .trainable import COMPONENTS, TRAIN_CHOICES, parse_train
@@ -21,191 +37,132 @@ from .trainable import COMPONENTS, TRAIN_CHOICES, parse_train
 OPTIMIZERS = ("sgd", "adam")
 SCHEDULES = ("constant", "cosine")
 AMP_CHOICES = ("none", "bf16")
-
-DEFAULTS: dict = {
-    "model": DIGITS_MODEL,
-    "model_kwargs": {},
-    "weights": None,
-    "data": "digits:5-9",
-    "img_size": None,
-    "train": ",".join(COMPONENTS),
-    "budget": None,
-    "auto_batches": 4,
-    "lora_r": 8,
-    "optimizer": "adam",
-    "lr": "1e-3",
-    "weight_decay": 0.0,
-    "schedule": "cosine",
-    "warmup": 0,
-    "grad_clip": None,
-    "steps": 150,
-    "batch_size": 64,
-    "seed": "0",
-    "amp": "none",
-    "device": "auto",
-    "eval_every": 0,
-    "eval_limit": 0,
-    "monitor_every": 10,
-    "probe": 0,
-    "checkpoint_every": 50,
-    "out": None,
-    "resume": False,
-    "tensorboard": False,
-    "export": False,
-    "progress": None,
-    "plots": True,
-    "workers": 0,
-    "compile": None,
-}
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+GROUPS = {"data": "model and data", "train": "what to train (comma-separated values form a grid)",
+          "optim": "optimisation", "out": "monitoring and outputs"}
 
 
-def _split(value, cast, name: str) -> list:
-    items = value if isinstance(value, (list, tuple)) else str(value).split(",")
-    out = []
-    for item in items:
-        text = str(item).strip()
-        if not text:
-            raise ValueError(f"--{name}: empty value in {value!r}")
-        try:
-            out.append(cast(text) if isinstance(item, str) else cast(item))
-        except ValueError:
-            raise ValueError(f"--{name}: cannot read {text!r} as {cast.__name__}") from None
-    return out
+def _model_kwargs(value) -> dict:
+    """``--model-arg`` values (``KEY=VALUE`` pairs) or a dict, as the model's constructor kwargs."""
+    if isinstance(value, dict):
+        return value
+    if isinstance(value, (list, tuple)):
+        return dict(model_arg(v) if isinstance(v, str) else tuple(v) for v in value)
+    raise ValueError(f"must be a dict, got {type(value).__name__}")
+
+
+def _train(spec):
+    parse_train(spec)  # raises ValueError naming what is wrong
+    return spec
+
+
+@dataclasses.dataclass
+class FinetuneOptions:
+    model: str = option(DIGITS_MODEL, f"timm model name, or {DIGITS_MODEL!r} (the embedded ViT pretrained on "
+                        "digits 0-4)", group="data")
+    model_kwargs: dict = option(help="extra timm.create_model argument (repeatable), e.g. patch_size=4",
+                                flag="--model-arg", action="append", metavar="KEY=VALUE", group="data",
+                                kind=Kind(str, _model_kwargs), default_factory=dict)
+    weights: str | None = option(None, "local pretrained checkpoint (.safetensors, .pth, .npz)", group="data")
+    data: str = option("digits:5-9", "digits[:CLASSES], synthetic, cifar10:DIR, cifar100:DIR or an "
+                       "ImageFolder DIR", group="data")
+    img_size: int | None = option(None, "input size (default: the model's)", group="data",
+                                  kind=optional(integer(1)))
+    train: list = option(",".join(COMPONENTS), f"one or more of {', '.join(TRAIN_CHOICES)}; join components "
+                         "with + (default: %(default)s)", group="train", kind=csv(checked(_train)))
+    budget: int | None = option(None, "trainable-parameter budget of --train auto", group="train",
+                                kind=optional(integer(1)))
+    auto_batches: int = option(4, "batches measured by --train auto (default: %(default)s)", group="train",
+                               kind=integer(1))
+    lora_r: int = option(8, "LoRA rank of --train lora", group="train", kind=integer(1))
+    optimizer: str = option("adam", "sgd has momentum 0.9", group="optim", kind=choice(OPTIMIZERS))
+    lr: list = option("1e-3", "learning rate(s), comma-separated (default: %(default)s)", group="optim",
+                      kind=csv(number(positive=True)))
+    weight_decay: float = option(0.0, group="optim", kind=number(minimum=0.0))
+    schedule: str = option("cosine", group="optim", kind=choice(SCHEDULES))
+    warmup: int = option(0, "linear warm-up iterations", group="optim", kind=integer(0))
+    grad_clip: float | None = option(None, "clip the global gradient norm to this value", group="optim",
+                                     kind=optional(number(positive=True)))
+    steps: int = option(150, "optimiser steps (default: %(default)s)", group="optim",
+                        kind=integer(1, MAX_STEPS))
+    batch_size: int = option(64, "images per optimiser step, over all processes (default: %(default)s)",
+                             group="optim", kind=integer(1))
+    seed: list = option("0", "seed(s), comma-separated (default: %(default)s)", group="optim",
+                        kind=csv(integer(0, MAX_SEED)))
+    amp: str = option("none", "autocast precision", group="optim", kind=choice(AMP_CHOICES))
+    device: str = option("auto", "auto, cpu, cuda, cuda:N (default: %(default)s)", group="optim",
+                         kind=checked(check_device))
+    workers: int = option(0, "data-loading processes", group="optim", kind=integer(0))
+    compile: str | None = option(
+        None, "train under torch.compile (optionally a mode; reduce-overhead = CUDA graphs); the plasticity "
+        "monitor is attached before compiling and traces into the graph", group="optim", nargs="?",
+        const="default", kind=optional(choice(COMPILE_MODES)))
+    monitor_every: int = option(10, "record plasticity and gradient norms every K steps (0 = off; default: "
+                                "%(default)s)", group="out", kind=integer(0))
+    probe: int = option(0, "monitor on a fixed probe batch of N training images instead of the training "
+                        "batch", group="out", kind=integer(0))
+    eval_every: int = option(0, "validation accuracy every K steps (0 = at the end only)", group="out",
+                             kind=integer(0))
+    eval_limit: int = option(0, "validate on the first N images", group="out", kind=integer(0))
+    checkpoint_every: int = option(50, group="out", kind=integer(0))
+    out: str | None = option(None, "run directory (a grid writes one sub-directory per run)", group="out",
+                             required=True)
+    resume: bool = option(False, "continue the run in --out from its last checkpoint", group="out",
+                          action="store_true")
+    tensorboard: bool = option(False, "also write TensorBoard logs (needs tensorboard): every row of "
+                               "metrics.jsonl", group="out", action="store_true")
+    export: bool = option(False, "write the finetuned weights to RUN/model.safetensors (LoRA merged) and, "
+                          "for --train lora, the peft adapter to RUN/adapter/; with --resume, also for a "
+                          "finished run", group="out", action="store_true")
+    plots: bool = option(True, flag="--no-plots", group="out", action="store_false")
+    progress: bool | None = option(None, "force the progress bar (default: when stderr is a terminal)",
+                                   group="out", action="store_true", negation="--no-progress")
+
+    def validate(self) -> None:
+        """What involves several options, or more than the value (imports, the file system)."""
+        if self.out is None:
+            raise OptionError("--out DIR is required: the run directory (config, metrics, checkpoints, "
+                              "plots)")
+        self.out = str(self.out)
+        check_out_dir(self.out)
+        if self.probe % 2:
+            raise OptionError(f"--probe: must be an even number of images (pairs = halves), got {self.probe}")
+        if self.monitor_every and not self.probe and self.batch_size % 2:
+            raise OptionError(f"--batch-size {self.batch_size}: must be even to monitor on the training "
+                              "batch (pairs = its halves); or pass --probe N")
+        parsed = [parse_train(t) for t in self.train]
+        if any(p in (("auto",), ("auto@layer",)) for p in parsed):
+            if self.budget is None:
+                raise OptionError("--train auto needs --budget N (the number of trainable parameters "
+                                  "allowed)")
+        elif self.budget is not None:
+            raise OptionError("--budget only applies to --train auto")
+        if self.tensorboard:
+            fail_on("--tensorboard", tensorboard_writer_class)  # fail before any directory is made
+        if any(p == ("lora",) for p in parsed):
+            from .trainable import _import_peft
+
+            fail_on("--train lora", _import_peft)
+        if self.model == DIGITS_MODEL:
+            check_digits_options(self.model_kwargs, self.img_size)
+
+
+DEFAULTS: dict = {f.name: f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+                  for f in dataclasses.fields(FinetuneOptions)}
 
 
 def resolve_options(options: dict) -> dict:
-    """Defaults filled in and every option validated; raises ValueError naming the option."""
-    unknown = sorted(k for k in options if k not in DEFAULTS and not k.startswith("_"))
-    if unknown:
-        raise ValueError(f"unknown option(s) {unknown}; known: {sorted(DEFAULTS)}")
-    cfg = {**DEFAULTS, **{k: v for k, v in options.items() if v is not None or k == "grad_clip"}}
-    if cfg["out"] is None:
-        raise ValueError("--out DIR is required: the run directory (config, metrics, checkpoints, plots)")
-    cfg["out"] = str(cfg["out"])
-    trains = _split(cfg["train"], str, "train")
-    for t in trains:
-        parse_train(t)
-    lrs = _split(cfg["lr"], float, "lr")
-    seeds = _split(cfg["seed"], int, "seed")
-    if any(not (lr > 0 and math.isfinite(lr)) for lr in lrs):
-        raise ValueError(f"--lr must be positive, got {cfg['lr']}")
-    for s in seeds:
-        check_seed(s)
-    cfg["train"], cfg["lr"], cfg["seed"] = trains, lrs, seeds
-    for key in ("steps", "batch_size", "lora_r", "auto_batches"):
-        if not isinstance(cfg[key], int) or cfg[key] < 1:
-            raise ValueError(f"--{key.replace('_', '-')} must be a positive integer, got {cfg[key]!r}")
-    check_steps(cfg["steps"])
-    check_out_dir(cfg["out"])
-    for key in ("eval_every", "monitor_every", "probe", "checkpoint_every", "warmup", "eval_limit",
-                "workers"):
-        if not isinstance(cfg[key], int) or cfg[key] < 0:
-            raise ValueError(f"--{key.replace('_', '-')} must be an integer >= 0, got {cfg[key]!r}")
-    if cfg["optimizer"] not in OPTIMIZERS:
-        raise ValueError(f"--optimizer must be one of {OPTIMIZERS}, got {cfg['optimizer']!r}")
-    if cfg["schedule"] not in SCHEDULES:
-        raise ValueError(f"--schedule must be one of {SCHEDULES}, got {cfg['schedule']!r}")
-    if cfg["compile"] is not None and cfg["compile"] not in COMPILE_MODES:
-        raise ValueError(f"--compile must be one of {COMPILE_MODES}, got {cfg['compile']!r}")
-    if cfg["amp"] not in AMP_CHOICES:
-        raise ValueError(f"--amp must be one of {AMP_CHOICES}, got {cfg['amp']!r}")
-    if cfg["grad_clip"] is not None and not cfg["grad_clip"] > 0:
-        raise ValueError(f"--grad-clip must be positive (or omitted), got {cfg['grad_clip']}")
-    if cfg["probe"] % 2:
-        raise ValueError(f"--probe must be an even number of images (pairs = halves), got {cfg['probe']}")
-    if cfg["monitor_every"] and not cfg["probe"] and cfg["batch_size"] % 2:
-        raise ValueError(
-            f"--batch-size must be even to monitor on the training batch (pairs = its halves), got "
-            f"{cfg['batch_size']}; or pass --probe N"
-        )
-    if any(parse_train(t) in (("auto",), ("auto@layer",)) for t in trains):
-        if cfg["budget"] is None:
-            raise ValueError("--train auto needs --budget N (the number of trainable parameters allowed)")
-        if not isinstance(cfg["budget"], int) or cfg["budget"] < 1:
-            raise ValueError(f"--budget must be a positive integer, got {cfg['budget']!r}")
-    elif cfg["budget"] is not None:
-        raise ValueError("--budget only applies to --train auto")
-    if cfg["weight_decay"] < 0:
-        raise ValueError(f"--weight-decay must be >= 0, got {cfg['weight_decay']}")
-    try:
-        check_device(str(cfg["device"]))
-    except ValueError as exc:
-        raise ValueError(f"--device: {exc}") from None
-    if cfg["tensorboard"]:
-        tensorboard_writer_class()  # fail before any directory is made
-    if any(parse_train(t) == ("lora",) for t in trains):
-        from .trainable import _import_peft
-
-        _import_peft()
-    if cfg["model"] == DIGITS_MODEL:
-        check_digits_options(cfg["model_kwargs"], cfg["img_size"])
-    if not isinstance(cfg["model_kwargs"], dict):
-        raise ValueError(f"model_kwargs must be a dict, got {type(cfg['model_kwargs']).__name__}")
-    return cfg
+    """Defaults filled in and every option checked (:class:`FinetuneOptions`); raises ValueError naming
+    the option. ``_``-prefixed test hooks pass through."""
+    hooks = {k: v for k, v in options.items() if k.startswith("_")}
+    opts = resolve(FinetuneOptions, {k: v for k, v in options.items() if not k.startswith("_")})
+    return {**{f.name: getattr(opts, f.name) for f in dataclasses.fields(opts)}, **hooks}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     setup_parser(p)  # a bad value: one line and exit status 2, not the usage block
-    d = DEFAULTS
-    g = p.add_argument_group("model and data")
-    g.add_argument("--model", default=d["model"],
-                   help=f"timm model name, or {DIGITS_MODEL!r} (the embedded ViT pretrained on digits 0-4)")
-    g.add_argument("--model-arg", action="append", type=model_arg, default=[], metavar="KEY=VALUE",
-                   help="extra timm.create_model argument (repeatable), e.g. patch_size=4")
-    g.add_argument("--weights", help="local pretrained checkpoint (.safetensors, .pth, .npz)")
-    g.add_argument("--data", default=d["data"],
-                   help="digits[:CLASSES], synthetic, cifar10:DIR, cifar100:DIR or an ImageFolder DIR")
-    g.add_argument("--img-size", type=int, help="input size (default: the model's)")
-    g = p.add_argument_group("what to train (comma-separated values form a grid)")
-    g.add_argument("--train", default=d["train"],
-                   help=f"one or more of {', '.join(TRAIN_CHOICES)}; join components with +; "
-                   "COMPONENT@LAYERS trains some layers only (MHA@3, FC1@0-2, MHA@-1 = the last); "
-                   "auto@layer picks (component, layer) units (default: %(default)s)")
-    g.add_argument("--budget", type=int, help="trainable-parameter budget of --train auto / auto@layer")
-    g.add_argument("--auto-batches", type=int, default=d["auto_batches"],
-                   help="batches measured by --train auto (default: %(default)s)")
-    g.add_argument("--lora-r", type=int, default=d["lora_r"], help="LoRA rank of --train lora")
-    g = p.add_argument_group("optimisation")
-    g.add_argument("--optimizer", choices=OPTIMIZERS, default=d["optimizer"], help="sgd has momentum 0.9")
-    g.add_argument("--lr", default=d["lr"], help="learning rate(s), comma-separated (default: %(default)s)")
-    g.add_argument("--weight-decay", type=float, default=d["weight_decay"])
-    g.add_argument("--schedule", choices=SCHEDULES, default=d["schedule"])
-    g.add_argument("--warmup", type=int, default=d["warmup"], help="linear warm-up iterations")
-    g.add_argument("--grad-clip", type=float, help="clip the global gradient norm to this value")
-    g.add_argument("--steps", type=int, default=d["steps"], help="optimiser steps (default: %(default)s)")
-    g.add_argument("--batch-size", type=int, default=d["batch_size"],
-                   help="images per optimiser step, over all processes (default: %(default)s)")
-    g.add_argument("--seed", default=d["seed"], help="seed(s), comma-separated (default: %(default)s)")
-    g.add_argument("--amp", choices=AMP_CHOICES, default=d["amp"], help="autocast precision")
-    g.add_argument("--device", default=d["device"], help="auto, cpu, cuda, cuda:N (default: %(default)s)")
-    g.add_argument("--workers", type=int, default=d["workers"], help="data-loading processes")
-    g.add_argument("--compile", nargs="?", const="default", default=d["compile"], choices=COMPILE_MODES,
-                   help="train under torch.compile (optionally a mode; reduce-overhead = CUDA graphs); the "
-                   "plasticity monitor is attached before compiling and traces into the graph")
-    g = p.add_argument_group("monitoring and outputs")
-    g.add_argument("--monitor-every", type=int, default=d["monitor_every"],
-                   help="record plasticity and gradient norms every K steps (0 = off; default: %(default)s)")
-    g.add_argument("--probe", type=int, default=d["probe"],
-                   help="monitor on a fixed probe batch of N training images instead of the training batch")
-    g.add_argument("--eval-every", type=int, default=d["eval_every"],
-                   help="validation accuracy every K steps (0 = at the end only)")
-    g.add_argument("--eval-limit", type=int, default=d["eval_limit"], help="validate on the first N images")
-    g.add_argument("--checkpoint-every", type=int, default=d["checkpoint_every"])
-    g.add_argument("--out", required=True, help="run directory (a grid writes one sub-directory per run)")
-    g.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
-    g.add_argument("--tensorboard", action="store_true",
-                   help="also write TensorBoard logs (needs tensorboard): every row of metrics.jsonl")
-    g.add_argument("--export", action="store_true",
-                   help="write the finetuned weights to RUN/model.safetensors (LoRA merged) and, for --train "
-                   "lora, the peft adapter to RUN/adapter/; with --resume, also for a finished run")
-    g.add_argument("--no-plots", dest="plots", action="store_false")
-    g.add_argument("--progress", dest="progress", action="store_true", default=None,
-                   help="force the progress bar (default: when stderr is a terminal)")
-    g.add_argument("--no-progress", dest="progress", action="store_false")
+    add_options(p, FinetuneOptions, GROUPS)
 
 
 def options_from_args(args: argparse.Namespace) -> dict:
-    opts = {k: getattr(args, k) for k in DEFAULTS if k != "model_kwargs" and hasattr(args, k)}
-    opts["model_kwargs"] = dict(getattr(args, "model_arg", []) or [])
-    return opts
+    return values_of(args, FinetuneOptions)
