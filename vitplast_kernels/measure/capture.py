@@ -54,6 +54,7 @@ from . import presets as _presets
 from . import targets
 from .accumulator import FORWARDS, SKIPPED, Accumulator
 from .forward_check import ForwardCheck
+from .forward_state import ForwardState
 from .module_io import input_of
 from .pairings import Pairing, get_pairing
 from .protocols import make_protocol
@@ -61,42 +62,9 @@ from .result import PlasticityResult
 
 PROTOCOLS = ("in_situ", "decomposition")
 TOKENS = ("all", "cls", "patches")
-
-
-class _Forward:
-    """Per-forward state: reduced tensors of each layer, rows waiting for the end of the forward."""
-
-    def __init__(self) -> None:
-        self.clear()
-
-    def clear(self) -> None:
-        # layer -> {(component, "in" | "out"): (tensor, its per-pair sums, version)}: shared tensors
-        self.slots: dict[int, dict[tuple[int, str], tuple[torch.Tensor, torch.Tensor, int]]] = {}
-        self.rows: list[tuple[int, torch.Tensor, torch.Tensor]] = []
-        self.head_rows: list[tuple[int, torch.Tensor, torch.Tensor]] = []
-        self.pending: dict[tuple[int, int], list[Any]] = {}
-        self.pending_heads: dict[int, torch.Tensor] = {}
-        self.e: torch.Tensor | None = None
-        self.s_e: torch.Tensor | None = None
-        self.e_skipped = False  # e's batch does not fit the pairing: the decomposition hooks skip
-        self.seen: set[int] = set()  # rows added during this forward
-        self.extra_call = False  # inside a decomposition call of a component on e
-
-
-def _version(t: torch.Tensor) -> int:
-    """In-place modification counter in eager mode (-1 for inference tensors and under compile, where
-    a tensor object is one value of the traced graph)."""
-    if torch.compiler.is_compiling() or t.is_inference():
-        return -1
-    return t._version
-
-
-def _device_of(model: torch.nn.Module) -> torch.device:
-    for t in model.parameters():
-        return t.device
-    for t in model.buffers():
-        return t.device
-    return torch.device("cpu")
+# Every (component, layer) row is reached once per forward, so one fixed row stands for its forward in
+# the counters: the forward is counted measured when this row is added, skipped when its batch is.
+FORWARD_ROW = (0, 0)  # (component, layer)
 
 
 class Capture:
@@ -135,22 +103,12 @@ class Capture:
         self.tokens = tokens
         self.strict = bool(strict)
         self.enabled = True
-        proj_name: str | None = None
-        if components is None:
-            p = _presets.detect(model)
-            components, proj_name = p.components, p.proj
-            embedding = embedding if embedding is not None else p.embedding
-            self.preset: str | None = p.name
-        else:
-            if not isinstance(components, Mapping) or not components:
-                raise ValueError("components must be a non-empty mapping {label: module-name pattern}")
-            self.preset = None
-        order = [c for c in _presets.COMPONENTS if c in components]
-        order += [c for c in components if c not in order]
-        self.components: tuple[str, ...] = tuple(order)
-        layer_keys, self.modules = _presets.resolve(model, {c: components[c] for c in order})
-        self._layer_index = {k: i for i, k in enumerate(layer_keys)}
-        self.layers: tuple[str, ...] = tuple(".".join(k) or "0" for k in layer_keys)
+        t = targets.resolve_components(model, components, embedding)
+        self.preset: str | None = t.preset
+        self.components: tuple[str, ...] = t.components
+        self.modules, embedding, proj_name = t.modules, t.embedding, t.proj
+        self._layer_index = {k: i for i, k in enumerate(t.layer_keys)}
+        self.layers: tuple[str, ...] = tuple(".".join(k) or "0" for k in t.layer_keys)
         self._named = dict(model.named_modules())
         self._token_slice = targets.token_slice(model, tokens, prefix_tokens)
         self.embedding = embedding
@@ -162,7 +120,7 @@ class Capture:
         if self.per_head:
             self._heads = targets.find_heads(self.modules, self._named, self._layer_index, proj_name)
         self._handles: list[Any] = []
-        self._fwd = _Forward()
+        self._fwd = ForwardState()
         self._acc: Accumulator | None = None
         # host flags, only ever set to True by hooks (a store, not a read: nothing for compile to guard)
         self._fired = self._skipped = False
@@ -180,7 +138,7 @@ class Capture:
         if self._acc is None:
             heads = max((h for _, h in self._heads.values()), default=None)
             self._acc = Accumulator(self.pairing, len(self.components) * len(self.layers), len(self.layers),
-                                    heads, _device_of(self.model))
+                                    heads, targets.device_of(self.model))
         h = self._handles
         for c, per_layer in self.modules.items():
             ci = self.components.index(c)
@@ -210,6 +168,21 @@ class Capture:
     def __exit__(self, *exc) -> None:
         self.detach()
 
+    # ---------------------------------------------------------------- what protocols use
+    def live(self) -> bool:
+        """Whether a component hook measures now: the capture is enabled and this is not the
+        decomposition's own extra call of a component on ``e``."""
+        return self.enabled and not self._fwd.extra_call
+
+    @property
+    def forward_state(self) -> ForwardState:
+        """The running forward's state (``e``, ``s_e``, ``e_skipped``, ``extra_call``: decomposition)."""
+        return self._fwd
+
+    def module(self, name: str) -> torch.nn.Module:
+        """The model's submodule called ``name``."""
+        return self._named[name]
+
     # ---------------------------------------------------------------- reductions
     def _fits(self, t: torch.Tensor, where: str) -> bool:
         """Whether ``t``'s batch fits the pairing; a batch that does not is skipped (the hook measures
@@ -237,67 +210,60 @@ class Capture:
                                  f"{self._token_slice.start} prefix tokens (prefix_tokens)")
         return t
 
-    def _reduce(self, li: int, items: list[tuple[int, str, torch.Tensor]], where: str,
-                share: bool = True) -> list[torch.Tensor | None]:
+    def reduce(self, li: int, items: list[tuple[int, str, torch.Tensor]], where: str, *,
+               share: bool = True, counts_skip: bool = False) -> list[torch.Tensor | None]:
         """Per-pair sums of each ``(component, end, tensor)`` of layer ``li``. A tensor already reduced
         in this layer during this forward (LN1's output is MHA's input) is reused: which endpoint is
         which tensor is resolved when a forward is traced, not looked up by address. Returns ``None``
-        entries when the batch does not fit the pairing (counted once per forward, at row 0)."""
+        entries when the batch does not fit the pairing; ``counts_skip``: this call stands for its
+        forward in the skipped-batch counter (the protocol's first reduction of a forward)."""
         if torch.compiler.is_compiling():
             self.forward_check.traced = True  # a side effect the compiled code replays on every call
-        slots = self._fwd.slots.setdefault(li, {})
+        f = self._fwd
         out: list[torch.Tensor | None] = [None] * len(items)
         todo: list[int] = []
         for i, (_, _, t) in enumerate(items):
             if share:
-                for src, sums, version in slots.values():
-                    if src is t and version == _version(t):
-                        out[i] = sums
-                        break
+                out[i] = f.reduced(li, t)
             if out[i] is None and not any(items[j][2] is t for j in todo):
                 todo.append(i)
         if todo:
             for i in todo:
                 if not self._fits(items[i][2], where):
-                    if (li, items[i][0]) in ((0, 0), (-1, -1)):  # layer 0's component 0 or e: once a forward
+                    if counts_skip:
                         self._note_skip()
                     return [None] * len(items)
             sums = self.pairing.sq_sums([self._view(items[i][2], where) for i in todo], backend=self.backend)
             for j, i in enumerate(todo):
-                ci, end, t = items[i]
                 out[i] = sums[j]
-                if share:
-                    slots[(ci, end)] = (t, sums[j], _version(t))
+            if share:
+                f.keep(li, [(items[i][2], sums[j]) for j, i in enumerate(todo)])
         for i, (_, _, t) in enumerate(items):  # duplicates inside this call
             if out[i] is None:
                 out[i] = out[next(j for j in todo if items[j][2] is t)]
         return out
 
-    def _add(self, ci: int, li: int, nparts: int, s_in: torch.Tensor, s_out: torch.Tensor) -> None:
+    def counts_forward(self, ci: int, li: int) -> bool:
+        """Whether the hook of component ``ci``, layer ``li`` counts its forward (:data:`FORWARD_ROW`):
+        what a protocol passes as ``counts_skip`` to :meth:`reduce`."""
+        return (ci, li) == FORWARD_ROW
+
+    def _row(self, ci: int, li: int) -> int:
+        return ci * len(self.layers) + li
+
+    def add_row(self, ci: int, li: int, nparts: int, s_in: torch.Tensor, s_out: torch.Tensor) -> None:
         """Adds the row of component ``ci``, layer ``li``. The forward's rows are flushed as soon as all
         ``C x L`` rows are in (the model's root module has no hook: under torch.compile the whole
         measurement stays inside the model's graph), or when a row comes round again (a new forward
         after an incomplete one, or a module called twice)."""
         f = self._fwd
-        if nparts > 1:  # a component made of several modules sharing the input (SwiGLU fc1_g + fc1_x)
-            p = f.pending.get((ci, li))
-            if p is None:
-                f.pending[(ci, li)] = p = [s_in, s_out, 1]
-            else:
-                p[1], p[2] = p[1] + s_out, p[2] + 1
-            if p[2] < nparts:
-                return
-            del f.pending[(ci, li)]
-            s_out = p[1]
-        row = ci * len(self.layers) + li
+        s_out = f.gather(ci, li, nparts, s_in, s_out)
+        if s_out is None:  # parts of the component still to come
+            return
+        row = self._row(ci, li)
         if row in f.seen:
             self._flush(end=False)
-        f.seen.add(row)
-        f.rows.append((row, s_in, s_out))
-        if row == 0:
-            self._acc.count(FORWARDS)
-        if self.components[ci] == "MHA" and li in f.pending_heads:
-            f.head_rows.append((li, s_in, f.pending_heads.pop(li)))  # heads: (H, P)
+        f.add(row, s_in, s_out, li if self.components[ci] == "MHA" else None)
         if len(f.seen) == len(self.components) * len(self.layers):
             self._flush(end=True)
 
@@ -306,13 +272,13 @@ class Capture:
         ``end``: the forward is over (its per-forward state, ``e`` included, is dropped)."""
         f, acc = self._fwd, self._acc
         if acc is not None and (f.rows or f.head_rows):
-            acc.add_rows(f.rows)
-            acc.add_head_rows(f.head_rows)
+            acc.add_rows(list(f.rows), forwards=int(self._row(*FORWARD_ROW) in f.seen))
+            acc.add_head_rows(list(f.head_rows))
             self._fired = True
         if end:
             f.clear()
         else:
-            f.rows, f.head_rows, f.seen, f.slots = [], [], set(), {}
+            f.new_rows()
 
     def _note_skip(self) -> None:
         self._acc.count(SKIPPED)
@@ -339,8 +305,9 @@ class Capture:
             return
         dh = t.shape[-1] // heads
         v = self._view(t, name)
-        f.pending_heads[li] = self.pairing.sq_sums([v[..., h * dh : (h + 1) * dh] for h in range(heads)],
-                                                   backend=self.backend)
+        sums = self.pairing.sq_sums([v[..., h * dh : (h + 1) * dh] for h in range(heads)],
+                                    backend=self.backend)
+        f.set_heads(li, sums)
 
     # ---------------------------------------------------------------- result
     @property

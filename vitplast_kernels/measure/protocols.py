@@ -8,19 +8,47 @@
 
 Hook bodies are plain tensor code over per-forward Python structure held by the capture, so
 ``torch.compile`` traces them into the model's graph (no graph break); the capture's ``enabled`` flag
-is read first, so a disabled capture adds nothing to the traced graph.
+is read first, so a disabled capture adds nothing to the traced graph. A protocol sees the capture only
+through :class:`CaptureView`.
 """
 
 from __future__ import annotations
 
 import functools
 from typing import Any
+from typing import Protocol as _Interface
 
 import torch
 
 from .module_io import first_tensor, in_width, input_of
 
-Capture = Any  # a measure.capture.Capture (not imported: capture imports this module)
+
+class CaptureView(_Interface):
+    """What a protocol uses of a :class:`~vitplast_kernels.measure.capture.Capture` (which imports this
+    module, hence an interface rather than the class)."""
+
+    components: tuple[str, ...]
+    embedding: str | None
+
+    def live(self) -> bool:
+        """Whether a component hook measures now (enabled, not inside the decomposition's extra call)."""
+
+    @property
+    def forward_state(self) -> Any:
+        """The running forward's ``e``, ``s_e``, ``e_skipped`` and ``extra_call``."""
+
+    def module(self, name: str) -> torch.nn.Module:
+        """The model's submodule called ``name``."""
+
+    def counts_forward(self, ci: int, li: int) -> bool:
+        """Whether the hook of row ``(ci, li)`` counts its forward (``counts_skip`` of :meth:`reduce`)."""
+
+    def reduce(self, li: int, items: list[tuple[int, str, torch.Tensor]], where: str, *,
+               share: bool = True, counts_skip: bool = False) -> list[torch.Tensor | None]:
+        """Per-pair sums of ``(component, end, tensor)`` items of layer ``li`` (None: batch skipped)."""
+
+    def add_row(self, ci: int, li: int, nparts: int, s_in: torch.Tensor, s_out: torch.Tensor) -> None:
+        """Adds the row of component ``ci``, layer ``li`` from its input and output sums."""
 
 
 class Protocol:
@@ -28,12 +56,12 @@ class Protocol:
 
     name: str = "?"
 
-    def register(self, cap: Capture, module: torch.nn.Module, name: str, ci: int, li: int,
+    def register(self, cap: CaptureView, module: torch.nn.Module, name: str, ci: int, li: int,
                  nparts: int) -> Any:
         """Registers the hook measuring component ``ci`` of layer ``li`` on ``module``; returns its handle."""
         raise NotImplementedError
 
-    def register_root(self, cap: Capture) -> list[Any]:
+    def register_root(self, cap: CaptureView) -> list[Any]:
         """Hooks beyond the components' (the embedding's, for decomposition)."""
         return []
 
@@ -42,20 +70,20 @@ class InSitu(Protocol):
     name = "in_situ"
 
     def register(self, cap, module, name, ci, li, nparts):
-        fn = functools.partial(self._hook, cap, ci, li, nparts, name)
+        fn = functools.partial(self._hook, cap, ci, li, nparts, name, cap.counts_forward(ci, li))
         return module.register_forward_hook(fn, with_kwargs=True)
 
     @staticmethod
-    def _hook(cap: Capture, ci, li, nparts, name, module, args, kwargs, output) -> None:
-        if not cap.enabled or cap._fwd.extra_call:
+    def _hook(cap: CaptureView, ci, li, nparts, name, counts, module, args, kwargs, output) -> None:
+        if not cap.live():
             return
         x, y = input_of(args, kwargs), first_tensor(output)
         if x is None or y is None:
             raise TypeError(
                 f"capture: {name} ({type(module).__name__}) has no tensor input or output to measure")
-        s_in, s_out = cap._reduce(li, [(ci, "in", x), (ci, "out", y)], name)
+        s_in, s_out = cap.reduce(li, [(ci, "in", x), (ci, "out", y)], name, counts_skip=counts)
         if s_in is not None:
-            cap._add(ci, li, nparts, s_in, s_out)
+            cap.add_row(ci, li, nparts, s_in, s_out)
 
 
 class Decomposition(Protocol):
@@ -70,7 +98,7 @@ class Decomposition(Protocol):
         return module.register_forward_pre_hook(fn, with_kwargs=True)
 
     def register_root(self, cap):
-        emb = cap._named[self.embedding]
+        emb = cap.module(self.embedding)
         if self.is_input:
             def on_input(module, args, kwargs):
                 self._set_e(cap, input_of(args, kwargs))
@@ -80,20 +108,22 @@ class Decomposition(Protocol):
             self._set_e(cap, first_tensor(output))
         return [emb.register_forward_hook(on_output)]
 
-    def _set_e(self, cap: Capture, e: torch.Tensor | None) -> None:
-        if not cap.enabled or cap._fwd.extra_call:
+    def _set_e(self, cap: CaptureView, e: torch.Tensor | None) -> None:
+        if not cap.live():
             return
         if e is None:
             raise TypeError(f"capture: embedding {self.embedding} has no tensor to use as e")
-        f = cap._fwd
-        (f.s_e,) = cap._reduce(-1, [(-1, "e", e)], f"embedding {self.embedding}", share=False)
+        f = cap.forward_state
+        # e is reached once per forward: it counts the skipped ones
+        (f.s_e,) = cap.reduce(-1, [(-1, "e", e)], f"embedding {self.embedding}", share=False,
+                              counts_skip=True)
         f.e_skipped = f.s_e is None
         f.e = None if f.e_skipped else e.detach()
 
     @staticmethod
-    def _hook(cap: Capture, ci, li, nparts, name, pad, module, args, kwargs) -> None:
-        f = cap._fwd
-        if not cap.enabled or f.extra_call or f.e_skipped:
+    def _hook(cap: CaptureView, ci, li, nparts, name, pad, module, args, kwargs) -> None:
+        f = cap.forward_state
+        if not cap.live() or f.e_skipped:
             return
         e = f.e
         if e is None or f.s_e is None:
@@ -125,8 +155,8 @@ class Decomposition(Protocol):
             f.extra_call = False
         if y is None:
             raise TypeError(f"capture: {name} ({type(module).__name__}) returned no tensor")
-        (s_out,) = cap._reduce(li, [(ci, "out", y)], name, share=False)
-        cap._add(ci, li, nparts, f.s_e, s_out)
+        (s_out,) = cap.reduce(li, [(ci, "out", y)], name, share=False)
+        cap.add_row(ci, li, nparts, f.s_e, s_out)
 
 
 def make_protocol(protocol: str, embedding: str | None, is_input: bool) -> Protocol:

@@ -1,12 +1,54 @@
-"""What a capture measures, resolved once when it is made: the embedding module (decomposition), the
-token slice, and the output projection and head count of every MHA (per-head rates)."""
+"""What a capture measures, resolved once when it is made: the components and their modules per layer,
+the embedding module (decomposition), the token slice, and the output projection and head count of
+every MHA (per-head rates)."""
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 import torch
 
 from . import presets as _presets
 from .module_io import HEAD_ATTRS, PROJ_NAMES, num_heads
+
+
+@dataclass(frozen=True)
+class Components:
+    """The resolved component map: ``components`` in report order, ``modules`` ``{label: {layer key:
+    module names}}``, the layer keys in block order, the preset's name, embedding and MHA projection."""
+
+    components: tuple[str, ...]
+    modules: dict
+    layer_keys: list
+    preset: str | None
+    embedding: str | None
+    proj: str | None
+
+
+def resolve_components(model: torch.nn.Module, components: Mapping[str, _presets.Pattern] | None,
+                       embedding: str | None) -> Components:
+    """``components`` (or the detected preset's) resolved against ``model``'s modules."""
+    proj, preset = None, None
+    if components is None:
+        p = _presets.detect(model)
+        components, proj, preset = p.components, p.proj, p.name
+        embedding = embedding if embedding is not None else p.embedding
+    elif not isinstance(components, Mapping) or not components:
+        raise ValueError("components must be a non-empty mapping {label: module-name pattern}")
+    order = [c for c in _presets.COMPONENTS if c in components]
+    order += [c for c in components if c not in order]
+    layer_keys, modules = _presets.resolve(model, {c: components[c] for c in order})
+    return Components(tuple(order), modules, layer_keys, preset, embedding, proj)
+
+
+def device_of(model: torch.nn.Module) -> torch.device:
+    """The device of the model's first parameter or buffer (CPU for a model with neither)."""
+    for t in model.parameters():
+        return t.device
+    for t in model.buffers():
+        return t.device
+    return torch.device("cpu")
 
 
 def find_embedding(named: dict[str, torch.nn.Module], embedding: str | None) -> tuple[str, bool]:
