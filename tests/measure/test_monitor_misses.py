@@ -101,10 +101,23 @@ def compiled_step_function(images, fullgraph):
     return [_run(mon, lambda x: forward(model, x), images)]
 
 
+def compiled_forward_method(images, fullgraph):
+    """model.forward compiled: the root's hooks run eagerly around the compiled forward (they count the
+    forwards that the component hooks must see)."""
+    plain = _vit()
+    plain.forward = torch.compile(plain.forward, backend="eager", fullgraph=fullgraph)
+    with torch.no_grad():
+        plain(images[8])
+    model = _vit()
+    mon = vk.monitor(model, every=1)
+    model.forward = torch.compile(model.forward, backend="eager", fullgraph=fullgraph)
+    return [_run(mon, model, images)]
+
+
 # each case compiles a few times (~5-10 s on 2 cores): plain_instance_first with fullgraph=True runs in
 # the fast suite, the rest of the matrix is marked slow
 SCENARIOS = [plain_instance_first, attach_after_run, detach_then_reattach, two_monitored_models,
-             compiled_step_function]
+             compiled_step_function, compiled_forward_method]
 
 
 def _matrix(scenarios, fullgraphs):

@@ -13,14 +13,16 @@ Two measures:
    on checks that the hooks it was traced with are still the module's: a captured model recompiles
    instead of reusing hook-less code (one guard per hook dict per call, microseconds).
 2. **Count and compare** (:class:`ForwardCheck`), for code compiled before the import or with the flag
-   set back: a forward pre-hook on the model's root counts, on the host, the forwards that ran while the
-   capture was enabled whenever the root's hooks run outside the compiled graph (eager, and
-   ``torch.compile(model)``, which calls the root's hooks before entering its compiled ``forward``); the
-   component hooks count, on the device, the forwards they saw (measured or skipped). A monitor compares
-   the two at every ``step()`` and a capture at ``result()``; when the root's hooks are themselves
-   traced (``torch.compile(train_step)``, ``model.compile()``) a due step in which no forward was seen is
-   a miss once the capture's hooks have been traced at least once (an eager model that did not run in a
-   step is not). The device counter is read at ``step()`` without waiting: on CUDA it is copied
+   set back: a forward pre-hook on the model's root counts, on the host, the outermost root calls made
+   while the capture was enabled wherever the root's hooks run outside a compiled graph (a compiled
+   ``model.forward`` or submodule: the root's hooks run eagerly around hook-less compiled code); the
+   component hooks count, on the device, the forwards they saw (measured or skipped). Where the root's
+   hooks are themselves traced (``torch.compile(model)``, ``torch.compile(train_step)``,
+   ``model.compile()``), a due step in which no forward was seen is a miss. Both rules apply once the
+   capture's hooks have been traced at least once: an eager forward always runs its hooks, so an eager
+   root call that reaches no component (a wrapper calling the root twice, another head) or an eager
+   step without a forward is no miss. A monitor compares the counts at every ``step()``, a capture at
+   ``result()``. The device counter is read at ``step()`` without waiting: on CUDA it is copied
    asynchronously and checked at a later ``step()`` once the copy is done (at the latest at
    ``result()``); on CPU at once.
 
@@ -86,18 +88,24 @@ class ForwardCheck:
         self.traced = False  # the capture's hooks were traced by torch.compile at least once
         self._queue: list[_Mark] = []
         self._last = (0, 0)  # (calls, seen) at the last settled mark
-        self._idle_step: int | None = None  # first due step with nothing seen, before any trace
+        self._first_miss: str | None = None  # the first miss found (raised once compiled code measured)
+        self._depth = 0  # root calls in flight (eager)
 
     def register(self, model: torch.nn.Module) -> list[Any]:
-        return [model.register_forward_pre_hook(self._before), model.register_forward_hook(self._after)]
+        return [model.register_forward_pre_hook(self._before),
+                model.register_forward_hook(self._after, always_call=True)]
 
     def _before(self, module, args) -> None:
-        if not torch.compiler.is_compiling() and self.cap.enabled:
-            self.calls += 1
+        if not torch.compiler.is_compiling():
+            if self._depth == 0 and self.cap.enabled:  # the outermost call (a wrapper may re-enter it)
+                self.calls += 1
+            self._depth += 1
 
     def _after(self, module, args, output) -> None:
         if not torch.compiler.is_compiling():
-            self.raise_strict()
+            self._depth = max(0, self._depth - 1)
+            if self._depth == 0:
+                self.raise_strict()
 
     def raise_strict(self) -> None:
         """Raises the ``strict=True`` error a compiled forward recorded (the package's own text)."""
@@ -119,7 +127,7 @@ class ForwardCheck:
             host = torch.empty((), dtype=seen.dtype, pin_memory=True)
             host.copy_(seen, non_blocking=True)
             event = torch.cuda.Event()
-            event.record()
+            event.record(torch.cuda.current_stream(seen.device))  # the stream the copy was queued on
             value: Any = (host, event)
         else:
             value = int(seen)
@@ -143,37 +151,38 @@ class ForwardCheck:
         self._last = (m.calls, m.seen)
         where = "the forwards since the last check" if m.step is None else f"step {m.step}"
         if calls > seen:
-            raise MissedForwardError(
-                f"{where}: {calls} forward(s) of the captured model ran but {seen} were measured. {REMEDY}")
-        if m.step is not None and m.due and calls == 0 and seen == 0:
-            if self.traced:
-                self._raise_idle(m.step)
-            if self._idle_step is None:
-                self._idle_step = m.step
+            what = f"{where}: {calls} forward(s) of the captured model ran but {seen} were measured"
+        elif m.step is not None and m.due and calls == 0 and seen == 0:
+            what = f"{where}: it was due to be measured but no forward of the monitored model was measured"
+        else:
+            return
+        if self._first_miss is None:
+            self._first_miss = what  # before any trace it may be an eager step without forward: kept
+        self._raise_if_traced()
 
-    def _raise_idle(self, step: int) -> None:
-        raise MissedForwardError(
-            f"step {step}: it was due to be measured but no forward of the monitored model was measured, "
-            "while the compiled code measured other steps. Either the model did not run in that step (run "
-            "such steps inside monitor.measuring(False)), or " + REMEDY[0].lower() + REMEDY[1:])
+    def _raise_if_traced(self) -> None:
+        if self.traced and self._first_miss is not None:
+            raise MissedForwardError(
+                f"{self._first_miss}, while compiled code with the capture's hooks measured other "
+                f"forwards. {REMEDY} (A due step that legitimately runs no forward of the model belongs "
+                "inside monitor.measuring(False).)")
 
     def end_step(self, step: int, due: bool) -> None:
         """At a monitor's ``step()``: raises a pending strict error, then checks the step's forwards."""
+        self._depth = 0  # no forward is in flight between steps
         self.raise_strict()
         self.mark(step, due)
-        if self.traced and self._idle_step is not None:
-            self._raise_idle(self._idle_step)
+        self._raise_if_traced()
 
     def verify(self) -> None:
         """At ``result()``: waits for every recorded count (a host sync) and raises on any miss."""
         self.raise_strict()
         self.mark(None, False)
         self._settle(wait=True)
-        if self.traced and self._idle_step is not None:
-            self._raise_idle(self._idle_step)
+        self._raise_if_traced()
 
     def reset(self) -> None:
         """The capture's counters were zeroed: start comparing anew."""
         self._queue.clear()
         self._last = (self.calls, 0)
-        self._idle_step = None
+        self._first_miss = None
