@@ -100,3 +100,13 @@ def test_capture_of_a_double_model_matches_the_float64_reference(gen, pairs):
         rates = pair_ratios_reference(out[rows], out[cols], inp[rows], inp[cols])
     assert res.stats[0, 0, 0].item() == rates.numel()
     torch.testing.assert_close(res.stats[0, 0, 1], rates.sum(), rtol=1e-13, atol=0)
+
+
+def test_a_capture_names_the_module_of_an_unsupported_activation():
+    """Not the op's internal argument (``a[0]``): the module whose activation has the dtype."""
+    model = torch.nn.Sequential(torch.nn.Identity())
+    with vk.capture(model, components={"LN1": "0"}) as cap:
+        with pytest.raises(TypeError, match=r"capture: the activation of 0 must be .* got torch.complex64 "
+                                            r"\(complex activations"):
+            model(torch.zeros(4, 3, dtype=torch.complex64))
+    assert cap.attached is False

@@ -50,6 +50,7 @@ from typing import Any
 
 import torch
 
+from ..ops import validate
 from . import presets as _presets
 from . import targets
 from .accumulator import FORWARDS, SKIPPED, Accumulator
@@ -198,6 +199,8 @@ class Capture:
 
     def _view(self, t: torch.Tensor, where: str) -> torch.Tensor:
         t = t.detach()
+        if t.dtype not in validate.SUPPORTED_DTYPES:  # named by module, not by the op's argument
+            raise TypeError(validate.dtype_problem(f"capture: the activation of {where}", t.dtype))
         if t.dim() < 2:
             raise ValueError(f"{where}: expected a (N, ...) activation with N sequences first, got shape "
                              f"{tuple(t.shape)}")
