@@ -24,7 +24,7 @@ def _fresh_dynamo():
 
 def _vit():
     torch.manual_seed(0)  # every instance has the same weights: one eager reference serves all
-    return timm.create_model("vit_tiny_patch16_224", img_size=32, depth=2, num_classes=0).eval()
+    return timm.create_model("vit_tiny_patch16_224", img_size=32, depth=1, num_classes=0).eval()
 
 
 @pytest.fixture(scope="module")
