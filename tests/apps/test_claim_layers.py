@@ -138,6 +138,14 @@ def test_layer_claim_killed_resumes_to_the_same_table(whole, tmp_path):
     assert again["plan"]["trained"] == 0 and again["analysis"]["selection"] == res["analysis"]["selection"]
 
 
+def test_layer_dry_run_measures_but_writes_nothing(tmp_path):
+    said = []
+    res = _claim(tmp_path / "d", dry_run=True, steps=None, calibrate_steps=2, _say=said.append)
+    assert not (tmp_path / "d").exists()  # the units come from a measurement, kept in memory only
+    assert res["plan"]["trains"][:4] == ["MHA@0", "MHA@1", "LN1@0", "LN1@1"] and res["config"]["steps"] == 60
+    assert any("60 steps per run by default" in s for s in said)
+
+
 @pytest.mark.parametrize("args, message", [
     (["--budget", "100"], "--budget only applies to --granularity layer"),
     (["--granularity", "layer", "--baseline", "initial"], "--baseline head"),

@@ -147,7 +147,7 @@ def claim(**options) -> dict:
         layered = cfg["granularity"] == "layer"
         measured = units = selections = None
         if layered:  # the units and the plasticity-guided set come from the measurement: it goes first
-            measured = _measurement(cfg, out, device, progress, dist.is_main, say)
+            measured = _measurement(cfg, out, device, progress, dist.is_main and not cfg["dry_run"], say)
             units, selections, trains = _plan_layers(cfg, measured)
         else:
             trains = cfg["components"] + (["head"] if cfg["baseline"] == "head" else [])
