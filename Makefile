@@ -7,7 +7,7 @@ TORCH_PINS := torch==2.14.1 torchvision==0.29.1
 CSRC   := $(shell find csrc -type f 2>/dev/null)
 OUT    ?= results
 
-.PHONY: install test demo bench lint gpu-check clean
+.PHONY: install test test-fast demo bench lint gpu-check clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,12 @@ install: $(VENV)/.build-stamp
 test: install
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q tests
+
+# the quick loop: every test but those marked slow (multi-process, torch.compile/inductor, runs killed
+# and resumed in subprocesses, Lightning); under 2 minutes on 2 cores. `make test` still runs them all
+test-fast: install
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -q -m "not slow" tests
 
 # the embedded default: digits ViT pretrained here once (cached), matched pairs digits 0-4 vs 5-9
 demo: install

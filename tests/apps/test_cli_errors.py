@@ -96,6 +96,7 @@ def test_help_shows_defaults_and_units(capsys):
     assert "(default: float32)" in text and "(default: in_situ)" in text and "(default: 4)" in text
 
 
+@pytest.mark.slow
 def test_corrupt_png_names_the_file_or_is_skipped(images, tmp_path, capsys):
     bad = tmp_path / "imgs"
     for c in ("a", "b"):
@@ -174,6 +175,7 @@ def test_model_without_preset(images, capsys):
     assert rc == 0
 
 
+@pytest.mark.slow
 def test_weights_of_another_architecture(tmp_path, capsys):
     import timm
     from safetensors.torch import save_file
@@ -223,6 +225,7 @@ def test_measure_loads_what_finetune_writes(train, tmp_path, capsys):
         torch.testing.assert_close(state[k], v, rtol=1e-6, atol=1e-7, msg=k)
 
 
+@pytest.mark.slow
 def test_output_set_is_replaced_as_a_unit(tmp_path, monkeypatch):
     from vitplast_kernels import PlasticityResult
 

@@ -189,6 +189,7 @@ def test_corrupt_pth_message_is_plain_text(tmp_path, capsys):
     assert rc == 2 and "holds Python objects other than tensors" in line and "PosixPath" in line
 
 
+@pytest.mark.slow
 def test_warnings_are_one_line_without_source(tmp_path):
     import subprocess
     import sys

@@ -22,6 +22,7 @@ def _monitor_records(path):
     return [r for r in read_jsonl(path / "metrics.jsonl") if r["kind"] == "monitor"]
 
 
+@pytest.mark.slow
 def test_compiled_run_records_the_eager_numbers(tmp_path):
     finetune(**TINY, out=str(tmp_path / "eager"))
     finetune(**TINY, compile="default", out=str(tmp_path / "compiled"))
@@ -40,6 +41,7 @@ def test_compile_mode_is_validated(tmp_path):
 
 
 
+@pytest.mark.slow
 def test_two_process_ddp_with_compile(tmp_path):
     args = ["--model", "vit_tiny_patch16_224", "--img-size", "16", "--model-arg", "patch_size=8",
             "--model-arg", "depth=2", "--model-arg", "embed_dim=32", "--model-arg", "num_heads=2",

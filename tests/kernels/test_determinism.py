@@ -144,6 +144,7 @@ def cpu_runs(tmp_path_factory):
     return run_in_fresh_processes(tmp_path_factory.mktemp("det_cpu"), "cpu", CPU_BACKENDS, env)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
 def test_two_processes_give_the_same_bits(cpu_runs, backend):
     assert_same_bits(*cpu_runs, backend)

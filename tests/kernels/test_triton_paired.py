@@ -121,6 +121,7 @@ def test_grouped_matches_reference_and_single(dtype, gen):
         assert_close_rel(got[g], single, 1e-6, f"grouped[{g}] vs single")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_grouped_contiguous_rows_take_the_vector_only_kernel(dtype, gen):
     # every tensor with contiguous rows (what capture hands over): the STRIDED=False specialisation;

@@ -84,6 +84,7 @@ def test_explain_finds_no_graph_break(model, gen):
     assert explained.graph_break_count == 0 and explained.graph_count == 1
 
 
+@pytest.mark.slow
 def test_inductor_compiled_capture_matches_eager(model, gen):
     x = _images(4, gen)
     with vk.capture(model) as eager, torch.no_grad():
@@ -93,6 +94,7 @@ def test_inductor_compiled_capture_matches_eager(model, gen):
     _assert_same(vk.pairwise_plasticity(acts), vk.pairwise_plasticity(eager), rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_monitor_every_k_steps_compiles_two_variants_once(model, gen):
     xs = [_images(4, gen) for _ in range(7)]
     ref = vk.monitor(model, every=3)
@@ -133,6 +135,7 @@ def test_plain_variant_holds_none_of_the_capture(model, gen):
     assert plain == len(list(graphs[0].graph.nodes)) < monitored
 
 
+@pytest.mark.slow
 def test_compiled_training_step_with_monitor(model, gen):
     """Forward and backward compiled together with the hooks; gradients are those of the plain step."""
     model.train()

@@ -13,6 +13,8 @@ from helpers import free_port
 
 import vitplast_kernels as vk
 
+pytestmark = pytest.mark.slow  # see the Makefile's test-fast
+
 timm = pytest.importorskip("timm")
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -38,6 +39,7 @@ def _worker(rank: int, world: int, port: int, out_dir: str) -> None:
 
 
 
+@pytest.mark.slow
 def test_all_reduce_two_ranks_gloo(tmp_path):
     mp.spawn(_worker, args=(2, free_port(), str(tmp_path)), nprocs=2, join=True)
     (x0, y0), (x1, y1) = _data(0), _data(1)

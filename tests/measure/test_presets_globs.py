@@ -83,6 +83,7 @@ def test_two_transformers_are_ambiguous():
         presets.detect(_skeleton([p + n for p in ("teacher.", "student.") for n in vit]))
 
 
+@pytest.mark.slow
 def test_timm_hybrid_and_parallel_models(gen):
     timm = pytest.importorskip("timm")
     cases = (("vit_small_r26_s32_224", "timm-vit", ("0", "1")),

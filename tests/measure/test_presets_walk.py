@@ -52,7 +52,14 @@ def _build(name: str) -> torch.nn.Module:
     raise AssertionError(f"{name}: cannot be built at img 64: {err}")
 
 
-@pytest.mark.parametrize("name", _names())
+# `make test-fast` walks this sample (plain ViT, DeiT with distillation token, EVA-02, a hybrid);
+# `make test` walks every name
+FAST = ("vit_tiny_patch16_224", "deit_tiny_distilled_patch16_224", "eva02_tiny_patch14_224",
+        "vit_tiny_r_s16_p8_224")
+
+
+@pytest.mark.parametrize("name", [n if n in FAST else pytest.param(n, marks=pytest.mark.slow)
+                                  for n in _names()])
 def test_every_vit_family_model_has_five_finite_components(name, gen):
     model = _build(name)
     if name in NO_PRESET:
