@@ -70,7 +70,7 @@ def test_groups_partition_all_parameters(vit):
 
 
 @pytest.mark.parametrize("bad, match", [
-    ("MLP", "unknown choice 'MLP'"), ("", "--train must be one of"), ("full+MHA", "cannot be combined"),
+    ("MLP", "unknown choice 'MLP'"), ("", "must be one of"), ("full+MHA", "cannot be combined"),
 ])
 def test_parse_train_errors(bad, match):
     with pytest.raises(ValueError, match=match):

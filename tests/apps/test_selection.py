@@ -39,7 +39,7 @@ def test_parse(spec, parts):
 
 
 @pytest.mark.parametrize("spec, match", [
-    ("", "--train must be one of"), ("MLP", "unknown choice 'MLP'"), ("MHA@", "layers ''"),
+    ("", "must be one of"), ("MLP", "unknown choice 'MLP'"), ("MHA@", "layers ''"),
     ("MHA@1,2", "layers '1,2'"), ("MHA@a", "layers 'a'"), ("head@0", "only a component"),
     ("@3", "only a component"), ("full+MHA", "cannot be combined"), ("auto+head", "cannot be combined"),
 ])

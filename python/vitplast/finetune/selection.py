@@ -52,13 +52,14 @@ def layer_range(text: str) -> tuple[int, int]:
 
 def parse_train(spec: str, labels: Sequence[str] | None = COMPONENTS) -> tuple[str, ...]:
     """Canonical parts of ``spec`` (``"mha@3+head"`` -> ``("MHA@3", "head")``), duplicates dropped.
+    Errors do not name the option: the caller's error style adds ``--train: ``.
 
     ``labels``: the component labels allowed (default: the preset components); ``None`` accepts any
     label (checked later against the model's map, :func:`resolve`)."""
     choices = ", ".join(list(labels or ("LABEL",)) + list(SPECIAL))
     if not isinstance(spec, str) or not spec.strip():
-        raise ValueError(f"--train must be one of {choices} (components join with +, LABEL@LAYERS "
-                         "restricts one to layers, e.g. MHA@3, FC1@0-2, MHA@-1)")
+        raise ValueError(f"must be one of {choices} (components join with +, LABEL@LAYERS restricts one "
+                         "to layers, e.g. MHA@3, FC1@0-2, MHA@-1)")
     lookup = {c.lower(): c for c in labels} if labels is not None else None
     parts = []
     for raw in spec.split("+"):
@@ -69,12 +70,12 @@ def parse_train(spec: str, labels: Sequence[str] | None = COMPONENTS) -> tuple[s
             parts.append(label.lower())
             continue
         if not label or label.lower() in SPECIAL:
-            raise ValueError(f"--train: {text!r}: only a component can be restricted to layers "
-                             f"(e.g. MHA@3), not {label or 'nothing'!r}")
+            raise ValueError(f"{text!r}: only a component can be restricted to layers (e.g. MHA@3), not "
+                             f"{label or 'nothing'!r}")
         if lookup is not None:
             if label.lower() not in lookup:
-                raise ValueError(f"--train: unknown choice {label!r}; expected one of {choices} "
-                                 "(several join with +, grid values with commas)")
+                raise ValueError(f"unknown choice {label!r}; expected one of {choices} (several join with +, "
+                                 "grid values with commas)")
             label = lookup[label.lower()]
         if layers is not None:
             lo, hi = layer_range(layers)
@@ -82,7 +83,7 @@ def parse_train(spec: str, labels: Sequence[str] | None = COMPONENTS) -> tuple[s
         else:
             parts.append(label)
     if len(parts) > 1 and any(p in SPECIAL and p != "head" for p in parts):
-        raise ValueError(f"--train {spec!r}: full, lora and auto cannot be combined with other choices")
+        raise ValueError(f"{spec!r}: full, lora and auto cannot be combined with other choices")
     return tuple(dict.fromkeys(parts))
 
 
