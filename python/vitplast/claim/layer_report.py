@@ -13,10 +13,7 @@ from pathlib import Path
 from vitplast_kernels.atomic_io import atomic_write
 
 from ..finetune import COMPONENTS
-from .report import EDGE_MARK, _ci, _num, lr_edge_line, lr_grid
-
-P_DEFINITION = ("p-values: one-sided = share of permutations whose statistic is >= the observed one; "
-                "two-sided = twice the smaller one-sided p (scipy.stats.permutation_test's definition)")
+from .report import EDGE_MARK, P_DEFINITION, _ci, _num, lr_edge_line, lr_grid
 
 
 def _row(unit, plasticity, params, lr, accuracy, gain) -> str:

@@ -21,6 +21,8 @@ def _ci(ci, fmt: str) -> str:
     return f"[{_num(ci[0], fmt)}, {_num(ci[1], fmt)}]"
 
 
+P_DEFINITION = ("p-values: one-sided = share of permutations whose statistic is >= the observed one; "
+                "two-sided = twice the smaller one-sided p (scipy.stats.permutation_test's definition)")
 EDGE_MARK = {"low": "<", "high": ">"}  # the best lr is the grid's smallest / largest
 
 
@@ -99,6 +101,7 @@ def format_report(result: dict) -> str:
     b = an["bootstrap"]
     lines.append(f"(bootstrap: {b['replicates']} replicates resampling the {b['seeds']} seeds and the "
                  f"{b['pair_chunks']} pair chunks; the best lr is chosen again in each)")
+    lines.append(f"({P_DEFINITION})")
     t = an["trend"]
     lines.append(f"trend (Theil-Sen): gain = {_num(t['slope'], '+.4f')} x plasticity "
                  f"{_num(t['intercept'], '+.4f')}")
