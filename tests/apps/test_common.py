@@ -101,3 +101,20 @@ def test_step_recorder_follows_the_monitors_schedule():
     finally:
         rec.close()
     assert recorded == [6, 9]
+
+
+def test_one_options_description_gives_cli_and_python_the_same_wording(tmp_path, capsys):
+    from vitplast.cli import main
+    from vitplast.common.options import OptionError, resolve
+    from vitplast.finetune import finetune
+    from vitplast.measure.options import MeasureOptions
+
+    with pytest.raises(OptionError, match=r"^--batches: must be a positive integer, got 0$"):
+        resolve(MeasureOptions, {"batches": "0"})
+    with pytest.raises(ValueError, match=r"^--steps: must be an integer in 1\.\.1000000000, got 0$"):
+        finetune(steps=0, out=str(tmp_path / "o"))
+    assert main(["finetune", "--steps", "0", "--out", str(tmp_path / "o")]) == 2
+    assert capsys.readouterr().err == ("vitplast finetune: error: --steps: must be an integer in "
+                                       "1..1000000000, got 0\n")
+    opts = resolve(MeasureOptions, {"dtype": "bf16", "components": ["MHA=blocks.*.attn"]})
+    assert opts.dtype == "bfloat16" and opts.components == {"MHA": "blocks.*.attn"} and opts.batches == 4
