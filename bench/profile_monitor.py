@@ -48,9 +48,10 @@ def summarise_code(src: str) -> dict[str, int]:
     code = "\n".join(line for line in src.splitlines() if not line.lstrip().startswith("#"))
     kernels = len(re.findall(r"^(cpp_fused_\w+|triton_\w+)\s*=\s*async_compile", code, flags=re.M))
     launches = len(re.findall(r"^\s+(cpp_fused_\w+|triton_\w+)\(", code, flags=re.M))
-    ext = collections.Counter(re.findall(r"(extern_kernels\.\w+|torch\.ops\.\w+\.\w+)\(", code))
+    ext = collections.Counter(re.findall(r"(extern_kernels\.\w+|torch\.ops\.\w+\.\w+)(?:\.\w+)?\(", code))
     ret = re.findall(r"^        return \((.*)\)$", code, flags=re.M)
-    outputs = len(re.findall(r"buf\d+|primals_\d+|reinterpret_tensor", ret[-1])) if ret else 0
+    names = r"reinterpret_tensor\(buf\d+|(?<!\()\bbuf\d+|primals_\d+"  # returned tensors, once each
+    outputs = len(re.findall(names, ret[-1])) if ret else 0
     return {"kernels": kernels, "kernel_launches": launches, "outputs": outputs,
             "allocations": len(re.findall(r"\bempty_strided_\w+\(", code)),
             "extern_calls": sum(ext.values()), **{f"call {k}": v for k, v in sorted(ext.items())}}

@@ -58,9 +58,12 @@ class ForwardState:
         return None
 
     def keep(self, li: int, reduced: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
-        """Records ``(tensor, sums)`` pairs reduced in layer ``li``, for :meth:`reduced`."""
+        """Records ``(tensor, sums)`` pairs reduced in layer ``li``, for :meth:`reduced`. Only the
+        layer's own are kept: holding every layer's activations to the end of the forward kept the
+        whole forward's activations alive in eager mode (memory, and fresh pages for every layer
+        instead of the allocator's reused ones); a tensor shared across layers is reduced again."""
         new = tuple((t, s, version_of(t)) for t, s in reduced)
-        self.slots = {**self.slots, li: (*self.slots.get(li, ()), *new)}
+        self.slots = {li: (*self.slots.get(li, ()), *new)}
 
     def gather(self, ci: int, li: int, nparts: int, s_in: torch.Tensor, s_out: torch.Tensor
                ) -> torch.Tensor | None:
