@@ -157,7 +157,7 @@ def test_killed_claim_resumes_to_the_same_result(whole, tmp_path):
         _claim(tmp_path / "k", _stop_after=3)  # first run killed after step 3, checkpoint at step 2
     first = tmp_path / "k" / "runs" / "MHA-lr0.003-s0"
     assert (first / "config.json").exists() and not (first / "summary.json").exists()
-    assert torch.load(first / "checkpoint.pt", weights_only=False)["step"] == 2
+    assert torch.load(first / "checkpoint.pt", weights_only=True)["step"] == 2
     resumed = _claim(tmp_path / "k")
     assert resumed["plan"]["trained"] == 8
     assert [r["final_acc"] for r in resumed["runs"]] == [r["final_acc"] for r in res["runs"]]

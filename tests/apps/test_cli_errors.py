@@ -202,7 +202,7 @@ def test_measure_loads_what_finetune_writes(train, tmp_path, capsys):
 
     run = tmp_path / "run"
     finetune(**TINY, train=train, out=str(run), _say=lambda *a, **k: None)
-    ckpt = torch.load(run / "checkpoint.pt", weights_only=False)
+    ckpt = torch.load(run / "checkpoint.pt", weights_only=True)
     for weights in (run, run / "checkpoint.pt"):
         rc, err = _main(["measure", "--weights", str(weights), "--data", "synthetic", "--batch-size", "8",
                          "--batches", "1", "--no-progress"], capsys)

@@ -136,7 +136,7 @@ def test_export_writes_the_finetuned_weights(tmp_path, train):
     run = tmp_path / "run"
     _run(run, **{**KW, "train": train, "steps": 3}, export=True)
     exported = load_file(str(run / "model.safetensors"))
-    ckpt = torch.load(run / "checkpoint.pt", weights_only=False)["model"]
+    ckpt = torch.load(run / "checkpoint.pt", weights_only=True)["model"]
     if train == "lora":
         from vitplast.finetune import build_model
         from vitplast.finetune.trainable import apply_lora

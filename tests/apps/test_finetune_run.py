@@ -82,12 +82,12 @@ def test_kill_and_resume_equals_uninterrupted(tmp_path):
     _run(tmp_path, "whole", **kw)
     with pytest.raises(SimulatedKill):
         _run(tmp_path, "killed", _stop_after=6, **kw)  # last checkpoint: step 4; logged up to iter 5
-    assert torch.load(tmp_path / "killed" / "checkpoint.pt", weights_only=False)["step"] == 4
+    assert torch.load(tmp_path / "killed" / "checkpoint.pt", weights_only=True)["step"] == 4
     with pytest.raises(ValueError, match="pass --resume"):
         _run(tmp_path, "killed", **kw)
     _run(tmp_path, "killed", resume=True, **kw)
-    a = torch.load(tmp_path / "whole" / "checkpoint.pt", weights_only=False)
-    b = torch.load(tmp_path / "killed" / "checkpoint.pt", weights_only=False)
+    a = torch.load(tmp_path / "whole" / "checkpoint.pt", weights_only=True)
+    b = torch.load(tmp_path / "killed" / "checkpoint.pt", weights_only=True)
     assert a["step"] == b["step"] == 12
     for k in a["model"]:
         assert torch.equal(a["model"][k], b["model"][k]), k
