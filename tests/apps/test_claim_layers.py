@@ -138,6 +138,7 @@ def test_layer_claim_killed_resumes_to_the_same_table(whole, tmp_path):
     assert again["plan"]["trained"] == 0 and again["analysis"]["selection"] == res["analysis"]["selection"]
 
 
+@pytest.mark.slow
 def test_layer_dry_run_measures_but_writes_nothing(tmp_path):
     said = []
     res = _claim(tmp_path / "d", dry_run=True, steps=None, calibrate_steps=2, _say=said.append)

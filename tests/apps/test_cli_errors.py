@@ -118,6 +118,7 @@ def test_corrupt_png_names_the_file_or_is_skipped(images, tmp_path, capsys):
     assert 1 <= run["batches"] <= 4
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("content", [b"", b"garbage", b"\x10\x00\x00\x00\x00\x00\x00\x00{\"a\":",
                                      "truncated"])
 def test_unreadable_safetensors(content, tmp_path, capsys, monkeypatch):
@@ -134,6 +135,7 @@ def test_unreadable_safetensors(content, tmp_path, capsys, monkeypatch):
     assert "is not a readable .safetensors file" in _one_error_line(err)
 
 
+@pytest.mark.slow
 def test_pickle_with_other_objects_is_refused(tmp_path, capsys):
     path = tmp_path / "w.pth"
     torch.save({"model": {"x": torch.zeros(1)}, "cfg": Path("/x")}, path)
@@ -196,6 +198,7 @@ TINY = dict(model="vit_tiny_patch16_224", img_size=16, plots=False, progress=Fal
             batch_size=8, model_kwargs=dict(patch_size=8, depth=2, embed_dim=32, num_heads=2))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("train", ["FC1", "lora"])
 def test_measure_loads_what_finetune_writes(train, tmp_path, capsys):
     from vitplast.finetune import finetune

@@ -181,6 +181,7 @@ def test_measure_undecodable_image_before_the_model_is_built(tmp_path, capsys, n
     assert rc == 2 and "cannot read image" in line and "bad.png" in line
 
 
+@pytest.mark.slow
 def test_corrupt_pth_message_is_plain_text(tmp_path, capsys):
     path = tmp_path / "w.pth"
     torch.save({"model": {"x": torch.zeros(1)}, "cfg": Path("/x")}, path)
@@ -213,6 +214,7 @@ def test_profile_model_without_preset_names_no_missing_option(tmp_path, capsys):
     assert not (tmp_path / "p").exists()
 
 
+@pytest.mark.slow
 def test_profile_batch_beyond_memory(tmp_path, capsys):
     argv = ["profile", "--device", "cpu", "--batch-size", "100000000", "--out", str(tmp_path / "p")]
     rc, lines = _cli(argv, capsys)

@@ -22,6 +22,7 @@ def _changed(before: dict, after: dict) -> set[str]:
     return {n for n in before if not torch.equal(before[n], after[n])}
 
 
+@pytest.mark.slow
 def test_timm_vit_through_finetune(tmp_path):
     import timm
     from safetensors.torch import load_file, save_file

@@ -129,6 +129,7 @@ def test_a_second_writer_is_refused_and_a_stale_lock_taken_over(tmp_path):
     assert sorted(p.name for p in (tmp_path / "other").iterdir()) == [".lock", "config.json"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("train", ["FC1", "lora"])
 def test_export_writes_the_finetuned_weights(tmp_path, train):
     from safetensors.torch import load_file

@@ -76,6 +76,7 @@ def test_tensorboard_logs_are_written(tmp_path):
     assert any((tmp_path / "run" / "tb").iterdir())
 
 
+@pytest.mark.slow
 def test_kill_and_resume_equals_uninterrupted(tmp_path):
     kw = dict(train="MHA", optimizer="sgd", lr="0.05", schedule="cosine", steps=12, batch_size=16,
               monitor_every=3, eval_every=4, checkpoint_every=4, seed="3")

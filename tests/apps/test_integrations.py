@@ -100,6 +100,7 @@ def _run_script_ddp(out: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", [
     "ddp_spawn",
     pytest.param("ddp", marks=[pytest.mark.slow, pytest.mark.skipif(

@@ -92,6 +92,7 @@ def test_all_pairs_within_one_dataset(cache):
         assert torch.isfinite(res.mean(c)).all()
 
 
+@pytest.mark.slow
 def test_timm_model_on_image_folder_decomposition(tmp_path):
     from PIL import Image
 

@@ -163,6 +163,7 @@ if triton is not None:
         tl.store(out_ptr + 1, tap._tile_offset(t.to(tl.int32), BM))
 
 
+@pytest.mark.slow
 def test_cpu_threshold_edge_long_rows(gen):
     # every pair just above the trust threshold at ViT-Small size: the Gram's worst trusted case
     n, k = 24, 257 * 384

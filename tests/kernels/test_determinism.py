@@ -164,6 +164,7 @@ def _group_vs_alone(backend: str, device: str, dtype, **sizes) -> None:
                 f"{got[row].tolist()} vs {alone[i].tolist()} (seed {SEED})")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_tensor_in_a_group_gives_its_bits_alone(backend, dtype):

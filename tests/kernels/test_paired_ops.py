@@ -136,6 +136,7 @@ def test_grouped_matches_single(backend, gen):
             assert torch.equal(got[g], vk.pair_sq_distances(a[g], b[g], backend="cpu")), f"group {g}"
 
 
+@pytest.mark.slow
 def test_more_than_2_31_elements():
     # one (2, K) fp16 tensor whose second row starts past 2^31 bytes and ends past 2^31 elements
     k = 2**30 + 17

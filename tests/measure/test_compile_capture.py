@@ -8,6 +8,8 @@ import torch
 
 import vitplast_kernels as vk
 
+pytestmark = pytest.mark.slow  # see the Makefile's test-fast
+
 timm = pytest.importorskip("timm")
 
 COMPS = ("LN1", "MHA", "LN2", "FC1", "FC2")

@@ -12,6 +12,8 @@ import torch
 
 import vitplast_kernels as vk
 
+pytestmark = pytest.mark.slow  # see the Makefile's test-fast
+
 timm = pytest.importorskip("timm")
 
 
