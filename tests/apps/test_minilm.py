@@ -46,6 +46,7 @@ def _check(res, n_pairs: int) -> dict[str, float]:
     return overall
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("protocol", ["in_situ", "decomposition"])
 def test_minilm_with_bert_mapping(minilm, protocol):
     model, batch = minilm

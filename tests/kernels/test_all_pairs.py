@@ -364,6 +364,7 @@ def test_all_pairs_with_two_sequences_equals_halves(small_vit, gen):
         assert results["all"].ci(c).isnan().all() and results["halves"].ci(c).isnan().all()
 
 
+@pytest.mark.slow
 def test_pairwise_plasticity_tensors_and_u_statistic_error(gen):
     """The jackknife standard error matches the spread of the estimate over independent batches; the
     naive std / sqrt(pairs) is far too small (pairs share sequences)."""

@@ -87,6 +87,7 @@ def test_paired_distances_and_sums_over_the_range(backend, dtype, gen):
         assert _rel_err(vk.pair_distances(x, y, backend=backend), ref.sqrt()) <= DIST_RTOL, what
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_paired_ratios_over_the_range(backend, dtype, gen):
@@ -127,6 +128,7 @@ def test_float32_squares_keep_float32_range(backend, gen):
     assert vk.pair_distances(tiny, -tiny, backend=backend).gt(0).all()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ALL_PAIRS_BACKENDS)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_all_pairs_over_the_range(backend, dtype, gen):

@@ -113,6 +113,7 @@ def _check(res, ref, rtol=RTOL):
         assert torch.allclose(ci[:, 1] - ci[:, 0], 2 * half, rtol=1e-3, atol=1e-7, equal_nan=True)
 
 
+@pytest.mark.slow
 def test_in_situ_matches_float64_reference(vit, gen):
     x = _images(6, gen)
     with vk.capture(vit, protocol="in_situ", pairs="halves") as acts:
@@ -141,6 +142,7 @@ def test_in_situ_reduces_each_distinct_tensor_once(small, gen):
     assert len(seen) == 8 * 3
 
 
+@pytest.mark.slow
 def test_decomposition_matches_float64_reference(vit, gen):
     x = _images(6, gen)
     with vk.capture(vit, protocol="decomposition") as acts:
@@ -284,6 +286,7 @@ def test_identical_and_nonfinite_pairs(small, gen):
         vk.pairwise_plasticity(acts, strict=True)
 
 
+@pytest.mark.slow
 def test_training_gradients_unchanged(gen):
     """Train mode with dropout: same loss and bitwise the same gradients with and without capture."""
     torch.manual_seed(2)
