@@ -146,8 +146,7 @@ def bench_model(a, name: str, device: torch.device, dtype: torch.dtype) -> dict:
     med = {k: v.median for k, v in times.items()}
     base, plain_step_k = med["plain"], med["plain_k"] / a.every
     extra_cycle = med["every_k"] - med["plain_k"]  # what monitoring one step of the cycle adds
-    choice = "kernel" if a.reduction == "both" else (
-        paired.COMPILED_REDUCTION or ("inductor" if device.type == "cuda" else "kernel"))
+    choice = "kernel" if a.reduction == "both" else (paired.COMPILED_REDUCTION or "inductor")
     which = "inductor" if choice == "inductor" else "custom op"
     rows = [
         {"variant": "compiled step", "ms": base * 1e3, "ratio": 1.0},
