@@ -96,6 +96,7 @@ def whole(tmp_path_factory):
     return out, _claim(out)
 
 
+@pytest.mark.slow
 def test_layer_claim_end_to_end(whole):
     out, res = whole
     saved = json.loads((out / "claim.json").read_text())
@@ -117,6 +118,7 @@ def test_layer_claim_end_to_end(whole):
     assert {"MHA@0", "LN1@1", "head"} <= trains and res["plan"]["trained"] == res["plan"]["runs"]
 
 
+@pytest.mark.slow
 def test_layer_claim_killed_resumes_to_the_same_table(whole, tmp_path):
     out, res = whole
     # the claim as it stood after seed 0: seed 1's runs not started, its reports not written

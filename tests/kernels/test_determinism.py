@@ -25,7 +25,8 @@ from vitplast_kernels.backends.registry import usable
 
 SEED = 20260101  # fixed: both children must build the same inputs
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-TESTS = Path(__file__).resolve().parents[1]
+HERE = Path(__file__).resolve().parent  # this file's folder: the child imports test_determinism from it
+TESTS = HERE.parent  # tests/: helpers.py
 ROOT = TESTS.parent
 GPU = torch.cuda.is_available()
 
@@ -98,7 +99,7 @@ def run_all(device: str, backends: list[str], sizes: dict | None = None) -> dict
 
 _CHILD = """
 import sys
-sys.path.insert(0, {tests!r})
+sys.path[:0] = [{here!r}, {tests!r}]
 import torch
 from test_determinism import run_all
 torch.save(run_all({device!r}, {backends!r}, {sizes!r}), {out!r})
@@ -113,7 +114,7 @@ def run_in_fresh_processes(tmp_path: Path, device: str, backends: list[str], env
     child_env.update(env)
     paths = [tmp_path / f"run{i}.pt" for i in range(2)]
     procs = [subprocess.Popen(
-        [sys.executable, "-c", _CHILD.format(tests=str(TESTS), device=device, backends=backends,
+        [sys.executable, "-c", _CHILD.format(here=str(HERE), tests=str(TESTS), device=device, backends=backends,
                                              sizes=sizes or {}, out=str(path))],
         cwd=ROOT, env=child_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for path in paths]
     for i, proc in enumerate(procs):
