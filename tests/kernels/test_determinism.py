@@ -114,8 +114,8 @@ def run_in_fresh_processes(tmp_path: Path, device: str, backends: list[str], env
     child_env.update(env)
     paths = [tmp_path / f"run{i}.pt" for i in range(2)]
     procs = [subprocess.Popen(
-        [sys.executable, "-c", _CHILD.format(here=str(HERE), tests=str(TESTS), device=device, backends=backends,
-                                             sizes=sizes or {}, out=str(path))],
+        [sys.executable, "-c", _CHILD.format(here=str(HERE), tests=str(TESTS), device=device,
+                                             backends=backends, sizes=sizes or {}, out=str(path))],
         cwd=ROOT, env=child_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for path in paths]
     for i, proc in enumerate(procs):
         try:
