@@ -147,6 +147,19 @@ def components(pairs: list[tuple[str, str]] | None) -> dict[str, str | tuple[str
     return {k: v[0] if len(v) == 1 else tuple(v) for k, v in out.items()}
 
 
+def component_option(value):
+    """An option's ``--component`` values (``LABEL=GLOB`` texts or pairs) or a ``{label: glob}`` mapping
+    (globs of a several-module component as a list or tuple) as the capture's mapping, or ``None``."""
+    if value is None or isinstance(value, dict):
+        if not value:
+            return None
+        for label, glob in value.items():
+            for g in (glob,) if isinstance(glob, str) else glob:
+                component(f"{label}={g}")  # the same check as the flag's
+        return {str(k): v if isinstance(v, str) else tuple(v) for k, v in value.items()}
+    return components([component(v) if isinstance(v, str) else tuple(v) for v in value])
+
+
 def model_arg(text: str) -> tuple[str, object]:
     """``--model-arg KEY=VALUE``: VALUE parsed as JSON when it is JSON, else kept as a string."""
     key, sep, value = text.partition("=")

@@ -249,6 +249,7 @@ class RunDir:
 
     def _check_same_config(self, config: dict) -> None:
         saved = json.loads(self.config_path.read_text())
+        config = json.loads(json.dumps(config))  # as it would be saved: tuples become lists
         diffs = [
             f"{k}: saved {saved.get(k)!r}, now {config.get(k)!r}"
             for k in sorted(set(saved) | set(config))

@@ -1,11 +1,14 @@
 """Finetune chosen components of a vision transformer, monitoring their plasticity every few steps.
 
 The paper's component-wise protocol: ``--train MHA`` trains attention in every block (plus the head),
-``--train FC1``/``FC2``/``LN1``/``LN2`` likewise; ``full``, ``head`` (linear probing) and ``lora``
+``--train FC1``/``FC2``/``LN1``/``LN2`` likewise; ``MHA@3``, ``FC1@0-2``, ``MHA@-1`` train only those
+layers, and ``+`` joins parts (``MHA@-1+FC1@-1``). ``full``, ``head`` (linear probing) and ``lora``
 (peft LoRA on attention) are the baselines; ``auto --budget N`` measures plasticity first and trains
-the most plastic components that fit N trainable parameters. Comma-separated ``--train``, ``--lr``
-and ``--seed`` values form a grid, run in sequence and aggregated into mean +- std accuracy per
-trained component.
+the most plastic components that fit N trainable parameters (``auto@layer``: the most plastic
+(component, layer) units). Components come from the same map ``vitplast measure`` uses: the model's
+preset, or ``--component LABEL=GLOB`` (repeatable), whose labels ``--train`` then names. Comma-separated
+``--train``, ``--lr`` and ``--seed`` values form a grid, run in sequence and aggregated into mean +- std
+accuracy per trained component.
 
 Defaults are the embedded example: the digits ViT pretrained on digits 0-4 (``--model digits-vit``)
 finetuned on digits 5-9, each of the five components in turn:
@@ -20,11 +23,12 @@ overwritten, and a directory another process is writing is refused (a lock left 
 taken over). Under ``torchrun --nproc-per-node N`` the run is
 data-parallel (gloo on CPU, nccl on GPU) and metrics and plasticity are combined over ranks.
 
-This module runs the grid (:func:`finetune`) and the CLI (:func:`run`); the parts live beside it:
-``finetune_options`` (defaults, validation, CLI flags), ``finetune_data`` (batches, validation pass),
-``finetune_model`` (model, device, what to train, optimiser), ``finetune_loop`` (one run),
-``finetune_report`` (the grid's table), ``finetune_log`` (progress bar, TensorBoard),
-``finetune_dist`` (torchrun) and ``finetune_plots`` (figures).
+This module runs the grid (:func:`finetune`) and the CLI (:func:`run`); the parts live beside it in
+``vitplast.finetune``: ``options`` (defaults, validation, CLI flags), ``preflight`` (checks that need
+the model, before any file), ``selection`` and ``trainable`` (what ``--train`` selects), ``data``
+(batches, validation pass), ``model`` (model, device, optimiser), ``loop`` (one run),
+``step_recorder`` (what a monitored step records), ``report`` (the grid's table), ``log`` (progress
+bar, TensorBoard), ``export`` and ``plots``.
 """
 
 from __future__ import annotations
@@ -89,7 +93,7 @@ def finetune(**options) -> dict:
             summaries.append(s)
             say(f"{train:<10} lr={lr:g} seed={seed}: accuracy {s['initial_acc']:.4f} -> {s['final_acc']:.4f}"
                 f" ({s['trainable_params']:,} trainable parameters)")
-        rows = aggregate(summaries)
+        rows = aggregate(summaries, cfg.get("components"))
         text = format_table(rows)
         result = {"runs": summaries, "table": rows, "table_text": text}
         if dctx.is_main and len(combos) > 1:

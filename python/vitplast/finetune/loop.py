@@ -102,14 +102,14 @@ def _train(cfg: dict, train: str, lr: float, seed: int, run_path: Path, dctx: Di
     ckpt = rd.checkpoint
     log = RunLog(rd, dctx)
     parts, auto = trainable_parts(cfg, train, model, feed, device, dctx, amp, ckpt, log, say=say)
-    model, names = make_trainable(model, parts, cfg["lora_r"])
+    model, names = make_trainable(model, parts, cfg["lora_r"], cfg.get("components"))
     n_train = count_parameters(model, names)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = make_optimizer(cfg, params, lr)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_schedule(cfg))
     probe = probe_batch(train_ds, cfg["probe"], dctx, device) if cfg["probe"] else None
     recorder = StepRecorder(model, cfg["monitor_every"], probe=probe, dist=dctx, amp=amp,
-                            start=ckpt["step"] if ckpt is not None else 0)
+                            start=ckpt["step"] if ckpt is not None else 0, components=cfg.get("components"))
 
     if ckpt is not None:
         model.load_state_dict(ckpt["model"])

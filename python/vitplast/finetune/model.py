@@ -62,7 +62,8 @@ def trainable_parts(cfg: dict, train: str, model, feed, device, dctx: DistContex
     """The parts ``train`` names, and for ``auto`` its record: the most plastic components within
     ``--budget``, measured on the first ``--auto-batches`` training batches (or read back from the
     checkpoint of a resumed run, so a resumed run trains what it trained)."""
-    parts = parse_train(train)
+    comps = cfg.get("components")
+    parts = parse_train(train, comps)
     if parts not in (("auto",), ("auto@layer",)):
         return parts, None
     from .step_recorder import component_means, measure_plasticity
@@ -72,13 +73,15 @@ def trainable_parts(cfg: dict, train: str, model, feed, device, dctx: DistContex
         auto = ckpt["auto"]
     else:
         batches = [feed.get(i)[0].to(device) for i in range(cfg["auto_batches"])]
-        measured = measure_plasticity(model, batches, dist=dctx, amp=amp)
+        measured = measure_plasticity(model, batches, dist=dctx, amp=amp, components=comps)
         if parts == ("auto@layer",):  # (component, layer) units, each with its layer's plasticity
             per_layer = {c: measured["plasticity"][c] for c in component_means(measured)}
-            auto = {"plasticity": per_layer, "chosen": choose_units(per_layer, model, cfg["budget"])}
+            auto = {"plasticity": per_layer,
+                    "chosen": choose_units(per_layer, model, cfg["budget"], components=comps)}
         else:
             means = component_means(measured)
-            auto = {"plasticity": means, "chosen": choose_components(means, model, cfg["budget"])}
+            auto = {"plasticity": means,
+                    "chosen": choose_components(means, model, cfg["budget"], components=comps)}
         log.log({"kind": "auto", "iter": -1, "step": 0, **auto, "budget": cfg["budget"]})
     chosen = auto["chosen"]
     say(f"--train {parts[0]} (budget {cfg['budget']}): plasticity "
@@ -88,15 +91,16 @@ def trainable_parts(cfg: dict, train: str, model, feed, device, dctx: DistContex
     return tuple(chosen) or ("head",), auto
 
 
-def make_trainable(model, parts: tuple[str, ...], lora_r: int):
+def make_trainable(model, parts: tuple[str, ...], lora_r: int, components=None):
     """``(model, trainable parameter names)``: LoRA adapters for ``lora``, else what
-    ``vitplast.finetune.trainable.select_trainable`` leaves trainable (the rest is frozen)."""
+    ``vitplast.finetune.trainable.select_trainable`` leaves trainable (the rest is frozen);
+    ``components``: the component map (``--component``; default: the model's preset)."""
     from .trainable import apply_lora, select_trainable
 
     if parts == ("lora",):
-        model = apply_lora(model, r=lora_r)
+        model = apply_lora(model, r=lora_r, components=components)
         return model, [n for n, p in model.named_parameters() if p.requires_grad]
-    return model, select_trainable(model, parts)
+    return model, select_trainable(model, parts, components)
 
 
 def make_optimizer(cfg: dict, params: list, lr: float) -> torch.optim.Optimizer:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from ..common.arg_types import MAX_SEED, MAX_STEPS, model_arg, setup_parser
+from ..common.arg_types import MAX_SEED, MAX_STEPS, component, component_option, model_arg, setup_parser
 from ..common.device import check_device
 from ..common.model_builder import DIGITS_MODEL, check_digits_options
 from ..common.options import (
@@ -32,7 +32,7 @@ from ..common.options import (
 from ..common.options import add_arguments as add_options
 from ..common.paths import check_out_dir
 from .log import tensorboard_writer_class
-from .trainable import COMPONENTS, TRAIN_CHOICES, parse_train
+from .trainable import COMPONENTS, TRAIN_CHOICES, check_train_syntax, parse_train
 
 OPTIMIZERS = ("sgd", "adam")
 SCHEDULES = ("constant", "cosine")
@@ -51,11 +51,6 @@ def _model_kwargs(value) -> dict:
     raise ValueError(f"must be a dict, got {type(value).__name__}")
 
 
-def _train(spec):
-    parse_train(spec)  # raises ValueError naming what is wrong
-    return spec
-
-
 @dataclasses.dataclass
 class FinetuneOptions:
     model: str = option(DIGITS_MODEL, f"timm model name, or {DIGITS_MODEL!r} (the embedded ViT pretrained on "
@@ -68,8 +63,14 @@ class FinetuneOptions:
                        "ImageFolder DIR", group="data")
     img_size: int | None = option(None, "input size (default: the model's)", group="data",
                                   kind=optional(integer(1)))
-    train: list = option(",".join(COMPONENTS), f"one or more of {', '.join(TRAIN_CHOICES)}; join components "
-                         "with + (default: %(default)s)", group="train", kind=csv(checked(_train)))
+    train: list = option(",".join(COMPONENTS), f"one or more of {', '.join(TRAIN_CHOICES)}, auto@layer; join "
+                         "components with +; LABEL@LAYERS trains only those layers (MHA@3, FC1@0-2, MHA@-1; "
+                         "default: %(default)s)", group="train", kind=csv(checked(check_train_syntax)))
+    components: dict | None = option(
+        None, "a component as a glob over module names ('*' = the layer index, '**' = any prefix; repeat a "
+        "label for a component of several modules); replaces the presets, so --train names these labels "
+        "(--train lora targets MHA)", flag="--component", action="append", metavar="LABEL=GLOB",
+        group="train", kind=Kind(component, component_option))
     budget: int | None = option(None, "trainable-parameter budget of --train auto", group="train",
                                 kind=optional(integer(1)))
     auto_batches: int = option(4, "batches measured by --train auto (default: %(default)s)", group="train",
@@ -130,7 +131,10 @@ class FinetuneOptions:
         if self.monitor_every and not self.probe and self.batch_size % 2:
             raise OptionError(f"--batch-size {self.batch_size}: must be even to monitor on the training "
                               "batch (pairs = its halves); or pass --probe N")
-        parsed = [parse_train(t) for t in self.train]
+        try:
+            parsed = [parse_train(t, self.components) for t in self.train]
+        except ValueError as exc:
+            raise OptionError(f"--train: {exc}") from None
         if any(p in (("auto",), ("auto@layer",)) for p in parsed):
             if self.budget is None:
                 raise OptionError("--train auto needs --budget N (the number of trainable parameters "

@@ -40,9 +40,13 @@ def preflight(cfg: dict) -> None:
 def _check_train(cfg: dict, train: str, model: torch.nn.Module) -> None:
     from .trainable import count_parameters, head_module, select_trainable
 
-    parts = parse_train(train)
+    comps = cfg.get("components")
+    parts = parse_train(train, comps)
     if parts == ("lora",):
-        return  # peft and --lora-r are checked with the options; adapters fit any attention
+        from .trainable import lora_target_modules
+
+        lora_target_modules(model, ("MHA",), comps)  # a map without attention raises ValueError here
+        return  # peft and --lora-r are checked with the options
     if parts in (("auto",), ("auto@layer",)):
         head = sum(p.numel() for p in head_module(model).parameters())
         if cfg["budget"] < head:
@@ -50,4 +54,4 @@ def _check_train(cfg: dict, train: str, model: torch.nn.Module) -> None:
                              f"parameters of {count_parameters(model):,}): --train auto trains the head "
                              "and the most plastic components that fit")
         return
-    select_trainable(model, parts)  # a model without the components named raises ValueError here
+    select_trainable(model, parts, comps)  # a map without the components or layers named raises here

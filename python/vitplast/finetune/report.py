@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import statistics
 
-from .trainable import COMPONENTS, parse_train
+from .trainable import labels, parse_train
 
 
-def aggregate(summaries: list[dict]) -> list[dict]:
+def aggregate(summaries: list[dict], components=None) -> list[dict]:
     """Rows per (train, lr): accuracy mean +- std over seeds, plasticity of the trained component at
     the start, accuracy gain over linear probing (``head`` rows of the same lr) when present, else
-    over the accuracy before finetuning."""
+    over the accuracy before finetuning. ``components``: the run's component map (``--component``)."""
     groups: dict[tuple, list[dict]] = {}
     for s in summaries:
         groups.setdefault((s["train"], s["lr"]), []).append(s)
@@ -27,7 +27,7 @@ def aggregate(summaries: list[dict]) -> list[dict]:
             "initial_acc": statistics.fmean(r["initial_acc"] for r in runs),
             "trainable_params": runs[0]["trainable_params"],
         }
-        comps = [p for p in parse_train(train) if p in COMPONENTS]
+        comps = [p for p in parse_train(train, components) if p in labels(components)]
         if len(comps) == 1 and comps[0] in start_plast:
             row["plasticity"] = statistics.fmean(start_plast[comps[0]])
         rows.append(row)

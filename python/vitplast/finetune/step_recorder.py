@@ -50,9 +50,11 @@ def _over_ranks(result: PlasticityResult, dist: DistContext | None) -> Plasticit
     return result.all_reduce() if dist is not None and dist.enabled else result
 
 
-def measure_plasticity(model: nn.Module, batches, *, dist: DistContext | None = None, amp=None) -> dict:
+def measure_plasticity(model: nn.Module, batches, *, dist: DistContext | None = None, amp=None,
+                       components=None) -> dict:
     """Plasticity (halves of each batch, in situ) summed over ``batches`` (an iterable of images
-    ``(2B, 3, H, W)``) and over ranks; returns :func:`summarize`'s dict."""
+    ``(2B, 3, H, W)``) and over ranks; returns :func:`summarize`'s dict. ``components``: the component
+    map (``{label: glob}``; default: the model's preset)."""
     from vitplast_kernels import capture, pairwise_plasticity
 
     total = None
@@ -60,7 +62,7 @@ def measure_plasticity(model: nn.Module, batches, *, dist: DistContext | None = 
     model.eval()
     with torch.no_grad():
         for images in batches:
-            with capture(model, protocol="in_situ", pairs="halves") as acts:
+            with capture(model, protocol="in_situ", pairs="halves", components=components) as acts:
                 with amp() if amp is not None else contextlib.nullcontext():
                     model(images)
             res = pairwise_plasticity(acts)
@@ -83,7 +85,7 @@ class StepRecorder:
     """
 
     def __init__(self, model: nn.Module, every: int, *, probe: torch.Tensor | None = None,
-                 dist: DistContext | None = None, amp=None, start: int = 0):
+                 dist: DistContext | None = None, amp=None, start: int = 0, components=None):
         if every < 0:
             raise ValueError(f"--monitor-every must be >= 0 (0 = off), got {every}")
         if probe is not None and (probe.shape[0] < 2 or probe.shape[0] % 2):
@@ -92,7 +94,7 @@ class StepRecorder:
         self.probe = probe
         self.dist = dist or DistContext()
         self.amp = amp
-        names = component_parameter_names(model)
+        names = component_parameter_names(model, components)
         params = dict(model.named_parameters())
         self.groups = {g: [params[n] for n in ns] for g, ns in names.items()}
         self._mon = None
@@ -101,7 +103,7 @@ class StepRecorder:
             from vitplast_kernels import monitor
 
             # the schedule and the capture: attached now, before the model is compiled
-            self._mon = monitor(model, every=every, protocol="in_situ", pairs="halves")
+            self._mon = monitor(model, every=every, protocol="in_situ", pairs="halves", components=components)
             if start:  # a resumed run: the monitor's step counter continues at ``start``
                 self._mon.steps = start - 1
                 self._mon.step()
@@ -180,6 +182,8 @@ class StepRecorder:
 
 
 def component_means(record: Mapping) -> dict[str, float]:
-    """``{component: plasticity}`` (mean over layers) of a monitor record, components in paper order."""
+    """``{component: plasticity}`` (mean over layers) of a monitor record: the preset components in
+    paper order, then any others (``--component`` labels) in the record's order."""
     means = record.get("plasticity_mean", {})
-    return {c: means[c] for c in COMPONENTS if c in means and not math.isnan(means[c])}
+    order = [c for c in COMPONENTS if c in means] + [c for c in means if c not in COMPONENTS]
+    return {c: means[c] for c in order if not math.isnan(means[c])}

@@ -33,17 +33,32 @@ SPECIAL = selection.SPECIAL
 TRAIN_CHOICES = COMPONENTS + SPECIAL
 AUTO_LAYER = "auto@layer"
 
-__all__ = ["COMPONENTS", "SPECIAL", "TRAIN_CHOICES", "apply_lora", "choose_components", "choose_units",
-           "component_parameter_names", "count_parameters", "freeze_list", "head_module", "lora_config",
-           "lora_target_modules", "parse_train", "select_trainable", "set_trainable", "trainable_names"]
+__all__ = ["COMPONENTS", "SPECIAL", "TRAIN_CHOICES", "apply_lora", "check_train_syntax", "choose_components",
+           "choose_units", "component_parameter_names", "count_parameters", "freeze_list", "head_module",
+           "labels", "lora_config", "lora_target_modules", "parse_train", "select_trainable", "set_trainable",
+           "trainable_names"]
 
 
-def parse_train(spec: str) -> tuple[str, ...]:
+def labels(components: Mapping | None = None) -> tuple[str, ...]:
+    """The component labels ``--train`` may name: the map's (``--component LABEL=GLOB``), else the
+    presets' (:data:`COMPONENTS`)."""
+    return tuple(components) if components else COMPONENTS
+
+
+def parse_train(spec: str, components: Mapping | None = None) -> tuple[str, ...]:
     """``"MHA+FC2"`` -> ``("MHA", "FC2")``, ``"mha@3"`` -> ``("MHA@3",)``; validates every part
-    (case-insensitive for components). ``auto@layer`` stands alone like ``auto``."""
+    (case-insensitive for components) against :func:`labels` of ``components``. ``auto@layer`` stands
+    alone like ``auto``."""
     if isinstance(spec, str) and spec.strip().lower() == AUTO_LAYER:
         return (AUTO_LAYER,)
-    return selection.parse_train(spec, COMPONENTS)
+    return selection.parse_train(spec, labels(components))
+
+
+def check_train_syntax(spec: str) -> str:
+    """``spec`` if it is well formed whatever the labels (they are checked against the map later)."""
+    if not (isinstance(spec, str) and spec.strip().lower() == AUTO_LAYER):
+        selection.parse_train(spec, None)
+    return spec
 
 
 def head_module(model: nn.Module) -> nn.Module:
@@ -62,7 +77,7 @@ def component_parameter_names(model: nn.Module, components=None) -> dict[str, li
 def trainable_names(model: nn.Module, train: str | Sequence[str], components=None) -> list[str]:
     """Names of the parameters ``train`` makes trainable (no change to the model). ``lora``/``auto``
     are not plain selections: resolve them first (:func:`apply_lora`, :func:`choose_components`)."""
-    parts = parse_train(train) if isinstance(train, str) else tuple(train)
+    parts = parse_train(train, components) if isinstance(train, str) else tuple(train)
     if AUTO_LAYER in parts:
         raise ValueError("trainable_names: resolve --train auto@layer before selecting parameters")
     return selection.trainable_names(model, parts, components)
@@ -83,25 +98,25 @@ def _component_means(plasticity) -> dict[str, float]:
 
 
 def choose_components(
-    plasticity, model: nn.Module, budget: int | None = None, *, include_head: bool = True
+    plasticity, model: nn.Module, budget: int | None = None, *, include_head: bool = True, components=None
 ) -> list[str]:
     """Components to train, highest plasticity first, whose parameters (plus the head's) fit ``budget``.
 
     ``plasticity`` is a ``PlasticityResult`` or a ``{component: value}`` mapping (non-finite values
     and unknown components are skipped). Greedy: a component that does not fit is skipped and the
     next, smaller one may still fit. ``budget=None`` keeps only the single best component.
+    ``components``: the component map (``{label: glob}``; default: the model's preset).
     """
     means = _component_means(plasticity)
-    ranked = sorted(
-        (c for c in COMPONENTS if c in means and means[c] == means[c]), key=lambda c: -means[c]
-    )
+    known = labels(components)
+    ranked = sorted((c for c in known if c in means and means[c] == means[c]), key=lambda c: -means[c])
     if not ranked:
-        raise ValueError(f"no plasticity for any of {', '.join(COMPONENTS)} (got {sorted(means)})")
+        raise ValueError(f"no plasticity for any of {', '.join(known)} (got {sorted(means)})")
     if budget is None:
         return ranked[:1]
     if budget <= 0:
         raise ValueError(f"--budget must be a positive number of parameters, got {budget}")
-    groups = component_parameter_names(model)
+    groups = component_parameter_names(model, components)
     used = count_parameters(model, groups["head"]) if include_head else 0
     if used > budget:
         raise ValueError(f"--budget {budget} is smaller than the head alone ({used} parameters)")
@@ -157,47 +172,50 @@ def _import_peft():
     return peft
 
 
-def lora_target_modules(model: nn.Module, components: Sequence[str]) -> list[str]:
-    """Qualified names of the linear layers LoRA should wrap for ``components`` (``"MHA"``,
-    ``"FC1@2"``...: the component map's modules; LNs have none)."""
-    return selection.lora_targets(model, tuple(components))
+def lora_target_modules(model: nn.Module, parts: Sequence[str], components=None) -> list[str]:
+    """Qualified names of the linear layers LoRA should wrap for ``parts`` (``"MHA"``, ``"FC1@2"``...:
+    the modules of the component map ``components`` (default: the preset); LNs have none)."""
+    return selection.lora_targets(model, tuple(parts), components)
 
 
-def _has_lora_target(model: nn.Module, component: str) -> bool:
+def _has_lora_target(model: nn.Module, component: str, components=None) -> bool:
     try:
-        return bool(selection.lora_targets(model, (component,)))
+        return bool(selection.lora_targets(model, (component,), components))
     except ValueError:
         return False
 
 
 def lora_config(
     plasticity_or_components, model: nn.Module, *, budget: int | None = None, r: int = 8,
-    alpha: int = 16, dropout: float = 0.0,
+    alpha: int = 16, dropout: float = 0.0, components=None,
 ):
     """A peft ``LoraConfig`` targeting the chosen components' linear layers, the head kept trainable.
 
     ``plasticity_or_components``: a PlasticityResult / ``{component: plasticity}`` mapping (the top
     components are chosen with :func:`choose_components` and ``budget``), or a list of component
-    names such as ``["MHA"]``.
+    names such as ``["MHA"]`` or ``["MHA@-2--1"]``. ``components``: the component map (``{label:
+    glob}``; default: the model's preset).
     """
     peft = _import_peft()
     if isinstance(plasticity_or_components, (list, tuple)):
-        components = [parse_train(c)[0] for c in plasticity_or_components]
+        parts = [parse_train(c, components)[0] for c in plasticity_or_components]
     else:
         means = _component_means(plasticity_or_components)
-        lora_able = {c: v for c, v in means.items() if c in COMPONENTS and _has_lora_target(model, c)}
-        components = choose_components(lora_able, model, budget)
+        lora_able = {c: v for c, v in means.items()
+                     if c in labels(components) and _has_lora_target(model, c, components)}
+        parts = choose_components(lora_able, model, budget, components=components)
     head_name = next(n for n, m in model.named_modules() if m is head_module(model))
     return peft.LoraConfig(
         r=r, lora_alpha=alpha, lora_dropout=dropout,
-        target_modules=lora_target_modules(model, components), modules_to_save=[head_name],
+        target_modules=lora_target_modules(model, parts, components), modules_to_save=[head_name],
     )
 
 
-def apply_lora(model: nn.Module, config=None, *, r: int = 8, alpha: int = 16) -> nn.Module:
-    """Wrap ``model`` with peft LoRA (default: attention, the ``--train lora`` baseline). Returns the
-    peft model; only adapters and the head are trainable."""
+def apply_lora(model: nn.Module, config=None, *, r: int = 8, alpha: int = 16, components=None) -> nn.Module:
+    """Wrap ``model`` with peft LoRA (default: the attention, component ``MHA`` of the map
+    ``components`` or the preset: the ``--train lora`` baseline). Returns the peft model; only
+    adapters and the head are trainable."""
     peft = _import_peft()
     if config is None:
-        config = lora_config(["MHA"], model, r=r, alpha=alpha)
+        config = lora_config(["MHA"], model, r=r, alpha=alpha, components=components)
     return peft.get_peft_model(model, config)

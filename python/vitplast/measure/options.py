@@ -15,13 +15,6 @@ DEFAULT_DATA = "digits:0-4"
 DEFAULT_PAIR_DATA = "digits:5-9"
 
 
-def _components(value):
-    """``--component`` values (``LABEL=GLOB`` texts or pairs) or a ``{label: glob}`` mapping."""
-    if value is None or isinstance(value, dict):
-        return value or None
-    return T.components([T.component(v) if isinstance(v, str) else tuple(v) for v in value])
-
-
 def _json_object(value):
     if not isinstance(value, dict):
         raise ValueError(f"must be a JSON object {{\"key\": value, ...}}, got {value!r}")
@@ -59,7 +52,7 @@ class MeasureOptions:
         None, "a component to measure, as a glob over module names ('*' = the layer index, '**' = any "
         "prefix, '?' and '[...]' inside a name); repeatable (a label given twice is made of both "
         "modules); replaces the presets", flag="--component", action="append", metavar="LABEL=GLOB",
-        kind=Kind(T.component, _components))
+        kind=Kind(T.component, T.component_option))
     embedding: str | None = option(
         None, "--protocol decomposition: the module whose output is e, or 'NAME:input' for its input "
         "(default: the preset's)", metavar="NAME")
