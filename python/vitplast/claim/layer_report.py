@@ -2,18 +2,17 @@
 and in words what the data can and cannot tell) and the figure (gain against plasticity per unit,
 coloured by component; plasticity and gain per layer; the selection comparison).
 
-Drawn on a bare ``matplotlib.figure.Figure`` with the Agg canvas (no global pyplot state), written
-atomically."""
+Drawn in the commands' one plotting style (:mod:`vitplast.common.plots`: no global pyplot state,
+written atomically)."""
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
 
-from vitplast_kernels.atomic_io import atomic_write
-
+from ..common.plots import figure, save
 from ..finetune import COMPONENTS
-from .report import EDGE_MARK, P_DEFINITION, _ci, _num, lr_edge_line, lr_grid
+from .report import EDGE_MARK, P_DEFINITION, _ci, _num, lr_edge_line, lr_grid, result_cells
 
 
 def _row(unit, plasticity, params, lr, accuracy, gain) -> str:
@@ -42,11 +41,7 @@ def format_layer_report(result: dict) -> str:
     ]
     lines.append("-" * len(lines[-1]))
     for r in an["rows"]:
-        lines.append(_row(
-            r["unit"], f"{_num(r['plasticity'], '.3f')} {_ci(r['plasticity_ci'], '.3f')}",
-            f"{r['trainable_params']:,}", f"{r['lr']:.2g}{_edge_mark(r['lr_edge'])}",
-            f"{_num(r['accuracy']['mean'], '.4f')} {_ci(r['accuracy']['ci'], '.3f')}",
-            f"{_num(r['gain']['mean'], '+.4f')} {_ci(r['gain']['ci'], '+.3f')}"))
+        lines.append(_row(r["unit"], *result_cells(r)))
     lines.append(_row("head", "(baseline)", f"{base['trainable_params']:,}",
                       f"{base['lr']:.2g}{_edge_mark(base['lr_edge'])}",
                       f"{_num(base['accuracy']['mean'], '.4f')} {_ci(base['accuracy']['ci'], '.3f')}", ""))
@@ -151,14 +146,10 @@ def reading(an: dict, cfg: dict) -> list[str]:
 def plot_layers(result: dict, path) -> Path:
     """Gain vs plasticity (one point per unit, coloured by component, 95% error bars both ways);
     plasticity and gain per layer; the selection comparison -> PNG at ``path``."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
     an = result["analysis"]
     rows = an["rows"]
-    fig = Figure(figsize=(13, 9))
-    FigureCanvasAgg(fig)
-    (ax, ax_sel), (ax_p, ax_g) = fig.subplots(2, 2)
+    fig, axes = figure(2, 2, (13, 9))
+    (ax, ax_sel), (ax_p, ax_g) = axes
     names = list(COMPONENTS) + [c for c in dict.fromkeys(r["component"] for r in rows) if c not in COMPONENTS]
     colors = {c: f"C{i}" for i, c in enumerate(names)}
     seen = set()
@@ -208,10 +199,7 @@ def plot_layers(result: dict, path) -> Path:
     ax_p.set_title("plasticity per layer", fontsize=10)
     ax_g.set_title("gain per layer (each unit trained alone)", fontsize=10)
     _plot_selection(ax_sel, an.get("selection"))
-    fig.tight_layout()
-    path = Path(path)
-    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=100, format="png"))
-    return path
+    return save(fig, path, dpi=100)
 
 
 def _nan(v):

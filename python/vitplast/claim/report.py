@@ -46,6 +46,15 @@ def lr_edge_line(rows: list[dict], base: dict, key: str) -> str:
             "be understated (a clipped lr); widen --lr or use --lr auto")
 
 
+def result_cells(r: dict) -> tuple[str, str, str, str, str]:
+    """A table row's cells: plasticity, trainable parameters, lr (``<``/``>`` at the grid's edge),
+    accuracy and gain, each with its 95% CI."""
+    return (f"{_num(r['plasticity'], '.3f')} {_ci(r['plasticity_ci'], '.3f')}", f"{r['trainable_params']:,}",
+            f"{r['lr']:.2g}{EDGE_MARK.get(r.get('lr_edge'), '')}",
+            f"{_num(r['accuracy']['mean'], '.4f')} {_ci(r['accuracy']['ci'], '.3f')}",
+            f"{_num(r['gain']['mean'], '+.4f')} {_ci(r['gain']['ci'], '+.3f')}")
+
+
 def _row(component, plasticity, params, lr, accuracy, gain) -> str:
     return (f"{component:<10} {plasticity:<22} {params:>9} {lr:>7}  {accuracy:<22} {gain}").rstrip()
 
@@ -69,11 +78,7 @@ def format_report(result: dict) -> str:
     ]
     lines.append("-" * len(lines[-1]))
     for r in an["rows"]:
-        lines.append(_row(
-            r["component"], f"{_num(r['plasticity'], '.3f')} {_ci(r['plasticity_ci'], '.3f')}",
-            f"{r['trainable_params']:,}", f"{r['lr']:.2g}{EDGE_MARK.get(r.get('lr_edge'), '')}",
-            f"{_num(r['accuracy']['mean'], '.4f')} {_ci(r['accuracy']['ci'], '.3f')}",
-            f"{_num(r['gain']['mean'], '+.4f')} {_ci(r['gain']['ci'], '+.3f')}"))
+        lines.append(_row(r["component"], *result_cells(r)))
     if base["train"] == "head":
         acc = f"{_num(base['accuracy']['mean'], '.4f')} {_ci(base['accuracy']['ci'], '.3f')}"
         params = f"{base['trainable_params']:,}"
