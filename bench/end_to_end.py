@@ -4,14 +4,22 @@ Per model: seconds per batch of the plain forward, of forward + ``vitplast_kerne
 (in_situ, halves, result read on the host), of naive forward hooks with the paper's eager distance,
 and of the paper's protocol (every component on ``e``, outputs to the host, eager distances), timed in
 interleaved rounds (medians); ``x naive`` / ``x paper`` = their time / forward + capture time.
+``capture +%`` is the median over rounds of each round's capture / forward ratio (a drift of the
+machine between rounds cancels); ``noise +%`` is the same figure for a second, identical plain forward
+against the first: the smallest overhead the run can tell from zero.
 The measurements are those of ``vitplast profile`` (python/vitplast/profiler.py, profiler_peers.py).
 """
 
 from __future__ import annotations
 
+import statistics
 from typing import Any
 
 import torch
+
+from vitplast_kernels import timing
+
+from .harness import minor_faults
 
 # (model, images per batch, dtype): small enough for a 2-core CPU / a short GPU run
 CONFIGS = {
@@ -27,6 +35,9 @@ COLUMNS = [
     ("forward_ms", "forward ms", ".1f"),
     ("capture_ms", "+capture ms", ".1f"),
     ("overhead_pct", "capture +%", ".1f"),
+    ("noise_pct", "noise +%", ".1f"),
+    ("faults_forward", "faults/fwd", ".0f"),
+    ("faults_capture", "faults/fwd+cap", ".0f"),
     ("reductions_ms", "kernels ms", ".1f"),
     ("naive_ms", "naive hooks ms", ".1f"),
     ("paper_ms", "paper ms", ".1f"),
@@ -48,15 +59,34 @@ def _row(model_name: str, batch: int, dtype: torch.dtype, device: torch.device, 
     gen = torch.Generator().manual_seed(0)
     images = torch.randn(batch, 3, size, size, generator=gen).to(device=device, dtype=dtype)
     st = pf.structure(model)
-    fns = {"forward": pf.forward_fn(model, images),
-           "capture": pf.capture_fn(model, images, "in_situ", "halves"),
-           "naive": peers.naive_hooks_fn(model, images, st),
+    forward = pf.forward_fn(model, images)
+    fns = {"forward": forward, "capture": pf.capture_fn(model, images, "in_situ", "halves"),
+           "forward again": forward, "naive": peers.naive_hooks_fn(model, images, st),
            "paper": lambda: peers.paper_protocol(model, images, st)}
-    t = {k: v["median"] for k, v in pf.time_variants(fns, device, reps).items()}
+    faults: dict[str, list[int]] = {k: [] for k in fns}
+
+    def counted(name, fn):  # minor page faults per call, beside the time (see harness.pin_allocator)
+        def run():
+            before = minor_faults()
+            out = fn()
+            faults[name].append(minor_faults() - before)
+            return out
+        return run
+
+    fns = {k: counted(k, fn) for k, fn in fns.items()}
+    samples = timing.interleaved_samples(fns, device=device, rounds=reps)
+    t = {k: statistics.median(v) / 1e3 for k, v in samples.items()}
+
+    def paired_pct(name: str) -> float:  # median over rounds of this round's ratio to the forward
+        return 100 * (statistics.median(a / f for a, f in zip(samples[name], samples["forward"],
+                                                                strict=True)) - 1)
+
     red = pf.reduction_rate(model, images, st, reps=reps)
     return {"model": model_name, "batch": batch, "dtype": str(dtype).removeprefix("torch."),
             "forward_ms": 1e3 * t["forward"], "capture_ms": 1e3 * t["capture"],
-            "overhead_pct": 100 * (t["capture"] / t["forward"] - 1), "naive_ms": 1e3 * t["naive"],
+            "overhead_pct": paired_pct("capture"), "noise_pct": paired_pct("forward again"),
+            "faults_forward": statistics.median(faults["forward"]),
+            "faults_capture": statistics.median(faults["capture"]), "naive_ms": 1e3 * t["naive"],
             "paper_ms": 1e3 * t["paper"], "x_naive_hooks": t["naive"] / t["capture"],
             "x_paper": t["paper"] / t["capture"], "images_per_s": batch / t["capture"],
             "reductions_ms": 1e3 * red["per_forward_s"], "reductions_GBps": red["GBps"],
@@ -66,12 +96,14 @@ def _row(model_name: str, batch: int, dtype: torch.dtype, device: torch.device, 
 def rows(device: str, quick: bool = False) -> tuple[list[dict[str, Any]], str]:
     dev = torch.device(device)
     configs = CONFIGS[dev.type][:1] if quick else CONFIGS[dev.type]
-    reps = 3 if quick or dev.type == "cpu" else 5
+    reps = 3 if quick else 7 if dev.type == "cpu" else 5
     out = [_row(m, b, dt, dev, reps) for m, b, dt in configs]
     note = (f"timm models, random weights, on {device}; medians of {reps} interleaved rounds; capture = "
             "vitplast_kernels.capture(in_situ, halves) + pairwise_plasticity + host read; naive = forward "
             "hooks with the eager formula; paper = its protocol (every component on e, outputs to host, "
-            "eager distances), all blocks; x = peer time / capture time; kernels ms = block 0's distinct "
-            "tensors reduced alone, times the depth (the kernels' share of the capture cost); same numbers "
+            "eager distances), all blocks; capture +% and noise +% (plain forward timed twice) = medians of "
+            "per-round ratios; faults = minor page faults per call (median); x = peer time / capture "
+            "time; kernels ms = block 0's distinct tensors reduced alone, times the depth (the kernels' "
+            "share of the capture cost); same numbers "
             "as `vitplast profile`")
     return out, note

@@ -33,7 +33,10 @@ class Halves(Pairing):
         tensors = list(tensors)
         n = tensors[0].shape[0]
         b = n // 2
-        # one grouped launch per dtype (the grouped op needs one dtype); results back in input order
+        dtype = tensors[0].dtype
+        if all(t.dtype == dtype for t in tensors):  # the usual case: the grouped op's (G, P) as it is
+            return grouped_sq_sums([t[:b] for t in tensors], [t[b:] for t in tensors], backend=backend)
+        # mixed dtypes: one grouped launch per dtype (the op takes one); results back in input order
         out: list[torch.Tensor | None] = [None] * len(tensors)
         by_dtype: dict[torch.dtype, list[int]] = {}
         for g, t in enumerate(tensors):
