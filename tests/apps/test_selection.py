@@ -32,7 +32,7 @@ def _matching(model, *patterns):
     ("MHA", ("MHA",)), ("mha@3", ("MHA@3",)), ("FC1@0-2", ("FC1@0-2",)), ("MHA@-1", ("MHA@-1",)),
     ("LN1@-2--1", ("LN1@-2--1",)), ("MHA@3+FC1@0-0+head", ("MHA@3", "FC1@0", "head")),
     (" MHA + MHA ", ("MHA",)), ("HEAD", ("head",)), ("full", ("full",)), ("lora", ("lora",)),
-    ("auto", ("auto",)), ("mha+fc2", ("MHA", "FC2")),
+    ("auto", ("auto",)), ("mha+fc2", ("MHA", "FC2")), ("Auto@Layer", ("auto@layer",)),
 ])
 def test_parse(spec, parts):
     assert S.parse_train(spec) == parts
@@ -42,6 +42,7 @@ def test_parse(spec, parts):
     ("", "must be one of"), ("MLP", "unknown choice 'MLP'"), ("MHA@", "layers ''"),
     ("MHA@1,2", "layers '1,2'"), ("MHA@a", "layers 'a'"), ("head@0", "only a component"),
     ("@3", "only a component"), ("full+MHA", "cannot be combined"), ("auto+head", "cannot be combined"),
+    ("auto@layer+MHA", "cannot be combined"), ("MLP", r"lora, auto, auto@layer \("),
 ])
 def test_parse_errors(spec, match):
     with pytest.raises(ValueError, match=match):

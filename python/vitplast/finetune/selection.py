@@ -30,6 +30,7 @@ from vitplast_kernels.measure import presets
 
 COMPONENTS = presets.COMPONENTS  # ("LN1", "MHA", "LN2", "FC1", "FC2"): the one component list
 SPECIAL = ("full", "head", "lora", "auto")
+AUTO_LAYER = "auto@layer"  # auto over (component, layer) units; stands alone like auto
 _LAYERS = re.compile(r"^(-?\d+)(?:-(-?\d+))?$")
 
 
@@ -56,7 +57,7 @@ def parse_train(spec: str, labels: Sequence[str] | None = COMPONENTS) -> tuple[s
 
     ``labels``: the component labels allowed (default: the preset components); ``None`` accepts any
     label (checked later against the model's map, :func:`resolve`)."""
-    choices = ", ".join(list(labels or ("LABEL",)) + list(SPECIAL))
+    choices = ", ".join([*(labels or ("LABEL",)), *SPECIAL, AUTO_LAYER])
     if not isinstance(spec, str) or not spec.strip():
         raise ValueError(f"must be one of {choices} (components join with +, LABEL@LAYERS restricts one "
                          "to layers, e.g. MHA@3, FC1@0-2, MHA@-1)")
@@ -66,6 +67,9 @@ def parse_train(spec: str, labels: Sequence[str] | None = COMPONENTS) -> tuple[s
         text = raw.strip()
         label, layers = split_part(text)
         label = label.strip()
+        if layers is not None and f"{label}@{layers.strip()}".lower() == AUTO_LAYER:
+            parts.append(AUTO_LAYER)
+            continue
         if layers is None and label.lower() in SPECIAL:
             parts.append(label.lower())
             continue
@@ -82,8 +86,8 @@ def parse_train(spec: str, labels: Sequence[str] | None = COMPONENTS) -> tuple[s
             parts.append(f"{label}@{lo}" if lo == hi else f"{label}@{lo}-{hi}")
         else:
             parts.append(label)
-    if len(parts) > 1 and any(p in SPECIAL and p != "head" for p in parts):
-        raise ValueError(f"{spec!r}: full, lora and auto cannot be combined with other choices")
+    if len(parts) > 1 and any((p in SPECIAL and p != "head") or p == AUTO_LAYER for p in parts):
+        raise ValueError(f"{spec!r}: full, lora, auto and auto@layer cannot be combined with other choices")
     return tuple(dict.fromkeys(parts))
 
 

@@ -31,7 +31,7 @@ from .selection import count_parameters, set_trainable
 COMPONENTS = tuple(sorted(selection.COMPONENTS, key=lambda c: c.startswith("LN")))
 SPECIAL = selection.SPECIAL
 TRAIN_CHOICES = COMPONENTS + SPECIAL
-AUTO_LAYER = "auto@layer"
+AUTO_LAYER = selection.AUTO_LAYER
 
 __all__ = ["COMPONENTS", "SPECIAL", "TRAIN_CHOICES", "apply_lora", "check_train_syntax", "choose_components",
            "choose_units", "component_parameter_names", "count_parameters", "freeze_list", "head_module",
