@@ -104,3 +104,46 @@ def test_cli_one_line_and_nothing_written(tmp_path, capsys, argv, match):
     lines = [ln for ln in err.splitlines() if "error" in ln]
     assert rc == 2 and "Traceback" not in err and len(lines) == 1 and lines[0].startswith(match), err
     assert not out.exists()
+
+
+@pytest.mark.parametrize("options, match", [
+    ({"train": "FC1", "lora_targets": "MHA@1"}, r"--lora-targets only applies to --train lora"),
+    ({"train": "lora", "lora_targets": "MHA@"}, r"--lora-targets: layers ''"),
+    ({"train": "lora", "lora_targets": "MLP"}, r"--lora-targets: unknown choice 'MLP'"),
+    ({"train": "lora", "lora_targets": "head"}, r"--lora-targets head: components only"),
+    ({"train": "lora", "lora_targets": "auto@layer"}, r"--lora-targets auto@layer: components only"),
+    ({"train": "lora", "components": MAP, "lora_targets": "MHA"}, r"--lora-targets: unknown choice 'MHA'"),
+])
+def test_lora_targets_are_checked_with_the_options(options, match):
+    pytest.importorskip("peft")
+    with pytest.raises(ValueError, match=match):
+        resolve_options({"out": "x", **options})
+
+
+def test_lora_targets_restrict_the_adapters_to_their_layers(tmp_path):
+    pytest.importorskip("peft")
+    import warnings
+
+    from vitplast.finetune.model import build_model, make_trainable
+    from vitplast.finetune.options import DEFAULTS
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        net = build_model({**DEFAULTS, **TINY}, 4)
+        _, names = make_trainable(net, ("lora",), 4, lora_targets="MHA@1+FC1@-1")
+    adapted = {re.sub(r"\.lora_[AB].*", "", n.removeprefix("base_model.model."))
+               for n in names if "lora_" in n}
+    assert adapted == {"blocks.1.attn.qkv", "blocks.1.attn.proj", "blocks.2.mlp.fc1"}
+    assert all("lora_" in n or ".head." in n for n in names)
+    # the same through finetune (preflight and run), and a layer the model lacks fails before any file
+    out = tmp_path / "run"
+    with pytest.raises(ValueError, match="layer"):
+        finetune(**TINY, train="lora", lora_targets="MHA@7", steps=1, batch_size=8, out=str(out), **QUIET)
+    assert not out.exists()
+    res = finetune(**TINY, train="lora", lora_targets="MHA@1", steps=2, batch_size=8, out=str(out), **QUIET)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        one, names = make_trainable(build_model({**DEFAULTS, **TINY}, 4), ("lora",), 8, lora_targets="MHA@1")
+    params = dict(one.named_parameters())
+    assert res["runs"][0]["trainable_params"] == sum(params[n].numel() for n in names)
+    assert json.loads((out / "config.json").read_text())["lora_targets"] == "MHA@1"

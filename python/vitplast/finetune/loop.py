@@ -102,7 +102,7 @@ def _train(cfg: dict, train: str, lr: float, seed: int, run_path: Path, dctx: Di
     ckpt = rd.checkpoint
     log = RunLog(rd, dctx)
     parts, auto = trainable_parts(cfg, train, model, feed, device, dctx, amp, ckpt, log, say=say)
-    model, names = make_trainable(model, parts, cfg["lora_r"], cfg.get("components"))
+    model, names = make_trainable(model, parts, cfg["lora_r"], cfg.get("components"), cfg.get("lora_targets"))
     n_train = count_parameters(model, names)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = make_optimizer(cfg, params, lr)

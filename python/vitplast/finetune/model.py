@@ -91,14 +91,16 @@ def trainable_parts(cfg: dict, train: str, model, feed, device, dctx: DistContex
     return tuple(chosen) or ("head",), auto
 
 
-def make_trainable(model, parts: tuple[str, ...], lora_r: int, components=None):
-    """``(model, trainable parameter names)``: LoRA adapters for ``lora``, else what
+def make_trainable(model, parts: tuple[str, ...], lora_r: int, components=None,
+                   lora_targets: str | None = None):
+    """``(model, trainable parameter names)``: LoRA adapters for ``lora`` (on ``lora_targets``, a
+    ``--train``-style spec such as ``"MHA@2-3+FC1"``; default MHA), else what
     ``vitplast.finetune.trainable.select_trainable`` leaves trainable (the rest is frozen);
     ``components``: the component map (``--component``; default: the model's preset)."""
     from .trainable import apply_lora, select_trainable
 
     if parts == ("lora",):
-        model = apply_lora(model, r=lora_r, components=components)
+        model = apply_lora(model, r=lora_r, components=components, targets=lora_targets)
         return model, [n for n, p in model.named_parameters() if p.requires_grad]
     return model, select_trainable(model, parts, components)
 

@@ -32,7 +32,7 @@ from ..common.options import (
 from ..common.options import add_arguments as add_options
 from ..common.paths import check_out_dir
 from .log import tensorboard_writer_class
-from .trainable import COMPONENTS, TRAIN_CHOICES, check_train_syntax, parse_train
+from .trainable import COMPONENTS, SPECIAL, TRAIN_CHOICES, check_train_syntax, parse_train
 
 OPTIMIZERS = ("sgd", "adam")
 SCHEDULES = ("constant", "cosine")
@@ -69,13 +69,17 @@ class FinetuneOptions:
     components: dict | None = option(
         None, "a component as a glob over module names ('*' = the layer index, '**' = any prefix; repeat a "
         "label for a component of several modules); replaces the presets, so --train names these labels "
-        "(--train lora targets MHA)", flag="--component", action="append", metavar="LABEL=GLOB",
-        group="train", kind=Kind(component, component_option))
+        "(--train lora targets MHA unless --lora-targets says otherwise)", flag="--component",
+        action="append", metavar="LABEL=GLOB", group="train", kind=Kind(component, component_option))
     budget: int | None = option(None, "trainable-parameter budget of --train auto", group="train",
                                 kind=optional(integer(1)))
     auto_batches: int = option(4, "batches measured by --train auto (default: %(default)s)", group="train",
                                kind=integer(1))
     lora_r: int = option(8, "LoRA rank of --train lora", group="train", kind=integer(1))
+    lora_targets: str | None = option(
+        None, "what --train lora adapts: components of the map joined with +, each optionally restricted "
+        "to layers (MHA@2-3+FC1; their linear layers get adapters; default: MHA)", group="train",
+        kind=optional(checked(check_train_syntax)), metavar="SPEC")
     optimizer: str = option("adam", "sgd has momentum 0.9", group="optim", kind=choice(OPTIMIZERS))
     lr: list = option("1e-3", "learning rate(s), comma-separated (default: %(default)s)", group="optim",
                       kind=csv(number(positive=True)))
@@ -143,6 +147,16 @@ class FinetuneOptions:
             raise OptionError("--budget only applies to --train auto")
         if self.tensorboard:
             fail_on("--tensorboard", tensorboard_writer_class)  # fail before any directory is made
+        if self.lora_targets is not None:
+            if not any(p == ("lora",) for p in parsed):
+                raise OptionError("--lora-targets only applies to --train lora")
+            try:
+                targets = parse_train(self.lora_targets, self.components)
+            except ValueError as exc:
+                raise OptionError(f"--lora-targets: {exc}") from None
+            if any(t.split("@")[0] in SPECIAL for t in targets):
+                raise OptionError(f"--lora-targets {self.lora_targets}: components only (e.g. MHA, MHA@2-3, "
+                                  "MHA+FC1), not full, head, lora or auto")
         if any(p == ("lora",) for p in parsed):
             from .trainable import _import_peft
 

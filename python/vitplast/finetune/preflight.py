@@ -45,7 +45,9 @@ def _check_train(cfg: dict, train: str, model: torch.nn.Module) -> None:
     if parts == ("lora",):
         from .trainable import lora_target_modules
 
-        lora_target_modules(model, ("MHA",), comps)  # a map without attention raises ValueError here
+        targets = cfg.get("lora_targets")
+        # a map without the targets (by default its attention) raises ValueError here
+        lora_target_modules(model, parse_train(targets, comps) if targets is not None else ("MHA",), comps)
         return  # peft and --lora-r are checked with the options
     if parts in (("auto",), ("auto@layer",)):
         head = sum(p.numel() for p in head_module(model).parameters())

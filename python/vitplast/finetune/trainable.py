@@ -211,11 +211,13 @@ def lora_config(
     )
 
 
-def apply_lora(model: nn.Module, config=None, *, r: int = 8, alpha: int = 16, components=None) -> nn.Module:
-    """Wrap ``model`` with peft LoRA (default: the attention, component ``MHA`` of the map
-    ``components`` or the preset: the ``--train lora`` baseline). Returns the peft model; only
-    adapters and the head are trainable."""
+def apply_lora(model: nn.Module, config=None, *, r: int = 8, alpha: int = 16, components=None,
+               targets: str | None = None) -> nn.Module:
+    """Wrap ``model`` with peft LoRA (default: ``targets``, a ``--train``-style spec such as
+    ``"MHA@2-3+FC1"``, else the attention, component ``MHA`` of the map ``components`` or the preset:
+    the ``--train lora`` baseline). Returns the peft model; only adapters and the head are trainable."""
     peft = _import_peft()
     if config is None:
-        config = lora_config(["MHA"], model, r=r, alpha=alpha, components=components)
+        parts = list(parse_train(targets, components)) if targets is not None else ["MHA"]
+        config = lora_config(parts, model, r=r, alpha=alpha, components=components)
     return peft.get_peft_model(model, config)
