@@ -11,8 +11,6 @@ after the graph is a few attribute stores whose values at the end of a forward a
 
 from __future__ import annotations
 
-import weakref
-
 import torch
 
 Row = tuple[int, torch.Tensor, torch.Tensor]  # (row index, s_in (P,), s_out (P,) or (H, P) per head)
@@ -24,11 +22,6 @@ def version_of(t: torch.Tensor) -> int:
     if torch.compiler.is_compiling() or t.is_inference():
         return -1
     return t._version
-
-
-def _target(src: torch.Tensor | weakref.ref) -> torch.Tensor | None:
-    """The tensor a slot refers to (None once a weakly held one was freed)."""
-    return src() if isinstance(src, weakref.ref) else src
 
 
 class ForwardState:
@@ -51,8 +44,7 @@ class ForwardState:
 
     def new_rows(self) -> None:
         """Forgets the rows and the reduced tensors (they were flushed), keeps partial components and e."""
-        # layer -> ((tensor or weak ref to it, its per-pair sums, version), ...): tensors shared by two
-        # hooks of a layer
+        # layer -> ((tensor, its per-pair sums, version), ...): tensors shared by two hooks of a layer
         self.slots: dict[int, tuple[tuple[torch.Tensor, torch.Tensor, int], ...]] = {}
         self.rows: tuple[Row, ...] = ()
         self.head_rows: tuple[Row, ...] = ()
@@ -61,7 +53,7 @@ class ForwardState:
     def reduced(self, li: int, t: torch.Tensor) -> torch.Tensor | None:
         """The sums of ``t`` if it was reduced in layer ``li`` during this forward and not changed since."""
         for src, sums, version in self.slots.get(li, ()):
-            if _target(src) is t and version == version_of(t):
+            if src is t and version == version_of(t):
                 return sums
         return None
 
@@ -69,13 +61,8 @@ class ForwardState:
         """Records ``(tensor, sums)`` pairs reduced in layer ``li``, for :meth:`reduced`. Only the
         layer's own are kept: holding every layer's activations to the end of the forward kept the
         whole forward's activations alive in eager mode (memory, and fresh pages for every layer
-        instead of the allocator's reused ones); a tensor shared across layers is reduced again.
-        In eager mode even the layer's own are held by weak reference: a shared tensor is alive when
-        its second hook runs (it is that module's argument), and holding FC1's output to the end of
-        the block doubled the page faults of a ViT-S forward (measured: +10-15k minor faults, +20-30 ms
-        at batch 8 on the 2-core CPU). Under compile a tensor is a value of the traced graph: kept as is."""
-        keep_ref = torch.compiler.is_compiling()
-        new = tuple((t if keep_ref else weakref.ref(t), s, version_of(t)) for t, s in reduced)
+        instead of the allocator's reused ones); a tensor shared across layers is reduced again."""
+        new = tuple((t, s, version_of(t)) for t, s in reduced)
         self.slots = {li: (*self.slots.get(li, ()), *new)}
 
     def gather(self, ci: int, li: int, nparts: int, s_in: torch.Tensor, s_out: torch.Tensor
