@@ -26,13 +26,14 @@ from typing import Any
 import torch
 
 from .harness import (
+    ALLOCATORS,
     copy_bandwidth,
     load_warning,
     machine_info,
     machine_line,
-    pin_allocator,
     print_table,
     read_bandwidth,
+    set_allocator,
     write_json,
 )
 
@@ -143,7 +144,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--sections", nargs="+", choices=SECTIONS, metavar="SECTION",
                    help=f"run only these sections (default all: {', '.join(SECTIONS)})")
     p.add_argument("--threads", type=int, help="torch (and OpenMP) threads; default: torch's choice")
-    p.add_argument("--allocator", choices=("pinned", "default"), default="pinned",
+    p.add_argument("--allocator", choices=ALLOCATORS, default="pinned",
                    help="pinned (default): glibc malloc with a fixed mmap threshold and no trimming, so "
                         "that eager CPU timings are not page-fault noise (bench.harness.pin_allocator)")
     p.add_argument("--no-compile", action="store_true", help="leave out the torch.compile peer")
@@ -159,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     t0 = time.perf_counter()
     info = machine_info(args.device)
-    info["allocator"] = pin_allocator() if args.allocator == "pinned" else "allocator: default"
+    info["allocator"] = set_allocator(args.allocator)
     print(f"# python -m bench.compare --device {args.device}{' --quick' if args.quick else ''}")
     print(f"# machine: {machine_line(info)}")
     print(f"# {info['allocator']}")

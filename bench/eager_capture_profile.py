@@ -28,7 +28,7 @@ import torch
 import vitplast_kernels as vk
 from vitplast_kernels.measure import protocols
 
-from .harness import machine_info, machine_line, minor_faults, pin_allocator
+from .harness import ALLOCATORS, machine_info, machine_line, minor_faults, set_allocator
 
 
 def profile(model_name: str, batch: int, rounds: int) -> dict[str, float]:
@@ -52,7 +52,6 @@ def profile(model_name: str, batch: int, rounds: int) -> dict[str, float]:
             t1 = time.perf_counter()
             pairing_sq_sums(tensors, **kw)
             spent["op_hot"] += time.perf_counter() - t1
-            spent["hooks"] -= time.perf_counter() - t1
         return out
 
     hook = protocols.InSitu._hook
@@ -112,11 +111,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--rounds", type=int, default=9)
     p.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
-    p.add_argument("--allocator", choices=("pinned", "default"), default="pinned")
+    p.add_argument("--allocator", choices=ALLOCATORS, default="pinned")
     args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    alloc = pin_allocator() if args.allocator == "pinned" else "allocator: default"
+    alloc = set_allocator(args.allocator)
     print(f"# machine: {machine_line(machine_info('cpu'))}\n# {alloc}")
     m = profile(args.model, args.batch, args.rounds)
     ms = {k: 1e3 * v for k, v in m.items() if not k.startswith(("ratio", "faults"))}

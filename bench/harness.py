@@ -230,13 +230,12 @@ def pin_allocator() -> str:
     what was done (or why nothing was).
 
     By default glibc moves its mmap threshold as blocks are freed and returns the heap's top to the
-    system: measured on the 2-core CPU, the same eager ViT-S/16 batch-8 forward then takes 0 to 56k
-    minor page faults (about 0-100 ms of a ~500 ms forward), depending on what ran before it in the
-    process, and any hook that allocates changes the pattern. Two timed variants of one forward then
-    differ by the allocator's state more than by their work. With the threshold fixed and trimming
-    off, freed memory stays with the process: in the end-to-end runs every variant then took 0-8
-    faults per forward. Not a guarantee (fragmentation can still make a heap grow onto fresh pages),
-    and what an application sees depends on its own allocator."""
+    system, so the same eager ViT forward can take from none to tens of thousands of minor page faults
+    (a fifth of a CPU forward's time), depending on what ran before it in the process, and any hook
+    that allocates changes the pattern: two timed variants of one forward then differ by the
+    allocator's state more than by their work. With the threshold fixed and trimming off, freed
+    memory stays with the process and is normally reused. Not a guarantee (fragmentation can still
+    make a heap grow onto fresh pages), and what an application sees depends on its own allocator."""
     import ctypes
     import ctypes.util
 
@@ -247,6 +246,15 @@ def pin_allocator() -> str:
     if not ok:
         return "allocator: default (mallopt refused)"
     return "allocator: glibc malloc pinned (mmap threshold 32 MiB, no trim; --allocator default to keep it)"
+
+
+ALLOCATORS = ("pinned", "default")  # the --allocator choices of the CPU benchmarks
+
+
+def set_allocator(choice: str) -> str:
+    """``--allocator``: ``"pinned"`` calls :func:`pin_allocator`, ``"default"`` leaves malloc as it is;
+    returns the line saying which."""
+    return pin_allocator() if choice == "pinned" else "allocator: default"
 
 
 def minor_faults() -> int:

@@ -60,9 +60,9 @@ def _worker(rank: int, world: int, port: int, kind: str, out_dir: str) -> None:
         dist.barrier()  # no rank tears gloo down while the other still has collectives in flight
     finally:
         dist.destroy_process_group()
-    # Success: leave without the interpreter's teardown. Once in CI (2 cores) a rank of the fsdp2 case
-    # died with SIGABRT ("terminate called without an active exception") after its file was written:
-    # gloo worker threads torn down at exit (pytorch/pytorch#179291 describes the same exit race)
+    # Success: leave without the interpreter's teardown, where gloo worker threads that still touch
+    # Python objects can abort the process ("terminate called without an active exception") after its
+    # result is written (the exit race of pytorch/pytorch#179291)
     os._exit(0)
 
 

@@ -12,15 +12,11 @@ from pathlib import Path
 
 from ..common.plots import figure, save
 from ..finetune import COMPONENTS
-from .report import EDGE_MARK, P_DEFINITION, _ci, _num, lr_edge_line, lr_grid, result_cells
+from .report import P_DEFINITION, _ci, _num, edge_mark, lr_edge_line, lr_grid, result_cells
 
 
 def _row(unit, plasticity, params, lr, accuracy, gain) -> str:
     return f"{unit:<8} {plasticity:<22} {params:>9} {lr:>8}  {accuracy:<22} {gain}".rstrip()
-
-
-def _edge_mark(edge) -> str:
-    return EDGE_MARK.get(edge, "")
 
 
 def format_layer_report(result: dict) -> str:
@@ -43,7 +39,7 @@ def format_layer_report(result: dict) -> str:
     for r in an["rows"]:
         lines.append(_row(r["unit"], *result_cells(r)))
     lines.append(_row("head", "(baseline)", f"{base['trainable_params']:,}",
-                      f"{base['lr']:.2g}{_edge_mark(base['lr_edge'])}",
+                      f"{base['lr']:.2g}{edge_mark(base['lr_edge'])}",
                       f"{_num(base['accuracy']['mean'], '.4f')} {_ci(base['accuracy']['ci'], '.3f')}", ""))
     ia = base["initial_accuracy"]
     lines += [f"before finetuning: accuracy {_num(ia['mean'], '.4f')} {_ci(ia['ci'], '.3f')}", ""]
@@ -86,7 +82,7 @@ def format_layer_report(result: dict) -> str:
 def _selection_lines(sel: dict) -> list[str]:
     def one(label, s):
         return (f"  {label:<18} {_num(s['gain']['mean'], '+.4f')} {_ci(s['gain']['ci'], '+.3f')}  "
-                f"lr {s['lr']:.2g}{_edge_mark(s['lr_edge'])}  {s['trainable_params']:,} params  "
+                f"lr {s['lr']:.2g}{edge_mark(s['lr_edge'])}  {s['trainable_params']:,} params  "
                 f"{'+'.join(s['units'])}")
 
     out = [f"selection under a budget of {sel['budget']:,} trainable parameters besides the head "

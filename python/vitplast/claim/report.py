@@ -46,11 +46,16 @@ def lr_edge_line(rows: list[dict], base: dict, key: str) -> str:
             "be understated (a clipped lr); widen --lr or use --lr auto")
 
 
+def edge_mark(edge: str | None) -> str:
+    """``<`` / ``>`` when the best lr sits at the grid's low / high edge, else nothing."""
+    return EDGE_MARK.get(edge, "")
+
+
 def result_cells(r: dict) -> tuple[str, str, str, str, str]:
     """A table row's cells: plasticity, trainable parameters, lr (``<``/``>`` at the grid's edge),
     accuracy and gain, each with its 95% CI."""
     return (f"{_num(r['plasticity'], '.3f')} {_ci(r['plasticity_ci'], '.3f')}", f"{r['trainable_params']:,}",
-            f"{r['lr']:.2g}{EDGE_MARK.get(r.get('lr_edge'), '')}",
+            f"{r['lr']:.2g}{edge_mark(r.get('lr_edge'))}",
             f"{_num(r['accuracy']['mean'], '.4f')} {_ci(r['accuracy']['ci'], '.3f')}",
             f"{_num(r['gain']['mean'], '+.4f')} {_ci(r['gain']['ci'], '+.3f')}")
 
@@ -82,7 +87,7 @@ def format_report(result: dict) -> str:
     if base["train"] == "head":
         acc = f"{_num(base['accuracy']['mean'], '.4f')} {_ci(base['accuracy']['ci'], '.3f')}"
         params = f"{base['trainable_params']:,}"
-        lr = f"{base['lr']:.2g}{EDGE_MARK.get(base.get('lr_edge'), '')}"
+        lr = f"{base['lr']:.2g}{edge_mark(base.get('lr_edge'))}"
         lines.append(_row("head", "(baseline)", params, lr, acc, ""))
     ia = base["initial_accuracy"]
     lines.append(f"before finetuning: accuracy {_num(ia['mean'], '.4f')} {_ci(ia['ci'], '.3f')}")

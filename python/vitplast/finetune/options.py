@@ -32,7 +32,7 @@ from ..common.options import (
 from ..common.options import add_arguments as add_options
 from ..common.paths import check_out_dir
 from .log import tensorboard_writer_class
-from .trainable import COMPONENTS, SPECIAL, TRAIN_CHOICES, check_train_syntax, parse_train
+from .trainable import COMPONENTS, SPECIAL, TRAIN_CHOICES, check_train_syntax, lora_target_parts, parse_train
 
 OPTIMIZERS = ("sgd", "adam")
 SCHEDULES = ("constant", "cosine")
@@ -151,7 +151,7 @@ class FinetuneOptions:
             if not any(p == ("lora",) for p in parsed):
                 raise OptionError("--lora-targets only applies to --train lora")
             try:
-                targets = parse_train(self.lora_targets, self.components)
+                targets = lora_target_parts(self.lora_targets, self.components)
             except ValueError as exc:
                 raise OptionError(f"--lora-targets: {exc}") from None
             if any(t.split("@")[0] in SPECIAL for t in targets):

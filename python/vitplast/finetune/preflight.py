@@ -43,11 +43,10 @@ def _check_train(cfg: dict, train: str, model: torch.nn.Module) -> None:
     comps = cfg.get("components")
     parts = parse_train(train, comps)
     if parts == ("lora",):
-        from .trainable import lora_target_modules
+        from .trainable import lora_target_modules, lora_target_parts
 
-        targets = cfg.get("lora_targets")
         # a map without the targets (by default its attention) raises ValueError here
-        lora_target_modules(model, parse_train(targets, comps) if targets is not None else ("MHA",), comps)
+        lora_target_modules(model, lora_target_parts(cfg.get("lora_targets"), comps), comps)
         return  # peft and --lora-r are checked with the options
     if parts in (("auto",), ("auto@layer",)):
         head = sum(p.numel() for p in head_module(model).parameters())

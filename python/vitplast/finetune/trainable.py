@@ -35,8 +35,8 @@ AUTO_LAYER = selection.AUTO_LAYER
 
 __all__ = ["COMPONENTS", "SPECIAL", "TRAIN_CHOICES", "apply_lora", "check_train_syntax", "choose_components",
            "choose_units", "component_parameter_names", "count_parameters", "freeze_list", "head_module",
-           "labels", "lora_config", "lora_target_modules", "parse_train", "select_trainable", "set_trainable",
-           "trainable_names"]
+           "labels", "lora_config", "lora_target_modules", "lora_target_parts", "parse_train",
+           "select_trainable", "set_trainable", "trainable_names"]
 
 
 def labels(components: Mapping | None = None) -> tuple[str, ...]:
@@ -49,16 +49,22 @@ def parse_train(spec: str, components: Mapping | None = None) -> tuple[str, ...]
     """``"MHA+FC2"`` -> ``("MHA", "FC2")``, ``"mha@3"`` -> ``("MHA@3",)``; validates every part
     (case-insensitive for components) against :func:`labels` of ``components``. ``auto@layer`` stands
     alone like ``auto``."""
-    if isinstance(spec, str) and spec.strip().lower() == AUTO_LAYER:
-        return (AUTO_LAYER,)
     return selection.parse_train(spec, labels(components))
 
 
 def check_train_syntax(spec: str) -> str:
     """``spec`` if it is well formed whatever the labels (they are checked against the map later)."""
-    if not (isinstance(spec, str) and spec.strip().lower() == AUTO_LAYER):
-        selection.parse_train(spec, None)
+    selection.parse_train(spec, None)
     return spec
+
+
+LORA_DEFAULT = ("MHA",)  # what --train lora adapts without --lora-targets: every layer's attention
+
+
+def lora_target_parts(spec: str | None, components=None) -> tuple[str, ...]:
+    """The parts ``--lora-targets`` names (``"MHA@2-3+FC1"`` -> ``("MHA@2-3", "FC1")``), or
+    :data:`LORA_DEFAULT` for None."""
+    return LORA_DEFAULT if spec is None else parse_train(spec, components)
 
 
 def head_module(model: nn.Module) -> nn.Module:
@@ -218,6 +224,6 @@ def apply_lora(model: nn.Module, config=None, *, r: int = 8, alpha: int = 16, co
     the ``--train lora`` baseline). Returns the peft model; only adapters and the head are trainable."""
     peft = _import_peft()
     if config is None:
-        parts = list(parse_train(targets, components)) if targets is not None else ["MHA"]
-        config = lora_config(parts, model, r=r, alpha=alpha, components=components)
+        config = lora_config(list(lora_target_parts(targets, components)), model, r=r, alpha=alpha,
+                             components=components)
     return peft.get_peft_model(model, config)
