@@ -8,6 +8,7 @@ import torch
 from helpers import rand
 
 import vitplast_kernels as vk
+from vitplast_kernels.ops import paired as op_paired
 
 
 @pytest.mark.parametrize(
@@ -124,3 +125,22 @@ def test_graph_only_for_inputs_that_require_grad(gen):
     assert not vk.pair_sq_distances(x.detach(), x.detach() * 2).requires_grad
     with torch.no_grad():
         assert not vk.pair_sq_distances(x, x * 2).requires_grad
+
+
+@pytest.mark.parametrize("backend", ["cpu", "torch", "triton"])
+def test_calls_without_a_gradient_skip_autograd_and_give_the_same_bits(backend, gen):
+    # inputs that need no gradient go below the autograd key (the Python autograd wrapper only
+    # redispatches): same values, bit for bit, as through autograd; gradients still flow where asked
+    x, y = rand((4, 3, 33), torch.float32, gen), rand((4, 3, 33), torch.float32, gen)
+    xg = x.clone().requires_grad_()
+    assert not op_paired.without_autograd([xg, y])
+    assert op_paired.without_autograd([x, y])
+    with torch.no_grad():
+        assert op_paired.without_autograd([xg, y])
+    through = op_paired.grouped_sq_sums([xg, x], [y, y], backend=backend)
+    below = op_paired.grouped_sq_sums([x, x], [y, y], backend=backend)
+    assert through.requires_grad and not below.requires_grad
+    assert torch.equal(through.detach(), below)
+    assert torch.equal(op_paired.pair_sq_sums(x, y, backend=backend), below[0])
+    through.sum().backward()
+    assert xg.grad is not None and torch.equal(xg.grad, 2 * (x - y))

@@ -62,12 +62,31 @@ def decomposed_sq_sums(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return d.to(torch.float64).square().flatten(1).sum(1)
 
 
+def without_autograd(tensors: Sequence[torch.Tensor]) -> bool:
+    """Whether a call on ``tensors`` can skip the autograd dispatch: eager mode, and no gradient can
+    flow (grad mode off, or no input requires one; capture detaches what it measures). The paired ops'
+    autograd formulas are Python (registered below), so dispatching through them costs ~7 us per call
+    only to redispatch below autograd: a few percent of a small model's forward with 60 hooks."""
+    if torch.compiler.is_compiling():
+        return False  # traced: the graph records the op itself
+    return not torch.is_grad_enabled() or not any(t.requires_grad for t in tensors)
+
+
+def call_backend(fn, a, b, tensors: Sequence[torch.Tensor]) -> torch.Tensor:
+    """``fn(a, b)``, below the autograd dispatch key when :func:`without_autograd` allows it (the result
+    is the same tensor the autograd path returns for inputs that need no gradient)."""
+    if without_autograd(tensors):
+        with torch._C._AutoDispatchBelowAutograd():
+            return fn(a, b)
+    return fn(a, b)
+
+
 def pair_sq_sums(a: torch.Tensor, b: torch.Tensor, *, backend: str = "auto") -> torch.Tensor:
     """``(B, ...) x (B, ...) -> (B,)`` float64 ``sum_k (a[i, k] - b[i, k])^2`` (the backends' sums)."""
     a, b = validate.check_pair("a", a, "b", b)
     if compiler_reduces(backend, a.device):
         return decomposed_sq_sums(a, b)
-    return resolve(backend, a.device, dtype=a.dtype).pair_sq(a, b)
+    return call_backend(resolve(backend, a.device, dtype=a.dtype).pair_sq, a, b, (a, b))
 
 
 def pair_sq_distances(a: torch.Tensor, b: torch.Tensor, *, backend: str = "auto") -> torch.Tensor:
@@ -143,7 +162,7 @@ def grouped_sq_sums(
         validate.check_same(names, a, same_shape=False)
     if compiler_reduces(backend, a[0].device):
         return torch.stack([decomposed_sq_sums(x, y) for x, y in zip(a, b, strict=True)])
-    return resolve(backend, a[0].device, dtype=a[0].dtype).grouped(a, b)
+    return call_backend(resolve(backend, a[0].device, dtype=a[0].dtype).grouped, a, b, (*a, *b))
 
 
 def pair_sq_distances_grouped(

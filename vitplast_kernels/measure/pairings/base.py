@@ -23,6 +23,7 @@ Each scheme's module registers it (:func:`register_pairing`); importing
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -67,14 +68,16 @@ class Pairing:
 def used_rates(
     s_in: torch.Tensor, s_out: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """float64 per-pair sums (same shape) -> ``(r, used, identical, nonfinite)``: the rates
-    ``sqrt(s_out / s_in)`` of the used pairs (0 elsewhere) and the three masks, by the rules of
-    :func:`pair_stats` (shared by every pairing scheme)."""
+    """float64 per-pair sums of squares (same shape; >= 0, NaN or +inf) -> ``(r, used, identical,
+    nonfinite)``: the rates ``sqrt(s_out / s_in)`` of the used pairs (0 elsewhere) and the three masks,
+    by the rules of :func:`pair_stats` (shared by every pairing scheme)."""
     identical = s_in == 0
     rate = (s_out / s_in).sqrt()
-    used = ~identical & torch.isfinite(rate) & torch.isfinite(s_in) & torch.isfinite(s_out)
+    # sums of squares and their rates are >= 0, NaN or +inf, so `x < inf` is isfinite for them (NaN
+    # compares False) at one op instead of three; a finite rate with a finite s_in implies a finite s_out
+    used = ~identical & (rate < math.inf) & (s_in < math.inf)
     nonfinite = ~identical & ~used
-    r = torch.where(used, rate, torch.zeros((), dtype=torch.float64, device=rate.device))
+    r = torch.where(used, rate, 0.0)
     return r, used, identical, nonfinite
 
 
@@ -98,8 +101,8 @@ def stats_of(r: torch.Tensor, used: torch.Tensor, identical: torch.Tensor, nonfi
     """The outputs of :func:`used_rates` -> ``(..., 5)`` float64 ``[count, sum, sumsq, identical,
     nonfinite]`` over the last dim."""
     return torch.stack(
-        [used.sum(-1).double(), r.sum(-1), (r * r).sum(-1), identical.sum(-1).double(),
-         nonfinite.sum(-1).double()],
+        [used.sum(-1, dtype=torch.float64), r.sum(-1), (r * r).sum(-1),
+         identical.sum(-1, dtype=torch.float64), nonfinite.sum(-1, dtype=torch.float64)],
         dim=-1,
     )
 
