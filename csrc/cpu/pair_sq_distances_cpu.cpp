@@ -69,7 +69,13 @@ void group_sq_distances_into(const std::vector<PairLayout>& group, int64_t rows,
     first_task[g + 1] = first_task[g] + rows * blocks[g];
   }
   std::vector<double> partial(static_cast<size_t>(first_task[G]));
-  at::parallel_for(0, first_task[G], 1, [&](int64_t begin, int64_t end) {
+  // Less than one block of work in all (small activations, one hook of a small model): one thread.
+  // Starting the parallel region costs about as much as the work (2 threads: 8.7 vs 4.8 us for a
+  // (4, 5, 64) pair); the partials and their order are the same either way.
+  int64_t elements = 0;
+  for (int64_t g = 0; g < G; ++g) elements += rows * group[g].row_len;
+  const int64_t grain = elements < kBlock ? std::max<int64_t>(first_task[G], 1) : 1;
+  at::parallel_for(0, first_task[G], grain, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
       const int64_t g =
           std::upper_bound(first_task.begin(), first_task.end(), t) - first_task.begin() - 1;
