@@ -127,7 +127,9 @@ def bench_model(a, name: str, device: torch.device, dtype: torch.dtype) -> dict:
         with mon.measuring(True):
             eager_step()
 
-    fns = {"plain": plain, "monitored": monitored, "every_k": every_k, "plain_k": plain_k}
+    # "plain_again" is the plain step once more in every round: its ratio to "plain" is the noise floor
+    fns = {"plain": plain, "plain_again": plain, "monitored": monitored, "every_k": every_k,
+           "plain_k": plain_k}
     if a.reduction == "both":
         mon2, step2, _ = _setup(a, name, device, dtype, x, y, "auto")
 
@@ -144,35 +146,46 @@ def bench_model(a, name: str, device: torch.device, dtype: torch.dtype) -> dict:
         times = time_interleaved(fns, device=device, min_time=a.min_time, min_rounds=a.rounds)
     recompiles = _compile_count() - warm
     med = {k: v.median for k, v in times.items()}
+
+    def per_round(num: str, den: str) -> float:
+        """Median over rounds of the ratio within each round (robust to the machine's drift between
+        rounds, which a ratio of two medians is not)."""
+        return statistics.median(n / d for n, d in zip(times[num].times, times[den].times, strict=False))
     base, plain_step_k = med["plain"], med["plain_k"] / a.every
     extra_cycle = med["every_k"] - med["plain_k"]  # what monitoring one step of the cycle adds
     choice = "kernel" if a.reduction == "both" else (paired.COMPILED_REDUCTION or "inductor")
     which = "inductor" if choice == "inductor" else "custom op"
     rows = [
-        {"variant": "compiled step", "ms": base * 1e3, "ratio": 1.0},
+        {"variant": "compiled step", "ms": base * 1e3, "ratio": 1.0, "round": 1.0},
+        {"variant": "compiled step again (noise)", "ms": med["plain_again"] * 1e3,
+         "ratio": med["plain_again"] / base, "round": per_round("plain_again", "plain")},
         {"variant": f"monitored every step ({which} sums)", "ms": med["monitored"] * 1e3,
-         "ratio": med["monitored"] / base},
+         "ratio": med["monitored"] / base, "round": per_round("monitored", "plain")},
     ]
     if "monitored_inductor" in med:
         rows.append({"variant": "monitored every step (inductor sums)", "ms": med["monitored_inductor"] * 1e3,
-                     "ratio": med["monitored_inductor"] / base})
+                     "ratio": med["monitored_inductor"] / base,
+                     "round": per_round("monitored_inductor", "plain")})
+    cycle_round = per_round("every_k", "plain_k")
     rows += [
-        {"variant": f"{a.every} plain steps (avg)", "ms": plain_step_k * 1e3, "ratio": 1.0},
+        {"variant": f"{a.every} plain steps (avg)", "ms": plain_step_k * 1e3, "ratio": 1.0, "round": 1.0},
         {"variant": f"monitored every {a.every}th (avg)", "ms": med["every_k"] / a.every * 1e3,
-         "ratio": med["every_k"] / med["plain_k"]},
+         "ratio": med["every_k"] / med["plain_k"], "round": cycle_round},
         {"variant": f"monitored every {a.every_derived}th (avg, derived)",
          "ms": (plain_step_k + extra_cycle / a.every_derived) * 1e3,
-         "ratio": 1 + extra_cycle / (a.every_derived * plain_step_k)},
+         "ratio": 1 + extra_cycle / (a.every_derived * plain_step_k),
+         "round": 1 + (cycle_round - 1) * a.every / a.every_derived},
     ]
     if "eager_plain" in med:
-        rows += [{"variant": "eager step", "ms": med["eager_plain"] * 1e3, "ratio": 1.0},
+        rows += [{"variant": "eager step", "ms": med["eager_plain"] * 1e3, "ratio": 1.0, "round": 1.0},
                  {"variant": "eager monitored every step", "ms": med["eager_monitored"] * 1e3,
-                  "ratio": med["eager_monitored"] / med["eager_plain"]}]
+                  "ratio": med["eager_monitored"] / med["eager_plain"],
+                  "round": per_round("eager_monitored", "eager_plain")}]
     what = "compiled no_grad forward" if a.forward_only else "compiled training step"
     print_table(f"{SHORT.get(name, name)} ({name}) img {a.img_size} batch {a.batch_size} {a.dtype} on "
                 f"{a.device}: {what}; ratios against the line above each group",
                 rows, [("variant", "variant", None), ("ms", "ms (median)", ".2f"),
-                       ("ratio", "x plain", ".3f")])
+                       ("ratio", "x plain", ".3f"), ("round", "x plain (per round)", ".3f")])
     res = mon.result()
     print(f"graphs {explained.graph_count}, graph breaks {explained.graph_break_count} (monitor attached); "
           f"compilations after warm-up while toggling: {recompiles}; "

@@ -28,7 +28,15 @@ import torch
 import vitplast_kernels as vk
 from vitplast_kernels.measure import protocols
 
-from .harness import ALLOCATORS, machine_info, machine_line, minor_faults, set_allocator
+from .harness import (
+    ALLOCATORS,
+    machine_info,
+    machine_line,
+    minor_faults,
+    read_bandwidth,
+    set_allocator,
+    tensor_bytes,
+)
 
 
 def profile(model_name: str, batch: int, rounds: int) -> dict[str, float]:
@@ -39,7 +47,7 @@ def profile(model_name: str, batch: int, rounds: int) -> dict[str, float]:
     size = model.pretrained_cfg.get("input_size", (3, 224, 224))[-1]
     images = torch.randn(batch, 3, size, size, generator=torch.Generator().manual_seed(0))
     cap = vk.capture(model)
-    spent = {"hooks": 0.0, "op": 0.0, "op_hot": 0.0}
+    spent = {"hooks": 0.0, "op": 0.0, "op_hot": 0.0, "bytes": 0.0, "calls": 0.0}
     pairing_sq_sums = cap.pairing.sq_sums
 
     repeat = [False]  # the hot repeats run in extra forwards of their own, not in the timed rounds
@@ -48,6 +56,8 @@ def profile(model_name: str, batch: int, rounds: int) -> dict[str, float]:
         t0 = time.perf_counter()
         out = pairing_sq_sums(tensors, **kw)
         spent["op"] += time.perf_counter() - t0
+        spent["bytes"] += tensor_bytes(*tensors)
+        spent["calls"] += 1
         if repeat[0]:
             t1 = time.perf_counter()
             pairing_sq_sums(tensors, **kw)
@@ -66,7 +76,8 @@ def profile(model_name: str, batch: int, rounds: int) -> dict[str, float]:
     cap.pairing.sq_sums = timed_sq_sums
     protocols.InSitu._hook = staticmethod(timed_hook)
     rows: dict[str, list[float]] = {k: [] for k in ("plain", "capture", "ratio", "hooks", "op", "op_first",
-                                                      "op_hot", "faults_plain", "faults_capture")}
+                                                      "op_hot", "faults_plain", "faults_capture", "bytes",
+                                                      "calls")}
     try:
         with torch.no_grad():
             model(images)
@@ -86,7 +97,7 @@ def profile(model_name: str, batch: int, rounds: int) -> dict[str, float]:
                     t[variant] = time.perf_counter() - t0
                     if variant == "capture":
                         cap.detach()
-                        for k in ("hooks", "op"):
+                        for k in ("hooks", "op", "bytes", "calls"):
                             rows[k].append(spent[k])
                     rows[f"faults_{variant}"].append(minor_faults() - f0)
                 rows["plain"].append(t["plain"])
@@ -118,7 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     alloc = set_allocator(args.allocator)
     print(f"# machine: {machine_line(machine_info('cpu'))}\n# {alloc}")
     m = profile(args.model, args.batch, args.rounds)
-    ms = {k: 1e3 * v for k, v in m.items() if not k.startswith(("ratio", "faults"))}
+    ms = {k: 1e3 * v for k, v in m.items() if not k.startswith(("ratio", "faults", "bytes", "calls"))}
+    bandwidth = read_bandwidth("cpu")
     print(f"{args.model} batch {args.batch}, medians of {args.rounds} interleaved rounds, per forward:")
     print(f"  plain forward        {ms['plain']:8.1f} ms   {m['faults_plain']:8.0f} minor faults")
     print(f"  forward + capture    {ms['capture']:8.1f} ms   {m['faults_capture']:8.0f} minor faults   "
@@ -130,6 +142,10 @@ def main(argv: list[str] | None = None) -> int:
           "model's kernels slowed by the reads: capture - plain - hooks)")
     print(f"  paired-op calls in separate forwards: {ms['op_first']:.1f} ms on the spot, "
           f"{ms['op_hot']:.1f} ms when each call is repeated at once (cache-hot)")
+    floor = 1e3 * m["bytes"] / bandwidth
+    print(f"  read floor: the {m['calls']:.0f} paired-op calls read {m['bytes'] / 1e6:.0f} MB per forward; "
+          f"at the machine's read bandwidth ({bandwidth / 1e9:.1f} GB/s, bench.harness.read_bandwidth) that "
+          f"alone is {floor:.1f} ms = {100 * floor / ms['plain']:.1f}% of the plain forward")
     return 0
 
 

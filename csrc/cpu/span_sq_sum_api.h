@@ -10,10 +10,12 @@ constexpr int kSpanLanes = 16;  // double accumulators per call (must match span
 // acc[kSpanLanes] += per-lane sums of (a[i] - b[i])^2 over n contiguous elements.
 void span_sq_sum_generic(SpanDtype dtype, const void* a, const void* b, long long n, double* acc);
 void span_sq_sum_avx2(SpanDtype dtype, const void* a, const void* b, long long n, double* acc);
+void span_sq_sum_avx512(SpanDtype dtype, const void* a, const void* b, long long n, double* acc);
 
 using SpanSqSumFn = void (*)(SpanDtype, const void*, const void*, long long, double*);
 
-// The fastest variant this CPU supports (checked once).
+// The fastest variant this CPU supports (checked once; VITPLAST_CPU_KERNEL=avx2 or generic caps it:
+// span_sq_sum_select.cpp).
 SpanSqSumFn select_span_sq_sum();
 
 }  // namespace vitplast

@@ -167,18 +167,3 @@ void span_sq_sum_avx2(SpanDtype dtype, const void* a, const void* b, long long n
 }  // namespace vitplast
 
 #endif
-
-namespace vitplast {
-
-SpanSqSumFn select_span_sq_sum() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-      __builtin_cpu_supports("f16c")) {
-    return &span_sq_sum_avx2;
-  }
-#endif
-  return &span_sq_sum_generic;
-}
-
-}  // namespace vitplast

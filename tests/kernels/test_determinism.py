@@ -151,6 +151,34 @@ def test_two_processes_give_the_same_bits(cpu_runs, backend):
     assert_same_bits(*cpu_runs, backend)
 
 
+def _cpu_flags() -> set[str]:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    line = next((ln for ln in text.splitlines() if ln.startswith("flags")), "")
+    return set(line.partition(":")[2].split())
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not usable("cpu") or not {"avx512f", "avx512dq", "avx2", "fma", "f16c"} <= _cpu_flags(),
+                    reason="needs the C++ extension on a CPU with AVX-512 F/DQ (and AVX2/FMA/F16C)")
+def test_avx512_kernel_gives_the_avx2_kernels_bits(tmp_path):
+    # the AVX-512 float32 kernel keeps the AVX2 kernel's lanes and order of operations: same bits, every
+    # dtype, layout and op; VITPLAST_CPU_KERNEL caps the choice in each pair of children
+    runs = {}
+    for kernel in ("auto", "avx2", "generic"):
+        (tmp_path / kernel).mkdir()
+        runs[kernel] = run_in_fresh_processes(tmp_path / kernel, "cpu", ["cpu"],
+                                              {"CUDA_VISIBLE_DEVICES": "", "VITPLAST_CPU_KERNEL": kernel})
+    fastest, avx2, generic = runs["auto"], runs["avx2"], runs["generic"]
+    assert_same_bits(fastest[0], avx2[0], "cpu")
+    # the cap is read: the generic loop sums bfloat16 squares in float64, the AVX2 kernels in float32
+    # lanes flushed to float64 (the float32 kernels agree on these inputs: the squares of differences of
+    # like magnitudes are exact in float64, FMA or not; AVX-512 and AVX2 cannot be told apart by bits)
+    assert not same_bits(generic[0]["cpu/grouped/bfloat16"], avx2[0]["cpu/grouped/bfloat16"])
+
+
 def _group_vs_alone(backend: str, device: str, dtype, **sizes) -> None:
     gen = torch.Generator().manual_seed(SEED)
     xs, ys = group_inputs(dtype, device, gen, **sizes)

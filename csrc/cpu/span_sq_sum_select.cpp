@@ -1,0 +1,26 @@
+// Run-time choice of the span kernel variant: the fastest this CPU supports, checked once.
+// VITPLAST_CPU_KERNEL=avx2 or generic caps the choice (tests compare the variants' bits); unset or
+// "auto": the fastest. AVX-512 and AVX2 give the same sums bit for bit; the generic loop sums 16-bit
+// inputs in float64 (the AVX2 kernels in float32 lanes) and has no FMA.
+#include <cstdlib>
+#include <string>
+
+#include "span_sq_sum_api.h"
+
+namespace vitplast {
+
+SpanSqSumFn select_span_sq_sum() {
+  const char* cap = std::getenv("VITPLAST_CPU_KERNEL");
+  const std::string want = cap == nullptr ? "auto" : cap;
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                    __builtin_cpu_supports("f16c");
+  const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
+  if (avx512 && (want == "auto" || want == "avx512")) return &span_sq_sum_avx512;
+  if (avx2 && want != "generic") return &span_sq_sum_avx2;
+#endif
+  return &span_sq_sum_generic;
+}
+
+}  // namespace vitplast

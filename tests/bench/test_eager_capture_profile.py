@@ -1,0 +1,33 @@
+"""bench/eager_capture_profile.py: one short run on a small ViT prints every line with sane numbers and
+puts back what it wrapped (fast, CPU)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from bench import eager_capture_profile
+from vitplast_kernels.measure import protocols
+
+pytest.importorskip("timm")
+
+
+def test_profile_prints_its_breakdown_and_restores_the_hooks(capsys, monkeypatch):
+    monkeypatch.setattr(eager_capture_profile, "read_bandwidth", lambda device: 40e9)  # no 512 MiB probe
+    hook = protocols.InSitu._hook
+    assert eager_capture_profile.main(["--model", "vit_tiny_patch16_224", "--batch", "2", "--rounds", "1",
+                                       "--allocator", "default"]) == 0
+    out = capsys.readouterr().out
+    assert protocols.InSitu._hook is hook
+    plain = float(re.search(r"plain forward\s+([\d.]+) ms", out).group(1))
+    hooks = float(re.search(r"inside the hooks\s+([\d.]+) ms", out).group(1))
+    op = float(re.search(r"paired-op calls\s+([\d.]+) ms", out).group(1))
+    assert plain > 0 and 0 < op <= hooks
+    # vit_tiny: 12 blocks x 5 components, 5 calls per block (LN1's output is MHA's input, LN2's FC1's);
+    # each reads its tensors once: 14 tensor widths of (2, 197, 192) float32 per block (FC1's out and
+    # FC2's in are 4 wide)
+    calls, mb = re.search(r"the (\d+) paired-op calls read (\d+) MB per forward", out).groups()
+    assert int(calls) == 60
+    assert int(mb) == round(12 * 14 * 2 * 197 * 192 * 4 / 1e6)
+    assert re.search(r"at the machine's read bandwidth \(40\.0 GB/s", out)
