@@ -10,9 +10,12 @@ backend named) and a second instance of the model is compiled with them handed t
 (``ops.paired.COMPILED_REDUCTION = "inductor"``, backend ``"auto"``); its monitored step is timed in
 the same rounds. Also ``torch._dynamo.explain``'s graph and break
 counts with a monitor attached, and the compilations after warm-up while the monitor toggles (each
-variant compiled once: expected 0). ``--forward-only`` times the compiled no_grad forward with every
-component monitored instead (the ViT-Huge/14 configuration of the GPU check). Prints one table per
-model; ``--json PATH`` writes them with the machine and versions.
+variant compiled once: expected 0). The plain step is timed twice per round (the noise row: what the
+same step measures against itself), every ratio is given as a ratio of medians and as the median of
+the per-round ratios, and each sample follows ``--settle`` untimed calls of its variant (the first call
+after another variant pays for the other's cache state). ``--forward-only`` times the compiled
+no_grad forward with every component monitored instead (the ViT-Huge/14 configuration of the GPU
+check). Prints one table per model; ``--json PATH`` writes them with the machine and versions.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ def _model(name: str, img: int, device: torch.device, dtype: torch.dtype):
     return timm.create_model(name, img_size=img, num_classes=10, pretrained=False).to(device, dtype)
 
 
-def cpu_time_interleaved(fns: dict, rounds: int, min_time: float) -> dict[str, Timing]:
+def cpu_time_interleaved(fns: dict, rounds: int, min_time: float, settle: int = 0) -> dict[str, Timing]:
     """Like ``time_interleaved`` (rounds, order rotated) but each sample is the process's CPU time
     (``time.process_time``): with one thread, the work done, whatever share of the CPUs other jobs
     take (a loaded machine stretches wall time, not this). Timing's q10/q90 hold min/max here."""
@@ -48,6 +51,8 @@ def cpu_time_interleaved(fns: dict, rounds: int, min_time: float) -> dict[str, T
         fns[n]()
     while done < rounds or spent < min_time:
         for n in names[done % len(names):] + names[: done % len(names)]:
+            for _ in range(settle):
+                fns[n]()
             t0 = time.process_time()
             fns[n]()
             times[n].append(time.process_time() - t0)
@@ -141,9 +146,10 @@ def bench_model(a, name: str, device: torch.device, dtype: torch.dtype) -> dict:
         fns.update(eager_plain=eager_plain, eager_monitored=eager_monitored)
     warm = _compile_count()
     if a.clock == "cpu":
-        times = cpu_time_interleaved(fns, a.rounds, a.min_time)
+        times = cpu_time_interleaved(fns, a.rounds, a.min_time, a.settle)
     else:
-        times = time_interleaved(fns, device=device, min_time=a.min_time, min_rounds=a.rounds)
+        times = time_interleaved(fns, device=device, min_time=a.min_time, min_rounds=a.rounds,
+                                 settle=a.settle)
     recompiles = _compile_count() - warm
     med = {k: v.median for k, v in times.items()}
 
@@ -215,6 +221,8 @@ def main(argv: list[str] | None = None) -> dict:
                    help="time the compiled no_grad forward instead of a training step")
     p.add_argument("--min-time", type=float, default=3.0, help="seconds of timing, all variants together")
     p.add_argument("--rounds", type=int, default=5, help="interleaved rounds at least")
+    p.add_argument("--settle", type=int, default=1,
+                   help="untimed calls of a variant right before each of its samples (0: none)")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     p.add_argument("--clock", default="wall", choices=("wall", "cpu"),
                    help="cpu: process CPU time per sample (with --threads 1: steady on a loaded machine)")

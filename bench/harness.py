@@ -133,8 +133,10 @@ def time_interleaved(
     min_rounds: int = 5,
     max_rounds: int = 100,
     min_sample: float | None = None,
+    settle: int = 0,
 ) -> dict[str, Timing]:
-    """Times several functions in interleaved rounds (one sample of each per round, order rotated).
+    """Times several functions in interleaved rounds (one sample of each per round, order rotated;
+    ``settle`` untimed calls before each sample, see ``vitplast_kernels.timing.interleaved_samples``).
 
     On a shared machine the load changes from second to second; interleaving gives every function
     the same share of it, so the ratios of the medians are far steadier than back-to-back runs.
@@ -148,7 +150,7 @@ def time_interleaved(
         min_sample = 2e-3 if dev.type == "cuda" else 0.0
     samples = timing.interleaved_samples(fns, device=dev, rounds=min_rounds, warmup=warmup,
                                          min_time_ms=min_time * 1e3, max_rounds=max_rounds,
-                                         min_sample_ms=min_sample * 1e3)
+                                         min_sample_ms=min_sample * 1e3, settle=settle)
     return {n: _timing([t / 1e3 for t in ts]) for n, ts in samples.items()}
 
 

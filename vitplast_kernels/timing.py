@@ -82,13 +82,16 @@ def median_ms(fn: Callable[[], object], *, device: torch.device | None = None, r
 def interleaved_samples(fns: Mapping[str, Callable[[], object]], *, device: torch.device | None = None,
                         rounds: int = 7, warmup: int = 1, min_time_ms: float = 0.0,
                         max_rounds: int | None = None, min_sample_ms: float = 0.0,
-                        wall: bool = False) -> dict[str, list[float]]:
+                        wall: bool = False, settle: int = 0) -> dict[str, list[float]]:
     """Per-call milliseconds of each function of ``fns``, one sample per round, order rotated.
 
     ``warmup`` untimed calls of each, then at least ``rounds`` rounds and more until ``min_time_ms``
     has been spent in all samples together, at most ``max_rounds`` (default ``rounds``: exactly
     ``rounds`` rounds). A sample is ``calls_per_sample(fn, min_sample_ms=...)`` back-to-back calls,
-    sized per function after the warm-up.
+    sized per function after the warm-up. ``settle``: untimed calls of a function right before each of
+    its samples. The first call after another function can pay for the other's cache and allocator
+    state; rotating the order spreads that cost over the functions but not evenly (measured: a ViT-B
+    training step timed twice per round differed by 4% from itself), settling removes it.
     """
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {rounds}")
@@ -104,6 +107,8 @@ def interleaved_samples(fns: Mapping[str, Callable[[], object]], *, device: torc
     while done < max_rounds and (done < rounds or spent < min_time_ms):
         shift = done % len(names)
         for name in names[shift:] + names[:shift]:
+            for _ in range(settle):
+                fns[name]()
             t = time_once_ms(fns[name], device, calls=calls[name], wall=wall)
             times[name].append(t)
             spent += t * calls[name]

@@ -1,5 +1,5 @@
-"""bench/eager_capture_profile.py: one short run on a small ViT prints every line with sane numbers and
-puts back what it wrapped (fast, CPU)."""
+"""bench/eager_capture_profile.py and bench/hook_overhead.py: short runs on small ViTs print every line with
+sane numbers, and the profile puts back what it wrapped (fast, CPU)."""
 
 from __future__ import annotations
 
@@ -31,3 +31,12 @@ def test_profile_prints_its_breakdown_and_restores_the_hooks(capsys, monkeypatch
     assert int(calls) == 60
     assert int(mb) == round(12 * 14 * 2 * 197 * 192 * 4 / 1e6)
     assert re.search(r"at the machine's read bandwidth \(40\.0 GB/s", out)
+
+
+def test_hook_overhead_reports_sixty_hooks_and_a_positive_cost(capsys):
+    from bench import hook_overhead
+
+    r = hook_overhead.per_hook_us(forwards=20, clock="wall")
+    assert r["hooks"] == 60 and r["disabled_us"] > 0 and r["enabled_us"] > r["disabled_us"]
+    assert hook_overhead.main(["--forwards", "5"]) == 0
+    assert re.search(r"60 hooks, medians of 5 alternations: .* us per hook", capsys.readouterr().out)

@@ -45,6 +45,29 @@ def test_interleaved_samples_rotate_the_order():
     assert {k: len(v) for k, v in samples.items()} == {"a": 3, "b": 3, "c": 3}
 
 
+def test_interleaved_samples_settle_each_function_before_its_sample(monkeypatch):
+    # a settling call of the same function right before each timed one, which alone is recorded
+    order, timed = [], []
+
+    def make(name):
+        def fn():
+            order.append(name)
+        return fn
+
+    fns = {name: make(name) for name in "ab"}
+    real = timing.time_once_ms
+
+    def spy(fn, device=None, **kw):
+        timed.append(order[-1])
+        return real(fn, device, **kw)
+
+    monkeypatch.setattr(timing, "time_once_ms", spy)
+    samples = timing.interleaved_samples(fns, device=CPU, rounds=2, warmup=0, settle=1)
+    assert order == list("aabb" "bbaa")
+    assert timed == list("abba")  # the settling call of each sample came just before it
+    assert {k: len(v) for k, v in samples.items()} == {"a": 2, "b": 2}
+
+
 def test_interleaved_samples_go_on_until_min_time_and_stop_at_max_rounds():
     fns = {"sleep": lambda: time.sleep(0.001)}
     ts = timing.interleaved_samples(fns, rounds=2, warmup=0, min_time_ms=20.0, max_rounds=1000)["sleep"]
