@@ -11,11 +11,12 @@ backend named) and a second instance of the model is compiled with them handed t
 the same rounds. Also ``torch._dynamo.explain``'s graph and break
 counts with a monitor attached, and the compilations after warm-up while the monitor toggles (each
 variant compiled once: expected 0). The plain step is timed twice per round (the noise row: what the
-same step measures against itself), every ratio is given as a ratio of medians and as the median of
-the per-round ratios, and each sample follows ``--settle`` untimed calls of its variant (the first call
-after another variant pays for the other's cache state). ``--forward-only`` times the compiled
-no_grad forward with every component monitored instead (the ViT-Huge/14 configuration of the GPU
-check). Prints one table per model; ``--json PATH`` writes them with the machine and versions.
+same step measures against itself), every ratio is given as a ratio of medians and as the median of the
+per-round ratios; ``--settle N`` runs each variant N times untimed before each of its samples (so that
+none is the first call after another variant; on the 2-core VM it did not narrow the noise row).
+``--forward-only`` times the compiled no_grad forward with every component monitored instead (the
+ViT-Huge/14 configuration of the GPU check). Prints one table per model; ``--json PATH`` writes them
+with the machine and versions.
 """
 
 from __future__ import annotations
@@ -221,8 +222,8 @@ def main(argv: list[str] | None = None) -> dict:
                    help="time the compiled no_grad forward instead of a training step")
     p.add_argument("--min-time", type=float, default=3.0, help="seconds of timing, all variants together")
     p.add_argument("--rounds", type=int, default=5, help="interleaved rounds at least")
-    p.add_argument("--settle", type=int, default=1,
-                   help="untimed calls of a variant right before each of its samples (0: none)")
+    p.add_argument("--settle", type=int, default=0,
+                   help="untimed calls of a variant right before each of its samples")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     p.add_argument("--clock", default="wall", choices=("wall", "cpu"),
                    help="cpu: process CPU time per sample (with --threads 1: steady on a loaded machine)")

@@ -89,9 +89,8 @@ def interleaved_samples(fns: Mapping[str, Callable[[], object]], *, device: torc
     has been spent in all samples together, at most ``max_rounds`` (default ``rounds``: exactly
     ``rounds`` rounds). A sample is ``calls_per_sample(fn, min_sample_ms=...)`` back-to-back calls,
     sized per function after the warm-up. ``settle``: untimed calls of a function right before each of
-    its samples. The first call after another function can pay for the other's cache and allocator
-    state; rotating the order spreads that cost over the functions but not evenly (measured: a ViT-B
-    training step timed twice per round differed by 4% from itself), settling removes it.
+    its samples, so that no sample is the first call after another function (which may pay for the
+    other's cache and allocator state; rotating the order spreads that cost, unevenly).
     """
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {rounds}")
