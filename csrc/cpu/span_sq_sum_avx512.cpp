@@ -59,12 +59,4 @@ void span_sq_sum_avx512(SpanDtype dtype, const void* a, const void* b, long long
 #pragma GCC diagnostic pop
 #pragma GCC pop_options
 
-#else  // not x86: the "avx512" entry is the generic loop
-
-namespace vitplast {
-void span_sq_sum_avx512(SpanDtype dtype, const void* a, const void* b, long long n, double* acc) {
-  span_sq_sum_generic(dtype, a, b, n, acc);
-}
-}  // namespace vitplast
-
-#endif
+#endif  // x86: elsewhere nothing refers to span_sq_sum_avx512 (span_sq_sum_select.cpp)
