@@ -65,6 +65,7 @@ def profile(model_name: str, batch: int, rounds: int) -> dict[str, float]:
         return out
 
     hook = protocols.InSitu._hook
+    saved = protocols.InSitu.__dict__["_hook"]  # the staticmethod itself: restored as it was
 
     def timed_hook(*args, **kwargs):
         t0 = time.perf_counter()
@@ -113,7 +114,7 @@ def profile(model_name: str, batch: int, rounds: int) -> dict[str, float]:
                                   ("calls", "calls")):
                         rows[k].append(spent[kk])
     finally:
-        protocols.InSitu._hook = hook
+        protocols.InSitu._hook = saved
     return {k: statistics.median(v) for k, v in rows.items()}
 
 
