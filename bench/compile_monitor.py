@@ -31,7 +31,15 @@ import torch.nn.functional as F
 import vitplast_kernels as vk
 from vitplast_kernels.ops import paired
 
-from .harness import Timing, machine_info, machine_line, print_table, time_interleaved, write_json
+from .harness import (
+    Timing,
+    machine_info,
+    machine_line,
+    per_round_ratio,
+    print_table,
+    time_interleaved,
+    write_json,
+)
 
 SHORT = {"vit_small_patch16_224": "ViT-S/16", "vit_base_patch16_224": "ViT-B/16"}
 
@@ -155,9 +163,7 @@ def bench_model(a, name: str, device: torch.device, dtype: torch.dtype) -> dict:
     med = {k: v.median for k, v in times.items()}
 
     def per_round(num: str, den: str) -> float:
-        """Median over rounds of the ratio within each round (robust to the machine's drift between
-        rounds, which a ratio of two medians is not)."""
-        return statistics.median(n / d for n, d in zip(times[num].times, times[den].times, strict=False))
+        return per_round_ratio(times[num].times, times[den].times)
     base, plain_step_k = med["plain"], med["plain_k"] / a.every
     extra_cycle = med["every_k"] - med["plain_k"]  # what monitoring one step of the cycle adds
     choice = "kernel" if a.reduction == "both" else (paired.COMPILED_REDUCTION or "inductor")

@@ -19,7 +19,7 @@ import torch
 
 from vitplast_kernels import timing
 
-from .harness import minor_faults
+from .harness import minor_faults, per_round_ratio
 
 # (model, images per batch, dtype): small enough for a 2-core CPU / a short GPU run
 CONFIGS = {
@@ -78,8 +78,7 @@ def _row(model_name: str, batch: int, dtype: torch.dtype, device: torch.device, 
     t = {k: statistics.median(v) / 1e3 for k, v in samples.items()}
 
     def paired_pct(name: str) -> float:  # median over rounds of this round's ratio to the forward
-        return 100 * (statistics.median(a / f for a, f in zip(samples[name], samples["forward"],
-                                                                strict=True)) - 1)
+        return 100 * (per_round_ratio(samples[name], samples["forward"]) - 1)
 
     red = pf.reduction_rate(model, images, st, reps=reps)
     return {"model": model_name, "batch": batch, "dtype": str(dtype).removeprefix("torch."),

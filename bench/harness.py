@@ -154,6 +154,12 @@ def time_interleaved(
     return {n: _timing([t / 1e3 for t in ts]) for n, ts in samples.items()}
 
 
+def per_round_ratio(num: Sequence[float], den: Sequence[float]) -> float:
+    """Median over rounds of ``num[r] / den[r]`` (samples of two functions timed in the same rounds):
+    robust to the machine's drift between rounds, which a ratio of two medians is not."""
+    return statistics.median(n / d for n, d in zip(num, den, strict=True))
+
+
 # --- the machine's own floors -----------------------------------------------------------------
 
 

@@ -93,3 +93,11 @@ def test_minor_faults_count_fresh_pages():
         for i in range(0, 2**22, 4096):
             m[i] = 1
     assert harness.minor_faults() - before >= 1000
+
+
+def test_per_round_ratio_is_the_median_of_the_rounds_ratios():
+    # a drift that doubles both functions' times in the last round leaves the per-round ratio at 2
+    assert harness.per_round_ratio([2.0, 4.0, 8.0], [1.0, 2.0, 4.0]) == 2.0
+    assert harness.per_round_ratio([3.0, 2.0, 10.0], [1.0, 2.0, 2.0]) == 3.0
+    with pytest.raises(ValueError):
+        harness.per_round_ratio([1.0, 2.0], [1.0])
