@@ -36,7 +36,7 @@ def make_step(model, x, y, monitor, it, opt):
 
 def bench(model_name: str, img_size: int, batch: int, train: str, device: str, min_time: float,
           min_rounds: int) -> dict:
-    from vitplast.common.models import create_vit
+    from vitplast.models.weights import create_vit
     from vitplast.finetune.step_recorder import Monitor
     from vitplast.finetune.trainable import select_trainable
 

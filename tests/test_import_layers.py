@@ -1,6 +1,6 @@
 """The package's layers, read from its own source: no module imports another that imports it back
 (directly or through a chain), and imports run one way: in the kernels, measure -> ops -> backends;
-in the applications, cli -> commands (measure, finetune, claim, profile) -> common -> vitplast_kernels."""
+in the applications, cli -> commands (measure, finetune, claim, profile) -> shared (options, models, data, runs, runtime, outputs) -> vitplast_kernels."""
 
 from __future__ import annotations
 
@@ -97,12 +97,14 @@ def test_imports_run_one_way(lower, upper):
 
 
 COMMANDS = ("measure", "finetune", "claim", "profile")
+# what the commands share: they import no command, no integration and no cli
+SHARED = ("options", "models", "data", "runs", "runtime", "outputs")
 
 
 def app_layer_violations(graph: dict[str, set[str]]) -> list[str]:
-    """Edges that break the applications' direction: nothing imports ``cli``; ``common`` imports no
+    """Edges that break the applications' direction: nothing imports ``cli``; a shared module imports no
     command; a command imports another only through its package (its public function: claim ->
-    ``vitplast.finetune``), never its modules; integrations use only vitplast_kernels and common; the
+    ``vitplast.finetune``), never its modules; integrations use only vitplast_kernels and the shared modules; the
     kernels never import the applications."""
     bad = []
     for m, ts in graph.items():
@@ -115,10 +117,10 @@ def app_layer_violations(graph: dict[str, set[str]]) -> list[str]:
                 bad.append(f"{m} -> {t} (kernels import no application)")
             elif target == "cli" and layer != "cli":
                 bad.append(f"{m} -> {t} (nothing imports cli)")
-            elif layer == "common" and target in COMMANDS + ("integrations",):
-                bad.append(f"{m} -> {t} (common imports no command)")
+            elif layer in SHARED and target in COMMANDS + ("integrations",):
+                bad.append(f"{m} -> {t} (shared modules import no command)")
             elif layer == "integrations" and target in COMMANDS:
-                bad.append(f"{m} -> {t} (integrations use vitplast_kernels and common only)")
+                bad.append(f"{m} -> {t} (integrations use vitplast_kernels and the shared modules only)")
             elif layer in COMMANDS and target in COMMANDS and target != layer and len(tp) > 2:
                 bad.append(f"{m} -> {t} (a command uses another only through its package's public names)")
     return sorted(bad)
@@ -129,11 +131,11 @@ def test_app_imports_run_one_way():
     assert not bad, "application layers: " + "; ".join(bad)
 
 
-@pytest.mark.parametrize("edge", [("vitplast.common.models", "vitplast.finetune.model"),
+@pytest.mark.parametrize("edge", [("vitplast.models.weights", "vitplast.finetune.model"),
                                   ("vitplast.measure.run", "vitplast.cli"),
                                   ("vitplast.claim.runs", "vitplast.finetune.loop"),
                                   ("vitplast.integrations.hf_callback", "vitplast.claim"),
-                                  ("vitplast_kernels.measure.capture", "vitplast.common.models")])
+                                  ("vitplast_kernels.measure.capture", "vitplast.models.weights")])
 def test_app_layer_check_finds_a_planted_violation(edge):
     graph = _graph()
     graph.setdefault(edge[0], set()).add(edge[1])

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-import vitplast.common.model_builder as model_builder
+import vitplast.models.builder as model_builder
 from vitplast.cli import build_parser, main
 from vitplast.measure import measure
 

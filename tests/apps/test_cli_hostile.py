@@ -41,7 +41,7 @@ def _one_line(lines: list[str], command: str) -> str:
 @pytest.fixture
 def no_build(monkeypatch):
     """Model building fails the test: errors must come before any work."""
-    import vitplast.common.model_builder as mb
+    import vitplast.models.builder as mb
     from vitplast.cli import build_parser
 
     build_parser()  # every command imported first: none binds the stand-in by a from-import
@@ -158,7 +158,7 @@ def test_measure_bad_values_before_any_work(argv, needle, capsys, no_build, tmp_
 
 
 def test_measure_cache_dir_that_is_a_file(tmp_path, capsys, no_build, monkeypatch):
-    import vitplast.common.digits as digits
+    import vitplast.models.digits as digits
 
     monkeypatch.setattr(digits, "pretrain", lambda *a, **k: pytest.fail("pretrained before the check"))
     afile = tmp_path / "cache"

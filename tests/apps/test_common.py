@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from vitplast.common import model_builder
-from vitplast.common.device import check_device, resolve_device
-from vitplast.common.plots import figure, save
+from vitplast.models import builder as model_builder
+from vitplast.runtime.device import check_device, resolve_device
+from vitplast.outputs.plots import figure, save
 
 from vitplast_kernels import PlasticityResult
 
@@ -105,7 +105,7 @@ def test_step_recorder_follows_the_monitors_schedule():
 
 def test_one_options_description_gives_cli_and_python_the_same_wording(tmp_path, capsys):
     from vitplast.cli import main
-    from vitplast.common.options import OptionError, resolve
+    from vitplast.options.fields import OptionError, resolve
     from vitplast.finetune import finetune
     from vitplast.measure.options import MeasureOptions
 

@@ -1,10 +1,10 @@
-"""vitplast.common.data: dataset specs, deterministic splits, class subsets, ImageFolder, errors."""
+"""vitplast.data.datasets: dataset specs, deterministic splits, class subsets, ImageFolder, errors."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from vitplast.common.data import load_dataset, make_loader
+from vitplast.data.datasets import load_dataset, make_loader
 
 
 def _all(ds):

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 from helpers import free_port
-from vitplast.common.rundir import read_jsonl
+from vitplast.runs.rundir import read_jsonl
 from vitplast.finetune import finetune
 
 TINY = dict(model="vit_tiny_patch16_224", img_size=16, data="synthetic", train="MHA", steps=4,

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 from helpers import free_port
-from vitplast.common.rundir import read_jsonl
+from vitplast.runs.rundir import read_jsonl
 from vitplast.finetune import finetune
 
 pytestmark = pytest.mark.slow  # see the Makefile's test-fast

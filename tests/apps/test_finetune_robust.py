@@ -17,7 +17,7 @@ import torch
 import vitplast.finetune.log as finetune_log
 import vitplast.finetune.options as finetune_options
 from vitplast.cli import main
-from vitplast.common.rundir import RunDir, RunDirError, read_jsonl
+from vitplast.runs.rundir import RunDir, RunDirError, read_jsonl
 from vitplast.finetune import SimulatedKill, finetune
 
 TINY = dict(model="vit_tiny_patch16_224", img_size=16, plots=False, progress=False, data="synthetic",
@@ -96,7 +96,7 @@ def test_kill_at_any_point_leaves_every_row_once(tmp_path, fake_tensorboard, sto
 
 def _holder(path: Path) -> subprocess.Popen:
     """Another process holding the run directory's lock."""
-    code = ("import sys, time; from vitplast.common.rundir import RunLock; RunLock(sys.argv[1]).acquire(); "
+    code = ("import sys, time; from vitplast.runs.rundir import RunLock; RunLock(sys.argv[1]).acquire(); "
             "print('locked', flush=True); time.sleep(120)")
     proc = subprocess.Popen([sys.executable, "-c", code, str(path)], stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "locked"

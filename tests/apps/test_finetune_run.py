@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 from vitplast.cli import main as cli_main
-from vitplast.common.rundir import read_jsonl
+from vitplast.runs.rundir import read_jsonl
 from vitplast.finetune import SimulatedKill, finetune
 from vitplast.finetune.trainable import COMPONENTS
 

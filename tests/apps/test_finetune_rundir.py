@@ -6,7 +6,7 @@ import json
 
 import pytest
 import torch
-from vitplast.common.rundir import RunDir, RunDirError, read_jsonl, save_atomic, write_json_atomic
+from vitplast.runs.rundir import RunDir, RunDirError, read_jsonl, save_atomic, write_json_atomic
 
 
 def test_atomic_writes_leave_no_temporaries(tmp_path):

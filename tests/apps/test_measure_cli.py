@@ -7,9 +7,9 @@ import json
 
 import pytest
 import torch
-import vitplast.common.digits as digits
+import vitplast.models.digits as digits
 from vitplast.cli import main
-from vitplast.common.data import load_dataset, make_loader
+from vitplast.data.datasets import load_dataset, make_loader
 from vitplast.measure import measure
 
 TINY = {"epochs": 1, "depth": 2, "embed_dim": 32, "num_heads": 2, "batch_size": 256, "warmup_epochs": 0}

@@ -6,7 +6,7 @@ import warnings
 
 import pytest
 import torch
-from vitplast.common.models import create_vit
+from vitplast.models.weights import create_vit
 
 TINY = dict(img_size=32, patch_size=8, depth=2, embed_dim=32, num_heads=2)
 NAME = "vit_tiny_patch16_224"
@@ -90,7 +90,7 @@ def test_errors_name_the_problem(tmp_path):
 
 def test_npz_needs_a_model_with_an_npz_loader(tmp_path):
     import numpy as np
-    from vitplast.common.models import load_weights
+    from vitplast.models.weights import load_weights
 
     np.savez(tmp_path / "w.npz", a=np.zeros(2))
     with pytest.warns(UserWarning, match="random init"):

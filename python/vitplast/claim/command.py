@@ -36,11 +36,11 @@ import sys
 import time
 from pathlib import Path
 
-from ..common.arg_types import fail
-from ..common.device import resolve_device
-from ..common.distributed import init_distributed, silent
-from ..common.model_builder import DIGITS_MODEL, build_model
-from ..common.rundir import write_json_atomic
+from ..options.parsing import fail
+from ..runtime.device import resolve_device
+from ..runtime.distributed import init_distributed, silent
+from ..models.builder import DIGITS_MODEL, build_model
+from ..runs.rundir import write_json_atomic
 from .analysis import analyse
 from .layer_report import format_layer_report, plot_layers
 from .layers import analyse_layers, default_budget, plan_selections, unit_name, units_of
@@ -85,7 +85,7 @@ def _measurement(cfg: dict, out: Path, device, progress: bool, is_main: bool, sa
 
     import torch
 
-    from ..common.data import load_dataset
+    from ..data.datasets import load_dataset
 
     keys = ("model", "weights", "model_kwargs", "img_size", "pretrain_data", "data", "split", "protocol",
             "pairs", "pair_batch", "measure_seed", "amp")
@@ -168,7 +168,7 @@ def claim(**options) -> dict:
         estimate = None
         if cfg["dry_run"] or cfg["time_budget"] is not None:
             if cfg["model"] == DIGITS_MODEL:  # its one-time pretraining is not a finetuning cost
-                from ..common.digits import pretrained_digits_vit
+                from ..models.digits import pretrained_digits_vit
 
                 pretrained_digits_vit(progress=progress)
             calib = calibrate({**base, "progress": False}, trains, probe_steps=min(cfg["calibrate_steps"],

@@ -2,7 +2,7 @@
 and in words what the data can and cannot tell) and the figure (gain against plasticity per unit,
 coloured by component; plasticity and gain per layer; the selection comparison).
 
-Drawn in the commands' one plotting style (:mod:`vitplast.common.plots`: no global pyplot state,
+Drawn in the commands' one plotting style (:mod:`vitplast.outputs.plots`: no global pyplot state,
 written atomically)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from ..common.plots import figure, save
+from ..outputs.plots import figure, save
 from ..finetune import COMPONENTS
 from .report import P_DEFINITION, _ci, _num, edge_mark, lr_edge_line, lr_grid, result_cells
 

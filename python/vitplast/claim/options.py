@@ -1,5 +1,5 @@
 """Options of `vitplast claim`, declared once (:class:`ClaimOptions`, through
-:mod:`vitplast.common.options`): the CLI flags, defaults, checks and error wording all come from it.
+:mod:`vitplast.options.fields`): the CLI flags, defaults, checks and error wording all come from it.
 
 Every problem is a ``ValueError`` whose message names the option (the CLI prints it on one line and
 exits with status 2) and is found before anything is measured or trained.
@@ -11,10 +11,10 @@ import argparse
 import dataclasses
 import os
 
-from ..common.arg_types import MAX_SEED, MAX_STEPS, model_arg, setup_parser
-from ..common.device import check_device
-from ..common.model_builder import DIGITS_MODEL, check_digits_options
-from ..common.options import (
+from ..options.parsing import MAX_SEED, MAX_STEPS, model_arg, setup_parser
+from ..runtime.device import check_device
+from ..models.builder import DIGITS_MODEL, check_digits_options
+from ..options.fields import (
     Kind,
     OptionError,
     checked,
@@ -27,8 +27,8 @@ from ..common.options import (
     resolve,
     values_of,
 )
-from ..common.options import add_arguments as add_options
-from ..common.paths import check_out_dir, foreign_files
+from ..options.fields import add_arguments as add_options
+from ..runs.paths import check_out_dir, foreign_files
 from ..finetune import COMPONENTS
 
 PROTOCOLS = ("in_situ", "decomposition")

@@ -7,7 +7,7 @@ and each chunk's sums ``[count, sum, sumsq, identical, nonfinite]`` per (compone
 apart. Chunks are the resampling unit of the bootstrap over pairs (a chunk of one pair resamples
 single pairs); the sums of all chunks are exactly the measurement of all pairs at once.
 
-The measured model is the one the finetuning runs start from (``vitplast.common.model_builder``, with
+The measured model is the one the finetuning runs start from (``vitplast.models.builder``, with
 the same weights).
 """
 

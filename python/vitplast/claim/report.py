@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from ..common.plots import figure, save
+from ..outputs.plots import figure, save
 from ..finetune import COMPONENTS
 
 

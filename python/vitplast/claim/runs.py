@@ -25,8 +25,8 @@ import threading
 import time
 from pathlib import Path
 
-from ..common.distributed import silent
-from ..common.rundir import CONFIG, SUMMARY, check_parent, guard_writes
+from ..runtime.distributed import silent
+from ..runs.rundir import CONFIG, SUMMARY, check_parent, guard_writes
 from ..finetune import run_name
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h

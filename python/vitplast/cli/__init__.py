@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _failure(exc: BaseException) -> str:
-    from ..common.checkpoints import plain_text
+    from ..models.checkpoints import plain_text
 
     lines = [ln for ln in str(exc).splitlines() if ln.strip()]
     text = plain_text(lines[0] if lines else "")[:300]
@@ -94,7 +94,7 @@ def _failure(exc: BaseException) -> str:
 
 def _warning_printer(prog: str):
     def show(message, category, filename, lineno, file=None, line=None) -> None:
-        from ..common.checkpoints import plain_text
+        from ..models.checkpoints import plain_text
 
         stream = file or sys.stderr
         try:

@@ -36,9 +36,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..common.arg_types import fail
-from ..common.distributed import init_distributed, silent
-from ..common.rundir import RunDirError, write_json_atomic
+from ..options.parsing import fail
+from ..runtime.distributed import init_distributed, silent
+from ..runs.rundir import RunDirError, write_json_atomic
 from .data import StepBatches, evaluate
 from .loop import SimulatedKill, run_one
 from .model import build_model

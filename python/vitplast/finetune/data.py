@@ -7,7 +7,7 @@ import contextlib
 
 import torch
 
-from ..common.distributed import DistContext
+from ..runtime.distributed import DistContext
 
 
 class StepBatches:
@@ -92,7 +92,7 @@ def evaluate(model, dataset, device, *, limit=0, batch_size=256, dctx=None, amp=
 
 def load_data(cfg: dict, seed: int, img_size: int):
     """``(train, val)`` datasets of ``cfg["data"]`` at ``img_size``."""
-    from ..common.data import load_dataset
+    from ..data.datasets import load_dataset
 
     return (load_dataset(cfg["data"], "train", img_size=img_size, seed=seed),
             load_dataset(cfg["data"], "val", img_size=img_size, seed=seed))

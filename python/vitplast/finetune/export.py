@@ -1,7 +1,7 @@
 """``--export``: the finetuned weights of a run as files other tools load.
 
 - ``RUN/model.safetensors``: the plain model's state dict (names as in the timm model), with peft LoRA
-  adapters merged into the weights they adapt (:func:`vitplast.common.checkpoints.merge_lora`, the reading
+  adapters merged into the weights they adapt (:func:`vitplast.models.checkpoints.merge_lora`, the reading
   ``vitplast measure --weights`` does) and peft's copy of the head in place of the original;
 - ``RUN/adapter/``: for ``--train lora``, the peft adapter itself (``save_pretrained``), when the peft
   model is at hand (a run that trains now, not one exported later from its checkpoint).
@@ -17,8 +17,8 @@ import torch
 
 from vitplast_kernels.atomic_io import atomic_write
 
-from ..common.checkpoints import LORA_ALPHA, merge_lora, strip_prefixes
-from ..common.output_set import OutputSet
+from ..models.checkpoints import LORA_ALPHA, merge_lora, strip_prefixes
+from ..runs.output_set import OutputSet
 
 MODEL_FILE = "model.safetensors"
 ADAPTER_DIR = "adapter"

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import torch
 
-from ..common.distributed import DistContext
-from ..common.rundir import RunDir, RunDirError, rng_state, set_rng_state
+from ..runtime.distributed import DistContext
+from ..runs.rundir import RunDir, RunDirError, rng_state, set_rng_state
 from .data import StepBatches, evaluate, load_data, probe_batch
 from .export import export_weights
 from .log import RunLog, progress_bar

@@ -7,16 +7,16 @@ import math
 
 import torch
 
-from ..common.device import resolve_device
-from ..common.distributed import DistContext
-from ..common.model_builder import DIGITS_MODEL
-from ..common.model_builder import build_model as build
-from ..common.model_builder import input_size as model_input_size
+from ..runtime.device import resolve_device
+from ..runtime.distributed import DistContext
+from ..models.builder import DIGITS_MODEL
+from ..models.builder import build_model as build
+from ..models.builder import input_size as model_input_size
 from .trainable import parse_train
 
 
 def build_model(cfg: dict, num_classes: int) -> torch.nn.Module:
-    """The model named by ``cfg["model"]`` (:func:`vitplast.common.model_builder.build_model`, random
+    """The model named by ``cfg["model"]`` (:func:`vitplast.models.builder.build_model`, random
     init without a warning) with a fresh ``num_classes`` head (drawn from the torch RNG)."""
     built = build(cfg["model"], num_classes, weights=cfg["weights"], model_kwargs=cfg["model_kwargs"],
                   img_size=cfg["img_size"], warn_random_init=False)

@@ -1,5 +1,5 @@
 """Options of ``vitplast finetune``, declared once (:class:`FinetuneOptions`, through
-:mod:`vitplast.common.options`): the CLI flags, defaults, checks and error wording all come from it.
+:mod:`vitplast.options.fields`): the CLI flags, defaults, checks and error wording all come from it.
 
 Every option has a CLI flag (dashes) and a keyword of :func:`vitplast.finetune.finetune` (underscores);
 ``--train``, ``--lr`` and ``--seed`` take comma-separated values that form a grid. Keys starting with
@@ -12,10 +12,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from ..common.arg_types import MAX_SEED, MAX_STEPS, component, component_option, model_arg, setup_parser
-from ..common.device import check_device
-from ..common.model_builder import DIGITS_MODEL, check_digits_options
-from ..common.options import (
+from ..options.parsing import MAX_SEED, MAX_STEPS, component, component_option, model_arg, setup_parser
+from ..runtime.device import check_device
+from ..models.builder import DIGITS_MODEL, check_digits_options
+from ..options.fields import (
     Kind,
     OptionError,
     checked,
@@ -29,8 +29,8 @@ from ..common.options import (
     resolve,
     values_of,
 )
-from ..common.options import add_arguments as add_options
-from ..common.paths import check_out_dir
+from ..options.fields import add_arguments as add_options
+from ..runs.paths import check_out_dir
 from .log import tensorboard_writer_class
 from .trainable import COMPONENTS, SPECIAL, TRAIN_CHOICES, check_train_syntax, lora_target_parts, parse_train
 

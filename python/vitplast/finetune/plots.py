@@ -1,4 +1,4 @@
-"""Figures of a finetuning run or grid (:mod:`vitplast.common.plots`: PNG files written atomically).
+"""Figures of a finetuning run or grid (:mod:`vitplast.outputs.plots`: PNG files written atomically).
 
 - :func:`plot_curves` — one run: per-step plasticity per component (mean over layers) and gradient
   norm per component, from its ``metrics.jsonl`` records, plus loss and validation accuracy;
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..common.plots import figure, save
+from ..outputs.plots import figure, save
 from .trainable import COMPONENTS
 
 

@@ -28,7 +28,7 @@ from torch import nn
 
 from vitplast_kernels import PlasticityResult
 
-from ..common.distributed import DistContext
+from ..runtime.distributed import DistContext
 from .trainable import COMPONENTS, component_parameter_names
 
 

@@ -31,7 +31,7 @@ import torch.distributed as dist
 import vitplast_kernels as vk
 from vitplast_kernels import PlasticityResult
 
-from ..common.distributed import world_size
+from ..runtime.distributed import world_size
 
 
 def metrics_of(result: PlasticityResult, prefix: str = "plasticity",

@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import argparse
 
-from ..common import arg_types as T
-from ..common.options import add_arguments as add_options
-from ..common.options import values_of
+from ..options import parsing as T
+from ..options.fields import add_arguments as add_options
+from ..options.fields import values_of
 from .options import MeasureOptions
 from .run import measure
 

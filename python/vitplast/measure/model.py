@@ -1,5 +1,5 @@
 """The capture of the model ``vitplast measure`` measures (presets, or ``--component``/``--embedding``
-for any model); the model itself comes from :mod:`vitplast.common.model_builder`."""
+for any model); the model itself comes from :mod:`vitplast.models.builder`."""
 
 from __future__ import annotations
 

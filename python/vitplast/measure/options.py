@@ -1,13 +1,13 @@
-"""The options of ``vitplast measure`` (flags, defaults, checks: :mod:`vitplast.common.options`)."""
+"""The options of ``vitplast measure`` (flags, defaults, checks: :mod:`vitplast.options.fields`)."""
 
 from __future__ import annotations
 
 import dataclasses
 
-from ..common import arg_types as T
-from ..common.device import check_device
-from ..common.model_builder import DIGITS_MODEL
-from ..common.options import Kind, OptionError, checked, choice, integer, option, optional
+from ..options import parsing as T
+from ..runtime.device import check_device
+from ..models.builder import DIGITS_MODEL
+from ..options.fields import Kind, OptionError, checked, choice, integer, option, optional
 
 PROTOCOLS = ("in_situ", "decomposition")
 PAIRS = ("halves", "all")

@@ -3,7 +3,7 @@
 Order of work: every argument is checked, then ``out`` (it must be able to receive the output set),
 then the datasets are opened and the model built with its weights and components; only then do the
 forward passes run. The output set (``plasticity.json``, ``plasticity.png``, ``run.json``) is written as
-a unit (:mod:`vitplast.common.output_set`).
+a unit (:mod:`vitplast.runs.output_set`).
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import dataclasses
 import time
 import warnings
 
-from ..common.device import resolve_device
-from ..common.options import resolve
+from ..runtime.device import resolve_device
+from ..options.fields import resolve
 from .options import DEFAULT_DATA, DEFAULT_PAIR_DATA, MeasureOptions
 
 OPTION_NAMES = frozenset(f.name for f in dataclasses.fields(MeasureOptions))
@@ -23,7 +23,7 @@ OUTPUT_FILES = ("plasticity.json", "plasticity.png", "run.json")
 def _batches(dataset, n_images: int, seed: int):
     """Image tensors of up to ``n_images`` images, shuffled by ``seed`` (a batch may come short, or be
     skipped, when bad images are skipped)."""
-    from vitplast.common.data import make_loader
+    from vitplast.data.datasets import make_loader
 
     for batch in make_loader(dataset, batch_size=n_images, shuffle=True, seed=seed, drop_last=True):
         yield None if batch is None else batch[0]
@@ -49,7 +49,7 @@ def _paired_stream(x_set, y_set, batch_size: int, seed: int):
 
 def _check_images(x_set, y_set, batches: int, batch_size: int, seed: int) -> None:
     """Decodes the image files the first ``batches`` batches of :func:`_paired_stream` read."""
-    from vitplast.common.data import check_images
+    from vitplast.data.datasets import check_images
 
     if y_set is None:
         check_images(x_set, batches, batch_size, seed)
@@ -93,16 +93,16 @@ def measure(model: str | None = None, weights: str | None = None, data: str | No
     from tqdm.auto import tqdm
 
     import vitplast_kernels
-    from vitplast.common.data import load_dataset
-    from vitplast.common.model_builder import (
+    from vitplast.data.datasets import load_dataset
+    from vitplast.models.builder import (
         DIGITS_MODEL,
         build_model,
         check_digits_options,
         default_img_size,
         resolve_architecture,
     )
-    from vitplast.common.output_set import OutputSet
-    from vitplast.common.rundir import write_json_atomic
+    from vitplast.runs.output_set import OutputSet
+    from vitplast.runs.rundir import write_json_atomic
 
     from .model import make_capture
 
@@ -128,7 +128,7 @@ def measure(model: str | None = None, weights: str | None = None, data: str | No
     if name == DIGITS_MODEL:
         img_size = check_digits_options(timm_kwargs, img_size, pretrain_config)
         if weights is None:  # it will be pretrained into the cache unless there already
-            from vitplast.common.digits import check_cache_dir
+            from vitplast.models.digits import check_cache_dir
 
             check_cache_dir(cache_dir)
     else:

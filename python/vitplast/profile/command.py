@@ -28,11 +28,11 @@ import platform
 from pathlib import Path
 from typing import Any
 
-from ..common import arg_types as T
-from ..common.device import resolve_device
-from ..common.options import add_arguments as add_options
-from ..common.options import resolve, values_of
-from ..common.plots import figure, save
+from ..options import parsing as T
+from ..runtime.device import resolve_device
+from ..options.fields import add_arguments as add_options
+from ..options.fields import resolve, values_of
+from ..outputs.plots import figure, save
 from .options import DEVICE_DEFAULTS, ProfileOptions
 
 OUTPUT_FILES = ("profile.json", "profile_layers.png")
@@ -287,8 +287,8 @@ def plot_layers(rec: dict[str, Any], path: Path) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``vitplast profile``; returns the exit status (2 for any input error)."""
-    from vitplast.common.output_set import OutputSet
-    from vitplast.common.rundir import write_json_atomic
+    from vitplast.runs.output_set import OutputSet
+    from vitplast.runs.rundir import write_json_atomic
 
     out = OutputSet(args.out, OUTPUT_FILES)
     try:

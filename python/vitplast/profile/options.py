@@ -1,12 +1,12 @@
-"""The options of ``vitplast profile`` (flags, defaults, checks: :mod:`vitplast.common.options`)."""
+"""The options of ``vitplast profile`` (flags, defaults, checks: :mod:`vitplast.options.fields`)."""
 
 from __future__ import annotations
 
 import dataclasses
 
-from ..common import arg_types as T
-from ..common.device import check_device
-from ..common.options import OptionError, checked, choice, integer, number, option, optional
+from ..options import parsing as T
+from ..runtime.device import check_device
+from ..options.fields import OptionError, checked, choice, integer, number, option, optional
 
 # what a bare `vitplast profile` measures on each device type: (model, images per batch, dtype)
 DEVICE_DEFAULTS = {"cuda": ("vit_base_patch16_224", 64, "bfloat16"),

@@ -35,7 +35,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from vitplast.common.data import load_dataset
+from vitplast.data.datasets import load_dataset
 from vitplast_kernels.atomic_io import atomic_write
 
 
@@ -112,7 +112,7 @@ def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
 def check_cache_dir(cache_dir: str | os.PathLike | None = None) -> Path:
     """The cache directory (:func:`cache_root`), checked before any pretraining: a directory this process
     can write into, or one it can create (ValueError naming ``--cache-dir`` otherwise)."""
-    from vitplast.common.paths import check_out_dir
+    from vitplast.runs.paths import check_out_dir
 
     return check_out_dir(cache_root(cache_dir), "--cache-dir" if cache_dir is not None else "the cache")
 
@@ -124,7 +124,7 @@ def build_digits_vit(config: DigitsConfig | None = None, weights: str | os.PathL
     ``num_classes`` defaults to the number of pretraining classes; another value gets a fresh head
     (with the usual head-shape warning when ``weights`` are loaded).
     """
-    from vitplast.common.models import create_vit
+    from vitplast.models.weights import create_vit
 
     cfg = config or DigitsConfig()
     n = num_classes if num_classes is not None else load_dataset(f"digits:{cfg.classes}", "val").num_classes
@@ -264,7 +264,7 @@ def pretrained_digits_vit(cache_dir: str | os.PathLike | None = None, seed: int 
 
     Pretrains once (about a minute on a free CPU core with the default config) and caches the
     checkpoint (see the module docstring); later calls load it in about a second. Inputs are images
-    ``(N, 3, 32, 32)`` float32 as given by ``vitplast.common.data.load_dataset("digits...", img_size=32)``.
+    ``(N, 3, 32, 32)`` float32 as given by ``vitplast.data.datasets.load_dataset("digits...", img_size=32)``.
     """
     cfg = config or DigitsConfig()
     path = digits_checkpoint(cache_dir, seed=seed, progress=progress, config=cfg)

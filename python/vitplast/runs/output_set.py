@@ -28,7 +28,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from .runlock import process_alive
+from ..runs.lock import process_alive
 
 
 class OutputSet:

@@ -5,7 +5,7 @@
 - ``weights=None`` -> random init, with a ``UserWarning`` (random-init ViTs rank components almost
   opposite to pretrained ones, so a measurement of one is rarely what is wanted);
 - a state-dict checkpoint (``.safetensors`` / ``.pth`` / ``.pt`` / ``.bin`` / ``.ckpt``, or a
-  ``vitplast finetune`` run directory; read by :mod:`vitplast.common.checkpoints`: wrappers, prefixes and LoRA
+  ``vitplast finetune`` run directory; read by :mod:`vitplast.models.checkpoints`: wrappers, prefixes and LoRA
   adapters handled) is passed through the model family's timm ``checkpoint_filter_fn`` when it has one
   (resamples position embeddings to ``img_size``, converts patch embeddings), then loaded. Only the
   classifier head may stay at its random init (typically when ``num_classes`` differs); a checkpoint
@@ -27,7 +27,7 @@ import warnings
 
 from torch import nn
 
-from .checkpoints import STATE_DICT_SUFFIXES, CheckpointError, read_state_dict, resolve_path
+from ..models.checkpoints import STATE_DICT_SUFFIXES, CheckpointError, read_state_dict, resolve_path
 
 NPZ_SUFFIXES = (".npz",)
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from .device import resolve_device
+from ..runtime.device import resolve_device
 
 
 @dataclass

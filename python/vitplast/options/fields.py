@@ -16,7 +16,7 @@ A command declares its options once, as a dataclass whose fields are made by :fu
   ``validate()`` checks what involves several options;
 - every problem is an :class:`OptionError` (a ``ValueError``) worded ``--flag: what is wrong``, which
   the command prints as one line ``vitplast CMD: error: --flag: ...`` with exit status 2
-  (:func:`vitplast.common.arg_types.fail`), the same from the CLI and from Python.
+  (:func:`vitplast.options.parsing.fail`), the same from the CLI and from Python.
 """
 
 from __future__ import annotations
@@ -57,14 +57,18 @@ class Spec:
     required: bool
     negation: str | None  # a second flag storing False in the same option (--no-progress)
     cli: bool
+    deprecated: tuple[str, ...] = ()  # old spellings of the flag: the same option, with a warning
 
 
 def option(default: Any = None, help: str | None = None, *, kind: Kind | None = None, flag: str | None = None,
            group: str | None = None, metavar: str | None = None, action: str | None = None,
            nargs: str | None = None, const: Any = None, required: bool = False, negation: str | None = None,
-           cli: bool = True, default_factory: Callable[[], Any] | None = None) -> Any:
-    """A dataclass field describing one option (``cli=False``: a keyword of the Python function only)."""
-    spec = Spec(help, kind or Kind(), flag, group, metavar, action, nargs, const, required, negation, cli)
+           cli: bool = True, default_factory: Callable[[], Any] | None = None,
+           deprecated: Sequence[str] = ()) -> Any:
+    """A dataclass field describing one option (``cli=False``: a keyword of the Python function only;
+    ``deprecated``: old flags that still set it, with a warning naming the new one)."""
+    spec = Spec(help, kind or Kind(), flag, group, metavar, action, nargs, const, required, negation, cli,
+                tuple(deprecated))
     if default_factory is not None:
         return dataclasses.field(default_factory=default_factory, metadata={"option": spec})
     return dataclasses.field(default=default, metadata={"option": spec})
@@ -159,7 +163,7 @@ def csv(item: Kind, *, unique: bool = False) -> Kind:
 
 
 def checked(fn: Callable[[Any], Any], parse: Callable[[str], Any] = str) -> Kind:
-    """A kind whose check is ``fn`` (e.g. :func:`vitplast.common.device.check_device`)."""
+    """A kind whose check is ``fn`` (e.g. :func:`vitplast.runtime.device.check_device`)."""
     return Kind(parse, fn)
 
 
@@ -196,8 +200,34 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type,
             if metavar:
                 kw["metavar"] = metavar
         target.add_argument(flag_of(f), **kw)
+        for old in spec.deprecated:
+            target.add_argument(old, **{**kw, "help": argparse.SUPPRESS, "required": False,
+                                        "action": _deprecated_action(flag_of(f), kw.get("action"))})
         if spec.negation:
             target.add_argument(spec.negation, dest=f.name, action="store_false")
+
+
+def _deprecated_action(new: str, action: str | None) -> type[argparse.Action]:
+    """An argparse action for an old flag: warns once that it is deprecated, then acts as ``new``."""
+    import warnings
+
+    class Deprecated(argparse.Action):
+        def __init__(self, option_strings, dest, **kwargs):
+            self.store = action
+            if action in ("store_true", "store_false"):
+                kwargs["nargs"] = 0
+            super().__init__(option_strings, dest, **kwargs)
+
+        def __call__(self, parser, namespace, values, option_string=None):
+            warnings.warn(f"{option_string} is deprecated and will be removed in the next release; use {new}",
+                          FutureWarning, stacklevel=2)
+            if self.store == "append":
+                values = [*(getattr(namespace, self.dest, None) or []), values]
+            elif self.store in ("store_true", "store_false"):
+                values = self.store == "store_true"
+            setattr(namespace, self.dest, values)
+
+    return Deprecated
 
 
 def values_of(args: argparse.Namespace, cls: type) -> dict:
@@ -247,3 +277,17 @@ def fail_on(flag: str, check: Callable[[], Any]):
         raise
     except ValueError as exc:
         raise OptionError(f"{flag}: {exc}") from None
+
+
+def settle(opts: Any, **values: Any) -> None:
+    """Sets fields of a frozen options object from inside its ``validate()`` (a default that depends on
+    other options, a normalised value); nowhere else."""
+    for name, value in values.items():
+        object.__setattr__(opts, name, value)
+
+
+def fields_of(cls: type, source: Any, **overrides: Any) -> dict:
+    """The values of ``cls``'s fields read from ``source`` (an options object that composes the same
+    groups), with ``overrides``: how one command's typed options become another's, field by field."""
+    return {f.name: overrides.get(f.name, getattr(source, f.name)) for f in dataclasses.fields(cls)
+            if f.name in overrides or hasattr(source, f.name)}

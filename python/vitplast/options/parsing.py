@@ -100,8 +100,8 @@ def dtype(text: str) -> str:
 
 
 def device(text: str) -> str:
-    """``--device``: :func:`vitplast.common.device.check_device` as an argparse type."""
-    from .device import check_device
+    """``--device``: :func:`vitplast.runtime.device.check_device` as an argparse type."""
+    from ..runtime.device import check_device
 
     try:
         return check_device(text)

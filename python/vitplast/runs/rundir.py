@@ -38,7 +38,7 @@ import torch
 
 from vitplast_kernels.atomic_io import atomic_write
 
-from .runlock import LOCK, RunDirError, RunLock
+from ..runs.lock import LOCK, RunDirError, RunLock
 
 CONFIG = "config.json"
 METRICS = "metrics.jsonl"
@@ -145,7 +145,7 @@ def load_checkpoint(path: str | os.PathLike) -> dict:
     only (and numpy arrays, which checkpoints of earlier versions hold in their RNG states); nothing in
     it can run code. Raises :class:`RunDirError` naming the file when it holds anything else or cannot
     be read."""
-    from .checkpoints import numpy_globals, unpickling_reason
+    from ..models.checkpoints import numpy_globals, unpickling_reason
 
     path = Path(path)
     try:

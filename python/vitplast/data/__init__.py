@@ -1,0 +1,1 @@
+"""Image datasets from a one-string spec, and their loaders."""

@@ -1,0 +1,1 @@
+"""What the commands write for people to read: the plotting style, terminal-safe text."""
