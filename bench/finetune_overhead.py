@@ -36,9 +36,9 @@ def make_step(model, x, y, monitor, it, opt):
 
 def bench(model_name: str, img_size: int, batch: int, train: str, device: str, min_time: float,
           min_rounds: int) -> dict:
-    from vitplast.models.weights import create_vit
+    from vitplast.finetune.selection import select_trainable
     from vitplast.finetune.step_recorder import Monitor
-    from vitplast.finetune.trainable import select_trainable
+    from vitplast.models.timm_models import create_vit
 
     torch.manual_seed(0)
     with warnings.catch_warnings():

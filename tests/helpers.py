@@ -47,3 +47,31 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+class Killed(BaseException):
+    """Raised by :func:`kill_after`: a run stops as if its process were killed (nothing more written)."""
+
+
+def kill_after(steps: int):
+    """An ``after_step`` seam for finetune/claim that stops the run once ``steps`` steps are done."""
+
+    def after(done: int) -> None:
+        if done >= steps:
+            raise Killed(f"stopped after iteration {done}")
+
+    return after
+
+
+def quiet():
+    """A reporter that drops every message."""
+    from vitplast.outputs.reporter import Reporter
+
+    return Reporter.silent()
+
+
+def collecting(lines: list):
+    """A reporter that appends every message to ``lines``."""
+    from vitplast.outputs.reporter import Reporter
+
+    return Reporter(say=lines.append, progress=False)

@@ -1,6 +1,7 @@
 """The package's layers, read from its own source: no module imports another that imports it back
 (directly or through a chain), and imports run one way: in the kernels, measure -> ops -> backends;
-in the applications, cli -> commands (measure, finetune, claim, profile) -> shared (options, models, data, runs, runtime, outputs) -> vitplast_kernels."""
+in the applications, cli -> commands (measure, finetune, claim, profile) -> shared (options, models, data,
+runs, runtime, outputs) -> vitplast_kernels."""
 
 from __future__ import annotations
 
@@ -104,8 +105,8 @@ SHARED = ("options", "models", "data", "runs", "runtime", "outputs")
 def app_layer_violations(graph: dict[str, set[str]]) -> list[str]:
     """Edges that break the applications' direction: nothing imports ``cli``; a shared module imports no
     command; a command imports another only through its package (its public function: claim ->
-    ``vitplast.finetune``), never its modules; integrations use only vitplast_kernels and the shared modules; the
-    kernels never import the applications."""
+    ``vitplast.finetune``), never its modules; integrations use only vitplast_kernels and the shared
+    modules; the kernels never import the applications."""
     bad = []
     for m, ts in graph.items():
         part = m.split(".")

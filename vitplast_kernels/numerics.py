@@ -1,17 +1,22 @@
-"""Error models and constants shared by the all-pairs kernels and the op layer.
+"""Error models and constants shared by the kernels and the op layer.
 
+``KERNEL_DTYPES`` are the input dtypes the hand-written kernels take (float64 runs on the PyTorch path).
 The Gram identity ``S_ij = n_i + n_j - 2 G_ij`` cancels when two rows are close; these functions give
 the estimated Gram error of a split-K product and the threshold below which a Gram-derived distance is
-not trusted (see :mod:`vitplast_kernels.ops.all_pairs` for the design and the measurements).
+not trusted (see :mod:`vitplast_kernels.ops.all_pairs` for the design).
 """
 
 from __future__ import annotations
 
 import math
 
+import torch
+
+KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)  # what the hand-written kernels take
+
 U32 = 2.0**-24  # unit roundoff of float32
 ETA = 5e-6  # relative error budget on the distance spent on the Gram error (half of 1e-5)
-C_CPU = 0.25  # Gram error constant of the CPU path (measured worst ~0.05, see ops.all_pairs)
+C_CPU = 0.25  # Gram error constant of the CPU path (five times its worst case, see ops.all_pairs)
 
 
 def gram_error(k_total: int, splits: int, c: float, product_err: float = 0.0) -> float:

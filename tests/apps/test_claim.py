@@ -9,10 +9,10 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from helpers import Killed, collecting, kill_after, quiet
 from vitplast.claim import claim
 from vitplast.claim.analysis import analyse
 from vitplast.cli import main as cli_main
-from vitplast.finetune import SimulatedKill
 
 
 # ------------------------------------------------------------------------------------------ analysis
@@ -95,7 +95,7 @@ TINY = dict(model="vit_tiny_patch16_224", img_size=16, threads=1, jobs=1, progre
             model_kwargs=dict(patch_size=8, depth=2, embed_dim=32, num_heads=2),
             pretrain_data="synthetic", data="synthetic", components="MHA,FC1,LN1", lr="3e-3",
             seed="0,1", steps=4, batch_size=16, checkpoint_every=2, pairs=24, pair_batch=4,
-            bootstrap=200, _say=lambda *a, **k: None)
+            bootstrap=200, reporter=quiet())
 
 
 def _claim(out, **kw):
@@ -153,8 +153,9 @@ def test_rerun_reuses_every_run_and_other_options_are_refused(whole):
 
 def test_killed_claim_resumes_to_the_same_result(whole, tmp_path):
     out, res = whole
-    with pytest.raises(SimulatedKill):
-        _claim(tmp_path / "k", _stop_after=3)  # first run killed after step 3, checkpoint at step 2
+    with pytest.raises(Killed):
+        # first run killed after step 3, checkpoint at step 2
+        _claim(tmp_path / "k", after_step=kill_after(3))
     first = tmp_path / "k" / "runs" / "MHA-lr0.003-s0"
     assert (first / "config.json").exists() and not (first / "summary.json").exists()
     assert torch.load(first / "checkpoint.pt", weights_only=True)["step"] == 2
@@ -167,7 +168,7 @@ def test_killed_claim_resumes_to_the_same_result(whole, tmp_path):
 def test_dry_run_plans_and_estimates_without_training(whole, tmp_path, capsys):
     out, _ = whole
     said = []
-    res = _claim(tmp_path / "d", dry_run=True, _say=said.append)
+    res = _claim(tmp_path / "d", dry_run=True, reporter=collecting(said))
     assert res["plan"]["runs"] == 8 and res["plan"]["new"] == 8
     est = res["estimate"]
     assert est["overhead_s"] > 0 and est["remaining_seconds"] > 0

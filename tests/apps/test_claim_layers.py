@@ -9,12 +9,12 @@ import warnings
 
 import numpy as np
 import pytest
+from helpers import Killed, collecting, kill_after, quiet
 from vitplast.claim import claim
 from vitplast.claim.analysis import accuracy_cube, lr_edge
 from vitplast.claim.layers import analyse_layers, plan_selections, units_of
 from vitplast.claim.lr_auto import lrs_run, train_widening, widen
 from vitplast.cli import main as cli_main
-from vitplast.finetune import SimulatedKill
 
 
 def _made_up():
@@ -81,7 +81,7 @@ TINY = dict(model="vit_tiny_patch16_224", img_size=16, granularity="layer",
             model_kwargs=dict(patch_size=8, depth=2, embed_dim=32, num_heads=2),
             pretrain_data="synthetic", data="synthetic", components="MHA,LN1", lr="3e-3",
             seed="0,1", steps=4, batch_size=16, checkpoint_every=2, pairs=24, pair_batch=4,
-            bootstrap=100, permutations=200, draws=1, _say=lambda *a, **k: None)
+            bootstrap=100, permutations=200, draws=1, reporter=quiet())
 
 
 def _claim(out, **kw):
@@ -127,8 +127,8 @@ def test_layer_claim_killed_resumes_to_the_same_table(whole, tmp_path):
         shutil.rmtree(run)
     for name in ("claim.json", "claim.txt", "claim.png"):
         (tmp_path / "k" / name).unlink()
-    with pytest.raises(SimulatedKill):
-        _claim(tmp_path / "k", _stop_after=3)  # killed after step 3 of seed 1's first run
+    with pytest.raises(Killed):
+        _claim(tmp_path / "k", after_step=kill_after(3))  # killed after step 3 of seed 1's first run
     partial = sorted(r for r in (tmp_path / "k" / "runs").glob("*-s1") if not (r / "summary.json").exists())
     assert len(partial) == 1 and (partial[0] / "checkpoint.pt").exists()
     resumed = _claim(tmp_path / "k")
@@ -143,7 +143,7 @@ def test_layer_claim_killed_resumes_to_the_same_table(whole, tmp_path):
 @pytest.mark.slow
 def test_layer_dry_run_measures_but_writes_nothing(tmp_path):
     said = []
-    res = _claim(tmp_path / "d", dry_run=True, steps=None, calibrate_steps=2, _say=said.append)
+    res = _claim(tmp_path / "d", dry_run=True, steps=None, calibrate_steps=2, reporter=collecting(said))
     assert not (tmp_path / "d").exists()  # the units come from a measurement, kept in memory only
     assert res["plan"]["trains"][:4] == ["MHA@0", "MHA@1", "LN1@0", "LN1@1"] and res["config"]["steps"] == 60
     assert any("60 steps per run by default" in s for s in said)

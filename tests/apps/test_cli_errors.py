@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 import vitplast.models.builder as model_builder
+from helpers import quiet
 from vitplast.cli import build_parser, main
 from vitplast.measure import measure
 
@@ -69,7 +70,8 @@ def _no_work(monkeypatch):
     (["--batch-size", "x"], "expected an integer"),
     (["--batches", "0"], "--batches: must be a positive integer"),
     (["--seed", "-1"], "--seed: must be an integer in 0..4294967295"),
-    (["--dtype", "int8"], "--dtype: must be one of float32, bfloat16, float16"),
+    (["--amp", "int8"], "--amp: must be one of none, bf16, fp16"),
+    (["--dtype", "int8"], "--amp: must be one of none, bf16, fp16"),  # --dtype: the deprecated --amp
     (["--device", "tpu"], "--device"),
     (["--device", "cuda:0"] if not torch.cuda.is_available() else ["--device", "cuda:99"], "--device"),
     (["--protocol", "paper"], "--protocol: must be one of in_situ, decomposition"),
@@ -93,7 +95,7 @@ def test_help_shows_defaults_and_units(capsys):
         main(["measure", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "images per forward pass" in text and "(default: 128)" in text
-    assert "(default: float32)" in text and "(default: in_situ)" in text and "(default: 4)" in text
+    assert "(default: none)" in text and "(default: in_situ)" in text and "(default: 4)" in text
 
 
 @pytest.mark.slow
@@ -204,7 +206,7 @@ def test_measure_loads_what_finetune_writes(train, tmp_path, capsys):
     from vitplast.finetune import finetune
 
     run = tmp_path / "run"
-    finetune(**TINY, train=train, out=str(run), _say=lambda *a, **k: None)
+    finetune(**TINY, train=train, out=str(run), reporter=quiet())
     ckpt = torch.load(run / "checkpoint.pt", weights_only=True)
     for weights in (run, run / "checkpoint.pt"):
         rc, err = _main(["measure", "--weights", str(weights), "--data", "synthetic", "--batch-size", "8",
@@ -214,7 +216,7 @@ def test_measure_loads_what_finetune_writes(train, tmp_path, capsys):
                                     img_size=16).net
     state = net.state_dict()
     if train == "lora":  # adapters merged as peft merges them
-        from vitplast.finetune.trainable import apply_lora
+        from vitplast.finetune.lora import apply_lora
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -285,19 +287,20 @@ def test_profile_bad_values_one_line_exit_2(argv, needle, tmp_path, capsys, monk
 
 
 def test_profile_defaults_follow_the_device(capsys):
-    import argparse
-
-    from vitplast.profile import resolve_defaults
+    from vitplast.options.fields import resolve
+    from vitplast.profile import ProfileOptions
 
     with pytest.raises(SystemExit):
         main(["profile", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "vit_base_patch16_224 on a GPU, vit_tiny_patch16_224 on a CPU" in text and "(default: 3)" in text
-    base = dict(model=None, batch_size=None, dtype=None)
-    cpu = resolve_defaults(argparse.Namespace(device="cpu", **base))
+    cpu = resolve(ProfileOptions, {"device": "cpu"})
     assert (cpu.model, cpu.batch_size, cpu.dtype) == ("vit_tiny_patch16_224", 8, "float32")
     if torch.cuda.is_available():
-        gpu = resolve_defaults(argparse.Namespace(device="cuda", **base))
-        assert (gpu.model, gpu.batch_size, gpu.dtype) == ("vit_base_patch16_224", 64, "bfloat16")
-    mine = resolve_defaults(argparse.Namespace(device="cpu", model="m", batch_size=6, dtype="bf16"))
+        gpu = resolve(ProfileOptions, {"device": "cuda"})
+        assert (gpu.model, gpu.batch_size, gpu.dtype, gpu.device) == ("vit_base_patch16_224", 64, "bfloat16",
+                                                                      "cuda")
+    auto = resolve(ProfileOptions, {})
+    assert auto.device == ("cuda" if torch.cuda.is_available() else "cpu")
+    mine = resolve(ProfileOptions, {"device": "cpu", "model": "m", "batch_size": 6, "dtype": "bf16"})
     assert (mine.model, mine.batch_size, mine.dtype) == ("m", 6, "bfloat16")

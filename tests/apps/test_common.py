@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 from vitplast.models import builder as model_builder
-from vitplast.runtime.device import check_device, resolve_device
 from vitplast.outputs.plots import figure, save
+from vitplast.runtime.device import check_device, resolve_device
 
 from vitplast_kernels import PlasticityResult
 
@@ -61,14 +61,14 @@ def test_plots_leave_global_matplotlib_state_alone(tmp_path):
 
 
 def test_claim_layer_means_are_the_results(gen):
-    from vitplast.claim.plasticity import component_means, layer_means
+    from vitplast.claim.plasticity import layer_means, means_over_layers
 
     stats = torch.rand(3, 4, 5, generator=gen, dtype=torch.float64) * 10
     stats[..., 0] = torch.randint(0, 3, (3, 4), generator=gen).double()
     stats[1, :, 0] = 0  # a component without pairs
     res = PlasticityResult(stats, ["A", "B", "C"], ["0", "1", "2", "3"])
     per_layer = layer_means(stats.numpy())
-    overall = component_means(per_layer)
+    overall = means_over_layers(per_layer)
     for i, c in enumerate(res.components):
         np.testing.assert_allclose(per_layer[i], res.mean(c).numpy(), rtol=1e-15, equal_nan=True)
         np.testing.assert_allclose(overall[i], res.overall(c), rtol=1e-14, equal_nan=True)
@@ -105,9 +105,9 @@ def test_step_recorder_follows_the_monitors_schedule():
 
 def test_one_options_description_gives_cli_and_python_the_same_wording(tmp_path, capsys):
     from vitplast.cli import main
-    from vitplast.options.fields import OptionError, resolve
     from vitplast.finetune import finetune
     from vitplast.measure.options import MeasureOptions
+    from vitplast.options.fields import OptionError, resolve
 
     with pytest.raises(OptionError, match=r"^--batches: must be a positive integer, got 0$"):
         resolve(MeasureOptions, {"batches": "0"})
@@ -116,5 +116,5 @@ def test_one_options_description_gives_cli_and_python_the_same_wording(tmp_path,
     assert main(["finetune", "--steps", "0", "--out", str(tmp_path / "o")]) == 2
     assert capsys.readouterr().err == ("vitplast finetune: error: --steps: must be an integer in "
                                        "1..1000000000, got 0\n")
-    opts = resolve(MeasureOptions, {"dtype": "bf16", "components": ["MHA=blocks.*.attn"]})
-    assert opts.dtype == "bfloat16" and opts.components == {"MHA": "blocks.*.attn"} and opts.batches == 4
+    opts = resolve(MeasureOptions, {"amp": "bfloat16", "components": ["MHA=blocks.*.attn"]})
+    assert opts.amp == "bf16" and opts.components == {"MHA": "blocks.*.attn"} and opts.batches == 4

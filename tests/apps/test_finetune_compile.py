@@ -9,13 +9,13 @@ import subprocess
 import sys
 
 import pytest
-from helpers import free_port
-from vitplast.runs.rundir import read_jsonl
+from helpers import free_port, quiet
 from vitplast.finetune import finetune
+from vitplast.runs.rundir import read_jsonl
 
 TINY = dict(model="vit_tiny_patch16_224", img_size=16, data="synthetic", train="MHA", steps=4,
             batch_size=16, monitor_every=2, eval_every=4, plots=False, progress=False, seed="1",
-            model_kwargs=dict(patch_size=8, depth=2, embed_dim=32, num_heads=2), _say=lambda *a, **k: None)
+            model_kwargs=dict(patch_size=8, depth=2, embed_dim=32, num_heads=2), reporter=quiet())
 
 
 def _monitor_records(path):

@@ -9,20 +9,21 @@ import re
 
 import pytest
 import torch
+from helpers import quiet
 from vitplast.finetune import finetune
-from vitplast.finetune.options import resolve_options
+from vitplast.finetune import finetune_options as resolve_options
 
 TINY = dict(model="vit_tiny_patch16_224", img_size=16, plots=False, progress=False, data="synthetic",
             model_kwargs=dict(patch_size=8, depth=3, embed_dim=32, num_heads=2))
-QUIET = dict(_say=lambda *a, **k: None)
+QUIET = dict(reporter=quiet())
 MAP = {"ATTN": "blocks.*.attn", "MLP": ("blocks.*.mlp.fc1", "blocks.*.mlp.fc2")}
 
 
 def test_options_take_the_flag_form_and_the_mapping_form():
-    flag = resolve_options({"out": "x", "components": ["ATTN=blocks.*.attn", "MLP=blocks.*.mlp.fc1",
+    flag = resolve_options(**{"out": "x", "components": ["ATTN=blocks.*.attn", "MLP=blocks.*.mlp.fc1",
                                                         "MLP=blocks.*.mlp.fc2"], "train": "attn@1,MLP"})
-    mapping = resolve_options({"out": "x", "components": MAP, "train": "ATTN@1,MLP"})
-    assert flag["components"] == mapping["components"] == MAP
+    mapping = resolve_options(**{"out": "x", "components": MAP, "train": "ATTN@1,MLP"})
+    assert flag.components == mapping.components == MAP
 
 
 @pytest.mark.parametrize("options, match", [
@@ -33,7 +34,7 @@ def test_options_take_the_flag_form_and_the_mapping_form():
 ])
 def test_bad_maps_and_labels_name_the_option(options, match):
     with pytest.raises(ValueError, match=match):
-        resolve_options({"out": "x", **options})
+        resolve_options(**{"out": "x", **options})
 
 
 @pytest.mark.parametrize("components, train, match", [
@@ -117,19 +118,19 @@ def test_cli_one_line_and_nothing_written(tmp_path, capsys, argv, match):
 def test_lora_targets_are_checked_with_the_options(options, match):
     pytest.importorskip("peft")
     with pytest.raises(ValueError, match=match):
-        resolve_options({"out": "x", **options})
+        resolve_options(**{"out": "x", **options})
 
 
 def test_lora_targets_restrict_the_adapters_to_their_layers(tmp_path):
     pytest.importorskip("peft")
     import warnings
 
-    from vitplast.finetune.model import build_model, make_trainable
-    from vitplast.finetune.options import DEFAULTS
+    from vitplast.finetune.model import fresh_model, make_trainable
+    from vitplast.finetune.options import RunSettings
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        net = build_model({**DEFAULTS, **TINY}, 4)
+        net = fresh_model(RunSettings(**TINY), 4)
         _, names = make_trainable(net, ("lora",), 4, lora_targets="MHA@1+FC1@-1")
     adapted = {re.sub(r"\.lora_[AB].*", "", n.removeprefix("base_model.model."))
                for n in names if "lora_" in n}
@@ -143,7 +144,7 @@ def test_lora_targets_restrict_the_adapters_to_their_layers(tmp_path):
     res = finetune(**TINY, train="lora", lora_targets="MHA@1", steps=2, batch_size=8, out=str(out), **QUIET)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        one, names = make_trainable(build_model({**DEFAULTS, **TINY}, 4), ("lora",), 8, lora_targets="MHA@1")
+        one, names = make_trainable(fresh_model(RunSettings(**TINY), 4), ("lora",), 8, lora_targets="MHA@1")
     params = dict(one.named_parameters())
     assert res["runs"][0]["trainable_params"] == sum(params[n].numel() for n in names)
     assert json.loads((out / "config.json").read_text())["lora_targets"] == "MHA@1"

@@ -8,9 +8,9 @@ import subprocess
 import sys
 
 import pytest
-from helpers import free_port
-from vitplast.runs.rundir import read_jsonl
+from helpers import free_port, quiet
 from vitplast.finetune import finetune
+from vitplast.runs.rundir import read_jsonl
 
 pytestmark = pytest.mark.slow  # see the Makefile's test-fast
 
@@ -42,7 +42,7 @@ def test_two_process_ddp_combines_ranks(tmp_path):
     opts = dict(model="vit_tiny_patch16_224", img_size=16, data="synthetic", train="MHA", steps=4,
                 batch_size=32, monitor_every=2, eval_every=2, plots=False, progress=False, seed="1",
                 model_kwargs=dict(patch_size=8, depth=2, embed_dim=32, num_heads=2),
-                out=str(tmp_path / "one"), _say=lambda *a, **k: None)
+                out=str(tmp_path / "one"), reporter=quiet())
     finetune(**opts)
     one = read_jsonl(tmp_path / "one" / "metrics.jsonl")
     e_ddp = [r for r in recs if r["kind"] == "eval"]

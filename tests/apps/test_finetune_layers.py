@@ -9,6 +9,7 @@ import re
 
 import pytest
 import torch
+from helpers import quiet
 from torch import nn
 from vitplast.finetune import finetune
 from vitplast.finetune.selection import select_trainable
@@ -33,7 +34,7 @@ def test_timm_vit_through_finetune(tmp_path):
     save_file(start, tmp_path / "start.safetensors")
     res = finetune(**TINY, weights=str(tmp_path / "start.safetensors"), train="MHA@1", lr="1e-2",
                    steps=3, batch_size=16, monitor_every=0, export=True, out=str(tmp_path / "run"),
-                   _say=lambda *a, **k: None)
+                   reporter=quiet())
     end = load_file(tmp_path / "run" / "model.safetensors")
     expected = {n for n in start if re.match(r"blocks\.1\.attn\.|head\.", n)}
     assert _changed(start, end) == expected
@@ -108,7 +109,7 @@ def test_auto_layer_picks_units_within_budget(tmp_path):
     from vitplast.runs.rundir import read_jsonl
 
     res = finetune(**TINY, train="auto@layer", budget=3000, steps=2, batch_size=16, monitor_every=0,
-                   out=str(tmp_path / "run"), _say=lambda *a, **k: None)
+                   out=str(tmp_path / "run"), reporter=quiet())
     s = res["runs"][0]
     assert 0 < s["trainable_params"] <= 3000 and s["trained"]
     assert all(re.fullmatch(r"(MHA|FC1|FC2|LN1|LN2)@\d", p) for p in s["trained"])

@@ -16,9 +16,10 @@ import pytest
 import torch
 import vitplast.finetune.log as finetune_log
 import vitplast.finetune.options as finetune_options
+from helpers import Killed, collecting, kill_after, quiet
 from vitplast.cli import main
+from vitplast.finetune import finetune
 from vitplast.runs.rundir import RunDir, RunDirError, read_jsonl
-from vitplast.finetune import SimulatedKill, finetune
 
 TINY = dict(model="vit_tiny_patch16_224", img_size=16, plots=False, progress=False, data="synthetic",
             model_kwargs=dict(patch_size=8, depth=2, embed_dim=32, num_heads=2), batch_size=16)
@@ -26,7 +27,7 @@ KW = dict(train="MHA", optimizer="sgd", lr="0.05", steps=8, monitor_every=3, eva
 
 
 def _run(path: Path, **kw):
-    return finetune(**TINY, out=str(path), _say=lambda *a, **k: None, **kw)
+    return finetune(**TINY, out=str(path), reporter=quiet(), **kw)
 
 
 class FakeWriter:
@@ -73,8 +74,8 @@ def test_kill_at_any_point_leaves_every_row_once(tmp_path, fake_tensorboard, sto
     kw = {**KW, "train": train, "checkpoint_every": checkpoint_every, "tensorboard": True,
           **({"budget": 5000} if train == "auto" else {})}
     _run(tmp_path / "whole", **kw)
-    with pytest.raises(SimulatedKill):
-        _run(tmp_path / "killed", _stop_after=stop_after, **kw)
+    with pytest.raises(Killed):
+        _run(tmp_path / "killed", after_step=kill_after(stop_after), **kw)
     _run(tmp_path / "killed", resume=True, **kw)
     whole, killed = _rows(tmp_path / "whole"), _rows(tmp_path / "killed")
     assert killed == whole  # every row once, in order, bit for bit
@@ -106,8 +107,8 @@ def _holder(path: Path) -> subprocess.Popen:
 @pytest.mark.slow
 def test_a_second_writer_is_refused_and_a_stale_lock_taken_over(tmp_path):
     run = tmp_path / "run"
-    with pytest.raises(SimulatedKill):
-        _run(run, **KW, checkpoint_every=4, _stop_after=5)
+    with pytest.raises(Killed):
+        _run(run, **KW, checkpoint_every=4, after_step=kill_after(5))
     proc = _holder(run)
     try:
         with pytest.raises(RunDirError, match=rf"in use by process {proc.pid} on "):
@@ -117,7 +118,7 @@ def test_a_second_writer_is_refused_and_a_stale_lock_taken_over(tmp_path):
         proc.wait()
     said = []
     finetune(**TINY, out=str(run), resume=True, **KW, checkpoint_every=4,
-             _say=lambda *a, **k: said.append(a[0]))
+             reporter=collecting(said))
     assert any(f"taking over the lock of process {proc.pid}" in s for s in said)
     assert json.loads((run / "summary.json").read_text())["steps"] == 8
     # within one process too: a directory held by one RunDir is refused to another
@@ -139,12 +140,12 @@ def test_export_writes_the_finetuned_weights(tmp_path, train):
     exported = load_file(str(run / "model.safetensors"))
     ckpt = torch.load(run / "checkpoint.pt", weights_only=True)["model"]
     if train == "lora":
-        from vitplast.finetune import build_model
-        from vitplast.finetune.trainable import apply_lora
+        from vitplast.finetune import fresh_model
+        from vitplast.finetune.lora import apply_lora
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            ref = apply_lora(build_model({**finetune_options.DEFAULTS, **TINY}, 4), r=8)
+            ref = apply_lora(fresh_model(finetune_options.RunSettings(**TINY), 4), r=8)
         ref.load_state_dict(ckpt)
         expected = ref.merge_and_unload().state_dict()
         assert json.loads((run / "adapter" / "adapter_config.json").read_text())["r"] == 8

@@ -8,10 +8,11 @@ import sys
 
 import pytest
 import torch
+from helpers import Killed, kill_after, quiet
 from vitplast.cli import main as cli_main
+from vitplast.finetune import finetune
+from vitplast.finetune.selection import TRAIN_ORDER
 from vitplast.runs.rundir import read_jsonl
-from vitplast.finetune import SimulatedKill, finetune
-from vitplast.finetune.trainable import COMPONENTS
 
 DEPTH = 2
 TINY = dict(model="vit_tiny_patch16_224", img_size=16, plots=False, progress=False,
@@ -19,7 +20,7 @@ TINY = dict(model="vit_tiny_patch16_224", img_size=16, plots=False, progress=Fal
 
 
 def _run(tmp_path, name="run", **kw):
-    opts = {**TINY, "data": "synthetic", "out": str(tmp_path / name), "_say": lambda *a, **k: None, **kw}
+    opts = {**TINY, "data": "synthetic", "out": str(tmp_path / name), "reporter": quiet(), **kw}
     return finetune(**opts)
 
 
@@ -32,12 +33,12 @@ def test_short_run_learns_and_monitors_every_component(tmp_path):
     mon = [r for r in recs if r["kind"] == "monitor"]
     assert [r["iter"] for r in mon] == [0, 5, 10, 15, 20]  # monitored iterations only
     for r in mon:
-        assert set(r["plasticity"]) == set(COMPONENTS)
-        for c in COMPONENTS:
+        assert set(r["plasticity"]) == set(TRAIN_ORDER)
+        for c in TRAIN_ORDER:
             assert len(r["plasticity"][c]) == DEPTH
             assert all(math.isfinite(v) and v > 0 for v in r["plasticity"][c])
             assert r["pairs"][c] == [16] * DEPTH  # halves of 32
-        assert set(r["grad_norm"]) == set(COMPONENTS) | {"head", "other"}
+        assert set(r["grad_norm"]) == set(TRAIN_ORDER) | {"head", "other"}
         assert all(v > 0 for v in r["grad_norm"].values())
     assert [r["step"] for r in recs if r["kind"] == "eval"] == [0, 8, 16, 24]
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
@@ -59,7 +60,7 @@ def test_bf16_autocast_run_monitors_finite_values(tmp_path):
     _run(tmp_path, train="FC1", amp="bf16", steps=2, batch_size=16, monitor_every=1, grad_clip=1.0)
     mon = [r for r in read_jsonl(tmp_path / "run" / "metrics.jsonl") if r["kind"] == "monitor"]
     assert len(mon) == 2
-    assert all(math.isfinite(v) for r in mon for c in COMPONENTS for v in r["plasticity"][c])
+    assert all(math.isfinite(v) for r in mon for c in TRAIN_ORDER for v in r["plasticity"][c])
     assert set(mon[0]["grad_norm"]) == {"FC1", "head"}
 
 
@@ -81,8 +82,9 @@ def test_kill_and_resume_equals_uninterrupted(tmp_path):
     kw = dict(train="MHA", optimizer="sgd", lr="0.05", schedule="cosine", steps=12, batch_size=16,
               monitor_every=3, eval_every=4, checkpoint_every=4, seed="3")
     _run(tmp_path, "whole", **kw)
-    with pytest.raises(SimulatedKill):
-        _run(tmp_path, "killed", _stop_after=6, **kw)  # last checkpoint: step 4; logged up to iter 5
+    with pytest.raises(Killed):
+        # last checkpoint: step 4; logged up to iter 5
+        _run(tmp_path, "killed", after_step=kill_after(6), **kw)
     assert torch.load(tmp_path / "killed" / "checkpoint.pt", weights_only=True)["step"] == 4
     with pytest.raises(ValueError, match="pass --resume"):
         _run(tmp_path, "killed", **kw)
@@ -122,7 +124,7 @@ def test_auto_picks_components_within_budget(tmp_path):
     s = res["runs"][0]
     assert s["trainable_params"] <= 700 and s["trained"]
     auto = [r for r in read_jsonl(tmp_path / "run" / "metrics.jsonl") if r["kind"] == "auto"]
-    assert auto and set(auto[0]["plasticity"]) == set(COMPONENTS) and auto[0]["chosen"] == s["trained"]
+    assert auto and set(auto[0]["plasticity"]) == set(TRAIN_ORDER) and auto[0]["chosen"] == s["trained"]
 
 
 def test_embedded_model_rejects_other_sizes(tmp_path, capsys):

@@ -1,6 +1,6 @@
 """Parameter selection of `vitplast finetune --train ...`: each choice trains exactly what it says.
 
-The expected sets are written independently of vitplast.finetune.trainable, from timm's parameter names.
+The expected sets are written independently of vitplast.finetune.selection, from timm's parameter names.
 """
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ import warnings
 
 import pytest
 import torch
-from vitplast.finetune import trainable as T
+from vitplast.finetune import auto, lora
+from vitplast.finetune import selection as T
 
 DEPTH = 3
 
@@ -63,7 +64,7 @@ def test_head_full_and_combination(vit):
 
 
 def test_groups_partition_all_parameters(vit):
-    groups = T.component_parameter_names(vit)
+    groups = T.parameter_groups(vit)
     flat = [n for names in groups.values() for n in names]
     assert len(flat) == len(set(flat)) == len(list(vit.named_parameters()))
     assert "cls_token" in groups["other"] and "pos_embed" in groups["other"]
@@ -78,21 +79,21 @@ def test_parse_train_errors(bad, match):
 
 
 def test_choose_components_greedy_budget(vit):
-    groups = T.component_parameter_names(vit)
+    groups = T.parameter_groups(vit)
     size = {c: T.count_parameters(vit, groups[c]) for c in T.COMPONENTS}
     head = T.count_parameters(vit, groups["head"])
     plast = {"MHA": 1.5, "FC1": 1.2, "FC2": 1.1, "LN2": 0.6, "LN1": 0.4}
     # MHA fits, FC1 does not, LN2 and LN1 (small) still fit
     budget = head + size["MHA"] + size["LN2"] + size["LN1"] + 1
     assert budget < head + size["MHA"] + size["FC1"]
-    assert T.choose_components(plast, vit, budget) == ["MHA", "LN2", "LN1"]
-    assert T.choose_components(plast, vit, None) == ["MHA"]
-    assert T.choose_components({**plast, "MHA": float("nan")}, vit, None) == ["FC1"]
+    assert auto.choose_components(plast, vit, budget) == ["MHA", "LN2", "LN1"]
+    assert auto.choose_components(plast, vit, None) == ["MHA"]
+    assert auto.choose_components({**plast, "MHA": float("nan")}, vit, None) == ["FC1"]
     with pytest.raises(ValueError, match="smaller than the head"):
-        T.choose_components(plast, vit, head - 1)
-    chosen = T.choose_components(plast, vit, head + size["FC2"])
+        auto.choose_components(plast, vit, head - 1)
+    chosen = auto.choose_components(plast, vit, head + size["FC2"])
     assert chosen and chosen[0] in ("MHA", "FC1", "FC2")
-    frozen = set(T.freeze_list(plast, vit, head + size["FC2"]))
+    frozen = set(auto.freeze_list(plast, vit, head + size["FC2"]))
     kept = _matching(vit, *(EXPECTED[c] for c in chosen), HEAD)
     assert frozen == {n for n, _ in vit.named_parameters()} - kept
 
@@ -105,24 +106,24 @@ def test_choose_components_from_plasticity_result(vit):
         vit(x)
     res = vk.pairwise_plasticity(acts)
     best = max(T.COMPONENTS, key=lambda c: float(res.mean(c).mean()))
-    assert T.choose_components(res, vit, None) == [best]
+    assert auto.choose_components(res, vit, None) == [best]
 
 
 def test_lora_without_peft_says_what_to_install(vit, monkeypatch):
     monkeypatch.setitem(sys.modules, "peft", None)  # import peft raises ImportError
     with pytest.raises(ImportError, match=r"pip install 'vitplast-kernels\[lora\]'"):
-        T.lora_config(["MHA"], vit)
+        lora.lora_config(["MHA"], vit)
 
 
 def test_lora_config_targets_attention(vit):
     pytest.importorskip("peft")
     import copy
 
-    cfg = T.lora_config({"MHA": 2.0, "FC1": 1.0, "LN1": 5.0}, vit)  # LN has no LoRA target
+    cfg = lora.lora_config({"MHA": 2.0, "FC1": 1.0, "LN1": 5.0}, vit)  # LN has no LoRA target
     assert set(cfg.target_modules) == {f"blocks.{i}.attn.{m}" for i in range(DEPTH) for m in ("qkv", "proj")}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        model = T.apply_lora(copy.deepcopy(vit))
+        model = lora.apply_lora(copy.deepcopy(vit))
     names = _trainable(model)
     assert names and all("lora_" in n or ".head." in n for n in names)
     assert any("attn.qkv.lora_A" in n for n in names)

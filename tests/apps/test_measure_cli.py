@@ -146,3 +146,89 @@ def test_cache_dir_from_environment(monkeypatch, tmp_path):
     monkeypatch.setenv("VITPLAST_CACHE", str(tmp_path))
     assert digits.cache_root() == tmp_path
     assert digits.cache_root(tmp_path / "x") == tmp_path / "x"
+
+
+def test_options_object_keywords_and_overrides_measure_alike(cache):
+    import dataclasses
+
+    from vitplast.measure import MeasureOptions
+
+    kw = dict(cache_dir=str(cache), pretrain_config=TINY, batches=1, batch_size=8, progress=False)
+    opts = MeasureOptions(**kw)  # built without its checks: measure() runs them
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        opts.batches = 2
+    a = measure(opts, log=None)
+    b = measure(**kw, log=None)
+    c = measure(opts, seed=1, log=None)  # keywords replace the object's values
+    assert opts.data is None and opts.seed == 0  # the caller's object is left as it was
+    for comp in a.components:
+        assert torch.equal(a.mean(comp), b.mean(comp))
+    assert not all(torch.equal(a.mean(comp), c.mean(comp)) for comp in a.components)
+    with pytest.raises(ValueError, match=r"--batch-size 7: must be even"):
+        measure(MeasureOptions(**{**kw, "batch_size": 7}), log=None)
+    with pytest.raises(ValueError, match=r"unknown option\(s\) \['bogus'\]"):
+        measure(opts, bogus=1, log=None)
+
+
+def test_deprecated_dtype_flag_and_keyword_set_amp():
+    import argparse
+
+    from vitplast.measure import MeasureOptions, command
+    from vitplast.measure.run import measure_options
+    from vitplast.options.fields import resolve, values_of
+
+    parser = argparse.ArgumentParser(prog="vitplast measure")
+    command.add_arguments(parser)
+    for argv, amp in ((["--dtype", "bfloat16"], "bf16"), (["--dtype", "float32"], "none"),
+                      (["--dtype", "fp16"], "fp16"), (["--amp", "bf16"], "bf16"), ([], "none")):
+        with warnings_of(FutureWarning if "--dtype" in argv else None):
+            args = parser.parse_args(argv)
+        assert resolve(MeasureOptions, values_of(args, MeasureOptions)).amp == amp, argv
+    assert "--dtype" not in parser.format_help()
+    with pytest.warns(FutureWarning, match="use amp="):
+        assert measure_options(None, {"dtype": "bfloat16"}).amp == "bf16"
+
+
+def warnings_of(category):
+    """``pytest.warns(category)``, or a block that must warn nothing (``category=None``)."""
+    import contextlib
+    import warnings
+
+    if category is not None:
+        return pytest.warns(category)
+
+    @contextlib.contextmanager
+    def none():
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            yield
+
+    return none()
+
+
+def test_model_arg_reaches_the_model_and_run_json(tmp_path):
+    kw = dict(model="vit_tiny_patch16_224", img_size=16, data="synthetic", batches=1, batch_size=8,
+              progress=False, log=None)
+    with pytest.warns(UserWarning, match="random init"):
+        res = measure(**kw, model_kwargs=["patch_size=8", "depth=1", "embed_dim=32", "num_heads=2"],
+                      out=str(tmp_path / "o"))
+    assert all(res.mean(c).shape == (1,) for c in res.components)  # depth=1: one layer
+    run = json.loads((tmp_path / "o" / "run.json").read_text())
+    assert run["model_kwargs"] == {"patch_size": 8, "depth": 1, "embed_dim": 32, "num_heads": 2}
+    assert run["amp"] == "none" and run["dtype"] == "float32"
+    with pytest.raises(ValueError, match="--model-arg does not apply to digits-vit"):
+        measure(model_kwargs={"depth": 1}, log=None)
+
+
+def test_full_disk_is_exit_1_not_2(cache, tmp_path, capsys, monkeypatch):
+    from vitplast_kernels import PlasticityResult
+
+    def disk_full(self, path, **k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(PlasticityResult, "plot", disk_full)
+    argv = ["measure", "--cache-dir", str(cache), "--pretrain-config", TINY_JSON, "--batches", "1",
+            "--batch-size", "8", "--out", str(tmp_path / "o"), "--no-progress"]
+    assert main(argv) == 1
+    assert "No space left on device" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()

@@ -6,7 +6,7 @@ import warnings
 
 import pytest
 import torch
-from vitplast.models.weights import create_vit
+from vitplast.models.timm_models import create_vit
 
 TINY = dict(img_size=32, patch_size=8, depth=2, embed_dim=32, num_heads=2)
 NAME = "vit_tiny_patch16_224"

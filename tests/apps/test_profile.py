@@ -132,3 +132,32 @@ def test_cli_rejects_odd_batch_for_halves(tmp_path, capsys):
     assert rc == 2
     assert "--batch-size" in capsys.readouterr().err
     assert not (tmp_path / "profile.json").exists()
+
+
+def test_python_call_with_autocast_records_it(tmp_path):
+    from vitplast.profile import ProfileOptions, profile
+
+    lines = []
+    rec = profile(model="vit_tiny_patch16_224", device="cpu", img_size=32, depth=1, reps=1, threads=1,
+                  batch_size=4, amp="bf16", paper="skip", no_layers=True, out=str(tmp_path / "p"),
+                  log=lines.append)
+    assert rec["amp"] == "bf16" and rec["dtype"] == "float32" and rec["args"]["amp"] == "bf16"
+    assert set(rec["variants"]) == {"forward", "capture", "naive_hooks"}
+    assert any("float32 under bf16 autocast" in ln for ln in lines)
+    assert json.loads((tmp_path / "p" / "profile.json").read_text())["amp"] == "bf16"
+    opts = ProfileOptions(device="cpu")  # built without its checks: profile() runs them
+    with pytest.raises(ValueError, match="--batch-size 3: must be even"):
+        profile(opts, batch_size=3, log=None)
+    assert opts.model is None  # the caller's object is left as it was
+
+
+def test_profile_flags_come_from_the_runtime_group():
+    import argparse
+
+    from vitplast.profile import command
+
+    parser = argparse.ArgumentParser(prog="vitplast profile")
+    command.add_arguments(parser)
+    text = parser.format_help()
+    assert "--amp" in text and "--device" in text and "--dtype" in text
+    assert "--progress" not in text  # profile draws no progress bars

@@ -8,6 +8,7 @@ import re
 import pytest
 import torch
 from torch import nn
+from vitplast.finetune import lora
 from vitplast.finetune import selection as S
 
 import vitplast_kernels as vk
@@ -50,7 +51,7 @@ def test_parse_errors(spec, match):
 
 
 def test_parse_any_label_when_the_map_is_not_known():
-    assert S.parse_train("attn@1+Proj", labels=None) == ("attn@1", "Proj")
+    assert S.parse_train("attn@1+Proj", any_label=True) == ("attn@1", "Proj")
 
 
 # ------------------------------------------------------------------------------------------ timm ViT
@@ -82,10 +83,10 @@ def test_timm_head_full_groups_and_sizes(vit):
 
 
 def test_timm_lora_targets(vit):
-    assert S.lora_targets(vit, "MHA@1+FC1@2") == ["blocks.1.attn.qkv", "blocks.1.attn.proj",
-                                                  "blocks.2.mlp.fc1"]
+    assert lora.lora_targets(vit, "MHA@1+FC1@2") == ["blocks.1.attn.qkv", "blocks.1.attn.proj",
+                                                     "blocks.2.mlp.fc1"]
     with pytest.raises(ValueError, match="no LoRA-able linear layer"):
-        S.lora_targets(vit, "LN1")
+        lora.lora_targets(vit, "LN1")
 
 
 @pytest.mark.parametrize("spec, match", [
@@ -96,7 +97,7 @@ def test_timm_lora_targets(vit):
 ])
 def test_timm_errors(vit, spec, match):
     with pytest.raises(ValueError, match=match):
-        S.resolve(vit, spec)
+        S.resolve_selection(vit, spec)
 
 
 # ------------------------------------------------------------------------------------------ custom model
@@ -139,27 +140,27 @@ def test_custom_label_glob():
     # FF contains UP: FF owns only the second linear, UP the first
     assert S.trainable_names(net, "FF@0", CUSTOM)[:2] == ["stack.0.ff.2.weight", "stack.0.ff.2.bias"]
     assert S.trainable_names(net, "UP@0", CUSTOM)[:2] == ["stack.0.ff.0.weight", "stack.0.ff.0.bias"]
-    assert S.lora_targets(net, "FF@1-2", CUSTOM) == ["stack.1.ff.2", "stack.2.ff.2"]
+    assert lora.lora_targets(net, "FF@1-2", CUSTOM) == ["stack.1.ff.2", "stack.2.ff.2"]
     groups = S.parameter_groups(net, CUSTOM)
     assert groups["other"] == ["stem.weight", "stem.bias"] and groups["head"] == ["classifier.weight",
                                                                                  "classifier.bias"]
     with pytest.raises(ValueError, match="no component found"):
-        S.resolve(net, "MHA@0")  # no preset knows this tree
+        S.resolve_selection(net, "MHA@0")  # no preset knows this tree
     with pytest.raises(ValueError, match="'MHA' is not in the model's component map"):
-        S.resolve(net, "MHA@0", CUSTOM)
+        S.resolve_selection(net, "MHA@0", CUSTOM)
     with pytest.raises(ValueError, match="the model has 4 layers"):
-        S.resolve(net, "NORM@4", CUSTOM)
+        S.resolve_selection(net, "NORM@4", CUSTOM)
 
 
 def test_custom_component_missing_in_a_layer():
     net = Custom()
     with pytest.raises(ValueError, match="MIX has no module in layer"):
-        S.resolve(net, "MIX@1", {"MIX": "stack.[02].mix", "NORM": "stack.*.norm"})
+        S.resolve_selection(net, "MIX@1", {"MIX": "stack.[02].mix", "NORM": "stack.*.norm"})
 
 
 def test_module_in_two_components_is_refused():
     with pytest.raises(ValueError, match="is in two components"):
-        S.resolve(Custom(), "A@0", {"A": "stack.*.mix", "B": "stack.*.mix"})
+        S.resolve_selection(Custom(), "A@0", {"A": "stack.*.mix", "B": "stack.*.mix"})
 
 
 # ------------------------------------------------------------------------------------------ HF MiniLM
@@ -176,10 +177,10 @@ def test_minilm_bert():
                                                                    r"LayerNorm\.")
     assert S.trainable_names(model, "MHA@3", BERT_COMPONENTS) == _matching(
         model, r"encoder\.layer\.3\.attention\.self\.")
-    assert S.lora_targets(model, "FC1@0-1") == ["encoder.layer.0.intermediate.dense",
-                                                "encoder.layer.1.intermediate.dense"]
+    assert lora.lora_targets(model, "FC1@0-1") == ["encoder.layer.0.intermediate.dense",
+                                                   "encoder.layer.1.intermediate.dense"]
     with pytest.raises(ValueError, match="the model has 6 layers"):
-        S.resolve(model, "MHA@6")
+        S.resolve_selection(model, "MHA@6")
     with pytest.raises(ValueError, match="has no classifier head"):
-        S.resolve(model, "head")
+        S.resolve_selection(model, "head")
     assert len(S.unit_sizes(model)) == 30

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import Killed, kill_after, quiet
 from vitplast.cli import main
-from vitplast.finetune import SimulatedKill, finetune
+from vitplast.finetune import finetune
 
 ARCH = dict(model="vit_tiny_patch16_224", img_size=16, model_kwargs=dict(patch_size=8, depth=2, embed_dim=32,
                                                                            num_heads=2))
@@ -47,9 +48,9 @@ def test_finetune_resume_refuses_a_planted_pickle(tmp_path, capsys):
     run, marker = tmp_path / "run", tmp_path / "ran"
     opts = dict(**ARCH, data="synthetic", train="MHA", steps=4, batch_size=16, checkpoint_every=2,
                 plots=False, progress=False)
-    with pytest.raises(SimulatedKill), warnings.catch_warnings():
+    with pytest.raises(Killed), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        finetune(**opts, out=str(run), _stop_after=3, _say=_quiet)
+        finetune(**opts, out=str(run), after_step=kill_after(3), reporter=quiet())
     assert torch.load(run / "checkpoint.pt", weights_only=True)["step"] == 2  # tensors and plain values
     _plant(run / "checkpoint.pt", marker)
     argv = ["finetune", *ARCH_CLI, "--data", "synthetic", "--train", "MHA", "--steps", "4", "--batch-size",
@@ -70,10 +71,10 @@ def test_claim_refuses_a_planted_pickle_in_a_run(tmp_path):
     out, marker = tmp_path / "claim", tmp_path / "ran"
     opts = dict(**ARCH, threads=1, jobs=1, progress=False, pretrain_data="synthetic", data="synthetic",
                 components="MHA,FC1,LN1", lr="3e-3", seed="0", steps=4, batch_size=16, checkpoint_every=2,
-                pairs=8, pair_batch=4, bootstrap=20, _say=_quiet)
-    with pytest.raises(SimulatedKill), warnings.catch_warnings():
+                pairs=8, pair_batch=4, bootstrap=20, reporter=quiet())
+    with pytest.raises(Killed), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        claim(out=str(out), **opts, _stop_after=3)
+        claim(out=str(out), **opts, after_step=kill_after(3))
     ckpt = out / "runs" / "MHA-lr0.003-s0" / "checkpoint.pt"
     _plant(ckpt, marker)
     with pytest.raises(ValueError, match="holds Python objects other than tensors") as exc, \
@@ -103,16 +104,16 @@ def test_measure_replays_from_its_seed(tmp_path):
 
 
 def test_profile_model_is_the_same_every_time():
-    import argparse
+    from vitplast.options.fields import resolve
+    from vitplast.profile import ProfileOptions
+    from vitplast.profile.run import build_model_and_images
 
-    from vitplast.profile.command import _build
-
-    args = argparse.Namespace(model="vit_tiny_patch16_224", img_size=32, depth=1, dtype="float32",
-                              device="cpu", batch_size=2)
+    opts = resolve(ProfileOptions, dict(model="vit_tiny_patch16_224", img_size=32, depth=1, dtype="float32",
+                                        device="cpu", batch_size=2))
     states = []
     for global_seed in (1, 2):
         torch.manual_seed(global_seed)
-        model, _ = _build(args)
+        model, _ = build_model_and_images(opts)
         states.append(model.state_dict())
     for k, v in states[0].items():
         assert torch.equal(v, states[1][k]), k

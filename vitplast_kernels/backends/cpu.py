@@ -57,7 +57,7 @@ def _row_scaled(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``(x', u)``: ``x`` with each row whose max magnitude is outside :data:`SAFE_MAX_ABS` multiplied by
     the power of two ``2^-e`` that brings it into ``[0.5, 1)`` (exact), and ``u = 2^e`` per row in
     float64; ``(x, None)`` when no row needs it."""
-    m = torch.maximum(x.amax(1), -x.amin(1))  # two vectorised passes: 7x faster than the inf-norm
+    m = torch.maximum(x.amax(1), -x.amin(1))  # two vectorised reductions: faster than the inf-norm
     lo, hi = SAFE_MAX_ABS
     need = torch.isfinite(m) & (m > 0) & ((m < lo) | (m > hi))
     if not bool(need.any()):

@@ -4,11 +4,11 @@ The CUDA kernels implement the ``vitplast::pair_sq_distances`` / ``pair_sq_dista
 CUDA tensors (the dispatcher routes by device); their fakes and autograd formulas live in ``ops/paired.py``.
 
 ``backend="auto"`` on CUDA tensors is a fixed plan: ``cuda`` when the CUDA extension is built (the
-faster of the two on the H200 at every measured shape, see bench/measured/), else ``triton``, else
-``torch``. The two kernels sum in different orders, so a timing-based choice could give different bits
-in two processes; it is therefore an explicit opt-in: ``VITPLAST_AUTOTUNE=1`` times both once per GPU
-(bf16 inputs shaped like a ViT-Huge capture) and keeps the faster, which is **not bitwise repeatable
-across processes**. ``VITPLAST_GPU_BACKEND=cuda|triton|torch`` names the backend outright.
+faster of the two in the GPU benchmarks, ``bench/gpu_paired.py``), else ``triton``, else ``torch``.
+The two kernels sum in different orders, so a timing-based choice could give different bits in two
+processes; it is therefore an explicit opt-in: ``VITPLAST_AUTOTUNE=1`` times both once per GPU (bf16
+inputs shaped like a ViT-Huge capture) and keeps the faster, which is **not bitwise repeatable across
+processes**. ``VITPLAST_GPU_BACKEND=cuda|triton|torch`` names the backend outright.
 """
 
 from __future__ import annotations

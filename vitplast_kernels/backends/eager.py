@@ -13,7 +13,8 @@ from collections.abc import Sequence
 
 import torch
 
-from .registry import KERNEL_DTYPES, Backend, register_backend
+from ..numerics import KERNEL_DTYPES
+from .registry import Backend, register_backend
 
 
 def _wide(device: torch.device) -> torch.dtype:

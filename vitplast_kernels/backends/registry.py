@@ -13,10 +13,11 @@ from dataclasses import dataclass
 
 import torch
 
+from ..numerics import KERNEL_DTYPES
+
 PairSqFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 GroupedFn = Callable[[Sequence[torch.Tensor], Sequence[torch.Tensor]], torch.Tensor]
 AllPairsFn = Callable[[torch.Tensor], torch.Tensor]
-KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)  # what the hand-written kernels take
 
 
 @dataclass(frozen=True)

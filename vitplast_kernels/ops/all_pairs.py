@@ -17,8 +17,8 @@ Backends (``backend=``): ``"cpu"`` Gram matrix through BLAS (``torch.bmm``) on C
 ``TRITON_INTERPRET=1``; ``"torch"`` the plain reference path (one direct difference per pair, any
 device, slow: O(N^2 K) memory traffic); ``"auto"``: CUDA -> triton, CPU -> cpu.
 
-How the fast paths stay exact (the design, measured)
-----------------------------------------------------
+How the fast paths stay exact (the design)
+------------------------------------------
 The Gram identity ``S_ij = n_i + n_j - 2 G_ij`` (``n_i = G_ii``) cancels when two rows are close:
 an absolute error ``e`` on the Gram entries becomes a relative error on the distance of about
 ``e (n_i + n_j) / S_ij``. Three measures keep every pair within 1e-5 relative (of the distance,
@@ -28,13 +28,13 @@ against float64) for float32, float16 and bfloat16 inputs:
    length ``L``; each chunk's Gram is a float32 product (BLAS ``bmm`` on CPU, one program per tile
    and chunk on GPU) and the ``S`` partial Grams are summed in float64 in a fixed order
    (deterministic, no atomics). Partial errors are independent, so the Gram error drops from about
-   ``c u sqrt(K)`` to ``c u sqrt(K) / S`` (``u = 2^-24``). Measured on this machine's MKL,
-   N=128, K=257*384 (max over pairs of ``rel_err(d) * r``, ``r = S_ij / (n_i + n_j)``): one
-   chunk 8.0e-7, S=8 1.2e-7, S=16 5.5e-8, S=32 3.8e-8, i.e. ``c ~= 0.05``. bf16/fp16 products
-   are exact in float32, float32 inputs on GPU use ``tf32x3`` (products to ~2^-21).
+   ``c u sqrt(K)`` to ``c u sqrt(K) / S`` (``u = 2^-24``); ``c`` is the largest
+   ``rel_err(d) * r / (u sqrt(L / S))`` over the pairs, ``r = S_ij / (n_i + n_j)``, which
+   ``bench/all_pairs.py`` reports as ``c_gram``. bf16/fp16 products are exact in float32, float32
+   inputs on GPU use ``tf32x3`` (products to ~2^-21).
 2. **Detect and recompute.** With ``eps = max(2u, C u sqrt(L / S))`` (``C = 0.25`` on CPU, five
-   times the measured worst; on GPU ``C = 1.0`` plus the tf32x3 product error plus the measured
-   truncation bias of the tensor-core accumulator, see ``triton_all_pairs``) a pair is
+   times the largest ``c_gram`` of the CPU benchmark; on GPU ``C = 1.0`` plus the tf32x3 product error
+   plus the truncation bias of the tensor-core accumulator, see ``backends/triton/all_pairs.py``) a pair is
    *unreliable* when ``S_ij < eps / eta * (n_i + n_j)`` with ``eta = 5e-6`` (half the budget), or
    when the float32 Gram left its range (``n_i + n_j`` not finite, or under
    :func:`~vitplast_kernels.numerics.underflow_floor`; the CPU path first rescales such rows by powers
@@ -49,8 +49,8 @@ against float64) for float32, float16 and bfloat16 inputs:
    cost) predicts whether more than ``N / 2`` pairs will be unreliable; if so the rows are centred
    (the first row subtracted, in float32: any common vector works, this one costs no extra read)
    before the Gram; if the probe missed it, the Gram is redone once on centred rows. Centring
-   always would cost a full extra pass over the data on CPU (measured about as long as the Gram
-   itself), so it is done only when it pays.
+   always would cost a full extra pass over the data on CPU (comparable to the Gram itself), so it
+   is done only when it pays.
 
 Only the Gram's lower triangle is used; on GPU only the triangle's tiles are computed, norms come from
 the diagonal tiles and the distance epilogue (norms, cancellation test, mirror, zero diagonal) is fused

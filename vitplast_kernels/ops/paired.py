@@ -29,15 +29,16 @@ from collections.abc import Sequence
 import torch
 
 from ..backends import resolve
+from ..backends.dispatch import without_autograd
 from ..backends.extension import cpu_extension_available
 from . import validate
 
 # Under torch.compile, backend="auto" may hand the reduction to the compiler as plain tensor code
 # (up-cast, subtract, square and sum in float64), so that Inductor fuses it into the kernels that
 # produce the activations instead of reading them again; eager calls always use the hand-written
-# kernels. Default: on every device. On CUDA Inductor's kernels fuse the reduction into its producers;
-# on CPU it was measured faster than the custom op too (ViT-S/16 img 64 b16 training step, monitored
-# every step: 1.017x the plain compiled step against 1.047x, bench/measured/cpu-2026-12-01-*).
+# kernels. Default: on every device. On CUDA Inductor fuses the reduction into the kernels that produce
+# its inputs; on CPU the compiled step with the reduction left to Inductor is faster than with the custom
+# op too (bench.compile_monitor compares the two).
 # VITPLAST_COMPILED_REDUCTION=inductor|kernel forces one choice on every device.
 COMPILED_REDUCTION = os.environ.get("VITPLAST_COMPILED_REDUCTION", "").strip().lower() or None
 if COMPILED_REDUCTION not in (None, "inductor", "kernel"):
@@ -60,16 +61,6 @@ def decomposed_sq_sums(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     wide = torch.float64 if a.dtype == torch.float64 else torch.float32
     d = a.to(wide) - b.to(wide)
     return d.to(torch.float64).square().flatten(1).sum(1)
-
-
-def without_autograd(tensors: Sequence[torch.Tensor]) -> bool:
-    """Whether a call on ``tensors`` can skip the autograd dispatch: eager mode, and no gradient can
-    flow (grad mode off, or no input requires one; capture detaches what it measures). The paired ops'
-    autograd formulas are Python (registered below), so dispatching through them costs ~7 us per call
-    only to redispatch below autograd: a few percent of a small model's forward with 60 hooks."""
-    if torch.compiler.is_compiling():
-        return False  # traced: the graph records the op itself
-    return not torch.is_grad_enabled() or not any(t.requires_grad for t in tensors)
 
 
 def call_backend(fn, a, b, tensors: Sequence[torch.Tensor]) -> torch.Tensor:

@@ -6,9 +6,10 @@ from collections.abc import Sequence
 
 import torch
 
+from ..numerics import KERNEL_DTYPES
+
 # float64 runs on the PyTorch path (backend "torch", what "auto" picks for it): exact, and differentiable
 # by torch itself; the hand-written kernels take the three 16/32-bit types (KERNEL_DTYPES).
-KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 SUPPORTED_DTYPES = (*KERNEL_DTYPES, torch.float64)
 
 

@@ -1,5 +1,6 @@
 """``vitplast claim``: does plasticity predict which component to finetune? (:func:`claim`)"""
 
-from .command import claim
+from .experiment import claim, claim_options
+from .options import ClaimOptions
 
-__all__ = ["claim"]
+__all__ = ["ClaimOptions", "claim", "claim_options"]

@@ -24,7 +24,7 @@ import math
 
 import numpy as np
 
-from .plasticity import summarize
+from .plasticity import summarize_chunks
 from .statistics import (
     STATISTICS,
     percentile_interval,
@@ -108,7 +108,7 @@ def analyse(measured: dict, summaries: list[dict], *, components: list[str], lrs
     seed_counts = resample_counts(rng, n_s, bootstrap)  # (B, S)
     chunk_counts = resample_counts(rng, int(measured["chunks"]), bootstrap)  # (B, K)
 
-    plast = summarize(measured, chunk_counts, LEVEL)
+    plast = summarize_chunks(measured, chunk_counts, LEVEL)
     missing = [c for c in components if c not in plast["components"]]
     if missing:
         raise ValueError(f"components {missing} were not measured (measured: {measured['components']})")
@@ -127,24 +127,8 @@ def analyse(measured: dict, summaries: list[dict], *, components: list[str], lrs
     base_reps = best_reps[:, -1] if baseline == "head" else seed_counts @ initial / n_s
     g_reps = best_reps[:, :n_c] - base_reps[:, None]  # (B, C)
 
-    correlations = {}
-    for name, fn in STATISTICS.items():
-        observed = fn(p_value, gain)
-        reps = np.asarray(fn(p_reps, g_reps))
-        perm = permutation_test(p_value, gain, fn, permutations=permutations, seed=seed)
-        correlations[name] = {
-            "value": _finite(observed), "ci": [_finite(v) for v in percentile_interval(reps, LEVEL)],
-            "p_greater": _finite(perm["greater"]), "p_two_sided": _finite(perm["two_sided"]),
-            "permutations": perm["permutations"], "exact": perm["exact"],
-            "bootstrap_defined": int(np.isfinite(reps).sum()),
-        }
-    # the same tests with the trainable-parameter count in place of plasticity: a component's size
-    # is the obvious rival predictor of its gain
     sizes = np.array([params[c] for c in components], dtype=np.float64)
-    size_corr = {}
-    for name, fn in STATISTICS.items():
-        perm = permutation_test(sizes, gain, fn, permutations=permutations, seed=seed)
-        size_corr[name] = {"value": _finite(perm["observed"]), "p_greater": _finite(perm["greater"])}
+    correlations, size_corr = correlation_tests(p_value, gain, p_reps, g_reps, sizes, permutations, seed)
     slope, intercept = theil_sen(p_value, gain)
 
     rows = []
@@ -179,6 +163,25 @@ def analyse(measured: dict, summaries: list[dict], *, components: list[str], lrs
                       "pairs": int(measured["pairs"]), "level": LEVEL},
         "verdict": verdict(correlations["spearman"], n_c),
     }
+
+
+def correlation_tests(p_value, gain, p_reps, g_reps, sizes, permutations: int, seed: int):
+    """``(correlations, size_correlations)``: each statistic between plasticity and gain with its
+    bootstrap interval and permutation p-values; and the same tests with the trainable-parameter count
+    in place of plasticity (a component's size is the obvious rival predictor of its gain)."""
+    correlations, size_corr = {}, {}
+    for name, fn in STATISTICS.items():
+        reps = np.asarray(fn(p_reps, g_reps))
+        perm = permutation_test(p_value, gain, fn, permutations=permutations, seed=seed)
+        correlations[name] = {
+            "value": _finite(fn(p_value, gain)), "ci": [_finite(v) for v in percentile_interval(reps, LEVEL)],
+            "p_greater": _finite(perm["greater"]), "p_two_sided": _finite(perm["two_sided"]),
+            "permutations": perm["permutations"], "exact": perm["exact"],
+            "bootstrap_defined": int(np.isfinite(reps).sum()),
+        }
+        by_size = permutation_test(sizes, gain, fn, permutations=permutations, seed=seed)
+        size_corr[name] = {"value": _finite(by_size["observed"]), "p_greater": _finite(by_size["greater"])}
+    return correlations, size_corr
 
 
 def verdict(spearman: dict, n: int) -> str:

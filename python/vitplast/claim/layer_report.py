@@ -10,9 +10,9 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from ..finetune import TRAIN_ORDER
 from ..outputs.plots import figure, save
-from ..finetune import COMPONENTS
-from .report import P_DEFINITION, _ci, _num, edge_mark, lr_edge_line, lr_grid, result_cells
+from .report import P_DEFINITION, _ci, _num, edge_mark, lr_edge_line, result_cells, setup_lines
 
 
 def _row(unit, plasticity, params, lr, accuracy, gain) -> str:
@@ -20,18 +20,14 @@ def _row(unit, plasticity, params, lr, accuracy, gain) -> str:
 
 
 def format_layer_report(result: dict) -> str:
-    cfg, an = result["config"], result["analysis"]
+    record, an = result["config"], result["analysis"]
     base = an["baseline"]
     lines = [
         "Which (component, layer) to finetune? Plasticity before finetuning vs the gain of training one "
         "unit alone",
-        f"model {cfg['model']}{' (' + cfg['weights'] + ')' if cfg['weights'] else ''}; plasticity: "
-        f"{cfg['protocol']}, {an['bootstrap']['pairs']} matched pairs X={cfg['pretrain_data']} / "
-        f"Y={cfg['data']} ({an['bootstrap']['pair_chunks']} chunks); each unit's plasticity is its layer's",
-        f"finetuning on {cfg['data']}: each (component, layer) alone (+ head), {cfg['optimizer']}, "
-        f"{cfg['steps']} steps, batch {cfg['batch_size']}, lr grid {lr_grid(result)} "
-        f"(best per unit; < / > = at the grid's low / high edge), seeds "
-        f"{','.join(str(s) for s in cfg['seed'])}; gain over the head-only run of the same seed",
+        *setup_lines(result, "(component, layer)", "unit; < / > = at the grid's low / high edge",
+                     "gain over the head-only run of the same seed",
+                     note="; each unit's plasticity is its layer's"),
         "",
         _row("unit", "plasticity [95% CI]", "params", "lr", "accuracy [95% CI]", "gain [95% CI]"),
     ]
@@ -75,7 +71,7 @@ def format_layer_report(result: dict) -> str:
     if "selection" in an:
         lines += [""] + _selection_lines(an["selection"])
     lines += ["", lr_edge_line(an["rows"], base, "unit")]
-    lines += ["", "what this can and cannot tell:"] + [f"- {s}" for s in reading(an, cfg)]
+    lines += ["", "what this can and cannot tell:"] + [f"- {s}" for s in reading(an, record)]
     return "\n".join(lines)
 
 
@@ -100,7 +96,7 @@ def _selection_lines(sel: dict) -> list[str]:
     return out
 
 
-def reading(an: dict, cfg: dict) -> list[str]:
+def reading(an: dict, record: dict) -> list[str]:
     """Plain sentences on what the numbers support, computed from them."""
     out = []
     sp, sz = an["correlations"]["spearman"], an["params_correlations"]["spearman"]
@@ -119,8 +115,8 @@ def reading(an: dict, cfg: dict) -> list[str]:
         out.append(f"Over all units, plasticity vs gain rho {sp['value']:+.2f} and size vs gain rho "
                    f"{sz['value']:+.2f}: {which} ranks the gains better here; with size held fixed the "
                    f"partial rho is {_num(pa['spearman'], '+.2f')} {_ci(pa['ci'], '+.2f')}.")
-    n_seeds = len(cfg["seed"])
-    out.append(f"Gains rest on {n_seeds} seed(s) and {cfg['steps']} steps on one downstream task: a "
+    n_seeds = len(record["seed"])
+    out.append(f"Gains rest on {n_seeds} seed(s) and {record['steps']} steps on one downstream task: a "
                "unit's gain interval is wide, and small differences between units are within noise; "
                "the bootstrap over so few seeds understates that uncertainty.")
     if an["lr_edges"]:
@@ -139,14 +135,15 @@ def reading(an: dict, cfg: dict) -> list[str]:
     return out
 
 
-def plot_layers(result: dict, path) -> Path:
+def plot_layer_claim(result: dict, path) -> Path:
     """Gain vs plasticity (one point per unit, coloured by component, 95% error bars both ways);
     plasticity and gain per layer; the selection comparison -> PNG at ``path``."""
     an = result["analysis"]
     rows = an["rows"]
     fig, axes = figure(2, 2, (13, 9))
     (ax, ax_sel), (ax_p, ax_g) = axes
-    names = list(COMPONENTS) + [c for c in dict.fromkeys(r["component"] for r in rows) if c not in COMPONENTS]
+    seen = dict.fromkeys(r["component"] for r in rows)
+    names = list(TRAIN_ORDER) + [c for c in seen if c not in TRAIN_ORDER]
     colors = {c: f"C{i}" for i, c in enumerate(names)}
     seen = set()
     for r in rows:

@@ -157,13 +157,7 @@ def analyse_layers(measured: dict, summaries: list[dict], *, units: list[tuple[s
     correlations = _rank_block(p_value, gain[:n_u], p_reps, g_reps, permutations, seed)
     size_corr = _rank_block(sizes, gain[:n_u], None, None, permutations, seed)
     strat = stratified_permutation_test(p_value, gain[:n_u], types, permutations=permutations, seed=seed)
-    per_type = {}
-    for c in dict.fromkeys(types.tolist()):
-        m = types == c
-        reps = np.asarray(spearman(p_reps[:, m], g_reps[:, m]))
-        per_type[c] = {"spearman": _finite(float(spearman(p_value[m], gain[:n_u][m]))),
-                       "ci": [_finite(v) for v in percentile_interval(reps, LEVEL)], "units": int(m.sum()),
-                       "trainable_params": int(sizes[m][0])}
+    per_type = _per_type(types, p_value, gain[:n_u], p_reps, g_reps, sizes)
     part = float(partial_spearman(p_value, gain[:n_u], sizes))
     part_reps = np.asarray(partial_spearman(p_reps, g_reps, np.broadcast_to(sizes, p_reps.shape)))
     slope, intercept = theil_sen(p_value, gain[:n_u])
@@ -204,6 +198,18 @@ def analyse_layers(measured: dict, summaries: list[dict], *, units: list[tuple[s
         result["selection"] = _selection(selections, trains, names, gains_seed, g_reps_all, best_idx, lrs,
                                          acc, params)
     return result
+
+
+def _per_type(types, p_value, gain, p_reps, g_reps, sizes) -> dict:
+    """Spearman's rho within each component type (its units across layers), with its interval."""
+    out = {}
+    for c in dict.fromkeys(types.tolist()):
+        m = types == c
+        reps = np.asarray(spearman(p_reps[:, m], g_reps[:, m]))
+        out[c] = {"spearman": _finite(float(spearman(p_value[m], gain[m]))),
+                  "ci": [_finite(v) for v in percentile_interval(reps, LEVEL)], "units": int(m.sum()),
+                  "trainable_params": int(sizes[m][0])}
+    return out
 
 
 def _selection(selections: dict, trains, names, gains_seed, g_reps, best_idx, lrs, acc, params) -> dict:

@@ -40,8 +40,8 @@ def widen(summaries: list[dict], start: list[float]) -> list[tuple[str, float]]:
     return out
 
 
-def train_widening(jobs: list[dict], summaries: list[dict], *, start: list[float], plan, train, say
-                   ) -> tuple[list[dict], list[dict]]:
+def train_widening(jobs: list, summaries: list[dict], *, start: list[float], plan, train, say
+                   ) -> tuple[list, list[dict]]:
     """Widen until no train's best lr is at an edge (or the rounds are used up). ``plan(train, lr)``
     gives the new jobs (one per seed), ``train(jobs)`` their summaries. Returns all jobs and summaries."""
     jobs, summaries = list(jobs), list(summaries)

@@ -1,5 +1,6 @@
-"""Options of `vitplast claim`, declared once (:class:`ClaimOptions`, through
-:mod:`vitplast.options.fields`): the CLI flags, defaults, checks and error wording all come from it.
+"""Options of `vitplast claim`, declared once (:class:`ClaimOptions`): the model, data, optimisation and
+runtime groups it shares with finetune (:mod:`vitplast.options.groups`) and its own. The CLI flags,
+defaults, checks and error wording all come from it.
 
 Every problem is a ``ValueError`` whose message names the option (the CLI prints it on one line and
 exits with status 2) and is found before anything is measured or trained.
@@ -7,12 +8,10 @@ exits with status 2) and is found before anything is measured or trained.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
 
-from ..options.parsing import MAX_SEED, MAX_STEPS, model_arg, setup_parser
-from ..runtime.device import check_device
+from ..finetune import TRAIN_ORDER, RunSettings
 from ..models.builder import DIGITS_MODEL, check_digits_options
 from ..options.fields import (
     Kind,
@@ -24,40 +23,28 @@ from ..options.fields import (
     number,
     option,
     optional,
-    resolve,
-    values_of,
+    settle,
 )
-from ..options.fields import add_arguments as add_options
+from ..options.groups import GROUP_TITLES, DataOptions, ModelOptions, OptimOptions, RuntimeOptions
+from ..options.parsing import MAX_SEED, MAX_STEPS
 from ..runs.paths import check_out_dir, foreign_files
-from ..finetune import COMPONENTS
 
 PROTOCOLS = ("in_situ", "decomposition")
 BASELINES = ("head", "initial")
 GRANULARITIES = ("component", "layer")
 COMPONENT_STEPS, LAYER_STEPS = 100, 60  # default --steps per granularity
 LR_GRID = "3e-3,1e-2,3e-2"
-# a layer claim's 60 steps train one unit: on the digits ViT every FC and LN unit and the head picked
-# 3e-2, the top of LR_GRID, and no unit picked 3e-3 (README, claim section); its grid is one step higher
+# a layer claim's short runs train one unit each: its grid starts one step higher
 LAYER_LR_GRID = "1e-2,3e-2,1e-1"
-GROUPS = {"data": "model and data", "pairs": "plasticity before finetuning",
+GROUPS = {**GROUP_TITLES, "pairs": "plasticity before finetuning",
           "train": "finetuning (the same budget for every component)", "out": "statistics and outputs"}
-# options passed on unchanged to every finetune run
-FINETUNE_KEYS = ("model", "weights", "model_kwargs", "img_size", "data", "optimizer", "weight_decay",
-                 "schedule", "steps", "batch_size", "amp", "device", "eval_limit", "checkpoint_every")
-
-
-def _model_kwargs(value) -> dict:
-    if isinstance(value, dict):
-        return value
-    if isinstance(value, (list, tuple)):
-        return dict(model_arg(v) if isinstance(v, str) else tuple(v) for v in value)
-    raise ValueError(f"must be a dict, got {type(value).__name__}")
+SHARED_GROUPS = (ModelOptions, DataOptions, OptimOptions, RuntimeOptions)
 
 
 def _component(name):
-    lookup = {c.lower(): c for c in COMPONENTS}
+    lookup = {c.lower(): c for c in TRAIN_ORDER}
     if str(name).lower() not in lookup:
-        raise ValueError(f"unknown {name!r}; choose from {', '.join(COMPONENTS)}")
+        raise ValueError(f"unknown {name!r}; choose from {', '.join(TRAIN_ORDER)}")
     return lookup[str(name).lower()]
 
 
@@ -72,20 +59,15 @@ def _lr_check(value):
     return "auto" if isinstance(value, str) and value.strip().lower() == "auto" else _LRS.check(value)
 
 
-@dataclasses.dataclass
-class ClaimOptions:
-    model: str = option(DIGITS_MODEL, f"timm model name, or {DIGITS_MODEL!r} (default)", group="data")
-    model_kwargs: dict = option(help="extra timm.create_model argument (repeatable)", flag="--model-arg",
-                                action="append", metavar="KEY=VALUE", group="data",
-                                kind=Kind(str, _model_kwargs), default_factory=dict)
-    weights: str | None = option(None, "local pretrained checkpoint (.safetensors, .pth, .npz)", group="data")
-    img_size: int | None = option(None, "input size (default: the model's)", group="data",
-                                  kind=optional(integer(1)))
-    pretrain_data: str = option("digits:0-4", "X, the pretraining-side data of the matched pairs (default: "
-                                "%(default)s)", metavar="SPEC", group="data")
+@dataclasses.dataclass(frozen=True)
+class ClaimOptions(RuntimeOptions, OptimOptions, DataOptions, ModelOptions):  # fields: model first
     data: str = option("digits:5-9", "Y, the downstream data: pairs and finetuning (default: %(default)s); "
                        "ImageFolder DIR, digits:CLASSES, cifar10:DIR, cifar100:DIR", metavar="SPEC",
                        group="data")
+    steps: int | None = option(None, f"steps per run (default: {COMPONENT_STEPS}; {LAYER_STEPS} with "
+                               "--granularity layer)", group="optim", kind=optional(integer(1, MAX_STEPS)))
+    pretrain_data: str = option("digits:0-4", "X, the pretraining-side data of the matched pairs (default: "
+                                "%(default)s)", metavar="SPEC", group="data")
     protocol: str = option("in_situ", group="pairs", kind=choice(PROTOCOLS))
     pairs: int = option(512, "matched X-Y pairs (default: %(default)s)", group="pairs", kind=integer(1))
     pair_batch: int = option(16, "pairs per forward, the bootstrap's resampling unit (default: %(default)s)",
@@ -93,7 +75,7 @@ class ClaimOptions:
     split: str = option("all", "split the pairs come from (default: %(default)s)", group="pairs",
                         kind=choice(("train", "val", "all")))
     measure_seed: int = option(0, "order of the pairs", group="pairs", kind=integer(0, MAX_SEED))
-    components: list = option(",".join(COMPONENTS), "components trained alone (default: %(default)s)",
+    components: list = option(",".join(TRAIN_ORDER), "components trained alone (default: %(default)s)",
                               group="train", kind=csv(checked(_component), unique=True))
     granularity: str = option(
         "component", "component: each component in every layer at once (default); layer: each (component, "
@@ -106,21 +88,12 @@ class ClaimOptions:
                         "comparison; default: %(default)s)", group="train", kind=integer(0))
     baseline: str = option("head", "gain over the head-only run of the same seed (default) or the initial "
                            "accuracy", group="train", kind=choice(BASELINES))
-    optimizer: str = option("adam", group="train", kind=choice(("sgd", "adam")))
     lr: list | str | None = option(
         None, f"learning-rate grid; each train keeps its best (default: {LR_GRID}; {LAYER_LR_GRID} with "
         "--granularity layer); auto: that grid, widened x3 (at most twice per side) for a train whose best "
         "lr is at an edge", group="train", kind=optional(Kind(_lr_text, _lr_check)))
     seed: list = option("0,1,2", "seeds (default: %(default)s)", group="train",
                         kind=csv(integer(0, MAX_SEED), unique=True))
-    steps: int | None = option(None, f"steps per run (default: {COMPONENT_STEPS}; {LAYER_STEPS} with "
-                               "--granularity layer)", group="train", kind=optional(integer(1, MAX_STEPS)))
-    batch_size: int = option(64, group="train", kind=integer(1))
-    weight_decay: float = option(0.0, group="train", kind=number(minimum=0.0))
-    schedule: str = option("cosine", group="train", kind=choice(("constant", "cosine")))
-    amp: str = option("none", group="train", kind=choice(("none", "bf16")))
-    device: str = option("auto", "auto, cpu, cuda, cuda:N (default: %(default)s)", group="train",
-                         kind=checked(check_device))
     eval_limit: int = option(0, "validate on the first N images", group="train", kind=integer(0))
     checkpoint_every: int = option(50, group="train", kind=integer(0))
     jobs: int | None = option(None, "runs trained at once, in processes (default: 2 for the digits ViT on a "
@@ -139,18 +112,18 @@ class ClaimOptions:
                                        "many minutes", metavar="MINUTES", group="out",
                                        kind=optional(number(positive=True)))
     run_plots: bool = option(False, "also draw each run's curves", group="out", action="store_true")
-    progress: bool | None = option(None, group="out", action="store_true", negation="--no-progress")
     calibrate_steps: int = option(10, kind=integer(1), cli=False)
+    lr_auto: bool = option(False, cli=False)  # set by validate: --lr auto was given (lr is then the grid)
 
     def validate(self) -> None:
         """What involves several options, the machine or the file system."""
         if self.out is None:
             raise OptionError("--out DIR is required: it holds the finetuning runs and the reports")
-        self.out = str(self.out)
+        settle(self, out=str(self.out))
         if self.steps is None:  # a layer claim trains 4-5x more runs: fewer steps keep it in budget
-            self.steps = LAYER_STEPS if self.granularity == "layer" else COMPONENT_STEPS
-        if self.lr is None:
-            self.lr = _LRS.parse(default_lrs(self.granularity))
+            settle(self, steps=LAYER_STEPS if self.granularity == "layer" else COMPONENT_STEPS)
+        if self.lr is None or self.lr == "auto":
+            settle(self, lr_auto=self.lr == "auto", lr=_LRS.parse(default_lrs(self.granularity)))
         if len(self.components) < 3 and self.granularity != "layer":  # layer: units = components x layers
             raise OptionError(f"--components: a rank correlation needs at least 3 components, got "
                               f"{self.components}")
@@ -169,36 +142,22 @@ class ClaimOptions:
         if self.model == DIGITS_MODEL:
             check_digits_options(self.model_kwargs, self.img_size)
         check_claim_out(self.out)
+        self.run_settings(progress=False).validate()  # what finetune refuses (--amp fp16, odd batches)
 
+    def run_settings(self, *, progress: bool | None) -> RunSettings:
+        """The settings of every finetuning run of the claim: the shared groups as given, no plasticity
+        monitor, plots only with ``--run-plots``."""
+        shared = {f.name: getattr(self, f.name) for g in SHARED_GROUPS for f in dataclasses.fields(g)}
+        return RunSettings(**{**shared, "progress": progress}, eval_limit=self.eval_limit,
+                           checkpoint_every=self.checkpoint_every, monitor_every=0, plots=self.run_plots)
 
-DEFAULTS: dict = {f.name: f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-                  for f in dataclasses.fields(ClaimOptions)}
-
-
-def resolve_options(options: dict) -> dict:
-    """Defaults filled in and every option checked (:class:`ClaimOptions`); raises ValueError naming
-    the option. ``_``-prefixed test hooks pass through; ``lr_auto`` says whether ``--lr auto`` was given
-    (``lr`` is then the default grid)."""
-    hooks = {k: v for k, v in options.items() if k.startswith("_")}
-    opts = resolve(ClaimOptions, {k: v for k, v in options.items() if not k.startswith("_")})
-    cfg = {f.name: getattr(opts, f.name) for f in dataclasses.fields(opts)}
-    cfg["lr_auto"] = cfg["lr"] == "auto"
-    if cfg["lr_auto"]:
-        cfg["lr"] = _LRS.parse(default_lrs(cfg["granularity"]))
-    return {**cfg, **hooks}
+    def record(self, **resolved) -> dict:
+        """The options as claim.json records them (``resolved``: values decided at run time, e.g. jobs)."""
+        return {**{f.name: getattr(self, f.name) for f in dataclasses.fields(self)}, **resolved}
 
 
 def default_lrs(granularity: str) -> str:
     return LAYER_LR_GRID if granularity == "layer" else LR_GRID
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    setup_parser(p, defaults_in_help=False)  # bad input: one line on stderr, exit status 2
-    add_options(p, ClaimOptions, GROUPS)
-
-
-def options_from_args(args: argparse.Namespace) -> dict:
-    return values_of(args, ClaimOptions)
 
 
 # what a claim writes into OUT (and nothing else: another directory is refused, never written into)

@@ -93,7 +93,7 @@ def layer_means(stats: np.ndarray) -> np.ndarray:
         return np.where(count > 0, total / np.where(count > 0, count, 1.0), np.nan)
 
 
-def component_means(per_layer: np.ndarray) -> np.ndarray:
+def means_over_layers(per_layer: np.ndarray) -> np.ndarray:
     """``(..., C, L)`` -> ``(..., C)``: mean over the layers that have a value
     (``PlasticityResult.overall``, over any leading axes: the bootstrap's replicates)."""
     finite = np.isfinite(per_layer)
@@ -103,7 +103,7 @@ def component_means(per_layer: np.ndarray) -> np.ndarray:
         return np.where(n > 0, total / np.where(n > 0, n, 1), np.nan)
 
 
-def summarize(measured: dict, counts: np.ndarray, level: float = 0.95) -> dict:
+def summarize_chunks(measured: dict, counts: np.ndarray, level: float = 0.95) -> dict:
     """Point values and bootstrap intervals from the chunk statistics.
 
     ``counts``: ``(B, chunks)`` resample multiplicities (shared with the correlation bootstrap, so
@@ -116,9 +116,9 @@ def summarize(measured: dict, counts: np.ndarray, level: float = 0.95) -> dict:
     stats = np.asarray(measured["stats"], dtype=np.float64)  # (K, C, L, 5)
     total = stats.sum(0)
     per_layer = layer_means(total)  # (C, L)
-    value = component_means(per_layer)
+    value = means_over_layers(per_layer)
     reps_layer = layer_means(np.tensordot(counts, stats, axes=(1, 0)))  # (B, C, L)
-    reps = component_means(reps_layer)  # (B, C)
+    reps = means_over_layers(reps_layer)  # (B, C)
     out = {}
     for i, c in enumerate(measured["components"]):
         out[c] = {

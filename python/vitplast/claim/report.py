@@ -9,8 +9,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from ..finetune import TRAIN_ORDER
 from ..outputs.plots import figure, save
-from ..finetune import COMPONENTS
 
 
 def _num(v, fmt: str) -> str:
@@ -28,10 +28,10 @@ EDGE_MARK = {"low": "<", "high": ">"}  # the best lr is the grid's smallest / la
 
 def lr_grid(result: dict) -> str:
     """The lr grid as run: ``--lr`` values, and with ``--lr auto`` what the widening added."""
-    cfg = result["config"]
-    text = ",".join(f"{v:g}" for v in cfg["lr"])
+    record = result["config"]
+    text = ",".join(f"{v:g}" for v in record["lr"])
     run = result.get("plan", {}).get("lrs_run")
-    if cfg.get("lr_auto"):
+    if record.get("lr_auto"):
         text += f" (--lr auto: run at {','.join(f'{v:g}' for v in run)})" if run else " (--lr auto)"
     return text
 
@@ -64,20 +64,29 @@ def _row(component, plasticity, params, lr, accuracy, gain) -> str:
     return (f"{component:<10} {plasticity:<22} {params:>9} {lr:>7}  {accuracy:<22} {gain}").rstrip()
 
 
+def setup_lines(result: dict, trained: str, best_per: str, gain_over: str, note: str = "") -> list[str]:
+    """The two lines saying how the claim was run: model and pairs, then the finetuning budget."""
+    record, an = result["config"], result["analysis"]
+    weights = f" ({record['weights']})" if record["weights"] else ""
+    return [
+        f"model {record['model']}{weights}; plasticity: {record['protocol']}, {an['bootstrap']['pairs']} "
+        f"matched pairs X={record['pretrain_data']} / Y={record['data']} ({an['bootstrap']['pair_chunks']} "
+        f"chunks){note}",
+        f"finetuning on {record['data']}: each {trained} alone (+ head), {record['optimizer']}, "
+        f"{record['steps']} steps, batch {record['batch_size']}, lr grid {lr_grid(result)} (best per "
+        f"{best_per}), seeds {','.join(str(s) for s in record['seed'])}; {gain_over}",
+    ]
+
+
 def format_report(result: dict) -> str:
     """The claim's table, correlations, verdict and per-layer plasticity as plain text."""
-    cfg, an = result["config"], result["analysis"]
+    an = result["analysis"]
     base = an["baseline"]
     over = "the head-only run (linear probing) of the same seed" if base["train"] == "head" else \
         "the accuracy before finetuning (fresh head)"
     lines = [
         "Does plasticity before finetuning predict the gain of finetuning a component alone?",
-        f"model {cfg['model']}{' (' + cfg['weights'] + ')' if cfg['weights'] else ''}; plasticity: "
-        f"{cfg['protocol']}, {an['bootstrap']['pairs']} matched pairs X={cfg['pretrain_data']} / "
-        f"Y={cfg['data']} ({an['bootstrap']['pair_chunks']} chunks)",
-        f"finetuning on {cfg['data']}: each component alone (+ head), {cfg['optimizer']}, {cfg['steps']} "
-        f"steps, batch {cfg['batch_size']}, lr grid {lr_grid(result)} (best per "
-        f"component), seeds {','.join(str(s) for s in cfg['seed'])}; gain over {over}",
+        *setup_lines(result, "component", "component", f"gain over {over}"),
         "",
         _row("component", "plasticity [95% CI]", "params", "lr", "accuracy [95% CI]", "gain [95% CI]"),
     ]
@@ -144,7 +153,7 @@ def plot_claim(result: dict, path) -> Path:
     rows = an["rows"]
     fig, axes = figure(1, 2, (12, 4.8), gridspec_kw={"width_ratios": [1.15, 1]})
     ax, ax2 = axes[0]
-    names = list(COMPONENTS) + [r["component"] for r in rows if r["component"] not in COMPONENTS]
+    names = list(TRAIN_ORDER) + [r["component"] for r in rows if r["component"] not in TRAIN_ORDER]
     colors = {c: f"C{i}" for i, c in enumerate(names)}
     points = [r for r in rows if r["plasticity"] is not None and r["gain"]["mean"] is not None]
     for r in points:

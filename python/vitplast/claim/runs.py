@@ -1,4 +1,4 @@
-"""The finetuning runs of `vitplast claim`: one `vitplast.finetune.finetune` call per (train, lr, seed).
+"""The finetuning runs of `vitplast claim`: one :func:`vitplast.finetune.train_run` per (train, lr, seed).
 
 Every run trains into its own directory ``OUT/runs/<train>-lr<lr>-s<seed>/`` (the finetune run layout:
 config.json, metrics.jsonl, checkpoint.pt, summary.json) and is always called with ``resume=True``:
@@ -17,42 +17,43 @@ its last checkpoint.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-from ..runtime.distributed import silent
-from ..runs.rundir import CONFIG, SUMMARY, check_parent, guard_writes
-from ..finetune import run_name
+from ..finetune import Prepared, RunSettings, RunSpec, run_name
+from ..outputs.reporter import Reporter
+from ..runs.rundir import RunDir, check_parent, guard_writes
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
-def run_state(path: Path) -> str:
-    """``"finished"`` (summary.json), ``"partial"`` (config.json only), ``"new"`` or ``"foreign"``."""
-    if (path / SUMMARY).exists():
-        return "finished"
-    if (path / CONFIG).exists():
-        return "partial"
-    if path.exists() and any(path.iterdir()):
-        return "foreign"
-    return "new"
+@dataclasses.dataclass(frozen=True)
+class PlannedRun:
+    """One run of the claim's grid and the state of its directory when planned (``RunDir.state``:
+    new, partial, finished or foreign)."""
+
+    spec: RunSpec
+    state: str
 
 
-def plan_runs(out: Path, trains: list[str], lrs: list[float], seeds: list[int]) -> list[dict]:
+def plan_runs(out: Path, settings: RunSettings, trains: list[str], lrs: list[float], seeds: list[int]
+              ) -> list[PlannedRun]:
     """Every (train, lr, seed) with its directory and state, in training order (seed-major, so an
     interrupted claim has whole seeds to show)."""
-    jobs = []
+    runs = []
     for seed in seeds:
         for train in trains:
             for lr in lrs:
                 path = out / "runs" / run_name(train, lr, seed)
-                jobs.append({"train": train, "lr": lr, "seed": seed, "path": path, "state": run_state(path)})
-    return jobs
+                runs.append(PlannedRun(RunSpec(train, lr, seed, path, settings), RunDir(path).state()))
+    return runs
 
 
 def _worker_init(parent_pid: int) -> None:
@@ -84,70 +85,72 @@ def _stop_workers(pool) -> None:
     pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _finetune_one(opts: dict, threads: int | None) -> dict:
+def _train_one(spec: RunSpec, prepared: Prepared, threads: int | None,
+               after_step: Callable[[int], None] | None = None) -> dict:
     """One run in this process (also the body of a worker process); returns its summary."""
     import torch
 
-    from ..finetune import finetune
+    from ..finetune import train_run
 
     if threads:
         torch.set_num_threads(threads)
-    return finetune(**{**opts, "_say": silent})["runs"][0]
+    return train_run(spec, prepared, reporter=Reporter.silent(), after_step=after_step)
 
 
-def run_options(base: dict, job: dict) -> dict:
-    return {**base, "train": job["train"], "lr": str(job["lr"]), "seed": str(job["seed"]),
-            "out": str(job["path"]), "resume": True}
+def _label(run: PlannedRun) -> str:
+    return run.spec.label
 
 
-def train_all(jobs: list[dict], base: dict, *, n_procs: int = 1, threads: int | None = None,
-              progress: bool = True, stop_after: int | None = None) -> list[dict]:
-    """Train (or load) every job; returns the summaries in job order, each with ``"reused"`` (True when
-    the run was finished before this call). ``stop_after`` is the driver's kill-simulation hook,
-    passed to every run (one process only)."""
+def train_all(runs: list[PlannedRun], prepared: Prepared, *, n_procs: int = 1, threads: int | None = None,
+              progress: bool = True, after_step: Callable[[int], None] | None = None) -> list[dict]:
+    """Train (or load) every run; returns the summaries in run order, each with ``"reused"`` (True when
+    the run was finished before this call). ``after_step`` is passed to every run (one process only)."""
     from tqdm.auto import tqdm
 
-    todo = [j for j in jobs if j["state"] != "finished"]
     out: dict[int, dict] = {}
-    for i, j in enumerate(jobs):
-        if j["state"] == "finished":
-            out[i] = {**_finetune_one(run_options(base, j), None), "reused": True}
+    for i, r in enumerate(runs):
+        if r.state == "finished":
+            out[i] = {**_train_one(r.spec, prepared, None), "reused": True}
+    todo = [i for i in range(len(runs)) if i not in out]
     bar = tqdm(total=len(todo), desc="finetuning runs", unit="run", disable=not progress, dynamic_ncols=True)
-    extra = {} if stop_after is None else {"_stop_after": stop_after}
     try:
         if n_procs <= 1 or len(todo) <= 1:
-            for i, j in enumerate(jobs):
-                if i in out:
-                    continue
-                bar.set_postfix_str(f"{j['train']} lr={j['lr']:g} seed={j['seed']}", refresh=True)
-                out[i] = {**_finetune_one({**run_options(base, j), **extra}, threads), "reused": False}
+            for i in todo:
+                bar.set_postfix_str(_label(runs[i]), refresh=True)
+                out[i] = {**_train_one(runs[i].spec, prepared, threads, after_step), "reused": False}
                 bar.update(1)
         else:
-            import multiprocessing
-            from concurrent.futures import ProcessPoolExecutor, as_completed
-
-            ctx = multiprocessing.get_context("spawn")
-            with ProcessPoolExecutor(max_workers=n_procs, mp_context=ctx, initializer=_worker_init,
-                                     initargs=(os.getpid(),)) as pool:
-                futures = {pool.submit(_finetune_one, run_options(base, j), threads): i
-                           for i, j in enumerate(jobs) if i not in out}
-                try:
-                    for fut in as_completed(futures):
-                        i = futures[fut]
-                        out[i] = {**fut.result(), "reused": False}
-                        j = jobs[i]
-                        bar.set_postfix_str(f"{j['train']} lr={j['lr']:g} seed={j['seed']}", refresh=False)
-                        bar.update(1)
-                except BaseException:
-                    _stop_workers(pool)
-                    raise
+            out.update(_train_in_processes(runs, todo, prepared, n_procs, threads, bar))
     finally:
         bar.close()
-    return [out[i] for i in range(len(jobs))]
+    return [out[i] for i in range(len(runs))]
 
 
-def calibrate(base: dict, trains: list[str], *, probe_steps: int, threads: int | None,
-              folder: Path | None = None) -> dict:
+def _train_in_processes(runs: list[PlannedRun], todo: list[int], prepared: Prepared, n_procs: int,
+                        threads: int | None, bar) -> dict[int, dict]:
+    """The runs ``todo`` (indices into ``runs``) trained by ``n_procs`` spawned worker processes."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    done: dict[int, dict] = {}
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=n_procs, mp_context=ctx, initializer=_worker_init,
+                             initargs=(os.getpid(),)) as pool:
+        futures = {pool.submit(_train_one, runs[i].spec, prepared, threads): i for i in todo}
+        try:
+            for fut in as_completed(futures):
+                i = futures[fut]
+                done[i] = {**fut.result(), "reused": False}
+                bar.set_postfix_str(_label(runs[i]), refresh=False)
+                bar.update(1)
+        except BaseException:
+            _stop_workers(pool)
+            raise
+    return done
+
+
+def calibrate(settings: RunSettings, prepared: Prepared, trains: list[str], *, probe_steps: int,
+              threads: int | None, folder: Path | None = None) -> dict:
     """Time short runs to estimate a full one: a 1-step run of the first trained component (fixed
     cost: model, data, two evaluations) and ``1 + probe_steps``-step runs of it and of ``head`` when
     listed (the cost of a step, which differs: a head-only step stops its backward at the head).
@@ -157,11 +160,10 @@ def calibrate(base: dict, trains: list[str], *, probe_steps: int, threads: int |
     kinds = [component] + (["head"] if "head" in trains and component != "head" else [])
     with tempfile.TemporaryDirectory(prefix="claim-calibration-", dir=folder) as tmp:
         def timed(train: str, steps: int, name: str) -> float:
-            opts = {**base, "train": train, "lr": str(1e-4), "seed": "0", "steps": steps,
-                    "checkpoint_every": 0, "plots": False, "progress": False, "resume": False,
-                    "out": os.path.join(tmp, name)}
+            probe = dataclasses.replace(settings, steps=steps, checkpoint_every=0, plots=False,
+                                        progress=False)
             t0 = time.perf_counter()
-            _finetune_one(opts, threads)
+            _train_one(RunSpec(train, 1e-4, 0, Path(tmp) / name, probe, resume=False), prepared, threads)
             return time.perf_counter() - t0
 
         timed(component, 1, "warm-up")  # first-time imports and allocations do not count
@@ -173,9 +175,9 @@ def calibrate(base: dict, trains: list[str], *, probe_steps: int, threads: int |
             "seconds": time.perf_counter() - t_start}
 
 
-def estimate_seconds(jobs: list[dict], calib: dict, steps: int, n_procs: int) -> float:
-    """Wall time of the jobs still to train, from a calibration: overhead + steps x step time each
+def estimate_seconds(runs: list[PlannedRun], calib: dict, steps: int, n_procs: int) -> float:
+    """Wall time of the runs still to train, from a calibration: overhead + steps x step time each
     (a partial run counted whole), divided over ``n_procs`` processes (assumes free cores)."""
-    todo = [j for j in jobs if j["state"] != "finished"]
-    total = sum(calib["overhead_s"] + steps * calib["step_s"][j["train"]] for j in todo)
+    todo = [r for r in runs if r.state != "finished"]
+    total = sum(calib["overhead_s"] + steps * calib["step_s"][r.spec.train] for r in todo)
     return total / max(1, min(n_procs, len(todo) or 1))

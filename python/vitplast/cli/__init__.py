@@ -1,16 +1,29 @@
 """The `vitplast` command line.
 
-Each subcommand lives in its own module of this package, which defines
-``add_arguments(parser)`` and ``run(args) -> int``; this file only routes.
+Each subcommand is a module (``SUBCOMMANDS``) defining ``add_arguments(parser)`` and ``run(args)``, and
+optionally ``HELP``, the text its ``--help`` shows above the options (else its docstring). This package
+parses and routes; :func:`main` is the one place where an exception becomes an exit status.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import sys
 import warnings
+
+from ..options.parsing import setup_parser
+from .errors import (
+    EXIT_FAILURE,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_STATUS_HELP,
+    EXIT_USAGE,
+    exit_status,
+    warning_printer,
+)
+
+__all__ = ["EXIT_FAILURE", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "SUBCOMMANDS", "build_parser", "main"]
 
 # subcommand -> (module, one-line help)
 SUBCOMMANDS = {
@@ -22,87 +35,91 @@ SUBCOMMANDS = {
 }
 
 
+def package_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("vitplast-kernels")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def help_text(module) -> str | None:
+    """What ``vitplast COMMAND --help`` shows above the options: the module's ``HELP`` when it is a
+    string, else its docstring."""
+    text = getattr(module, "HELP", None)
+    return text if isinstance(text, str) else module.__doc__
+
+
 def build_parser() -> argparse.ArgumentParser:
+    """The ``vitplast`` parser: one subparser per shipped subcommand, each reporting bad usage as one
+    line naming itself (``vitplast COMMAND: error: ...``, exit status 2)."""
     parser = argparse.ArgumentParser(
-        prog="vitplast", description="Plasticity of vision-transformer components."
-    )
+        prog="vitplast", description="Plasticity of vision-transformer components.", epilog=EXIT_STATUS_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    setup_parser(parser, defaults_in_help=False)
+    parser.add_argument("--version", action="version", version=f"vitplast {package_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, (module_name, help_text) in SUBCOMMANDS.items():
+    for name, (module_name, one_line) in SUBCOMMANDS.items():
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:
             if exc.name != module_name:
                 raise
             continue  # subcommand not shipped in this build
-        p = sub.add_parser(name, help=help_text, description=module.__doc__,
+        p = sub.add_parser(name, help=one_line, description=help_text(module),
                            formatter_class=argparse.RawDescriptionHelpFormatter)
+        setup_parser(p, defaults_in_help=False)  # the module's add_arguments may set it up again
         module.add_arguments(p)
-        p.set_defaults(_run=module.run)
+        p.set_defaults(_run=module.run, _parser=p)
     return parser
 
 
-# what an interrupted command leaves behind, and how to continue ({out}: its --out)
-INTERRUPTED = {
-    "finetune": "{out} keeps each run's last checkpoint (every --checkpoint-every steps) and its metrics up "
-                "to it; continue with the same command plus --resume",
-    "claim": "{out} keeps the finished runs and each unfinished run's last checkpoint; run the same command "
-             "again to continue where it stopped",
-    "measure": "nothing was written (the output set is written at the end); run the command again",
-    "profile": "nothing was written (the output set is written at the end); run the command again",
-}
-EXIT_ERROR, EXIT_INTERRUPTED = 1, 130  # a failure while working; Ctrl-C (128 + SIGINT)
+def _command_in(argv: list[str]) -> str | None:
+    """The subcommand ``argv`` names: its first word that is not a flag (``vitplast`` itself takes no
+    option with a value), when it is a subcommand."""
+    word = next((a for a in argv if not a.startswith("-")), None)
+    return word if word in SUBCOMMANDS else None
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Runs one subcommand. Whatever happens it ends in one line on stderr and a conventional exit status:
-    0 done, 2 bad input (the subcommand's own message), 1 a failure while working (out of memory, a
-    disk error, a bug: ``VITPLAST_TRACEBACK=1`` shows where), 130 Ctrl-C (what was kept, how to go on).
-    Warnings are printed as ``vitplast COMMAND: warning: ...``, one line each."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if getattr(args, "_run", None) is None:
-        parser.print_help()
-        return 2
-    prog = f"vitplast {args.command}"
+    """Runs ``vitplast ARGV`` and returns its exit status; whatever happens it ends in one line on stderr
+    (``vitplast COMMAND: error: ...``), never a traceback:
+
+    - ``EXIT_OK`` (0): done (``--help`` and ``--version`` too);
+    - ``EXIT_FAILURE`` (1): a failure while working, any exception other than those below: out of
+      memory, a disk error (a full disk, ``OSError`` ENOSPC, included), a bug; ``VITPLAST_TRACEBACK=1``
+      raises it instead, to show where;
+    - ``EXIT_USAGE`` (2): bad usage or input: an unknown flag (reported by that subcommand's parser), a
+      bad value, ``ValueError`` (``OptionError`` included), ``FileNotFoundError``, ``ImportError``;
+    - ``EXIT_INTERRUPTED`` (130): Ctrl-C (``KeyboardInterrupt``): the line says what was kept and how to
+      continue.
+
+    What the parser itself rejects, ``--help`` and ``--version`` end in ``SystemExit`` with that
+    status, as argparse ends them; without a command the help is printed and the status is 2. A
+    subcommand's ``run(args)`` may return a status (0, or 2 after printing its own error line) or
+    raise. Warnings, those of parsing included (deprecated flags), are printed as
+    ``vitplast COMMAND: warning: ...``, one line each."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command = _command_in(argv)
+    prog = f"vitplast {command}" if command else "vitplast"
     with warnings.catch_warnings():
-        warnings.showwarning = _warning_printer(prog)
+        warnings.showwarning = warning_printer(prog)
         try:
-            return int(args._run(args) or 0)
-        except KeyboardInterrupt:
-            kept = INTERRUPTED.get(args.command, "").format(out=getattr(args, "out", None) or "--out")
-            print(f"{prog}: interrupted{': ' + kept if kept else ''}", file=sys.stderr)
-            return EXIT_INTERRUPTED
-        except Exception as exc:
-            if os.environ.get("VITPLAST_TRACEBACK"):
-                raise
-            print(f"{prog}: error: {_failure(exc)}", file=sys.stderr)
-            return EXIT_ERROR
-
-
-def _failure(exc: BaseException) -> str:
-    from ..models.checkpoints import plain_text
-
-    lines = [ln for ln in str(exc).splitlines() if ln.strip()]
-    text = plain_text(lines[0] if lines else "")[:300]
-    if isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError" or any(
-            s in text for s in ("can't allocate memory", "out of memory", "Out of memory")):
-        return (f"out of memory ({text or type(exc).__name__}); try a smaller --batch-size (or a smaller "
-                "model, --img-size or --dtype)")
-    return (f"{type(exc).__name__}: {text} (set VITPLAST_TRACEBACK=1 to see where)" if text else
-            f"{type(exc).__name__} (set VITPLAST_TRACEBACK=1 to see where)")
-
-
-def _warning_printer(prog: str):
-    def show(message, category, filename, lineno, file=None, line=None) -> None:
-        from ..models.checkpoints import plain_text
-
-        stream = file or sys.stderr
+            parser = build_parser()
+            args, unknown = parser.parse_known_args(argv)
+        except KeyboardInterrupt as exc:
+            return exit_status(prog, None, exc)
+        sub = getattr(args, "_parser", None)
+        if unknown:
+            (sub or parser).error(f"unrecognized arguments: {' '.join(unknown)}")
+        if sub is None:
+            parser.print_help()
+            return EXIT_USAGE
         try:
-            stream.write(f"{prog}: warning: {plain_text(message)}\n")
-        except (OSError, ValueError):  # stderr closed: warnings are not worth failing for
-            pass
-
-    return show
+            return int(args._run(args) or EXIT_OK)
+        except (Exception, KeyboardInterrupt) as exc:
+            return exit_status(prog, args.command, exc, getattr(args, "out", None))
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ import contextlib
 
 import torch
 
+from ..options.groups import DataOptions
 from ..runtime.distributed import DistContext
 
 
@@ -90,12 +91,12 @@ def evaluate(model, dataset, device, *, limit=0, batch_size=256, dctx=None, amp=
     return (correct / count, loss / count) if count else (float("nan"), float("nan"))
 
 
-def load_data(cfg: dict, seed: int, img_size: int):
-    """``(train, val)`` datasets of ``cfg["data"]`` at ``img_size``."""
+def load_data(opts: DataOptions, seed: int, img_size: int):
+    """``(train, val)`` datasets of ``--data`` at ``img_size``."""
     from ..data.datasets import load_dataset
 
-    return (load_dataset(cfg["data"], "train", img_size=img_size, seed=seed),
-            load_dataset(cfg["data"], "val", img_size=img_size, seed=seed))
+    return (load_dataset(opts.data, "train", img_size=img_size, seed=seed),
+            load_dataset(opts.data, "val", img_size=img_size, seed=seed))
 
 
 def probe_batch(train_ds, n: int, dctx: DistContext, device) -> torch.Tensor:

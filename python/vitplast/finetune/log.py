@@ -1,5 +1,4 @@
-"""Where a finetuning run's rows go: metrics.jsonl and TensorBoard (:class:`RunLog`), and the
-progress bar.
+"""Where a finetuning run's rows go: metrics.jsonl and TensorBoard (:class:`RunLog`).
 
 Every row goes to both: the training loss of every step, the monitor, evaluation and ``auto`` rows.
 The per-step losses stay on the device and are written in groups (one host sync and, under DDP, one
@@ -13,21 +12,11 @@ hold exactly its rows, none twice, whatever was written before a kill.
 from __future__ import annotations
 
 import shutil
-import sys
 from pathlib import Path
 
 import torch
 
 TRAIN_FLUSH_EVERY = 50
-
-
-def progress_bar(cfg, dctx, total, initial, desc):
-    """A tqdm bar on rank 0 (``--progress``/``--no-progress``; default: when stderr is a terminal)."""
-    from tqdm.auto import tqdm
-
-    enabled = cfg["progress"] if cfg["progress"] is not None else sys.stderr.isatty()
-    return tqdm(total=total, initial=initial, desc=desc, disable=not (enabled and dctx.is_main),
-                dynamic_ncols=True, leave=False)
 
 
 def tensorboard_writer_class():

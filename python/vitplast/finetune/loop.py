@@ -1,202 +1,247 @@
-"""One finetuning run: (train, lr, seed) trained into its run directory, resumable from its checkpoint.
+"""One finetuning run (:class:`RunSpec`) trained into its run directory, resumable from its checkpoint.
 
-The run directory (``common.rundir.RunDir``) holds config.json, metrics.jsonl (monitor, eval and train
-records: the training loss of every step), checkpoint.pt (atomic) and summary.json (the finished
-marker); with ``--export``, model.safetensors (and adapter/ for LoRA). Everything a resumed run needs
-to continue exactly is in the checkpoint: model, optimiser, scheduler, RNG states, running accuracies
-and, for ``--train auto``, the components it chose; the data order is a function of the iteration.
-The directory is locked while the run writes it (a second writer is refused).
+The run directory (:class:`vitplast.runs.rundir.RunDir`) holds config.json, metrics.jsonl (monitor,
+eval and train records: the training loss of every step), checkpoint.pt (atomic) and summary.json (the
+finished marker); with ``--export``, model.safetensors (and adapter/ for LoRA). Everything a resumed
+run needs to continue exactly is in the checkpoint: model, optimiser, scheduler, RNG states, running
+accuracies and, for ``--train auto``, the components it chose; the data order is a function of the
+iteration. The directory is locked while the run writes it (a second writer is refused).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
-from pathlib import Path
+from collections.abc import Callable
 
 import torch
 
-from ..runtime.distributed import DistContext
+from ..outputs.reporter import Reporter
 from ..runs.rundir import RunDir, RunDirError, rng_state, set_rng_state
+from ..runtime.distributed import DistContext
+from ..runtime.precision import autocast
+from .auto import trained_parts
 from .data import StepBatches, evaluate, load_data, probe_batch
 from .export import export_weights
-from .log import RunLog, progress_bar
-from .model import (
-    amp_factory,
-    build_model,
-    input_size,
-    lr_schedule,
-    make_optimizer,
-    make_trainable,
-    run_device,
-    trainable_parts,
-)
+from .log import RunLog
+from .model import fresh_model, lr_schedule, make_optimizer, make_trainable, run_device
+from .preflight import Prepared
+from .spec import RunSpec
+
+AfterStep = Callable[[int], None]  # called with the number of finished steps, after each checkpoint point
 
 
-class SimulatedKill(BaseException):
-    """Raised by the ``_stop_after`` test hook: the run stops as if killed (nothing more written)."""
-
-
-def _open_run_dir(cfg: dict, run_cfg: dict, run_path: Path, dctx: DistContext) -> RunDir:
+def _open_run_dir(spec: RunSpec, dctx: DistContext) -> RunDir:
     """Rank 0 opens (and validates) the directory; the others read what it validated."""
-    rd = RunDir(run_path, writer=dctx.is_main)
+    rd = RunDir(spec.directory, writer=dctx.is_main)
     err = None
     if dctx.is_main:
         try:
-            rd.open(run_cfg, resume=cfg["resume"])
+            rd.open(spec.config(), resume=spec.resume)
         except RunDirError as exc:
             err = str(exc)
     err = dctx.broadcast_object(err)
     if err:
         raise RunDirError(err)
     if not dctx.is_main:
-        rd.open(run_cfg, resume=True)  # read-only: the checkpoint rank 0 validated
+        rd.open(spec.config(), resume=True)  # read-only: the checkpoint rank 0 validated
     return rd
 
 
-def run_one(cfg: dict, train: str, lr: float, seed: int, run_path: Path, dctx: DistContext,
-            say=print) -> dict:
-    """Train one (train, lr, seed) combination into ``run_path``; returns its summary dict."""
-    run_cfg = {k: v for k, v in cfg.items() if k not in ("train", "lr", "seed") and not k.startswith("_")}
-    run_cfg.update(train=train, lr=lr, seed=seed)
-    rd = _open_run_dir(cfg, run_cfg, run_path, dctx)
+def train_run(spec: RunSpec, prepared: Prepared, *, dctx: DistContext | None = None,
+              reporter: Reporter | None = None, after_step: AfterStep | None = None) -> dict:
+    """Train (or load, when finished) the run ``spec`` describes; returns its summary dict.
+    ``prepared``: what :func:`vitplast.finetune.preflight.prepare` found for ``spec.settings``;
+    ``after_step``: called after every step (a test may raise there to stop as if killed)."""
+    dctx = dctx or DistContext()
+    reporter = reporter or Reporter()
+    rd = _open_run_dir(spec, dctx)
     try:
         stale = rd.lock.stale
         if stale and stale.get("alive") is not True:
-            say(f"{run_path}: taking over the lock of process {stale.get('pid')} on {stale.get('host')} "
-                "(no longer running)")
+            reporter.say(f"{spec.directory}: taking over the lock of process {stale.get('pid')} on "
+                         f"{stale.get('host')} (no longer running)")
         if rd.finished:
-            say(f"{run_path}: already finished, loading its summary")
-            if cfg["export"] and dctx.is_main and rd.checkpoint is not None:
-                export_weights(run_path, rd.checkpoint["model"], metadata=_export_meta(cfg, train, lr, seed))
+            reporter.say(f"{spec.directory}: already finished, loading its summary")
+            if spec.settings.export and dctx.is_main and rd.checkpoint is not None:
+                export_weights(spec.directory, rd.checkpoint["model"], metadata=_export_meta(spec))
             return rd.summary()
-        return _train(cfg, train, lr, seed, run_path, dctx, rd, say)
+        return _train(spec, prepared, dctx, rd, reporter, after_step)
     finally:
         rd.close()
 
 
-def _export_meta(cfg: dict, train: str, lr: float, seed: int) -> dict[str, str]:
-    return {"model": str(cfg["model"]), "model_kwargs": json.dumps(cfg["model_kwargs"], sort_keys=True),
-            "train": train, "lr": repr(lr), "seed": str(seed), "steps": str(cfg["steps"])}
+def _export_meta(spec: RunSpec) -> dict[str, str]:
+    s = spec.settings
+    return {"model": str(s.model), "model_kwargs": json.dumps(s.model_kwargs, sort_keys=True),
+            "train": spec.train, "lr": repr(spec.lr), "seed": str(spec.seed), "steps": str(s.steps)}
 
 
-def _train(cfg: dict, train: str, lr: float, seed: int, run_path: Path, dctx: DistContext, rd: RunDir,
-           say) -> dict:
+@dataclasses.dataclass
+class Training:
+    """The state of a run being trained: what :func:`_setup` builds and the step loop uses."""
+
+    model: torch.nn.Module
+    wrapped: torch.nn.Module  # DDP and/or torch.compile around model
+    params: list
+    opt: torch.optim.Optimizer
+    sched: torch.optim.lr_scheduler.LRScheduler
+    feed: StepBatches
+    val_ds: object
+    recorder: object
+    log: RunLog
+    device: torch.device
+    amp: Callable
+    parts: tuple[str, ...]
+    auto: dict | None
+    n_train: int
+    state: dict
+    start: int
+
+
+def _setup(spec: RunSpec, prepared: Prepared, dctx: DistContext, rd: RunDir, reporter: Reporter) -> Training:
+    """Model, data, trainable parts, optimiser and recorder of a run, restored from its checkpoint."""
+    from .selection import count_parameters
     from .step_recorder import StepRecorder
-    from .trainable import count_parameters
 
-    t0 = time.perf_counter()
-    device = run_device(cfg, dctx)
-    amp = amp_factory(cfg, device)
-    torch.manual_seed(seed)
-    probe_ds, _ = load_data(cfg, seed, cfg["img_size"] or 32)
-    model = build_model(cfg, probe_ds.num_classes)
-    img_size = input_size(model, cfg)
-    train_ds, val_ds = load_data(cfg, seed, img_size)
+    s = spec.settings
+    device = run_device(s, dctx)
+    amp = autocast(s.amp, device)
+    torch.manual_seed(spec.seed)
+    model = fresh_model(s, prepared.num_classes)
+    train_ds, val_ds = load_data(s, spec.seed, prepared.img_size)
     model.to(device).train()
-    feed = StepBatches(train_ds, cfg["batch_size"], seed, dctx.rank, dctx.world)
-    if cfg["monitor_every"] and not cfg["probe"] and (cfg["batch_size"] // dctx.world) % 2:
-        local = cfg["batch_size"] // dctx.world
-        raise ValueError(f"--batch-size {cfg['batch_size']} gives {local} images per process: must be even "
-                         "to monitor on the training batch halves (or pass --probe N)")
-    ckpt = rd.checkpoint
-    log = RunLog(rd, dctx)
-    parts, auto = trainable_parts(cfg, train, model, feed, device, dctx, amp, ckpt, log, say=say)
-    model, names = make_trainable(model, parts, cfg["lora_r"], cfg.get("components"), cfg.get("lora_targets"))
-    n_train = count_parameters(model, names)
+    feed = StepBatches(train_ds, s.batch_size, spec.seed, dctx.rank, dctx.world)
+    if s.monitor_every and not s.probe and (s.batch_size // dctx.world) % 2:
+        raise ValueError(f"--batch-size {s.batch_size} gives {s.batch_size // dctx.world} images per "
+                         "process: must be even to monitor on the training batch halves (or pass --probe N)")
+    ckpt, log = rd.checkpoint, RunLog(rd, dctx)
+    parts, auto = trained_parts(s, spec.train, model, feed, device, dctx, amp, ckpt, log, reporter)
+    model, names = make_trainable(model, parts, s.lora_r, s.components, s.lora_targets)
     params = [p for p in model.parameters() if p.requires_grad]
-    opt = make_optimizer(cfg, params, lr)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_schedule(cfg))
-    probe = probe_batch(train_ds, cfg["probe"], dctx, device) if cfg["probe"] else None
-    recorder = StepRecorder(model, cfg["monitor_every"], probe=probe, dist=dctx, amp=amp,
-                            start=ckpt["step"] if ckpt is not None else 0, components=cfg.get("components"))
-
+    opt = make_optimizer(s, params, spec.lr)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_schedule(s))
+    probe = probe_batch(train_ds, s.probe, dctx, device) if s.probe else None
+    recorder = StepRecorder(model, s.monitor_every, probe=probe, dist=dctx, amp=amp,
+                            start=ckpt["step"] if ckpt is not None else 0, components=s.components)
     if ckpt is not None:
         model.load_state_dict(ckpt["model"])
         opt.load_state_dict(ckpt["optimizer"])
         sched.load_state_dict(ckpt["scheduler"])
-        state = ckpt["state"]
-        start = ckpt["step"]
+        state, start = ckpt["state"], ckpt["step"]
     else:
-        acc0, loss0 = evaluate(model, val_ds, device, limit=cfg["eval_limit"], dctx=dctx, amp=amp)
+        acc0, loss0 = evaluate(model, val_ds, device, limit=s.eval_limit, dctx=dctx, amp=amp)
         state = {"initial_acc": acc0, "best_acc": acc0, "last_acc": acc0, "plasticity_start": None}
         log.log({"kind": "eval", "iter": -1, "step": 0, "acc": acc0, "loss": loss0})
         start = 0
+    wrapped = _wrap(model, s.compile, dctx, device)
+    if s.tensorboard:
+        log.open_tensorboard(spec.directory)  # every row kept in metrics.jsonl, then the new ones
+    if ckpt is not None:
+        set_rng_state(ckpt["rng"])
+    return Training(model, wrapped, params, opt, sched, feed, val_ds, recorder, log, device, amp, parts, auto,
+                    count_parameters(model, names), state, start)
+
+
+def _wrap(model: torch.nn.Module, compile_mode: str | None, dctx: DistContext, device) -> torch.nn.Module:
+    """DDP under torchrun, then torch.compile (after the recorder attached its hooks: they are compiled
+    into the step's graph)."""
     wrapped = model
     if dctx.enabled:
         from torch.nn.parallel import DistributedDataParallel
 
         wrapped = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
-    if cfg["compile"]:  # after the recorder attached its hooks: they are compiled into the step's graph
-        wrapped = torch.compile(wrapped, mode=None if cfg["compile"] == "default" else cfg["compile"])
-    if cfg["tensorboard"]:
-        log.open_tensorboard(run_path)  # every row kept in metrics.jsonl, then the new ones
-    if ckpt is not None:
-        set_rng_state(ckpt["rng"])
+    if compile_mode:
+        wrapped = torch.compile(wrapped, mode=None if compile_mode == "default" else compile_mode)
+    return wrapped
 
-    steps = cfg["steps"]
-    bar = progress_bar(cfg, dctx, steps, start, f"{train} lr={lr:g} seed={seed}")
-    stop_after = cfg.get("_stop_after")
+
+def _step(t: Training, spec: RunSpec, it: int, x, y, bar) -> None:
+    """One optimiser step: forward (monitored when due), backward, record, clip, update."""
+    x, y = x.to(t.device, non_blocking=True), y.to(t.device, non_blocking=True)
+    with t.recorder.training_forward(), t.amp():
+        logits = t.wrapped(x)
+    loss = torch.nn.functional.cross_entropy(logits.float(), y)
+    loss.backward()
+    lr_now = t.sched.get_last_lr()[0]
+    if t.recorder.due:
+        rec = t.recorder.record(it, loss, lr_now)
+        if t.state["plasticity_start"] is None:
+            t.state["plasticity_start"] = rec["plasticity_mean"]
+        t.log.log(rec)
+        bar.set_postfix(loss=f"{rec['loss']:.3f}", acc=f"{t.state['last_acc']:.3f}", refresh=False)
+    t.log.train(it, loss, lr_now)  # every step's loss (written in groups, no sync per step)
+    if spec.settings.grad_clip is not None:
+        torch.nn.utils.clip_grad_norm_(t.params, spec.settings.grad_clip)
+    t.opt.step()
+    t.sched.step()
+    t.opt.zero_grad(set_to_none=True)
+    t.recorder.step()
+
+
+def _after_step(t: Training, spec: RunSpec, it: int, rd: RunDir, dctx: DistContext, bar) -> None:
+    """Validation and checkpoint at their iterations (and after the last step)."""
+    s, done = spec.settings, it + 1
+    if (s.eval_every and done % s.eval_every == 0) or done == s.steps:
+        acc, vloss = evaluate(t.model, t.val_ds, t.device, limit=s.eval_limit, dctx=dctx, amp=t.amp)
+        t.state["last_acc"], t.state["best_acc"] = acc, max(t.state["best_acc"], acc)
+        t.log.log({"kind": "eval", "iter": it, "step": done, "acc": acc, "loss": vloss})
+        bar.set_postfix(acc=f"{acc:.3f}", refresh=False)
+    bar.update(1)
+    if (s.checkpoint_every and done % s.checkpoint_every == 0) or done == s.steps:
+        t.log.flush()  # every row of the iterations before the checkpoint is on disk with it
+        rd.save_checkpoint({
+            "step": done, "model": t.model.state_dict(), "optimizer": t.opt.state_dict(),
+            "scheduler": t.sched.state_dict(), "rng": rng_state(), "state": t.state,
+            **({"auto": t.auto} if t.auto is not None else {}),
+        })
+
+
+def _train(spec: RunSpec, prepared: Prepared, dctx: DistContext, rd: RunDir, reporter: Reporter,
+           after_step: AfterStep | None) -> dict:
+    t0 = time.perf_counter()
+    t = _setup(spec, prepared, dctx, rd, reporter)
+    s = spec.settings
+    bar = reporter.bar(total=s.steps, initial=t.start, desc=spec.label,
+                       wanted=s.progress if dctx.is_main else False)
     try:
-        for it, x, y in feed.iterate(start, steps, cfg["workers"]):
-            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-            with recorder.training_forward(), amp():
-                logits = wrapped(x)
-            loss = torch.nn.functional.cross_entropy(logits.float(), y)
-            loss.backward()
-            lr_now = sched.get_last_lr()[0]
-            if recorder.due:
-                rec = recorder.record(it, loss, lr_now)
-                if state["plasticity_start"] is None:
-                    state["plasticity_start"] = rec["plasticity_mean"]
-                log.log(rec)
-                bar.set_postfix(loss=f"{rec['loss']:.3f}", acc=f"{state['last_acc']:.3f}", refresh=False)
-            log.train(it, loss, lr_now)  # every step's loss (written in groups, no sync per step)
-            if cfg["grad_clip"] is not None:
-                torch.nn.utils.clip_grad_norm_(params, cfg["grad_clip"])
-            opt.step()
-            sched.step()
-            opt.zero_grad(set_to_none=True)
-            recorder.step()
-            done = it + 1
-            if (cfg["eval_every"] and done % cfg["eval_every"] == 0) or done == steps:
-                acc, vloss = evaluate(model, val_ds, device, limit=cfg["eval_limit"], dctx=dctx, amp=amp)
-                state["last_acc"], state["best_acc"] = acc, max(state["best_acc"], acc)
-                log.log({"kind": "eval", "iter": it, "step": done, "acc": acc, "loss": vloss})
-                bar.set_postfix(acc=f"{acc:.3f}", refresh=False)
-            bar.update(1)
-            if (cfg["checkpoint_every"] and done % cfg["checkpoint_every"] == 0) or done == steps:
-                log.flush()  # every row of the iterations before the checkpoint is on disk with it
-                rd.save_checkpoint({
-                    "step": done, "model": model.state_dict(), "optimizer": opt.state_dict(),
-                    "scheduler": sched.state_dict(), "rng": rng_state(), "state": state,
-                    **({"auto": auto} if auto is not None else {}),
-                })
-            if stop_after is not None and done >= stop_after:
-                raise SimulatedKill(f"stopped after iteration {done}")
-        log.flush()
+        for it, x, y in t.feed.iterate(t.start, s.steps, s.workers):
+            _step(t, spec, it, x, y, bar)
+            _after_step(t, spec, it, rd, dctx, bar)
+            if after_step is not None:
+                after_step(it + 1)
+        t.log.flush()
     finally:
-        recorder.close()
+        t.recorder.close()
         bar.close()
-        log.close()
+        t.log.close()
+    return _finish(spec, t, rd, dctx, time.perf_counter() - t0 if t.start == 0 else None)
 
+
+def _finish(spec: RunSpec, t: Training, rd: RunDir, dctx: DistContext, seconds: float | None) -> dict:
+    """The summary (written last: it marks the run finished), the curves and the exported weights."""
+    from .selection import count_parameters
+
+    s = spec.settings
     summary = {
-        "train": train, "lr": lr, "seed": seed, "trained": list(parts),
-        "final_acc": state["last_acc"], "best_acc": state["best_acc"],
-        "initial_acc": state["initial_acc"], "plasticity_start": state["plasticity_start"],
-        "trainable_params": n_train, "total_params": count_parameters(model),
-        "steps": steps, "world_size": dctx.world, "seconds": time.perf_counter() - t0 if start == 0 else None,
-        "run_dir": str(run_path), "model": cfg["model"], "data": cfg["data"],
+        "train": spec.train, "lr": spec.lr, "seed": spec.seed, "trained": list(t.parts),
+        "final_acc": t.state["last_acc"], "best_acc": t.state["best_acc"],
+        "initial_acc": t.state["initial_acc"], "plasticity_start": t.state["plasticity_start"],
+        "trainable_params": t.n_train, "total_params": count_parameters(t.model),
+        "steps": s.steps, "world_size": dctx.world, "seconds": seconds,
+        "run_dir": str(spec.directory), "model": s.model, "data": s.data,
     }
-    if auto is not None:
-        summary["auto"] = auto
-    if dctx.is_main and cfg["plots"]:
+    if t.auto is not None:
+        summary["auto"] = t.auto
+    if dctx.is_main and s.plots:
         from .plots import plot_curves
 
-        plot_curves(rd.metrics(), run_path / "plots" / "curves.png", title=f"{train} lr={lr:g} seed={seed}")
-    if cfg["export"] and dctx.is_main:
-        export_weights(run_path, model.state_dict(), peft_model=model if parts == ("lora",) else None,
-                       metadata=_export_meta(cfg, train, lr, seed))
+        plot_curves(rd.metrics(), spec.directory / "plots" / "curves.png", title=spec.label)
+    if s.export and dctx.is_main:
+        peft_model = t.model if t.parts == ("lora",) else None
+        export_weights(spec.directory, t.model.state_dict(), peft_model=peft_model,
+                       metadata=_export_meta(spec))
     rd.write_summary(summary)
     dctx.barrier()
     return summary

@@ -1,43 +1,37 @@
-"""The model of a finetuning run: building it, its device and precision, what to train, the optimiser."""
+"""The model of a finetuning run: a fresh one with its head, its device, what to train, the optimiser
+and its schedule."""
 
 from __future__ import annotations
 
-import contextlib
 import math
 
 import torch
 
-from ..runtime.device import resolve_device
-from ..runtime.distributed import DistContext
 from ..models.builder import DIGITS_MODEL
 from ..models.builder import build_model as build
-from ..models.builder import input_size as model_input_size
-from .trainable import parse_train
+from ..options.groups import ModelOptions, OptimOptions, RuntimeOptions
+from ..runtime.device import resolve_device
+from ..runtime.distributed import DistContext
 
 
-def build_model(cfg: dict, num_classes: int) -> torch.nn.Module:
-    """The model named by ``cfg["model"]`` (:func:`vitplast.models.builder.build_model`, random
-    init without a warning) with a fresh ``num_classes`` head (drawn from the torch RNG)."""
-    built = build(cfg["model"], num_classes, weights=cfg["weights"], model_kwargs=cfg["model_kwargs"],
-                  img_size=cfg["img_size"], warn_random_init=False)
-    if cfg["model"] == DIGITS_MODEL:  # it keeps its pretraining head: replace it
+def fresh_model(opts: ModelOptions, num_classes: int) -> torch.nn.Module:
+    """The model ``opts`` names (:func:`vitplast.models.builder.build_model`, random init without a
+    warning) with a fresh ``num_classes`` head (drawn from the torch RNG)."""
+    built = build(opts.model, num_classes, weights=opts.weights, model_kwargs=opts.model_kwargs,
+                  img_size=opts.img_size, warn_random_init=False)
+    if opts.model == DIGITS_MODEL:  # it keeps its pretraining head: replace it
         built.net.reset_classifier(num_classes)
     return built.net
 
 
-def input_size(model, cfg) -> int:
-    """The model's input size (``--img-size`` for a model without one of its own)."""
-    return model_input_size(model, cfg["img_size"])
-
-
-def lr_schedule(cfg: dict):
+def lr_schedule(opts: OptimOptions):
     """The learning-rate factor of iteration ``it``: linear warm-up, then constant or cosine."""
-    steps, warmup = cfg["steps"], cfg["warmup"]
+    steps, warmup, schedule = opts.steps, opts.warmup, opts.schedule
 
     def factor(it: int) -> float:
         if it < warmup:
             return (it + 1) / warmup
-        if cfg["schedule"] == "constant":
+        if schedule == "constant":
             return 1.0
         t = (it - warmup) / max(1, steps - warmup)
         return 0.5 * (1.0 + math.cos(math.pi * min(1.0, t)))
@@ -45,50 +39,9 @@ def lr_schedule(cfg: dict):
     return factor
 
 
-def run_device(cfg: dict, dctx: DistContext) -> torch.device:
+def run_device(opts: RuntimeOptions, dctx: DistContext) -> torch.device:
     """``--device`` (auto: cuda when available); under torchrun each rank takes its local GPU."""
-    return resolve_device(cfg["device"], dctx.local_rank if dctx.enabled else None)
-
-
-def amp_factory(cfg: dict, device: torch.device):
-    """A context-manager factory: bf16 autocast with ``--amp bf16``, else a no-op."""
-    if cfg["amp"] == "bf16":
-        return lambda: torch.autocast(device_type=device.type, dtype=torch.bfloat16)
-    return contextlib.nullcontext
-
-
-def trainable_parts(cfg: dict, train: str, model, feed, device, dctx: DistContext, amp, ckpt, log,
-                    say=print) -> tuple[tuple[str, ...], dict | None]:
-    """The parts ``train`` names, and for ``auto`` its record: the most plastic components within
-    ``--budget``, measured on the first ``--auto-batches`` training batches (or read back from the
-    checkpoint of a resumed run, so a resumed run trains what it trained)."""
-    comps = cfg.get("components")
-    parts = parse_train(train, comps)
-    if parts not in (("auto",), ("auto@layer",)):
-        return parts, None
-    from .step_recorder import component_means, measure_plasticity
-    from .trainable import choose_components, choose_units
-
-    if ckpt is not None and "auto" in ckpt:
-        auto = ckpt["auto"]
-    else:
-        batches = [feed.get(i)[0].to(device) for i in range(cfg["auto_batches"])]
-        measured = measure_plasticity(model, batches, dist=dctx, amp=amp, components=comps)
-        if parts == ("auto@layer",):  # (component, layer) units, each with its layer's plasticity
-            per_layer = {c: measured["plasticity"][c] for c in component_means(measured)}
-            auto = {"plasticity": per_layer,
-                    "chosen": choose_units(per_layer, model, cfg["budget"], components=comps)}
-        else:
-            means = component_means(measured)
-            auto = {"plasticity": means,
-                    "chosen": choose_components(means, model, cfg["budget"], components=comps)}
-        log.log({"kind": "auto", "iter": -1, "step": 0, **auto, "budget": cfg["budget"]})
-    chosen = auto["chosen"]
-    say(f"--train {parts[0]} (budget {cfg['budget']}): plasticity "
-        + ", ".join(f"{c} {v:.3f}" if isinstance(v, float) else f"{c} " + "/".join(f"{x:.2f}" for x in v)
-                    for c, v in auto["plasticity"].items())
-        + f" -> training {'+'.join(chosen) or 'head only'}")
-    return tuple(chosen) or ("head",), auto
+    return resolve_device(opts.device, dctx.local_rank if dctx.enabled else None)
 
 
 def make_trainable(model, parts: tuple[str, ...], lora_r: int, components=None,
@@ -97,7 +50,8 @@ def make_trainable(model, parts: tuple[str, ...], lora_r: int, components=None,
     ``--train``-style spec such as ``"MHA@2-3+FC1"``; default MHA), else what
     ``vitplast.finetune.trainable.select_trainable`` leaves trainable (the rest is frozen);
     ``components``: the component map (``--component``; default: the model's preset)."""
-    from .trainable import apply_lora, select_trainable
+    from .lora import apply_lora
+    from .selection import select_trainable
 
     if parts == ("lora",):
         model = apply_lora(model, r=lora_r, components=components, targets=lora_targets)
@@ -105,8 +59,8 @@ def make_trainable(model, parts: tuple[str, ...], lora_r: int, components=None,
     return model, select_trainable(model, parts, components)
 
 
-def make_optimizer(cfg: dict, params: list, lr: float) -> torch.optim.Optimizer:
+def make_optimizer(opts: OptimOptions, params: list, lr: float) -> torch.optim.Optimizer:
     """``--optimizer``: SGD with momentum 0.9, or Adam; ``--weight-decay`` on both."""
-    if cfg["optimizer"] == "sgd":
-        return torch.optim.SGD(params, lr=lr, momentum=0.9, weight_decay=cfg["weight_decay"])
-    return torch.optim.Adam(params, lr=lr, weight_decay=cfg["weight_decay"])
+    if opts.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=lr, momentum=0.9, weight_decay=opts.weight_decay)
+    return torch.optim.Adam(params, lr=lr, weight_decay=opts.weight_decay)

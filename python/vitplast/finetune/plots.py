@@ -12,12 +12,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..outputs.plots import figure, save
-from .trainable import COMPONENTS
+from .selection import TRAIN_ORDER
 
 
 def _groups(records: Sequence[dict], field: str) -> list[str]:
     seen = {g for r in records for g in r.get(field, {})}
-    order = list(COMPONENTS) + ["head", "other"]
+    order = list(TRAIN_ORDER) + ["head", "other"]
     return [g for g in order if g in seen] + sorted(seen - set(order))
 
 

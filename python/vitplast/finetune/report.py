@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import statistics
 
-from .trainable import labels, parse_train
+from .selection import labels, parse_train
 
 
 def aggregate(summaries: list[dict], components=None) -> list[dict]:

@@ -1,16 +1,17 @@
-"""What a finetuning run trains, on any model the capture can measure: ``--train`` specs resolved
-through the **component map** of ``vitplast_kernels.measure.presets`` (a detected preset, or
-``{LABEL: GLOB}`` as ``vitplast measure --component LABEL=GLOB`` takes it).
+"""What ``--train`` selects, on any model the capture can measure: specs resolved through the
+**component map** of ``vitplast_kernels.measure.presets`` (a detected preset, or ``{LABEL: GLOB}`` as
+``vitplast measure --component LABEL=GLOB`` takes it).
 
 A spec is one or more parts joined with ``+``:
 
-- ``MHA``, ``FC1``, ... (any label of the map, case-insensitive): that component in **every** layer;
+- ``MHA``, ``FC1``, ... (any label of the map, case-insensitive): that component in **every** layer,
+  plus the head (the paper's component-wise protocol);
 - ``MHA@3``: layer 3 only; ``FC1@0-2``: layers 0 to 2 (inclusive); ``MHA@-1``: the last layer;
   ``LN1@-2--1``: the last two. A layer is an index into the map's layers in block order (what
   ``vitplast measure`` prints as layer 0, 1, ...);
 - ``head``: the classifier only (linear probing), which every component selection also trains;
-- ``full``: every parameter; ``lora``: LoRA adapters (see :func:`lora_targets`); ``auto``: chosen
-  by plasticity under a parameter budget. ``full``, ``lora`` and ``auto`` stand alone.
+- ``full``: every parameter; ``lora``: LoRA adapters (:mod:`.lora`); ``auto`` and ``auto@layer``:
+  chosen by plasticity under a parameter budget (:mod:`.auto`). These four stand alone.
 
 A parameter belongs to the component whose module is the **innermost** one holding it: in the
 ``hf-bert`` preset MHA is the whole ``attention`` block, which contains LN1 (``attention.output.
@@ -28,8 +29,14 @@ from torch import nn
 
 from vitplast_kernels.measure import presets
 
-COMPONENTS = presets.COMPONENTS  # ("LN1", "MHA", "LN2", "FC1", "FC2"): the one component list
+from ..models.heads import head_names
+
+COMPONENTS = presets.COMPONENTS  # ("LN1", "MHA", "LN2", "FC1", "FC2"): the component map's, in block order
+# the default order of `--train`, of claim's `--components` and of the tables: the components with
+# weight matrices first, then the LayerNorms, each in block order -> MHA, FC1, FC2, LN1, LN2
+TRAIN_ORDER = tuple(sorted(COMPONENTS, key=lambda c: c.startswith("LN")))
 SPECIAL = ("full", "head", "lora", "auto")
+TRAIN_CHOICES = TRAIN_ORDER + SPECIAL
 AUTO_LAYER = "auto@layer"  # auto over (component, layer) units; stands alone like auto
 _LAYERS = re.compile(r"^(-?\d+)(?:-(-?\d+))?$")
 
@@ -51,17 +58,24 @@ def layer_range(text: str) -> tuple[int, int]:
     return lo, hi
 
 
-def parse_train(spec: str, labels: Sequence[str] | None = COMPONENTS) -> tuple[str, ...]:
+def labels(components: Mapping | None = None) -> tuple[str, ...]:
+    """The component labels ``--train`` may name: the map's (``--component LABEL=GLOB``), else the
+    presets' (:data:`TRAIN_ORDER`)."""
+    return tuple(components) if components else TRAIN_ORDER
+
+
+def parse_train(spec: str, components: Mapping | None = None, *, any_label: bool = False) -> tuple[str, ...]:
     """Canonical parts of ``spec`` (``"mha@3+head"`` -> ``("MHA@3", "head")``), duplicates dropped.
     Errors do not name the option: the caller's error style adds ``--train: ``.
 
-    ``labels``: the component labels allowed (default: the preset components); ``None`` accepts any
-    label (checked later against the model's map, :func:`resolve`)."""
-    choices = ", ".join([*(labels or ("LABEL",)), *SPECIAL, AUTO_LAYER])
+    Component labels are checked (case-insensitive) against :func:`labels` of ``components``;
+    ``any_label`` accepts any label (checked later against the model's map, :func:`resolve`)."""
+    allowed = None if any_label else labels(components)
+    choices = ", ".join([*(allowed or ("LABEL",)), *SPECIAL, AUTO_LAYER])
     if not isinstance(spec, str) or not spec.strip():
         raise ValueError(f"must be one of {choices} (components join with +, LABEL@LAYERS restricts one "
                          "to layers, e.g. MHA@3, FC1@0-2, MHA@-1)")
-    lookup = {c.lower(): c for c in labels} if labels is not None else None
+    lookup = {c.lower(): c for c in allowed} if allowed is not None else None
     parts = []
     for raw in spec.split("+"):
         text = raw.strip()
@@ -89,6 +103,12 @@ def parse_train(spec: str, labels: Sequence[str] | None = COMPONENTS) -> tuple[s
     if len(parts) > 1 and any((p in SPECIAL and p != "head") or p == AUTO_LAYER for p in parts):
         raise ValueError(f"{spec!r}: full, lora, auto and auto@layer cannot be combined with other choices")
     return tuple(dict.fromkeys(parts))
+
+
+def check_train_syntax(spec: str) -> str:
+    """``spec`` if it is well formed whatever the labels (they are checked against the map later)."""
+    parse_train(spec, any_label=True)
+    return spec
 
 
 # ------------------------------------------------------------------------------------------ the map
@@ -172,24 +192,6 @@ def _owners(model: nn.Module, cmap: ComponentMap) -> dict[str, tuple[str, int]]:
     return out
 
 
-def head_module(model: nn.Module) -> nn.Module | None:
-    """The classifier: timm's ``get_classifier()``, else ``model.head`` / ``model.classifier``; None
-    when the model has none (an encoder such as ``BertModel``)."""
-    head = model.get_classifier() if callable(getattr(model, "get_classifier", None)) else None
-    for attr in ("head", "classifier"):
-        if not isinstance(head, nn.Module):
-            head = getattr(model, attr, None)
-    if isinstance(head, nn.Module) and any(True for _ in head.parameters()):
-        return head
-    return None
-
-
-def head_names(model: nn.Module) -> list[str]:
-    head = head_module(model)
-    wanted = {id(p) for p in head.parameters()} if head is not None else set()
-    return [n for n, p in model.named_parameters() if id(p) in wanted]
-
-
 # ------------------------------------------------------------------------------------------ resolving
 @dataclass(frozen=True)
 class Selection:
@@ -202,21 +204,22 @@ class Selection:
     modules: list[str]
 
 
-def resolve(model: nn.Module, train: str | Sequence[str],
+def resolve_selection(model: nn.Module, train: str | Sequence[str],
             components: Mapping[str, presets.Pattern] | None = None,
             cmap: ComponentMap | None = None) -> Selection:
-    """The parameters ``train`` selects on ``model`` (nothing is changed). ``lora``/``auto`` are not
-    plain selections: resolve them first (:func:`lora_targets`, ``choose_units``)."""
-    parts = parse_train(train, None) if isinstance(train, str) else tuple(train)
+    """The parameters ``train`` selects on ``model`` (nothing is changed). ``lora``, ``auto`` and
+    ``auto@layer`` are not plain selections: resolve them first (:mod:`.lora`, :mod:`.auto`)."""
+    parts = parse_train(train, any_label=True) if isinstance(train, str) else tuple(train)
     all_names = [n for n, _ in model.named_parameters()]
     if "full" in parts:
         return Selection(parts, all_names, [], [])
-    if "lora" in parts or "auto" in parts:
-        raise ValueError("resolve: resolve --train lora/auto before selecting parameters")
+    if {"lora", "auto", AUTO_LAYER} & set(parts):
+        raise ValueError("resolve --train lora, auto and auto@layer before selecting parameters "
+                         "(lora.apply_lora, auto.choose_components, auto.choose_units)")
     head = head_names(model)
     if "head" in parts and not head:
         raise ValueError(f"--train head: {type(model).__name__} has no classifier head "
-                         "(get_classifier(), .head or .classifier)")
+                         "(get_classifier(), .head, .fc or .classifier)")
     units: list[tuple[str, int]] = []
     comp_parts = [p for p in parts if p not in SPECIAL]
     if comp_parts:
@@ -240,7 +243,8 @@ def resolve(model: nn.Module, train: str | Sequence[str],
 
 def trainable_names(model: nn.Module, train: str | Sequence[str],
                     components: Mapping[str, presets.Pattern] | None = None) -> list[str]:
-    return resolve(model, train, components).names
+    """Names of the parameters ``train`` makes trainable, in model order (no change to the model)."""
+    return resolve_selection(model, train, components).names
 
 
 def set_trainable(model: nn.Module, names: Iterable[str]) -> int:
@@ -298,24 +302,3 @@ def unit_sizes(model: nn.Module, components: Mapping[str, presets.Pattern] | Non
 def unit_spec(units: Iterable[tuple[str, int]]) -> str:
     """``[("MHA", 3), ("FC1", 0)]`` -> ``"MHA@3+FC1@0"`` (a ``--train`` value)."""
     return "+".join(f"{c}@{li}" for c, li in units)
-
-
-# ------------------------------------------------------------------------------------------ LoRA
-def _lora_able(module: nn.Module) -> bool:
-    """A linear map peft can wrap: ``nn.Linear`` or transformers' ``Conv1D`` (GPT-2)."""
-    return isinstance(module, nn.Linear) or type(module).__name__ == "Conv1D"
-
-
-def lora_targets(model: nn.Module, train: str | Sequence[str] = "MHA",
-                 components: Mapping[str, presets.Pattern] | None = None) -> list[str]:
-    """Qualified names of the linear layers inside the selected components' own modules (the same
-    ownership as the parameters: a linear inside a nested component belongs to that one). LayerNorms
-    have none; ValueError when the selection holds none."""
-    sel = resolve(model, train, components)
-    owned = set(sel.names) - set(head_names(model))
-    targets = [n for n, m in model.named_modules()
-               if n and _lora_able(m) and any(f"{n}.{p}" in owned for p, _ in m.named_parameters())]
-    if not targets:
-        raise ValueError(f"--train {'+'.join(sel.spec)}: no LoRA-able linear layer in the selected "
-                         "components (LayerNorms have none)")
-    return targets

@@ -10,7 +10,9 @@ being trained:
   over the parameters that have a gradient, before clipping;
 - the loss and the learning rate.
 
-The monitor's capture is attached once, when the recorder is made (before the model is compiled):
+The monitor's capture is attached once, when the recorder is made (before the model is compiled),
+and paused and resumed by :class:`~vitplast.integrations.step_monitor.StepMonitor` as the trainer
+callbacks' is:
 iterations between recorded ones run the plain variant of a compiled model (the hooks read one flag
 and return), and nothing is synchronised. Under DistributedDataParallel the result's sums are
 all-reduced over ranks (``PlasticityResult.all_reduce``) before the means are taken, so the recorded
@@ -20,7 +22,6 @@ plasticity is that of the global batch; every value is the result's own (``mean`
 from __future__ import annotations
 
 import contextlib
-import math
 from collections.abc import Mapping
 
 import torch
@@ -28,8 +29,9 @@ from torch import nn
 
 from vitplast_kernels import PlasticityResult
 
+from ..integrations.step_monitor import StepMonitor
 from ..runtime.distributed import DistContext
-from .trainable import COMPONENTS, component_parameter_names
+from .selection import parameter_groups
 
 
 def summarize(result: PlasticityResult) -> dict:
@@ -45,32 +47,9 @@ def summarize(result: PlasticityResult) -> dict:
     return out
 
 
-def _over_ranks(result: PlasticityResult, dist: DistContext | None) -> PlasticityResult:
+def over_ranks(result: PlasticityResult, dist: DistContext | None) -> PlasticityResult:
     """The result over all ranks (its sums all-reduced) under torchrun, else itself."""
     return result.all_reduce() if dist is not None and dist.enabled else result
-
-
-def measure_plasticity(model: nn.Module, batches, *, dist: DistContext | None = None, amp=None,
-                       components=None) -> dict:
-    """Plasticity (halves of each batch, in situ) summed over ``batches`` (an iterable of images
-    ``(2B, 3, H, W)``) and over ranks; returns :func:`summarize`'s dict. ``components``: the component
-    map (``{label: glob}``; default: the model's preset)."""
-    from vitplast_kernels import capture, pairwise_plasticity
-
-    total = None
-    was_training = model.training
-    model.eval()
-    with torch.no_grad():
-        for images in batches:
-            with capture(model, protocol="in_situ", pairs="halves", components=components) as acts:
-                with amp() if amp is not None else contextlib.nullcontext():
-                    model(images)
-            res = pairwise_plasticity(acts)
-            total = res if total is None else total.merge(res)
-    model.train(was_training)
-    if total is None:
-        raise ValueError("measure_plasticity: batches is empty")
-    return summarize(_over_ranks(total, dist))
 
 
 class StepRecorder:
@@ -94,53 +73,40 @@ class StepRecorder:
         self.probe = probe
         self.dist = dist or DistContext()
         self.amp = amp
-        names = component_parameter_names(model, components)
+        names = parameter_groups(model, components)
         params = dict(model.named_parameters())
         self.groups = {g: [params[n] for n in ns] for g, ns in names.items()}
-        self._mon = None
-        self._due = False
+        self._steps: StepMonitor | None = None
         if every > 0:
-            from vitplast_kernels import monitor
-
-            # the schedule and the capture: attached now, before the model is compiled
-            self._mon = monitor(model, every=every, protocol="in_situ", pairs="halves", components=components)
-            if start:  # a resumed run: the monitor's step counter continues at ``start``
-                self._mon.steps = start - 1
-                self._mon.step()
-            self._due = self._mon.active
-            self._pause()
-
-    def _pause(self) -> None:
-        """No forward is measured outside :meth:`training_forward` (evaluation, the probe's own)."""
-        self._paused = self._mon.measuring(False)
-        self._paused.__enter__()
+            # the schedule and the capture: attached now, before the model is compiled; a resumed run's
+            # schedule continues at ``start``; measuring is paused outside training_forward (evaluation,
+            # the probe's own forward)
+            self._steps = StepMonitor(every, protocol="in_situ", pairs="halves", components=components)
+            self._steps.start(model, step=start)
 
     def close(self) -> None:
         """Removes the hooks."""
-        if self._mon is not None:
-            self._paused.__exit__(None, None, None)
-            self._mon.detach()
+        if self._steps is not None:
+            self._steps.stop()
 
     @property
     def due(self) -> bool:
         """Whether the current step is recorded."""
-        return self._due
+        return self._steps is not None and self._steps.due
 
     def step(self) -> None:
         """Ends the current training step (the monitor's schedule moves on)."""
-        if self._mon is not None:
-            self._paused.__exit__(None, None, None)
-            self._due = self._mon.step()
-            self._pause()
+        if self._steps is not None:
+            self._steps.advance()
 
     @contextlib.contextmanager
     def training_forward(self):
         """Wraps the training forward pass: captured when the step is due and the pairs are the training
         batch's halves; otherwise nothing at all."""
-        if self._mon is None or self.probe is not None:
+        if self._steps is None or self.probe is not None:
             yield
             return
-        with self._mon.measuring(self._due):
+        with self._steps.monitor.measuring(self.due):
             yield
 
     def grad_norms(self) -> dict[str, torch.Tensor]:
@@ -157,18 +123,18 @@ class StepRecorder:
     def _probe_result(self) -> PlasticityResult:
         was_training = self.model.training
         self.model.eval()
-        with torch.no_grad(), self._mon.measuring(True):
+        with torch.no_grad(), self._steps.monitor.measuring(True):
             with self.amp() if self.amp is not None else contextlib.nullcontext():
                 self.model(self.probe)
         self.model.train(was_training)
-        return self._mon.result(reset=True)
+        return self._steps.monitor.result(reset=True)
 
     def record(self, it: int, loss: torch.Tensor, lr: float, *, grad_norms: Mapping | None = None) -> dict:
         """The record of the due iteration ``it`` (call after backward, before the optimiser step)."""
-        if not self._due:
+        if not self.due:
             raise RuntimeError(f"StepRecorder.record: iteration {it} is not a recorded step")
-        result = self._probe_result() if self.probe is not None else self._mon.result(reset=True)
-        summary = summarize(_over_ranks(result, self.dist))
+        result = self._probe_result() if self.probe is not None else self._steps.monitor.result(reset=True)
+        summary = summarize(over_ranks(result, self.dist))
         loss_t = self.dist.sum_(loss.detach().float().reshape(1).clone()) / self.dist.world
         gn = grad_norms if grad_norms is not None else self.grad_norms()
         gn_values = torch.stack(list(gn.values())).tolist() if gn else []
@@ -180,10 +146,3 @@ class StepRecorder:
         rec.update(summary)
         return rec
 
-
-def component_means(record: Mapping) -> dict[str, float]:
-    """``{component: plasticity}`` (mean over layers) of a monitor record: the preset components in
-    paper order, then any others (``--component`` labels) in the record's order."""
-    means = record.get("plasticity_mean", {})
-    order = [c for c in COMPONENTS if c in means] + [c for c in means if c not in COMPONENTS]
-    return {c: means[c] for c in order if not math.isnan(means[c])}

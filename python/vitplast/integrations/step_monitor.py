@@ -4,10 +4,13 @@ over the run and written at the end.
 
 Event order a callback follows::
 
-    start(model)          hooks attached (before the first forward, so torch.compile traces them);
-                          measuring is paused at once (sanity checks, evaluation)
+    start(model, step)    hooks attached (before the first forward, so torch.compile traces them),
+                          the schedule at ``step`` (a resumed run's); measuring is paused at once
+                          (sanity checks, evaluation)
     resume()              a training step begins: the monitor's own step decides if it is measured
     end_step() -> dict    an optimizer step is done: the measured result (ranks combined) as metrics
+                          (or advance(), which only moves the schedule on, for a caller that reads
+                          the results itself)
     pause()               no forward until the next resume() is measured (evaluation, checkpoints)
     write(dir)            plasticity.json (all measured steps merged) and optionally a plot
     stop()                hooks removed
@@ -83,15 +86,21 @@ class StepMonitor:
         self.measured_steps = 0
         self.skipped_steps = 0
         self._pause: contextlib.AbstractContextManager | None = None
+        self._due = False
         self._device = torch.device("cpu")
 
     # ---------------------------------------------------------------- lifecycle
-    def start(self, model: torch.nn.Module) -> None:
-        """Attaches the hooks to ``model`` (paused); a previous run's state is dropped."""
+    def start(self, model: torch.nn.Module, step: int = 0) -> None:
+        """Attaches the hooks to ``model`` (paused), the schedule at ``step`` (the step a resumed run
+        continues at); a previous run's state is dropped."""
         self.stop()
         self.total, self.measured_steps, self.skipped_steps = None, 0, 0
         self._device = _device_of(model)
         self.monitor = vk.monitor(model, every=self.every, **self.capture_kwargs)
+        if step:  # the monitor's step counter continues at ``step``
+            self.monitor.steps = step - 1
+            self.monitor.step()
+        self._due = self.monitor.active
         self.pause()
 
     def stop(self) -> None:
@@ -102,23 +111,39 @@ class StepMonitor:
             self.monitor = None
 
     def pause(self) -> None:
+        """No forward is measured until :meth:`resume` (held open across trainer events)."""
         if self.monitor is not None and self._pause is None:
             self._pause = self.monitor.measuring(False)
             self._pause.__enter__()
 
     def resume(self) -> None:
+        """Forwards are measured again as the schedule says."""
         if self._pause is not None:
             pause, self._pause = self._pause, None
             pause.__exit__(None, None, None)
 
     # ---------------------------------------------------------------- steps
+    @property
+    def due(self) -> bool:
+        """Whether the schedule measures the current step (paused or not)."""
+        return self.monitor is not None and self._due
+
+    def advance(self) -> bool:
+        """Moves the schedule to the next step, leaving the pause as it was; returns :attr:`due`."""
+        paused = self._pause is not None
+        self.resume()  # the monitor's step counter runs on its own flag, not the paused one
+        self._due = self.monitor.step()
+        if paused:
+            self.pause()
+        return self._due
+
     def end_step(self) -> dict[str, float] | None:
         """Ends an optimizer step; returns its metrics when it was measured (else None)."""
         if self.monitor is None:
             return None
-        self.resume()  # the monitor's step counter runs on its own flag, not the paused one
+        self.resume()
         measured = self.monitor.active
-        self.monitor.step()
+        self.advance()
         if not measured:
             return None
         result = self.combine(self._local_result())

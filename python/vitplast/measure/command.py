@@ -1,4 +1,20 @@
-"""Measure the plasticity of every component (LN1, MHA, LN2, FC1, FC2) of every block of a model.
+"""``vitplast measure`` on the command line: :data:`HELP`, :func:`add_arguments`, :func:`run`; the work is
+:func:`vitplast.measure.measure`."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..options.fields import add_options, parse_options
+from ..options.groups import GROUP_TITLES
+from ..options.parsing import setup_parser
+from .options import MeasureOptions
+from .run import measure
+
+__all__ = ["HELP", "add_arguments", "run"]
+
+HELP = """\
+Measure the plasticity of every component (LN1, MHA, LN2, FC1, FC2) of every block of a model.
 
 With no arguments: the embedded default, a small timm ViT pretrained by this package on scikit-learn's
 digits 0-4 (one-time CPU pretraining, cached), measured with matched pairs X = digits 0-4 (pretraining
@@ -15,7 +31,7 @@ examples:
   vitplast measure
   vitplast measure --model vit_small_patch16_224 --weights vit_s.safetensors --data imgs/ --out res/
   vitplast measure --model vit_base_patch16_224 --weights w.npz --data in1k_val/ --pair-data cars/ \\
-      --protocol decomposition --device cuda --dtype bf16
+      --protocol decomposition --device cuda --amp bf16
   vitplast measure --weights runs/c10/MHA_lr0.001_seed0        # a vitplast finetune run directory
   vitplast measure --model swin_tiny_patch4_window7_224 --data imgs/ \\
       --component 'LN1=layers.*.blocks.*.norm1' --component 'MHA=layers.*.blocks.*.attn' \\
@@ -23,29 +39,12 @@ examples:
       --component 'FC2=layers.*.blocks.*.mlp.fc2'
 """
 
-from __future__ import annotations
-
-import argparse
-
-from ..options import parsing as T
-from ..options.fields import add_arguments as add_options
-from ..options.fields import values_of
-from .options import MeasureOptions
-from .run import measure
-
-__all__ = ["add_arguments", "measure", "run"]
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options of ``vitplast measure`` (:class:`vitplast.measure.options.MeasureOptions`)."""
-    T.setup_parser(parser)
-    add_options(parser, MeasureOptions)
+    setup_parser(parser)
+    add_options(parser, MeasureOptions, GROUP_TITLES)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Entry point of ``vitplast measure``; returns the exit status (2 for any input error)."""
-    try:
-        measure(**values_of(args, MeasureOptions))
-    except (ValueError, OSError) as exc:  # bad input or a file that cannot be read or written
-        return T.fail("vitplast measure", exc)
+    measure(parse_options(MeasureOptions, args))
     return 0

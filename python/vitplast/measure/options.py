@@ -1,13 +1,15 @@
-"""The options of ``vitplast measure`` (flags, defaults, checks: :mod:`vitplast.options.fields`)."""
+"""The options of ``vitplast measure``: :class:`MeasureOptions`, composed from the model and runtime groups
+of :mod:`vitplast.options.groups` (flags, defaults, checks and wording: :mod:`vitplast.options.fields`)."""
 
 from __future__ import annotations
 
 import dataclasses
 
-from ..options import parsing as T
-from ..runtime.device import check_device
 from ..models.builder import DIGITS_MODEL
-from ..options.fields import Kind, OptionError, checked, choice, integer, option, optional
+from ..options import parsing as T
+from ..options.fields import Kind, OptionError, choice, integer, option, optional, settle
+from ..options.groups import ModelOptions, RuntimeOptions
+from ..runtime.precision import AMP_ALIASES, AMP_CHOICES
 
 PROTOCOLS = ("in_situ", "decomposition")
 PAIRS = ("halves", "all")
@@ -21,17 +23,26 @@ def _json_object(value):
     return value
 
 
-@dataclasses.dataclass
-class MeasureOptions:
+@dataclasses.dataclass(frozen=True)
+class MeasureOptions(RuntimeOptions, ModelOptions):  # fields: the model group first
+    """Every option of ``vitplast measure`` (a keyword of :func:`vitplast.measure.measure` each)."""
+
+    # the model group, with measure's defaults and wording
     model: str | None = option(
         None, f"timm model name, or {DIGITS_MODEL!r}; default: the architecture of the finetune run that "
-        f"wrote --weights, else {DIGITS_MODEL} (the embedded ViT pretrained here on digits 0-4)")
+        f"wrote --weights, else {DIGITS_MODEL} (the embedded ViT pretrained here on digits 0-4)",
+        group="model")
     weights: str | None = option(
         None, "local checkpoint (.safetensors / .pth / .npz) or a vitplast finetune run directory; without "
-        "it a --model is random init (warns)", metavar="PATH")
+        "it a --model is random init (warns)", metavar="PATH", group="model")
+    img_size: int | None = option(None, "image size (default: the model's own; 32 for the digits ViT)",
+                                  group="model", kind=optional(integer(1)))
+    # the runtime group's autocast; --dtype (float32, bfloat16, float16 too) is its deprecated spelling
+    amp: str = option("none", "autocast precision of the forward passes (default: %(default)s)",
+                      group="runtime", kind=choice(AMP_CHOICES, AMP_ALIASES), deprecated=("--dtype",))
     allow_partial_weights: bool = option(
         False, "load a checkpoint that leaves more than the classifier head at random init, or holds tensors "
-        "the model does not have (by default an error)", action="store_true")
+        "the model does not have (by default an error)", action="store_true", group="model")
     data: str | None = option(
         None, "ImageFolder DIR, or a spec of load_dataset ('digits:0-4', 'cifar10:DIR', ...); default "
         f"{DEFAULT_DATA!r} with --pair-data {DEFAULT_PAIR_DATA!r}", metavar="SPEC")
@@ -60,12 +71,6 @@ class MeasureOptions:
     batch_size: int = option(
         128, "images per forward pass (B: B/2 pairs with halves or --pair-data, B(B-1)/2 with --pairs all)",
         kind=integer(2, what="images per batch must be >= 2 (one pair)"))
-    device: str = option("cpu", "auto (cuda when available), cpu, cuda, cuda:1, ...",
-                         kind=checked(check_device))
-    dtype: str = option("float32", "autocast dtype (float32: no autocast; bf16/fp16/fp32 accepted)",
-                        kind=choice(T.DTYPES, T.DTYPE_ALIASES))
-    img_size: int | None = option(None, "image size (default: the model's own; 32 for the digits ViT)",
-                                  kind=optional(integer(1)))
     seed: int = option(0, "data order, random initialisation and digits pretraining seed",
                        kind=integer(0, T.MAX_SEED))
     out: str | None = option(
@@ -76,10 +81,12 @@ class MeasureOptions:
     pretrain_config: dict | None = option(
         None, "overrides of the digits ViT's DigitsConfig, e.g. '{\"epochs\": 5}' (a new cache entry)",
         metavar="JSON", kind=optional(Kind(T.json_object, _json_object)))
-    progress: bool = option(True, "no progress bars", flag="--no-progress", action="store_false")
 
     def validate(self) -> None:
-        """What involves several options."""
+        """The default datasets (``data=None``: digits 0-4 matched with digits 5-9), then what involves
+        several options."""
+        if self.data is None:
+            settle(self, data=DEFAULT_DATA, pair_data=self.pair_data or DEFAULT_PAIR_DATA)
         if self.batch_size % 2 and (self.pairs == "halves" or self.pair_data is not None):
             what = ("matched pairs take half from each dataset" if self.pair_data
                     else "--pairs halves pairs image i with i + B/2")
@@ -87,3 +94,4 @@ class MeasureOptions:
         if self.embedding is not None and self.protocol != "decomposition":
             raise OptionError("--embedding names the input e of --protocol decomposition; it does not apply "
                               f"to protocol={self.protocol!r}")
+

@@ -1,85 +1,62 @@
-"""``measure(...)``: the measurement behind ``vitplast measure`` (see that module for the command line).
+"""``measure(...)``: the measurement behind ``vitplast measure`` (its options: :class:`MeasureOptions`).
 
-Order of work: every argument is checked, then ``out`` (it must be able to receive the output set),
-then the datasets are opened and the model built with its weights and components; only then do the
-forward passes run. The output set (``plasticity.json``, ``plasticity.png``, ``run.json``) is written as
-a unit (:mod:`vitplast.runs.output_set`).
+Order of work: every option is checked, then ``out`` (it must be able to receive the output set), then
+the datasets are opened and the model built with its weights and components; only then do the forward
+passes run. The output set (``plasticity.json``, ``plasticity.png``, ``run.json``) is written as a unit
+(:mod:`vitplast.runs.output_set`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import sys
 import time
 import warnings
+from collections.abc import Callable
+from typing import Any
 
-from ..runtime.device import resolve_device
-from ..options.fields import resolve
-from .options import DEFAULT_DATA, DEFAULT_PAIR_DATA, MeasureOptions
+from ..options.fields import options_for
+from .data import MeasureData, batches_to_run, open_data
+from .options import MeasureOptions
 
-OPTION_NAMES = frozenset(f.name for f in dataclasses.fields(MeasureOptions))
 OUTPUT_FILES = ("plasticity.json", "plasticity.png", "run.json")
+# run.json records the autocast dtype by its torch name as "dtype", beside "amp"
+AUTOCAST_DTYPES = {"none": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 
-def _batches(dataset, n_images: int, seed: int):
-    """Image tensors of up to ``n_images`` images, shuffled by ``seed`` (a batch may come short, or be
-    skipped, when bad images are skipped)."""
-    from vitplast.data.datasets import make_loader
+@dataclasses.dataclass(frozen=True)
+class Architecture:
+    """The model to build: its name, constructor keywords and input size."""
 
-    for batch in make_loader(dataset, batch_size=n_images, shuffle=True, seed=seed, drop_last=True):
-        yield None if batch is None else batch[0]
-
-
-def _paired_stream(x_set, y_set, batch_size: int, seed: int):
-    """Forward-pass inputs: ``(2k,)`` halves of one dataset, or ``cat([X[:k], Y[:k]])`` of two; batches
-    cut short by skipped images are trimmed to keep the pairing, empty ones dropped."""
-    import torch
-
-    if y_set is None:
-        for xb in _batches(x_set, batch_size, seed):
-            n = 0 if xb is None else xb.shape[0] - xb.shape[0] % 2
-            if n >= 2:
-                yield xb[:n]
-        return
-    for xb, yb in zip(_batches(x_set, batch_size // 2, seed), _batches(y_set, batch_size // 2, seed + 1),
-                      strict=False):
-        k = 0 if xb is None or yb is None else min(xb.shape[0], yb.shape[0])
-        if k >= 1:
-            yield torch.cat([xb[:k], yb[:k]])
+    name: str
+    model_kwargs: dict
+    img_size: int
 
 
-def _check_images(x_set, y_set, batches: int, batch_size: int, seed: int) -> None:
-    """Decodes the image files the first ``batches`` batches of :func:`_paired_stream` read."""
-    from vitplast.data.datasets import check_images
+@dataclasses.dataclass(frozen=True)
+class Subject:
+    """What the forward passes run: the built model (``net`` on ``device``, in eval mode), its capture
+    (not yet attached) and the data at the model's input size."""
 
-    if y_set is None:
-        check_images(x_set, batches, batch_size, seed)
-    else:
-        check_images(x_set, batches, batch_size // 2, seed)
-        check_images(y_set, batches, batch_size // 2, seed + 1)
-
-
-def _autocast(device, dtype_name: str):
-    import contextlib
-
-    import torch
-
-    if dtype_name == "float32":
-        return contextlib.nullcontext()
-    return torch.autocast(device_type=device.type, dtype=getattr(torch, dtype_name))
+    built: Any  # vitplast.models.builder.BuiltModel
+    net: Any
+    capture: Any
+    data: MeasureData
+    device: Any
+    img_size: int
 
 
-def measure(model: str | None = None, weights: str | None = None, data: str | None = None,
-            pair_data: str | None = None, protocol: str | None = None, pairs: str | None = None,
-            batches: int | None = None, batch_size: int | None = None, device: str | None = None,
-            dtype: str | None = None, img_size: int | None = None, seed: int | None = None,
-            split: str | None = None, out: str | None = None, cache_dir: str | None = None,
-            pretrain_config: dict | None = None, progress: bool | None = None, components: dict | None = None,
-            embedding: str | None = None, allow_partial_weights: bool | None = None,
-            skip_bad_images: bool | None = None, log=print):
+def _silent(*args, **kwargs) -> None:
+    return None
+
+
+def measure(opts: MeasureOptions | None = None, /, *, log: Callable[..., None] | None = print,
+            **keywords: Any):
     """Measure a model's plasticity; returns the ``vitplast_kernels`` ``PlasticityResult``.
 
-    Every keyword is the option of ``vitplast measure`` with that name (None: its default; defaults
-    and checks in :class:`vitplast.measure.options.MeasureOptions`).
+    ``opts``: a :class:`MeasureOptions`, checked again here; or the options as keywords (each the option
+    of ``vitplast measure`` with that name, None: its default), e.g. ``measure(out="res/", batches=2)``;
+    keywords given with ``opts`` replace its values.
 
     ``model=None`` -> the embedded digits ViT, or the architecture of the ``vitplast finetune`` run that
     wrote ``weights``; ``data=None`` -> ``"digits:0-4"`` matched with ``pair_data="digits:5-9"``. Each
@@ -89,125 +66,148 @@ def measure(model: str | None = None, weights: str | None = None, data: str | No
     directory receiving ``plasticity.json``, ``plasticity.png`` and ``run.json`` as one set.
     ``log``: where the summary lines go (``None`` for silence).
     """
-    import torch
-    from tqdm.auto import tqdm
-
     import vitplast_kernels
-    from vitplast.data.datasets import load_dataset
-    from vitplast.models.builder import (
-        DIGITS_MODEL,
-        build_model,
-        check_digits_options,
-        default_img_size,
-        resolve_architecture,
-    )
-    from vitplast.runs.output_set import OutputSet
-    from vitplast.runs.rundir import write_json_atomic
 
-    from .model import make_capture
-
-    log = log or (lambda *a, **k: None)
-    o = resolve(MeasureOptions, {k: v for k, v in locals().items() if k in OPTION_NAMES})
-    (model, weights, data, pair_data, protocol, pairs, batches, batch_size, dtype, img_size, seed, split, out,
-     cache_dir, pretrain_config, progress, components, embedding, allow_partial_weights, skip_bad_images) = (
-        o.model, o.weights, o.data, o.pair_data, o.protocol, o.pairs, o.batches, o.batch_size, o.dtype,
-        o.img_size, o.seed, o.split, o.out, o.cache_dir, o.pretrain_config, o.progress, o.components,
-        o.embedding, o.allow_partial_weights, o.skip_bad_images)
-    dev = resolve_device(o.device)
-    out_set = None
-    if out is not None:
-        out_set = OutputSet(out, OUTPUT_FILES)
-        out_set.check()
-    if data is None:
-        data = DEFAULT_DATA
-        if pair_data is None:
-            pair_data = DEFAULT_PAIR_DATA
-
+    opts = measure_options(opts, keywords)
+    say = log or _silent
+    out_set = _check_out(opts)
     start = time.perf_counter()
-    name, timm_kwargs, img_size = resolve_architecture(model, weights, img_size)
-    if name == DIGITS_MODEL:
-        img_size = check_digits_options(timm_kwargs, img_size, pretrain_config)
-        if weights is None:  # it will be pretrained into the cache unless there already
-            from vitplast.models.digits import check_cache_dir
-
-            check_cache_dir(cache_dir)
-    else:
-        img_size = img_size or default_img_size(name)
-
-    def open_sets(size: int):
-        x = load_dataset(data, split, img_size=size, seed=seed, skip_bad_images=skip_bad_images)
-        y = load_dataset(pair_data, split, img_size=size, seed=seed, skip_bad_images=skip_bad_images) \
-            if pair_data else None
-        return x, y
-
-    # datasets before the model: a bad --data fails before any (first-run digits) pretraining
-    x_set, y_set = open_sets(img_size)
-    if not skip_bad_images:  # the image files this run reads decode: checked before any work
-        _check_images(x_set, y_set, batches, batch_size, seed)
-    with torch.random.fork_rng(devices=[]):  # random initialisation from --seed: the run replays
-        torch.manual_seed(seed)
-        built = build_model(name, x_set.num_classes, weights=weights, model_kwargs=timm_kwargs,
-                            img_size=img_size,
-                            allow_partial=allow_partial_weights, cache_dir=cache_dir, seed=seed,
-                            pretrain_config=pretrain_config, progress=progress)
-    if built.img_size != img_size:
-        img_size = built.img_size
-        x_set, y_set = open_sets(img_size)
-    acts = make_capture(built.net, name, protocol=protocol, pairs=pairs, components=components,
-                           embedding=embedding)
-    net = built.net.to(dev).eval()
-    log(f"model: {built.description}, {sum(p.numel() for p in net.parameters()) / 1e6:.2f} M parameters")
-    n_x = len(x_set) if y_set is None else min(len(x_set), len(y_set)) * 2
-    available = n_x // batch_size
-    if available < 1:
-        raise ValueError(f"batch_size={batch_size} images: the data holds too few images for one batch "
-                         f"({len(x_set)}{'' if y_set is None else f' / {len(y_set)}'})")
-    if available < batches:
-        warnings.warn(f"batches={batches}: the data holds only {available} full batches of {batch_size} "
-                      f"images; measuring {available}", stacklevel=2)
-    n_run = min(batches, available)
-    per = batch_size // 2 if pairs == "halves" else batch_size * (batch_size - 1) // 2
-    source = (f"within {data!r} ({len(x_set)} images)" if y_set is None else
-              f"matched, X from {data!r} ({len(x_set)} images) with Y from {pair_data!r} "
-              f"({len(y_set)} images)")
-    log(f"pairs: {pairs}, {source}; {batch_size} images per batch ({per} pairs)")
-
-    measured = 0
-    with acts, torch.no_grad(), _autocast(dev, dtype):
-        stream = _paired_stream(x_set, y_set, batch_size, seed)
-        for batch in tqdm(stream, total=n_run, desc=f"measuring ({protocol})", disable=not progress,
-                          unit="batch"):
-            try:
-                net(batch.to(dev, non_blocking=True))
-            except (RuntimeError, AssertionError) as exc:
-                text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-                raise ValueError(f"{name}: the forward pass failed on {tuple(batch.shape)} images "
-                                 f"(--img-size {img_size}?): {text[:300]}") from None
-            measured += 1
-            if measured == n_run:
-                break
-    bad = sorted({*getattr(x_set, "bad_images", []), *getattr(y_set, "bad_images", [])})
+    subject = _prepare(opts, _architecture(opts))
+    say(f"model: {subject.built.description}, "
+        f"{sum(p.numel() for p in subject.net.parameters()) / 1e6:.2f} M parameters")
+    n_run = batches_to_run(opts, subject.data)
+    per = opts.batch_size // 2 if opts.pairs == "halves" else opts.batch_size * (opts.batch_size - 1) // 2
+    say(f"pairs: {opts.pairs}, {subject.data.describe(opts)}; {opts.batch_size} images per batch "
+        f"({per} pairs)")
+    measured = _forward_passes(opts, subject, n_run)
+    bad = subject.data.bad_images()
     if bad:
         warnings.warn(f"skipped {len(bad)} unreadable image(s): {', '.join(bad[:5])}"
                       f"{' ...' if len(bad) > 5 else ''}", stacklevel=2)
     if measured == 0:
         raise ValueError("no batch was measured: every batch lost its images to --skip-bad-images")
-    res = vitplast_kernels.pairwise_plasticity(acts)
+    res = vitplast_kernels.pairwise_plasticity(subject.capture)
     elapsed = time.perf_counter() - start
-
-    log(res.table())  # ends with the ranking line
-    log(f"({measured} batches x {batch_size} images, {protocol}, {dtype} on {dev}, {elapsed:.1f} s"
-        f"{f'; {len(bad)} bad images skipped' if bad else ''})")
+    say(res.table())  # ends with the ranking line
+    say(f"({measured} batches x {opts.batch_size} images, {opts.protocol}, {AUTOCAST_DTYPES[opts.amp]} on "
+        f"{subject.device}, {elapsed:.1f} s{f'; {len(bad)} bad images skipped' if bad else ''})")
     if out_set is not None:
-        run_info = dict(model=built.name, model_kwargs=built.timm_kwargs, weights=weights, data=data,
-                        pair_data=pair_data, protocol=protocol, pairs=pairs, batches=measured,
-                        batch_size=batch_size, batch_size_unit="images", device=str(dev), dtype=dtype,
-                        img_size=img_size, seed=seed, split=split, seconds=round(elapsed, 3),
-                        model_desc=built.description, components=components, embedding=embedding,
-                        bad_images=bad, files=list(OUTPUT_FILES))
-        with out_set.writing() as tmp:
-            res.to_json(tmp / "plasticity.json")
-            res.plot(tmp / "plasticity.png")
-            write_json_atomic(tmp / "run.json", run_info)
-        log(f"wrote {', '.join(str(out_set.target / f) for f in OUTPUT_FILES)}")
+        _write_outputs(out_set, opts, subject, res, measured=measured, bad=bad, elapsed=elapsed)
+        say(f"wrote {', '.join(str(out_set.target / f) for f in OUTPUT_FILES)}")
     return res
+
+
+def measure_options(opts: MeasureOptions | None, keywords: dict[str, Any]) -> MeasureOptions:
+    """The checked options of :func:`measure`: ``keywords`` (over ``opts``' values when given) resolved
+    into a new :class:`MeasureOptions`; the deprecated keyword ``dtype`` (autocast dtype) sets ``amp``."""
+    if "dtype" in keywords:
+        warnings.warn("measure(dtype=...) is deprecated and will be removed in the next release; use amp=",
+                      FutureWarning, stacklevel=3)
+        keywords = {"amp": keywords["dtype"], **{k: v for k, v in keywords.items() if k != "dtype"}}
+    return options_for(MeasureOptions, opts, keywords)
+
+
+def _check_out(opts: MeasureOptions):
+    """The output set of ``--out`` (None without it), checked: it can receive the files."""
+    if opts.out is None:
+        return None
+    from vitplast.runs.output_set import OutputSet
+
+    out_set = OutputSet(opts.out, OUTPUT_FILES)
+    out_set.check()
+    return out_set
+
+
+def _architecture(opts: MeasureOptions) -> Architecture:
+    """The model ``opts`` asks for (completed from the finetune run that wrote ``--weights``; its
+    ``--model-arg`` keywords over that run's), checked before anything is opened or built."""
+    from vitplast.models.builder import (
+        DIGITS_MODEL,
+        check_digits_options,
+        default_img_size,
+        resolve_architecture,
+    )
+
+    name, run_kwargs, img_size = resolve_architecture(opts.model, opts.weights, opts.img_size)
+    model_kwargs = {**run_kwargs, **opts.model_kwargs}
+    if name != DIGITS_MODEL:
+        return Architecture(name, model_kwargs, img_size or default_img_size(name))
+    img_size = check_digits_options(model_kwargs, img_size, opts.pretrain_config)
+    if opts.weights is None:  # it will be pretrained into the cache unless there already
+        from vitplast.models.digits import check_cache_dir
+
+        check_cache_dir(opts.cache_dir)
+    return Architecture(name, model_kwargs, img_size)
+
+
+def _shows_progress(opts: MeasureOptions) -> bool:
+    return opts.progress if opts.progress is not None else sys.stderr.isatty()
+
+
+def _prepare(opts: MeasureOptions, arch: Architecture) -> Subject:
+    """The datasets (opened first: a bad ``--data`` fails before any first-run digits pretraining), the
+    model with its weights, initialised from ``--seed`` when random, and its capture."""
+    import torch
+
+    from vitplast.models.builder import build_model
+    from vitplast.runtime.device import resolve_device
+
+    from .capture import make_capture
+
+    data = open_data(opts, arch.img_size)
+    with torch.random.fork_rng(devices=[]):  # random initialisation from --seed: the run replays
+        torch.manual_seed(opts.seed)
+        built = build_model(arch.name, data.x.num_classes, weights=opts.weights,
+                            model_kwargs=arch.model_kwargs, img_size=arch.img_size,
+                            allow_partial=opts.allow_partial_weights, cache_dir=opts.cache_dir,
+                            seed=opts.seed, pretrain_config=opts.pretrain_config,
+                            progress=_shows_progress(opts))
+    if built.img_size != arch.img_size:
+        data = open_data(opts, built.img_size, check=False)
+    capture = make_capture(built.net, arch.name, opts)
+    device = resolve_device(opts.device)
+    return Subject(built, built.net.to(device).eval(), capture, data, device, built.img_size)
+
+
+def _forward_passes(opts: MeasureOptions, subject: Subject, n_run: int) -> int:
+    """Runs up to ``n_run`` forward passes inside the capture; returns how many ran."""
+    import torch
+    from tqdm.auto import tqdm
+
+    from vitplast.runtime.precision import autocast
+
+    amp = autocast(opts.amp, subject.device)
+    measured = 0
+    with subject.capture, torch.no_grad(), amp():
+        stream = subject.data.stream(opts.batch_size, opts.seed)
+        for batch in tqdm(stream, total=n_run, desc=f"measuring ({opts.protocol})",
+                          disable=not _shows_progress(opts), unit="batch"):
+            try:
+                subject.net(batch.to(subject.device, non_blocking=True))
+            except (RuntimeError, AssertionError) as exc:
+                text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                raise ValueError(f"{subject.built.name}: the forward pass failed on {tuple(batch.shape)} "
+                                 f"images (--img-size {subject.img_size}?): {text[:300]}") from None
+            measured += 1
+            if measured == n_run:
+                break
+    return measured
+
+
+def _write_outputs(out_set, opts: MeasureOptions, subject: Subject, res, *, measured: int, bad: list[str],
+                   elapsed: float) -> None:
+    """``plasticity.json``, ``plasticity.png`` and ``run.json`` (what was measured, how) as one set."""
+    from vitplast.runs.rundir import write_json_atomic
+
+    built = subject.built
+    run_info = dict(model=built.name, model_kwargs=built.timm_kwargs, weights=opts.weights, data=opts.data,
+                    pair_data=opts.pair_data, protocol=opts.protocol, pairs=opts.pairs, batches=measured,
+                    batch_size=opts.batch_size, batch_size_unit="images", device=str(subject.device),
+                    dtype=AUTOCAST_DTYPES[opts.amp], amp=opts.amp, img_size=subject.img_size, seed=opts.seed,
+                    split=opts.split, seconds=round(elapsed, 3), model_desc=built.description,
+                    components=opts.components, embedding=opts.embedding, bad_images=bad,
+                    files=list(OUTPUT_FILES))
+    with out_set.writing() as tmp:
+        res.to_json(tmp / "plasticity.json")
+        res.plot(tmp / "plasticity.png")
+        write_json_atomic(tmp / "run.json", run_info)

@@ -7,7 +7,8 @@ and ``--model-arg`` constructor arguments, and the input size it takes.
   ``weights`` the one pretrained here on digits 0-4 (cached; pretrained first when absent), with
   ``weights`` that architecture loaded from them. Its head keeps the pretraining classes (a finetune
   run replaces it); its architecture is fixed, so ``model_kwargs`` and another ``img_size`` are errors;
-- any other name: :func:`vitplast.models.weights.create_vit` (timm, local weights only).
+- any other name: the timm model of that name (:func:`vitplast.models.timm_models.create_vit`, local
+  weights only, loaded by :func:`vitplast.models.weights.load_weights`).
 
 A ``vitplast finetune`` run directory (or its ``checkpoint.pt`` / ``model.safetensors``) given as
 weights also gives the architecture (:func:`resolve_architecture`): its ``config.json`` holds the
@@ -79,7 +80,7 @@ def default_img_size(model_name: str) -> int:
 def digits_config(pretrain_config: dict | None = None):
     """The digits ViT's ``DigitsConfig`` with ``pretrain_config``'s overrides (ValueError naming an
     unknown field or a bad value)."""
-    from ..models.digits import DigitsConfig
+    from .digits import DigitsConfig
 
     fields = {f.name for f in dataclasses.fields(DigitsConfig)}
     unknown = sorted(set(pretrain_config or {}) - fields)
@@ -127,10 +128,11 @@ def build_model(name: str, num_classes: int, *, weights=None, model_kwargs: dict
     ``cache_dir``, ``seed``, ``pretrain_config`` and ``progress`` concern the digits ViT's one-time
     pretraining. Random initialisation draws from the torch RNG (callers seed it).
     """
-    from ..models.weights import create_vit, load_weights
+    from .timm_models import create_vit
+    from .weights import load_weights
 
     if name == DIGITS_MODEL:
-        from ..models.digits import build_digits_vit, checkpoint_info, digits_checkpoint, pretrained_digits_vit
+        from .digits import build_digits_vit, checkpoint_info, digits_checkpoint, pretrained_digits_vit
 
         check_digits_options(model_kwargs, img_size, pretrain_config)
         cfg = digits_config(pretrain_config)

@@ -5,8 +5,9 @@
 - ``*.safetensors``;
 - ``*.pth`` / ``*.pt`` / ``*.bin`` / ``*.ckpt``: a state dict, or one wrapped as ``{"state_dict": ..}``,
   ``{"model": ..}`` or ``{"module": ..}`` (EMA weights, ``state_dict_ema``/``model_ema``, first), read
-  with ``torch.load(weights_only=True)``: nothing but tensors and plain containers is unpickled (plus
-  numpy arrays, which ``vitplast finetune`` stores in a checkpoint's random-number-generator states);
+  by :func:`load_weights_only` (``torch.load(weights_only=True)``, also what reads a run's
+  ``checkpoint.pt``): nothing but tensors and plain containers is unpickled (plus numpy arrays, which
+  random-number-generator states may hold);
 - a ``vitplast finetune`` run directory (its ``model.safetensors`` export when present, else its
   ``checkpoint.pt``).
 
@@ -26,6 +27,8 @@ import zipfile
 from pathlib import Path
 
 import torch
+
+from ..outputs.text import plain_text, strip_escapes
 
 STATE_DICT_SUFFIXES = (".safetensors", ".pth", ".pt", ".bin", ".ckpt")
 RUN_DIR_FILES = ("model.safetensors", "checkpoint.pt")  # what a finetune run directory offers, in order
@@ -55,7 +58,7 @@ def resolve_path(path: str | os.PathLike) -> Path:
 
 
 def numpy_globals() -> list:
-    """The numpy types a weights-only load may rebuild (arrays: older checkpoints' RNG states)."""
+    """The numpy types a weights-only load may rebuild (arrays: the RNG states a checkpoint may hold)."""
     import numpy as np
 
     core = getattr(np, "_core", None) or np.core
@@ -63,18 +66,24 @@ def numpy_globals() -> list:
     return [core.multiarray._reconstruct, np.ndarray, np.dtype, *dtype_classes]
 
 
-def _read_torch(path: Path) -> object:
+def load_weights_only(path: str | os.PathLike, what: str, *, error: type[ValueError] = CheckpointError,
+                      objects_advice: str = "save a state dict (model.state_dict()) or a .safetensors file",
+                      unreadable_advice: str = "") -> object:
+    """``torch.load(path, weights_only=True)`` on the CPU: the one weights-only loader. Nothing but
+    tensors, plain values and containers is unpickled (plus the numpy arrays of :func:`numpy_globals`).
+
+    Raises ``error`` whose message starts with ``what`` (the file as the caller names it) and ends with
+    the caller's advice: the pickle holds other objects (the refused global named), or the file is not a
+    readable checkpoint (truncated or corrupt)."""
     try:
         with torch.serialization.safe_globals(numpy_globals()):
             return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
-        raise CheckpointError(
-            f"weights: {str(path)!r} holds Python objects other than tensors, which are not loaded "
-            f"({unpickling_reason(exc)}); save a state dict (model.state_dict()) or a .safetensors file") \
-            from None
+        raise error(f"{what} holds Python objects other than tensors and plain values, which are not loaded "
+                    f"({unpickling_reason(exc)}); {objects_advice}") from None
     except (RuntimeError, EOFError, OSError, ValueError, zipfile.BadZipFile) as exc:
-        raise CheckpointError(f"weights: {str(path)!r} is not a readable PyTorch checkpoint (truncated or "
-                              f"corrupt?): {_one_line(exc)}") from None
+        raise error(f"{what} is not a readable PyTorch checkpoint (truncated or corrupt?): {_one_line(exc)}"
+                    + (f"; {unreadable_advice}" if unreadable_advice else "")) from None
 
 
 def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
@@ -87,24 +96,15 @@ def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
                               f"corrupt?): {_one_line(exc)}") from None
 
 
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
-
-
-def plain_text(text: str) -> str:
-    """``text`` without terminal escape sequences or control characters, on one line."""
-    text = _ANSI.sub("", str(text))
-    return " ".join("".join(ch if ch.isprintable() else " " for ch in text).split())
-
-
 def _one_line(exc: BaseException) -> str:
-    text = _ANSI.sub("", str(exc)).strip()
+    text = strip_escapes(str(exc)).strip()
     return plain_text(text.splitlines()[0] if text else type(exc).__name__)[:200]
 
 
 def unpickling_reason(exc: BaseException) -> str:
     """What a weights-only ``torch.load`` refused, in one plain line (torch's message spans lines, with
     terminal escapes; its ``WeightsUnpickler error:`` line names the refused global)."""
-    lines = _ANSI.sub("", str(exc)).splitlines()
+    lines = strip_escapes(str(exc)).splitlines()
     for line in lines:
         if "WeightsUnpickler error:" in line:
             reason = line.split("WeightsUnpickler error:", 1)[1].split(". Please", 1)[0]
@@ -188,5 +188,5 @@ def read_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
     if suffix not in STATE_DICT_SUFFIXES:
         raise CheckpointError(f"weights: unknown checkpoint type {suffix!r} for {str(p)!r}; expected one of "
                               f"{STATE_DICT_SUFFIXES + ('.npz',)} or a vitplast finetune run directory")
-    obj = _read_safetensors(p) if suffix == ".safetensors" else _read_torch(p)
+    obj = _read_safetensors(p) if suffix == ".safetensors" else load_weights_only(p, f"weights: {str(p)!r}")
     return merge_lora(strip_prefixes(_unwrap(obj, p)))

@@ -1,21 +1,17 @@
-"""Build any timm model, optionally with weights from a local checkpoint (nothing is downloaded).
+"""Loading a local checkpoint's tensors into a built model (nothing is downloaded).
 
-``create_vit(name, num_classes, img_size=None, weights=None, allow_partial=False, **timm_kwargs)``:
+``load_weights(model, weights, allow_partial=False)``:
 
-- ``weights=None`` -> random init, with a ``UserWarning`` (random-init ViTs rank components almost
-  opposite to pretrained ones, so a measurement of one is rarely what is wanted);
 - a state-dict checkpoint (``.safetensors`` / ``.pth`` / ``.pt`` / ``.bin`` / ``.ckpt``, or a
   ``vitplast finetune`` run directory; read by :mod:`vitplast.models.checkpoints`: wrappers, prefixes and LoRA
   adapters handled) is passed through the model family's timm ``checkpoint_filter_fn`` when it has one
-  (resamples position embeddings to ``img_size``, converts patch embeddings), then loaded. Only the
-  classifier head may stay at its random init (typically when ``num_classes`` differs); a checkpoint
-  that leaves any other tensor at random init, or holds tensors the model does not have, does not fit
-  the architecture: :class:`WeightsError`, unless ``allow_partial=True`` (then a warning lists them);
+  (resamples position embeddings to the model's input size, converts patch embeddings), then loaded. Only
+  the classifier head (:func:`vitplast.models.heads.head_prefixes`) may stay at its random init (typically
+  when the number of classes differs); a checkpoint that leaves any other tensor at random init, or holds
+  tensors the model does not have, does not fit the architecture: :class:`WeightsError`, unless
+  ``allow_partial=True`` (then a warning lists them);
 - ``*.npz`` -> timm's loader for big_vision / JAX checkpoints (``model.load_pretrained``), for the models
   that have one (VisionTransformer and relatives).
-
-``img_size`` is passed to timm only when the model's constructor takes it (ViTs do; ResNets do not: the
-images are then simply resized to ``img_size``).
 """
 
 from __future__ import annotations
@@ -27,7 +23,8 @@ import warnings
 
 from torch import nn
 
-from ..models.checkpoints import STATE_DICT_SUFFIXES, CheckpointError, read_state_dict, resolve_path
+from .checkpoints import STATE_DICT_SUFFIXES, CheckpointError, read_state_dict, resolve_path
+from .heads import head_prefixes
 
 NPZ_SUFFIXES = (".npz",)
 
@@ -44,23 +41,6 @@ def _filter_for(model: nn.Module):
         return None
     params = list(inspect.signature(fn).parameters)
     return fn if len(params) >= 2 else None
-
-
-def head_prefixes(model: nn.Module) -> tuple[str, ...]:
-    """Name prefixes (``"head."``) of the classifier head(s): timm's ``get_classifier()``, else a
-    top-level module named ``head``, ``fc`` or ``classifier``."""
-    heads = []
-    get = getattr(model, "get_classifier", None)
-    if callable(get):
-        try:
-            got = get()
-        except Exception:  # a model whose get_classifier needs state it lacks
-            got = None
-        heads = [h for h in (got if isinstance(got, (tuple, list)) else [got]) if isinstance(h, nn.Module)]
-    names = [n for n, m in model.named_modules() if n and any(m is h for h in heads)]
-    if not names:
-        names = [n for n in ("head", "fc", "classifier") if isinstance(getattr(model, n, None), nn.Module)]
-    return tuple(f"{n}." for n in names)
 
 
 def _npz(model: nn.Module, path: str) -> None:
@@ -137,58 +117,3 @@ def _misfit(path, model, left: list[str], unexpected: list[str], shapes: dict, s
         return text
     return (f"weights: {str(path)!r} does not fit {type(model).__name__}: {text}. Check --model/--img-size "
             "against the checkpoint, or pass --allow-partial-weights (allow_partial=True) to load what fits")
-
-
-def create_vit(name: str, num_classes: int, img_size: int | None = None,
-               weights: str | os.PathLike | None = None, *, allow_partial: bool = False,
-               **timm_kwargs) -> nn.Module:
-    """A timm model ``name`` with a ``num_classes`` head, in eval mode, float32, on CPU.
-
-    ``img_size`` (int) is passed to timm when the model takes it (position embeddings sized for it;
-    checkpoint ones are resampled); ``timm_kwargs`` go to ``timm.create_model`` (e.g. ``patch_size``,
-    ``depth``, ``embed_dim``). ``weights``: a local checkpoint (see the module docstring) or None for
-    random init (warns). Raises ``ValueError`` for an unknown model name or arguments it does not take.
-    """
-    import timm
-
-    if not isinstance(num_classes, int) or num_classes < 0:
-        raise ValueError(f"num_classes must be an int >= 0, got {num_classes!r}")
-    if not isinstance(name, str) or not timm.is_model(name):
-        close = timm.list_models(f"*{name.split('_')[0]}*")[:8] if isinstance(name, str) and name else []
-        raise ValueError(f"model {name!r} is not a timm model name"
-                         f"{'; similar: ' + ', '.join(close) if close else ''}")
-    kwargs = dict(timm_kwargs)
-    if img_size is not None:
-        kwargs["img_size"] = img_size
-    try:
-        model = timm.create_model(name, pretrained=False, num_classes=num_classes, **kwargs)
-    except TypeError as exc:
-        if "img_size" in kwargs and "img_size" in str(exc) and "img_size" not in timm_kwargs:
-            kwargs.pop("img_size")  # a model without an input size (ResNets): images are just resized
-            model = _create(timm, name, num_classes, kwargs)
-        else:
-            raise ValueError(_rejected(name, kwargs, timm_kwargs, exc)) from None
-    if weights is None:
-        warnings.warn(f"{name}: no weights given, using random init; random-init ViTs rank components "
-                      f"almost opposite to pretrained ones (pass weights=PATH / --weights PATH)",
-                      stacklevel=2)
-    else:
-        load_weights(model, weights, allow_partial=allow_partial)
-    return model.eval()
-
-
-def _create(timm, name: str, num_classes: int, kwargs: dict) -> nn.Module:
-    try:
-        return timm.create_model(name, pretrained=False, num_classes=num_classes, **kwargs)
-    except TypeError as exc:
-        raise ValueError(_rejected(name, kwargs, kwargs, exc)) from None
-
-
-def _rejected(name: str, kwargs: dict, given: dict, exc: TypeError) -> str:
-    """The message for constructor arguments timm refused: the ones its error names (an unexpected
-    keyword), else those the user gave (``img_size`` only when the user gave it)."""
-    text = str(exc)
-    named = [k for k in kwargs if f"'{k}'" in text]
-    blamed = named or sorted(given) or sorted(kwargs)
-    what = "argument" if len(blamed) == 1 else "arguments"
-    return f"model {name!r} does not take the {what} {', '.join(blamed)} (--model-arg): {text}"

@@ -8,7 +8,7 @@ A command declares its options once, as a dataclass whose fields are made by :fu
         steps: int = option(150, "optimiser steps", kind=integer(1))
         lr: list = option("1e-3", "learning rate(s), comma-separated", kind=csv(number(positive=True)))
 
-- :func:`add_arguments` adds one argparse argument per field (flag ``--steps``, the default shown in
+- :func:`add_options` adds one argparse argument per field (flag ``--steps``, the default shown in
   ``--help``); argparse only collects the text: it converts and checks nothing;
 - :func:`resolve` turns the collected values, or the keywords of the command's Python function, into
   the dataclass: text is parsed by the field's kind (``Kind.parse``), every value checked
@@ -173,7 +173,7 @@ def optional(kind: Kind) -> Kind:
 
 
 # ---------------------------------------------------------------------------------------------- CLI
-def add_arguments(parser: argparse.ArgumentParser, cls: type,
+def add_options(parser: argparse.ArgumentParser, cls: type,
                   groups: Mapping[str, str] | None = None) -> None:
     """One argparse argument per field of ``cls`` (in field order; ``groups``: title of each group)."""
     made: dict[str, Any] = {}
@@ -231,7 +231,7 @@ def _deprecated_action(new: str, action: str | None) -> type[argparse.Action]:
 
 
 def values_of(args: argparse.Namespace, cls: type) -> dict:
-    """The options ``cls`` describes, as collected by :func:`add_arguments` (text, not yet checked)."""
+    """The options ``cls`` describes, as collected by :func:`add_options` (text, not yet checked)."""
     out = {}
     for f in dataclasses.fields(cls):
         if f.metadata["option"].cli and hasattr(args, f.name):
@@ -291,3 +291,19 @@ def fields_of(cls: type, source: Any, **overrides: Any) -> dict:
     groups), with ``overrides``: how one command's typed options become another's, field by field."""
     return {f.name: overrides.get(f.name, getattr(source, f.name)) for f in dataclasses.fields(cls)
             if f.name in overrides or hasattr(source, f.name)}
+
+
+def options_for(cls: type, opts: Any, keywords: Mapping[str, Any]):
+    """A command's checked options: ``keywords`` resolved into ``cls``, over the values of ``opts`` (an
+    instance of ``cls``) when given; the library functions take either form."""
+    if opts is None:
+        return resolve(cls, keywords)
+    if not isinstance(opts, cls):
+        raise TypeError(f"expected a {cls.__name__}, got {type(opts).__name__}")
+    return resolve(type(opts), {**fields_of(type(opts), opts), **keywords})
+
+
+def parse_options(cls: type, args: argparse.Namespace):
+    """The options ``cls`` describes, from what :func:`add_options` collected, checked."""
+    return resolve(cls, values_of(args, cls))
+

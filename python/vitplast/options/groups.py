@@ -41,7 +41,8 @@ class ModelOptions:
     model_kwargs: dict = option(help="extra timm.create_model argument (repeatable), e.g. patch_size=4",
                                 flag="--model-arg", action="append", metavar="KEY=VALUE", group="model",
                                 kind=Kind(str, _model_kwargs), default_factory=dict)
-    weights: str | None = option(None, "local pretrained checkpoint (.safetensors, .pth, .npz)", group="model")
+    weights: str | None = option(None, "local pretrained checkpoint (.safetensors, .pth, .npz)",
+                                 group="model")
     img_size: int | None = option(None, "input size (default: the model's)", group="model",
                                   kind=optional(integer(1)))
 

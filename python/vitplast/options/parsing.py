@@ -1,11 +1,15 @@
-"""Option types and conventions shared by the ``vitplast`` subcommands.
+"""The argparse side the ``vitplast`` subcommands share; what their options are, and how each value
+is checked, is declared in :mod:`vitplast.options.fields`.
 
-Every value is checked when the command line is parsed (``type=`` validators), so a bad one stops the
-command with a one-line error and exit status 2 before any work; ``--help`` shows every default.
-
-Conventions: ``--batch-size`` counts images per forward pass; ``--dtype`` takes one set of choices
-(``float32``, ``bfloat16``, ``float16``, or their short forms ``fp32``, ``bf16``, ``fp16``);
-``--device`` is ``auto`` (CUDA when available), ``cpu``, ``cuda``, ``cuda:N``.
+- :func:`setup_parser`: a subcommand's parser prints every default in ``--help``
+  (:class:`HelpFormatter`) and reports bad usage as one line ``prog: error: ...`` with exit status 2;
+- :func:`fail`: the same one line for an error found after parsing;
+- the text parsers of option kinds, each raising ``argparse.ArgumentTypeError`` with the reason, which
+  :func:`vitplast.options.fields.resolve` rewords as ``--flag: reason``: :func:`component`
+  (``LABEL=GLOB``), :func:`component_option` (repeated ``--component`` values or a mapping),
+  :func:`model_arg` (``KEY=VALUE``), :func:`json_object` (a JSON object);
+- the names and short forms of ``--dtype`` (:data:`DTYPES`, :data:`DTYPE_ALIASES`) and the limits of
+  ``--seed`` and ``--steps`` (:data:`MAX_SEED`, :data:`MAX_STEPS`).
 """
 
 from __future__ import annotations
@@ -51,65 +55,8 @@ def fail(prog: str, message: str) -> int:
     return 2
 
 
-def _int(text: str) -> int:
-    try:
-        return int(text, 10)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-
-
-def positive_int(text: str) -> int:
-    value = _int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
-    return value
-
-
-def nonnegative_int(text: str) -> int:
-    value = _int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}")
-    return value
-
-
-def batch_size(text: str) -> int:
-    """Images per forward pass: at least 2 (one pair)."""
-    value = _int(text)
-    if value < 2:
-        raise argparse.ArgumentTypeError(f"images per batch must be >= 2 (one pair), got {text!r}")
-    return value
-
-
-def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
-    return value
-
-
-def dtype(text: str) -> str:
-    """A dtype name, short forms mapped to torch's (``bf16`` -> ``bfloat16``)."""
-    name = DTYPE_ALIASES.get(text.lower(), text.lower())
-    if name not in DTYPES:
-        raise argparse.ArgumentTypeError(
-            f"must be one of {', '.join(DTYPES)} (or {', '.join(DTYPE_ALIASES)}), got {text!r}")
-    return name
-
-
-def device(text: str) -> str:
-    """``--device``: :func:`vitplast.runtime.device.check_device` as an argparse type."""
-    from ..runtime.device import check_device
-
-    try:
-        return check_device(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
 def json_object(text: str) -> dict:
+    """A JSON object (``{"key": value, ...}``) as a dict."""
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -173,26 +120,3 @@ def model_arg(text: str) -> tuple[str, object]:
 
 MAX_SEED = 2**32 - 1  # numpy's seed range, within every generator the commands seed
 MAX_STEPS = 10**9  # optimiser steps of one run: beyond it a run would not end (nor its data order seed)
-
-
-def check_seed(value, flag: str = "--seed") -> int:
-    """``value`` as a seed: an integer in ``0..MAX_SEED`` (ValueError naming ``flag`` otherwise)."""
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SEED:
-        raise ValueError(f"{flag} must be an integer in 0..{MAX_SEED}, got {value!r}")
-    return value
-
-
-def seed(text: str) -> int:
-    """``--seed``: an integer in ``0..MAX_SEED``."""
-    value = _int(text)
-    try:
-        return check_seed(value, "seed")
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer in 0..{MAX_SEED}, got {text!r}") from None
-
-
-def check_steps(value, flag: str = "--steps") -> int:
-    """``value`` as a number of optimiser steps: an integer in ``1..MAX_STEPS``."""
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_STEPS:
-        raise ValueError(f"{flag} must be an integer in 1..{MAX_STEPS}, got {value!r}")
-    return value

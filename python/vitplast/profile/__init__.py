@@ -1,5 +1,7 @@
-"""``vitplast profile``: time and size a plasticity measurement on a large model (:func:`profile`)."""
+"""``vitplast profile``: time and size a plasticity measurement on a large model (:func:`profile`, its
+options :class:`ProfileOptions`)."""
 
-from .command import profile, resolve_defaults
+from .options import DEVICE_DEFAULTS, ProfileOptions
+from .run import profile
 
-__all__ = ["profile", "resolve_defaults"]
+__all__ = ["DEVICE_DEFAULTS", "ProfileOptions", "profile"]

@@ -1,12 +1,13 @@
-"""The options of ``vitplast profile`` (flags, defaults, checks: :mod:`vitplast.options.fields`)."""
+"""The options of ``vitplast profile``: :class:`ProfileOptions`, composed from the runtime group of
+:mod:`vitplast.options.groups` (flags, defaults, checks and wording: :mod:`vitplast.options.fields`)."""
 
 from __future__ import annotations
 
 import dataclasses
 
 from ..options import parsing as T
-from ..runtime.device import check_device
-from ..options.fields import OptionError, checked, choice, integer, number, option, optional
+from ..options.fields import OptionError, choice, integer, number, option, optional, settle
+from ..options.groups import RuntimeOptions
 
 # what a bare `vitplast profile` measures on each device type: (model, images per batch, dtype)
 DEVICE_DEFAULTS = {"cuda": ("vit_base_patch16_224", 64, "bfloat16"),
@@ -14,17 +15,19 @@ DEVICE_DEFAULTS = {"cuda": ("vit_base_patch16_224", 64, "bfloat16"),
 _GPU, _CPU = DEVICE_DEFAULTS["cuda"], DEVICE_DEFAULTS["cpu"]
 
 
-@dataclasses.dataclass
-class ProfileOptions:
+@dataclasses.dataclass(frozen=True)
+class ProfileOptions(RuntimeOptions):
+    """Every option of ``vitplast profile`` (a keyword of :func:`vitplast.profile.profile` each). Once
+    checked, ``device`` is the resolved device (``auto`` becomes ``cuda`` or ``cpu``) and ``model``,
+    ``batch_size`` and ``dtype`` hold that device type's :data:`DEVICE_DEFAULTS` where they were None."""
+
     model: str | None = option(None, f"timm model name (default: {_GPU[0]} on a GPU, {_CPU[0]} on a CPU)")
-    device: str = option("auto", "auto (cuda when available), cpu, cuda, cuda:1, ...",
-                         kind=checked(check_device))
     batch_size: int | None = option(
         None, f"images per forward pass (even for pairs=halves; default: {_GPU[1]} on a GPU, {_CPU[1]} on a "
         "CPU)", kind=optional(integer(2, what="images per batch must be >= 2 (one pair)")))
     dtype: str | None = option(
-        None, f"model and input dtype, bf16/fp16/fp32 accepted (default: {_GPU[2]} on a GPU, {_CPU[2]} on a "
-        "CPU)", kind=optional(choice(T.DTYPES, T.DTYPE_ALIASES)))
+        None, f"dtype of the model's weights and inputs, bf16/fp16/fp32 accepted (default: {_GPU[2]} on a "
+        f"GPU, {_CPU[2]} on a CPU)", kind=optional(choice(T.DTYPES, T.DTYPE_ALIASES)))
     protocol: str = option("in_situ", "capture protocol", kind=choice(("in_situ", "decomposition")))
     pairs: str = option("halves", "pairing scheme", kind=choice(("halves", "all")))
     img_size: int | None = option(None, "input resolution (default: the model's)", kind=optional(integer(1)))
@@ -42,7 +45,16 @@ class ProfileOptions:
     no_layers: bool = option(False, "skip the per-layer / per-component timing", action="store_true")
     out: str = option("results/profile", "folder of profile.json and profile_layers.png, written as one set "
                       "(a new folder, or one a previous profile wrote)", metavar="DIR")
+    # the runtime group's progress setting: profile draws no progress bars, so it has no flag
+    progress: bool | None = option(None, cli=False)
 
     def validate(self) -> None:
-        if self.batch_size is not None and self.pairs == "halves" and self.batch_size % 2:
+        """The device resolved and its type's defaults filled in, then what involves several options."""
+        from ..runtime.device import resolve_device
+
+        device = resolve_device(self.device)
+        model, batch, dtype = DEVICE_DEFAULTS["cuda" if device.type == "cuda" else "cpu"]
+        settle(self, device=str(device), model=self.model or model, batch_size=self.batch_size or batch,
+               dtype=self.dtype or dtype)
+        if self.pairs == "halves" and self.batch_size % 2:
             raise OptionError(f"--batch-size {self.batch_size}: must be even for --pairs halves")

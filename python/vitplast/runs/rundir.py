@@ -26,9 +26,7 @@ from __future__ import annotations
 
 import json
 import os
-import pickle
 import random
-import zipfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -38,6 +36,7 @@ import torch
 
 from vitplast_kernels.atomic_io import atomic_write
 
+from ..models.checkpoints import load_weights_only
 from ..runs.lock import LOCK, RunDirError, RunLock
 
 CONFIG = "config.json"
@@ -141,23 +140,14 @@ def set_rng_state(state: dict) -> None:
 
 
 def load_checkpoint(path: str | os.PathLike) -> dict:
-    """A run's ``checkpoint.pt``, read with ``torch.load(weights_only=True)``: tensors and plain values
-    only (and numpy arrays, which checkpoints of earlier versions hold in their RNG states); nothing in
-    it can run code. Raises :class:`RunDirError` naming the file when it holds anything else or cannot
-    be read."""
-    from ..models.checkpoints import numpy_globals, unpickling_reason
-
+    """A run's ``checkpoint.pt``, read weights-only (:func:`vitplast.models.checkpoints.load_weights_only`):
+    tensors and plain values only (and numpy arrays, which RNG states may hold); nothing in it can run
+    code. Raises :class:`RunDirError` naming the file when it holds anything else or cannot be read."""
     path = Path(path)
-    try:
-        with torch.serialization.safe_globals(numpy_globals()):
-            ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as exc:
-        raise RunDirError(f"{path} holds Python objects other than tensors and plain values, which are not "
-                          f"loaded ({unpickling_reason(exc)}); vitplast finetune did not write it: remove it "
-                          "to restart the run from step 0, or choose another --out") from None
-    except (RuntimeError, EOFError, OSError, ValueError, zipfile.BadZipFile) as exc:
-        raise RunDirError(f"{path} is not a readable checkpoint (truncated or corrupt?): "
-                          f"{unpickling_reason(exc)}; remove it to restart the run from step 0") from None
+    ckpt = load_weights_only(path, str(path), error=RunDirError,
+                             objects_advice="vitplast finetune did not write it: remove it to restart the "
+                                            "run from step 0, or choose another --out",
+                             unreadable_advice="remove it to restart the run from step 0")
     if not isinstance(ckpt, dict) or not isinstance(ckpt.get("step"), int):
         raise RunDirError(f"{path} is not a vitplast finetune checkpoint (no step); remove it to restart the "
                           "run from step 0, or choose another --out")
@@ -178,23 +168,10 @@ class RunDir:
         self.finished = False
         self.lock = RunLock(self.path)
         self._metrics_file = None
+        self.config_path, self.metrics_path = self.path / CONFIG, self.path / METRICS
+        self.checkpoint_path, self.summary_path = self.path / CHECKPOINT, self.path / SUMMARY
 
     # -- state of the directory -------------------------------------------------------------------
-    @property
-    def config_path(self) -> Path:
-        return self.path / CONFIG
-
-    @property
-    def metrics_path(self) -> Path:
-        return self.path / METRICS
-
-    @property
-    def checkpoint_path(self) -> Path:
-        return self.path / CHECKPOINT
-
-    @property
-    def summary_path(self) -> Path:
-        return self.path / SUMMARY
 
     def state(self) -> str:
         """``"new"`` (absent or empty), ``"finished"``, ``"partial"`` or ``"foreign"``."""

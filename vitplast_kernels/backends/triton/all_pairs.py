@@ -36,20 +36,19 @@ Tensor-core accumulation and the GPU error model
 ------------------------------------------------
 Hopper tensor cores truncate inside the MMA accumulator: each accumulated product loses part of an ulp
 of the running sum, towards zero for same-sign sums (norms): a bias linear in the products summed per
-accumulator. Measured on an H200 (torch 2.11, triton 3.6, bf16, N=256, K=257*1280, S=88 chunks of
-L ~= 3760, no flush): relative distance error 2.3e-5 on iid rows (``r = S_ij / (n_i + n_j) ~= 1``),
-i.e. 6.1e-9 per accumulated product (``MMA_TRUNC_PER_PRODUCT``); rows sharing a large common component
-cancel most of it (``c_gram = 2.795``). ``_gram_partial_kernel`` flushes its MMA accumulator every
-``F`` BK-steps (``F * BK = MMA_FLUSH_K = 128`` products, ``F >= 2``) into a round-to-nearest float32
-sum: a predicted ``6.1e-9 * 128 = 7.8e-7`` (``rel_err(d) * r``) for 16-bit inputs, three times that for
-float32 (tf32x3 may chain its three MMAs through one accumulator; triton 3.8's sm_90 TTGIR adds the
+accumulator, ``MMA_TRUNC_PER_PRODUCT`` per product (the bias of iid bf16 rows in an H200 run of
+``bench/all_pairs.py``, bench/measured/h200-2026-11-30/); rows sharing a large common component cancel
+most of it. ``_gram_partial_kernel`` flushes its MMA accumulator every ``F`` BK-steps (``F * BK =
+MMA_FLUSH_K = 128`` products, ``F >= 2``) into a round-to-nearest float32 sum, which bounds the bias
+(``rel_err(d) * r``) by ``MMA_TRUNC_PER_PRODUCT * MMA_FLUSH_K`` for 16-bit inputs and three times that
+for float32 (tf32x3 may chain its three MMAs through one accumulator; triton 3.8's sm_90 TTGIR adds the
 running sum after the three dots). The trust threshold uses ``eps = max(2u, C_GPU u sqrt(L / S)) +
-product_err + 4 * 6.1e-9 * F * BK * passes`` (``C_GPU = 1.0`` for the rounding part, a 4x margin on the
-bias): bf16 at the bench shape gives ``eps = 3.5e-6``, ``tau = 0.70`` (iid pairs stay on the Gram path);
-float32 gives ``tau > 1``: every pair is recomputed directly (correct, slow) until a GPU run measures
-the flushed tf32x3 error (bench/all_pairs.py prints ``c_gram`` and the assumed ``eps``). Unverified on
-GPU: the error after the flush and its cost (the compiler must keep the flush: ``part`` is
-loop-carried, ``acc`` is no dot operand).
+product_err + MMA_MARGIN * MMA_TRUNC_PER_PRODUCT * F * BK * passes`` (``C_GPU`` for the rounding part,
+``MMA_MARGIN`` on the bias): with bf16 at the benchmark's shape ``tau < 1`` and iid pairs stay on the
+Gram path; float32 gives ``tau > 1``: every pair is recomputed directly (correct, slow).
+Not yet checked on a GPU: the error after the flush and the flush's cost (``bench/all_pairs.py`` prints
+``c_gram`` beside the assumed ``eps``; the compiler must keep the flush: ``part`` is loop-carried,
+``acc`` is no dot operand).
 """
 
 from __future__ import annotations
@@ -83,8 +82,8 @@ except ImportError:  # pragma: no cover - triton is a dependency of CUDA torch b
 C_GPU = 1.0  # rounding part of the GPU Gram error constant (flush adds, float64 combination)
 TF32X3_PRODUCT_ERR = 2.0**-21  # relative error of one float32 product through tf32x3
 MMA_FLUSH_K = 128  # products summed in the tensor-core accumulator before a flush (F * BK)
-MMA_TRUNC_PER_PRODUCT = 6.1e-9  # measured truncation bias per accumulated product (H200, see above)
-MMA_MARGIN = 4.0  # safety factor on the measured truncation bias
+MMA_TRUNC_PER_PRODUCT = 6.1e-9  # truncation bias per accumulated product (H200, see above)
+MMA_MARGIN = 4.0  # safety factor on the truncation bias
 # finish: ROWS tile rows per program (ROWS * BM entries), SB split-K partials per load step
 FINISH_SB, FINISH_WARPS = 16, 8
 # recompute: JB candidate pairs (one row i, JB rows j) per program, BLOCK columns per step

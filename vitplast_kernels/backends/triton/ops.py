@@ -5,10 +5,10 @@ float64; ``vitplast::pair_sq_distances_grouped_triton(Tensor[] a, Tensor[] b) ->
 float64 (the float64 sums, as the C++ ops return them). Their fakes and autograd formulas are the C++
 ops', registered in ``ops/paired.py`` (the one place for every op's), so ``torch.compile(fullgraph=True)``
 traces through them and ``torch.library.opcheck`` passes. Eager calls on plain tensors
-that need no gradient skip the op's dispatch and call the launchers directly (same kernels, same
-results); traced calls and calls on tensors requiring grad go through the ops. The backend runs
-on CUDA tensors, and on CPU tensors too when
-``TRITON_INTERPRET=1`` (Triton's interpreter: how CI tests the kernels without a GPU).
+that need no gradient (:func:`~vitplast_kernels.backends.dispatch.without_autograd`) skip the op's
+dispatch and call the launchers directly (same kernels, same results); traced calls and calls on
+tensors requiring grad go through the ops. The backend runs on CUDA tensors, and on CPU tensors too
+when ``TRITON_INTERPRET=1`` (Triton's interpreter: how CI tests the kernels without a GPU).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import os
 
 import torch
 
+from ..dispatch import without_autograd
 from ..registry import Backend, register_backend
 
 # fixed at import, like the kernels' interpreter switch (plain constants: torch.compile traces them)
@@ -60,17 +61,15 @@ def pair_sq_distances_grouped_triton(a: list[torch.Tensor], b: list[torch.Tensor
     return triton_paired.pair_sq_distances_grouped(a, b)
 
 
-def _eager(*tensors: torch.Tensor) -> bool:
-    """True when a call can skip the custom-op machinery: not traced by torch.compile / export, plain
-    tensors (not FakeTensors or other subclasses, which need the op's fake implementation; the first
-    one stands for all), and no gradient asked of any (the op's autograd formula needs the dispatch)."""
-    if torch.compiler.is_compiling() or type(tensors[0]) is not torch.Tensor:
-        return False
-    return not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors))
+def _direct(*tensors: torch.Tensor) -> bool:
+    """True when a call can skip the custom-op machinery: it needs no autograd (:func:`without_autograd`:
+    eager, no gradient asked of any input) and its tensors are plain ones (not FakeTensors or other
+    subclasses, which need the op's fake implementation; the first one stands for all)."""
+    return without_autograd(tensors) and type(tensors[0]) is torch.Tensor
 
 
 def _pair_sq(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    if _eager(a, b):  # eager: straight to the launcher (the op's dispatch costs tens of microseconds)
+    if _direct(a, b):  # straight to the launcher, without the op's dispatch
         from . import paired as triton_paired
 
         return triton_paired.pair_sq_distances(a, b)
@@ -78,7 +77,7 @@ def _pair_sq(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def _grouped(a, b) -> torch.Tensor:
-    if _eager(*a, *b):
+    if _direct(*a, *b):
         from . import paired as triton_paired
 
         return triton_paired.pair_sq_distances_grouped(a, b)

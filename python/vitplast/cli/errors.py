@@ -1,0 +1,100 @@
+"""How a ``vitplast`` command ends: its exit status, which exception ends in which, and the one line it
+then prints on stderr; warnings are printed one line each as well."""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import os
+import sys
+
+from ..options.parsing import fail
+
+EXIT_OK = 0  # done
+EXIT_FAILURE = 1  # a failure while working: out of memory, a disk error (a full disk too), a bug
+EXIT_USAGE = 2  # bad usage or input: an unknown flag, a bad value, a missing file or package
+EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT)
+
+# what bad usage or input raises (OptionError, a bad checkpoint, a bad --out are ValueErrors)
+USAGE_ERRORS = (ValueError, FileNotFoundError, ImportError, argparse.ArgumentError,
+                argparse.ArgumentTypeError)
+
+EXIT_STATUS_HELP = f"""\
+exit status:
+  {EXIT_OK:<4} done
+  {EXIT_FAILURE:<4} a failure while working: out of memory, a disk error (a full disk too), a bug
+       (VITPLAST_TRACEBACK=1 shows where)
+  {EXIT_USAGE:<4} bad usage or input: an unknown flag, a bad value, a missing file or package
+  {EXIT_INTERRUPTED:<4} interrupted (Ctrl-C): the message says what was kept and how to continue"""
+
+# what an interrupted command leaves behind, and how to continue ({out}: its --out)
+INTERRUPTED = {
+    "finetune": "{out} keeps each run's last checkpoint (every --checkpoint-every steps) and its metrics up "
+                "to it; continue with the same command plus --resume",
+    "claim": "{out} keeps the finished runs and each unfinished run's last checkpoint; run the same command "
+             "again to continue where it stopped",
+    "measure": "nothing was written (the output set is written at the end); run the command again",
+    "profile": "nothing was written (the output set is written at the end); run the command again",
+}
+
+
+def exit_status(prog: str, command: str | None, exc: BaseException, out: str | None = None) -> int:
+    """Prints the one line that ``exc``, raised by ``vitplast COMMAND`` (``prog``), ends the command
+    with, and returns its exit status; with ``VITPLAST_TRACEBACK`` set, a failure is raised again
+    instead (call it from the ``except`` block)."""
+    if isinstance(exc, KeyboardInterrupt):
+        kept = INTERRUPTED.get(command or "", "").format(out=out or "--out")
+        _say(f"{prog}: interrupted{': ' + kept if kept else ''}")
+        return EXIT_INTERRUPTED
+    if isinstance(exc, USAGE_ERRORS):
+        fail(prog, _plain(exc) or type(exc).__name__)  # the whole message, on one line
+        return EXIT_USAGE
+    if os.environ.get("VITPLAST_TRACEBACK"):
+        raise exc
+    _say(f"{prog}: error: {_failure(exc)}")
+    return EXIT_FAILURE
+
+
+def _first_line(exc: BaseException) -> str:
+    """The first non-empty line of ``exc``'s message, without terminal escapes, at most 300 characters."""
+    lines = [ln for ln in str(exc).splitlines() if ln.strip()]
+    return _plain(lines[0] if lines else "")[:300]
+
+
+def _plain(text) -> str:
+    """``str(text)`` on one line, without terminal escapes or control characters."""
+    from ..outputs.text import plain_text
+
+    return plain_text(str(text))
+
+
+def _failure(exc: BaseException) -> str:
+    text = _first_line(exc)
+    if isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError" or any(
+            s in text for s in ("can't allocate memory", "out of memory", "Out of memory")):
+        return (f"out of memory ({text or type(exc).__name__}); try a smaller --batch-size (or a smaller "
+                "model, --img-size or --dtype)")
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
+        return f"disk full ({text}); free some space or write elsewhere (--out)"
+    return (f"{type(exc).__name__}: {text} (set VITPLAST_TRACEBACK=1 to see where)" if text else
+            f"{type(exc).__name__} (set VITPLAST_TRACEBACK=1 to see where)")
+
+
+def _say(line: str) -> None:
+    try:
+        print(line, file=sys.stderr)
+    except (OSError, ValueError):  # stderr closed: the exit status still tells
+        pass
+
+
+def warning_printer(prog: str):
+    """A ``warnings.showwarning`` printing ``prog: warning: message``, one line, no source line."""
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:
+        stream = file or sys.stderr
+        try:
+            stream.write(f"{prog}: warning: {_plain(message)}\n")
+        except (OSError, ValueError):  # stderr closed: warnings are not worth failing for
+            pass
+
+    return show

@@ -1,0 +1,184 @@
+"""``--train auto`` and ``--train auto@layer``: what to train, chosen by plasticity under a budget.
+
+Plasticity is measured first (protocol ``in_situ``, the halves of the first training batches paired,
+:func:`measure_plasticity`); then the highest-plasticity components (``auto``,
+:func:`choose_components`) or (component, layer) units (``auto@layer``, :func:`choose_units`) whose
+parameters, with the head's, fit a budget of trainable parameters are trained. :func:`choose_auto`
+does both steps and returns the run's ``auto`` record.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Mapping, Sequence
+
+import torch
+from torch import nn
+
+from ..models.heads import head_names
+from ..runtime.distributed import DistContext
+from .selection import (
+    AUTO_LAYER,
+    TRAIN_ORDER,
+    count_parameters,
+    labels,
+    parameter_groups,
+    parse_train,
+    trainable_names,
+    unit_sizes,
+)
+from .step_recorder import over_ranks, summarize
+
+
+def measure_plasticity(model: nn.Module, batches, *, dist: DistContext | None = None, amp=None,
+                       components: Mapping | None = None) -> dict:
+    """Plasticity (halves of each batch, in situ) summed over ``batches`` (an iterable of images
+    ``(2B, 3, H, W)``) and over ranks; returns :func:`~.step_recorder.summarize`'s dict.
+    ``components``: the component map (``{label: glob}``; default: the model's preset)."""
+    from vitplast_kernels import capture, pairwise_plasticity
+
+    total = None
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        for images in batches:
+            with capture(model, protocol="in_situ", pairs="halves", components=components) as acts:
+                with amp() if amp is not None else contextlib.nullcontext():
+                    model(images)
+            res = pairwise_plasticity(acts)
+            total = res if total is None else total.merge(res)
+    model.train(was_training)
+    if total is None:
+        raise ValueError("measure_plasticity: batches is empty")
+    return summarize(over_ranks(total, dist))
+
+
+def component_means(record: Mapping) -> dict[str, float]:
+    """``{component: plasticity}`` (mean over layers) of a monitor record: the preset components in
+    :data:`~.selection.TRAIN_ORDER`, then any others (``--component`` labels) in the record's order;
+    undefined (NaN) values are left out."""
+    means = record.get("plasticity_mean", {})
+    order = [c for c in TRAIN_ORDER if c in means] + [c for c in means if c not in TRAIN_ORDER]
+    return {c: means[c] for c in order if not math.isnan(means[c])}
+
+
+def plasticity_means(plasticity) -> dict[str, float]:
+    """``{component: mean plasticity over layers}`` from a PlasticityResult or a mapping."""
+    if isinstance(plasticity, Mapping):
+        return {str(k): float(v) for k, v in plasticity.items()}
+    return {str(c): plasticity.overall(c) for c in plasticity.components}
+
+
+def _head_size(model: nn.Module, budget: int, include_head: bool) -> int:
+    """The parameters the head takes from ``budget``; ValueError when it alone exceeds the budget."""
+    used = count_parameters(model, head_names(model)) if include_head else 0
+    if used > budget:
+        raise ValueError(f"--budget {budget} is smaller than the head alone ({used} parameters)")
+    return used
+
+
+def choose_components(
+    plasticity, model: nn.Module, budget: int | None = None, *, include_head: bool = True,
+    components: Mapping | None = None,
+) -> list[str]:
+    """Components to train, highest plasticity first, whose parameters (plus the head's) fit ``budget``.
+
+    ``plasticity`` is a ``PlasticityResult`` or a ``{component: value}`` mapping (non-finite values
+    and unknown components are skipped). Greedy: a component that does not fit is skipped and the
+    next, smaller one may still fit. ``budget=None`` keeps only the single best component.
+    ``components``: the component map (``{label: glob}``; default: the model's preset).
+    """
+    means = plasticity_means(plasticity)
+    known = labels(components)
+    ranked = sorted((c for c in known if c in means and means[c] == means[c]), key=lambda c: -means[c])
+    if not ranked:
+        raise ValueError(f"no plasticity for any of {', '.join(known)} (got {sorted(means)})")
+    if budget is None:
+        return ranked[:1]
+    if budget <= 0:
+        raise ValueError(f"--budget must be a positive number of parameters, got {budget}")
+    groups = parameter_groups(model, components)
+    used = _head_size(model, budget, include_head)
+    chosen = []
+    for c in ranked:
+        size = count_parameters(model, groups[c])
+        if used + size <= budget:
+            chosen.append(c)
+            used += size
+    return chosen
+
+
+def choose_units(plasticity: Mapping[str, Sequence[float]], model: nn.Module, budget: int, *,
+                 components: Mapping | None = None, include_head: bool = True) -> list[str]:
+    """(component, layer) units to train, highest plasticity first, whose parameters (plus the
+    head's) fit ``budget``: greedy like :func:`choose_components` over every unit. ``plasticity``:
+    ``{component: [value per layer]}`` (a monitor record's ``"plasticity"``; NaN layers skipped).
+    Returns ``--train`` parts such as ``["MHA@3", "FC1@2"]``."""
+    if not isinstance(budget, int) or budget <= 0:
+        raise ValueError(f"--budget must be a positive number of parameters, got {budget}")
+    sizes = unit_sizes(model, components)
+    units = [(c, li, float(v)) for c, per in plasticity.items() for li, v in enumerate(per)
+             if (c, li) in sizes and v == v]
+    if not units:
+        raise ValueError(f"no plasticity for any (component, layer) of the model (got {sorted(plasticity)})")
+    units.sort(key=lambda u: -u[2])
+    used = _head_size(model, budget, include_head)
+    chosen = []
+    for c, li, _ in units:
+        if sizes[(c, li)] and used + sizes[(c, li)] <= budget:
+            chosen.append(f"{c}@{li}")
+            used += sizes[(c, li)]
+    return chosen
+
+
+def freeze_list(plasticity, model: nn.Module, budget: int | None = None) -> list[str]:
+    """Parameter names to **freeze** so that only the components :func:`choose_components` picks
+    (plus the head) train: the complement of the trainable set."""
+    keep = set(trainable_names(model, choose_components(plasticity, model, budget)))
+    return [n for n, _ in model.named_parameters() if n not in keep]
+
+
+def choose_auto(kind: str, model: nn.Module, batches, budget: int, *, dist: DistContext | None = None,
+                amp=None, components: Mapping | None = None) -> dict:
+    """The ``auto`` record of a run: plasticity measured on ``batches`` (:func:`measure_plasticity`) and
+    what fits ``budget``. ``kind``: ``"auto"`` -> ``{"plasticity": {component: mean}, "chosen":
+    [components]}``; ``"auto@layer"`` -> ``{"plasticity": {component: [value per layer]}, "chosen":
+    ["MHA@3", ...]}``."""
+    if kind not in ("auto", AUTO_LAYER):
+        raise ValueError(f"choose_auto: kind must be 'auto' or {AUTO_LAYER!r}, got {kind!r}")
+    measured = measure_plasticity(model, batches, dist=dist, amp=amp, components=components)
+    means = component_means(measured)
+    if kind == AUTO_LAYER:
+        per_layer = {c: measured["plasticity"][c] for c in means}
+        chosen = choose_units(per_layer, model, budget, components=components)
+        return {"plasticity": per_layer, "chosen": chosen}
+    return {"plasticity": means, "chosen": choose_components(means, model, budget, components=components)}
+
+
+def describe_choice(kind: str, budget: int, auto: Mapping) -> str:
+    """The line a run prints for its ``auto`` record: the plasticity measured and what it trains."""
+    measured = ", ".join(f"{c} {v:.3f}" if isinstance(v, float) else f"{c} " + "/".join(f"{x:.2f}" for x in v)
+                         for c, v in auto["plasticity"].items())
+    trained = "+".join(auto["chosen"]) or "head only"
+    return f"--train {kind} (budget {budget}): plasticity {measured} -> training {trained}"
+
+
+def trained_parts(settings, train: str, model: nn.Module, feed, device, dctx: DistContext, amp, ckpt, log,
+                  reporter) -> tuple[tuple[str, ...], dict | None]:
+    """The parts ``train`` names, and for ``auto`` its record: the most plastic components within
+    ``--budget``, measured on the first ``--auto-batches`` training batches (or read back from the
+    checkpoint of a resumed run, so a resumed run trains what it trained)."""
+    parts = parse_train(train, settings.components)
+    if parts not in (("auto",), (AUTO_LAYER,)):
+        return parts, None
+    if ckpt is not None and "auto" in ckpt:
+        auto = ckpt["auto"]
+    else:
+        batches = [feed.get(i)[0].to(device) for i in range(settings.auto_batches)]
+        auto = choose_auto(parts[0], model, batches, settings.budget, dist=dctx, amp=amp,
+                           components=settings.components)
+        log.log({"kind": "auto", "iter": -1, "step": 0, **auto, "budget": settings.budget})
+    reporter.say(describe_choice(parts[0], settings.budget, auto))
+    return tuple(auto["chosen"]) or ("head",), auto
+

@@ -1,0 +1,45 @@
+"""Where a command's messages and progress bars go: a :class:`Reporter` object passed down explicitly.
+
+``Reporter()`` prints each message on stdout; ``Reporter(say=lines.append)`` collects them (tests, a
+notebook); ``Reporter.silent()`` drops them (worker processes, ranks other than 0). Progress bars are
+tqdm bars, shown when the reporter's ``progress`` setting says so (None: when stderr is a terminal).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+
+
+def _drop(text: str) -> None:
+    return None
+
+
+class Reporter:
+    def __init__(self, say: Callable[[str], None] | None = None, *, progress: bool | None = None) -> None:
+        self._say = say if say is not None else (lambda text: print(text, flush=True))
+        self.progress = progress
+
+    @classmethod
+    def silent(cls) -> Reporter:
+        return cls(_drop, progress=False)
+
+    def say(self, text: str) -> None:
+        """One message (one or more lines) for the user."""
+        self._say(text)
+
+    def shows_progress(self, wanted: bool | None = None) -> bool:
+        """Whether bars are drawn: ``wanted`` (a command's ``--progress``/``--no-progress``) unless this
+        reporter is silent, else when stderr is a terminal."""
+        if self.progress is False:
+            return False
+        choice = wanted if wanted is not None else self.progress
+        return choice if choice is not None else sys.stderr.isatty()
+
+    def bar(self, *, total: int, desc: str, unit: str = "it", initial: int = 0, wanted: bool | None = None,
+            leave: bool = False):
+        """A tqdm bar (disabled when :meth:`shows_progress` says no)."""
+        from tqdm.auto import tqdm
+
+        return tqdm(total=total, initial=initial, desc=desc, unit=unit, dynamic_ncols=True, leave=leave,
+                    disable=not self.shows_progress(wanted))

@@ -1,0 +1,87 @@
+"""The applications' shape, read from their source: options stay typed (no ``cfg["..."]`` dict reads,
+no ``_``-prefixed keys), one job per module (no public function name defined by two modules, besides
+the command faces), short functions, and every command with the same three faces."""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+APP = Path(__file__).resolve().parents[1] / "python" / "vitplast"
+COMMANDS = ("measure", "finetune", "claim", "profile")
+FACES = {"add_arguments", "run"}  # what every command.py defines, by design
+MAX_FUNCTION_LINES = 80
+
+
+def _trees():
+    return {p: ast.parse(p.read_text()) for p in sorted(APP.rglob("*.py"))}
+
+
+def dict_reads(tree: ast.AST) -> list[str]:
+    """``cfg["key"]`` reads and ``x["_key"]`` / ``x.get("_key")`` test-hook keys."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) \
+                and isinstance(node.slice.value, str):
+            name = node.value.id if isinstance(node.value, ast.Name) else None
+            if name == "cfg" or node.slice.value.startswith("_"):
+                found.append(f"{name}[{node.slice.value!r}] at line {node.lineno}")
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get" \
+                and node.args and isinstance(node.args[0], ast.Constant) \
+                and str(node.args[0].value).startswith("_"):
+            found.append(f".get({node.args[0].value!r}) at line {node.lineno}")
+    return found
+
+
+def duplicate_public_functions(trees: dict) -> dict[str, list[str]]:
+    where = defaultdict(list)
+    for path, tree in trees.items():
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and not node.name.startswith("_"):
+                if path.name == "command.py" and node.name in FACES:
+                    continue
+                where[node.name].append(str(path.relative_to(APP)))
+    return {name: paths for name, paths in where.items() if len(paths) > 1}
+
+
+def long_functions(trees: dict, limit: int = MAX_FUNCTION_LINES) -> list[str]:
+    return [f"{p.relative_to(APP)}:{n.lineno} {n.name} ({n.end_lineno - n.lineno + 1} lines)"
+            for p, tree in trees.items() for n in ast.walk(tree)
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.end_lineno - n.lineno + 1 > limit]
+
+
+def test_options_are_never_read_back_from_a_dict():
+    bad = {str(p.relative_to(APP)): found for p, tree in _trees().items() if (found := dict_reads(tree))}
+    assert not bad, f"typed options, not dict keys: {bad}"
+
+
+def test_no_public_function_is_defined_twice():
+    assert not (dups := duplicate_public_functions(_trees())), f"one job, one name: {dups}"
+
+
+def test_functions_are_short():
+    assert not (long := long_functions(_trees())), f"split these by job: {long}"
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_command_has_the_three_faces(command):
+    package = APP / command
+    assert (package / "options.py").exists()
+    tree = ast.parse((package / "command.py").read_text())
+    defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+    assigned = {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets
+                if isinstance(t, ast.Name)}
+    assert defined == FACES, f"{command}/command.py defines {sorted(defined)}: add_arguments and run only"
+    assert "HELP" in assigned, f"{command}/command.py: the user text of --help (HELP)"
+
+
+def test_the_checks_find_planted_problems():
+    planted = ast.parse("def f(cfg, o):\n    return cfg['lr'] + o.get('_say') + o['_stop_after']\n")
+    assert len(dict_reads(planted)) == 3
+    twice = {APP / "a.py": ast.parse("def g(): pass"), APP / "b.py": ast.parse("def g(): pass")}
+    assert duplicate_public_functions(twice) == {"g": ["a.py", "b.py"]}
+    body = "\n".join(f"    x{i} = {i}" for i in range(MAX_FUNCTION_LINES))
+    assert long_functions({APP / "c.py": ast.parse(f"def h():\n{body}\n")})
