@@ -36,7 +36,7 @@ def test_missing_framework_names_the_extra(monkeypatch):
 
 # ---------------------------------------------------------------------------------------- Lightning
 L = pytest.importorskip("lightning")
-app = pytest.importorskip("integrations_lightning_app")
+app = pytest.importorskip("lightning_app")
 
 
 def _csv_rows(out: Path) -> list[dict]:
@@ -95,7 +95,7 @@ def test_lightning_callback_on_a_compiled_model(tmp_path):
 def _run_script_ddp(out: Path) -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
            "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, str(HERE / "integrations_lightning_app.py"), str(out), "ddp", "2"],
+    proc = subprocess.run([sys.executable, str(HERE / "lightning_app.py"), str(out), "ddp", "2"],
                           env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
 
@@ -192,7 +192,7 @@ def test_hf_trainer_callback_logs_and_writes(tmp_path, bind):
 @pytest.mark.slow
 @pytest.mark.parametrize("logging_steps", [1, 3])
 def test_hf_trainer_callback_never_changes_the_trainers_own_logs(tmp_path, logging_steps):
-    """Issue 20 item 5: bound (``trainer=``, its trainer.log cleared should_log) or passed in
+    """Bound (``trainer=``, its trainer.log cleared should_log) or passed in
     ``callbacks=[...]`` (it asked for log events), the callback must leave the trainer's loss rows as a
     run without it has them: the same steps, the same values."""
 

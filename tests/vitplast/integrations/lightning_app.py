@@ -1,5 +1,5 @@
-"""A tiny Lightning app for tests/apps/test_integrations.py: a 2-block timm ViT at img 32 on random images,
-trained with ``PlasticityCallback``. Run as a script (``python integrations_lightning_app.py OUT
+"""A tiny Lightning app for test_callbacks.py: a 2-block timm ViT at img 32 on random images,
+trained with ``PlasticityCallback``. Run as a script (``python lightning_app.py OUT
 STRATEGY DEVICES``) it is what Lightning's ``ddp`` launcher re-executes for every rank; each rank also
 writes the results it measured locally (``local_r{rank}_{n}.json``) before the ranks are combined."""
 

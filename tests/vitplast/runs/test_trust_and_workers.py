@@ -1,4 +1,4 @@
-"""Issue 20, items 1, 8 and 9: nothing in a run directory runs code when loaded, the workers of a killed
+"""Nothing in a run directory runs code when loaded, the workers of a killed
 `vitplast claim` end with it and write nothing after it, and the recorded seed replays a measurement."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Bad input to `vitplast finetune`, `claim`, `measure` and `profile` (issue 20, items 6, 7 and 10): each
+"""Bad input to `vitplast finetune`, `claim`, `measure` and `profile`: each
 ends in one line on stderr, no traceback, the conventional exit status (2 bad input, 1 a failure while
 working, 130 Ctrl-C), and leaves nothing behind: the corrected command finds --out as it was."""
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-APP = Path(__file__).resolve().parents[1] / "python" / "vitplast"
+APP = Path(__file__).resolve().parents[2] / "python" / "vitplast"
 COMMANDS = ("measure", "finetune", "claim", "profile")
 FACES = {"add_arguments", "run"}  # what every command.py defines, by design
 MAX_FUNCTION_LINES = 80

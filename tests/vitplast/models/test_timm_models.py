@@ -1,4 +1,4 @@
-"""common.models.create_vit: random init warns, local checkpoints load exactly, head/size mismatches."""
+"""models.timm_models.create_vit: random init warns, local checkpoints load exactly, head/size mismatches."""
 
 from __future__ import annotations
 
