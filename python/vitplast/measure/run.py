@@ -12,10 +12,10 @@ import dataclasses
 import sys
 import time
 import warnings
-from collections.abc import Callable
 from typing import Any
 
 from ..options.fields import options_for
+from ..outputs.reporter import Reporter
 from .data import MeasureData, batches_to_run, open_data
 from .options import MeasureOptions
 
@@ -46,12 +46,7 @@ class Subject:
     img_size: int
 
 
-def _silent(*args, **kwargs) -> None:
-    return None
-
-
-def measure(opts: MeasureOptions | None = None, /, *, log: Callable[..., None] | None = print,
-            **keywords: Any):
+def measure(opts: MeasureOptions | None = None, /, *, reporter: Reporter | None = None, **keywords: Any):
     """Measure a model's plasticity; returns the ``vitplast_kernels`` ``PlasticityResult``.
 
     ``opts``: a :class:`MeasureOptions`, checked again here; or the options as keywords (each the option
@@ -64,12 +59,12 @@ def measure(opts: MeasureOptions | None = None, /, *, log: Callable[..., None] |
     ``pairs="halves"`` or matched data, every distinct pair of the batch with ``pairs="all"``.
     ``components``/``embedding``: the capture's (any model; default: the presets). ``out``: a
     directory receiving ``plasticity.json``, ``plasticity.png`` and ``run.json`` as one set.
-    ``log``: where the summary lines go (``None`` for silence).
+    ``reporter``: where the summary lines go (default: printed; ``Reporter.silent()``: nowhere).
     """
     import vitplast_kernels
 
     opts = measure_options(opts, keywords)
-    say = log or _silent
+    say = (reporter or Reporter()).say
     out_set = _check_out(opts)
     start = time.perf_counter()
     subject = _prepare(opts, _architecture(opts))

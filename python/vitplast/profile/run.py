@@ -15,19 +15,16 @@ from collections.abc import Callable
 from typing import Any
 
 from ..options.fields import fields_of, options_for
+from ..outputs.reporter import Reporter
 from .options import ProfileOptions
 
 OUTPUT_FILES = ("profile.json", "profile_layers.png")
 
 
-def _print(text: str) -> None:
-    print(text, flush=True)
-
-
-def profile(opts: ProfileOptions | None = None, /, *, log: Callable[[str], None] | None = _print,
+def profile(opts: ProfileOptions | None = None, /, *, reporter: Reporter | None = None,
             **keywords: Any) -> dict[str, Any]:
-    """Profile a measurement: the record of the module docstring, printed as a table (``log``; None for
-    silence) and written to ``out`` as one set; returns the record.
+    """Profile a measurement: the record of the module docstring, printed as a table (on ``reporter``;
+    default: stdout) and written to ``out`` as one set; returns the record.
 
     ``opts``: a :class:`ProfileOptions`, checked again here; or the options as keywords (each the option
     of ``vitplast profile`` with that name, None: its default); keywords given with ``opts`` replace its
@@ -39,7 +36,7 @@ def profile(opts: ProfileOptions | None = None, /, *, log: Callable[[str], None]
     from .report import plot_layers, report
 
     opts = profile_options(opts, keywords)
-    say = log or (lambda text: None)
+    say = (reporter or Reporter()).say
     out = OutputSet(opts.out, OUTPUT_FILES)
     out.check()  # before the timing: a bad --out fails at once
     rec = measurements(opts, say)

@@ -236,7 +236,7 @@ def test_output_set_is_replaced_as_a_unit(tmp_path, monkeypatch):
 
     out = tmp_path / "res"
     kw = dict(model="vit_tiny_patch16_224", img_size=32, data="synthetic", batches=1, batch_size=8,
-              progress=False, log=None, out=str(out))
+              progress=False, reporter=quiet(), out=str(out))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         measure(seed=0, **kw)

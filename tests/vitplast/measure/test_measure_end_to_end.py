@@ -8,6 +8,7 @@ import json
 import pytest
 import torch
 import vitplast.models.digits as digits
+from helpers import quiet
 from vitplast.cli import main
 from vitplast.data.datasets import load_dataset, make_loader
 from vitplast.measure import measure
@@ -68,7 +69,7 @@ def _reference_rates(model, batch: torch.Tensor) -> dict[str, torch.Tensor]:
 
 def test_matched_measurement_equals_independent_float64(cache):
     res = measure(cache_dir=str(cache), pretrain_config=TINY, batches=2, batch_size=16, progress=False,
-                  log=None)
+                  reporter=quiet())
     model = digits.pretrained_digits_vit(cache, seed=0, progress=False, config=digits.DigitsConfig(**TINY))
     xs = load_dataset("digits:0-4", "all", img_size=32, seed=0)
     ys = load_dataset("digits:5-9", "all", img_size=32, seed=0)
@@ -86,7 +87,7 @@ def test_matched_measurement_equals_independent_float64(cache):
 
 def test_all_pairs_within_one_dataset(cache):
     res = measure(cache_dir=str(cache), pretrain_config=TINY, data="digits:0-4", pairs="all", batches=1,
-                  batch_size=8, progress=False, log=None)
+                  batch_size=8, progress=False, reporter=quiet())
     for c in res.components:
         assert res.n_pairs(c).tolist() == [28, 28]  # 8 images: 8 * 7 / 2 distinct pairs, 2 layers
         assert torch.isfinite(res.mean(c)).all()
@@ -103,7 +104,7 @@ def test_timm_model_on_image_folder_decomposition(tmp_path):
             Image.fromarray(arr).save(tmp_path / c / f"{i}.png")
     with pytest.warns(UserWarning, match="random init"):
         res = measure(model="vit_tiny_patch16_224", data=str(tmp_path), img_size=32, batches=1,
-                      batch_size=8, protocol="decomposition", progress=False, log=None)
+                      batch_size=8, protocol="decomposition", progress=False, reporter=quiet())
     assert res.components == ("LN1", "MHA", "LN2", "FC1", "FC2")
     for c in res.components:
         m = res.mean(c)
@@ -157,17 +158,17 @@ def test_options_object_keywords_and_overrides_measure_alike(cache):
     opts = MeasureOptions(**kw)  # built without its checks: measure() runs them
     with pytest.raises(dataclasses.FrozenInstanceError):
         opts.batches = 2
-    a = measure(opts, log=None)
-    b = measure(**kw, log=None)
-    c = measure(opts, seed=1, log=None)  # keywords replace the object's values
+    a = measure(opts, reporter=quiet())
+    b = measure(**kw, reporter=quiet())
+    c = measure(opts, seed=1, reporter=quiet())  # keywords replace the object's values
     assert opts.data is None and opts.seed == 0  # the caller's object is left as it was
     for comp in a.components:
         assert torch.equal(a.mean(comp), b.mean(comp))
     assert not all(torch.equal(a.mean(comp), c.mean(comp)) for comp in a.components)
     with pytest.raises(ValueError, match=r"--batch-size 7: must be even"):
-        measure(MeasureOptions(**{**kw, "batch_size": 7}), log=None)
+        measure(MeasureOptions(**{**kw, "batch_size": 7}), reporter=quiet())
     with pytest.raises(ValueError, match=r"unknown option\(s\) \['bogus'\]"):
-        measure(opts, bogus=1, log=None)
+        measure(opts, bogus=1, reporter=quiet())
 
 
 def test_deprecated_dtype_flag_and_keyword_set_amp():
@@ -208,7 +209,7 @@ def warnings_of(category):
 
 def test_model_arg_reaches_the_model_and_run_json(tmp_path):
     kw = dict(model="vit_tiny_patch16_224", img_size=16, data="synthetic", batches=1, batch_size=8,
-              progress=False, log=None)
+              progress=False, reporter=quiet())
     with pytest.warns(UserWarning, match="random init"):
         res = measure(**kw, model_kwargs=["patch_size=8", "depth=1", "embed_dim=32", "num_heads=2"],
                       out=str(tmp_path / "o"))
@@ -217,7 +218,7 @@ def test_model_arg_reaches_the_model_and_run_json(tmp_path):
     assert run["model_kwargs"] == {"patch_size": 8, "depth": 1, "embed_dim": 32, "num_heads": 2}
     assert run["amp"] == "none" and run["dtype"] == "float32"
     with pytest.raises(ValueError, match="--model-arg does not apply to digits-vit"):
-        measure(model_kwargs={"depth": 1}, log=None)
+        measure(model_kwargs={"depth": 1}, reporter=quiet())
 
 
 def test_full_disk_is_exit_1_not_2(cache, tmp_path, capsys, monkeypatch):

@@ -10,6 +10,7 @@ import torch
 
 timm = pytest.importorskip("timm")
 
+from helpers import collecting, quiet  # noqa: E402
 from vitplast import cli  # noqa: E402
 from vitplast.profile import peers as profiler_peers  # noqa: E402
 from vitplast.profile import profiler  # noqa: E402
@@ -140,14 +141,14 @@ def test_python_call_with_autocast_records_it(tmp_path):
     lines = []
     rec = profile(model="vit_tiny_patch16_224", device="cpu", img_size=32, depth=1, reps=1, threads=1,
                   batch_size=4, amp="bf16", paper="skip", no_layers=True, out=str(tmp_path / "p"),
-                  log=lines.append)
+                  reporter=collecting(lines))
     assert rec["amp"] == "bf16" and rec["dtype"] == "float32" and rec["args"]["amp"] == "bf16"
     assert set(rec["variants"]) == {"forward", "capture", "naive_hooks"}
     assert any("float32 under bf16 autocast" in ln for ln in lines)
     assert json.loads((tmp_path / "p" / "profile.json").read_text())["amp"] == "bf16"
     opts = ProfileOptions(device="cpu")  # built without its checks: profile() runs them
     with pytest.raises(ValueError, match="--batch-size 3: must be even"):
-        profile(opts, batch_size=3, log=None)
+        profile(opts, batch_size=3, reporter=quiet())
     assert opts.model is None  # the caller's object is left as it was
 
 

@@ -90,7 +90,7 @@ def test_measure_replays_from_its_seed(tmp_path):
     from vitplast.measure import measure
 
     kw = dict(model="vit_tiny_patch16_224", img_size=32, data="synthetic", batch_size=16, batches=2,
-              progress=False, log=None)
+              progress=False, reporter=quiet())
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for name, global_seed in (("a", 1), ("b", 2)):  # whatever the caller's RNG state
