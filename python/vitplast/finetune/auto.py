@@ -16,17 +16,15 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch import nn
 
-from ..models.heads import head_names
 from ..runtime.distributed import DistContext
 from .selection import (
     AUTO_LAYER,
     TRAIN_ORDER,
-    count_parameters,
+    PartSizes,
     labels,
-    parameter_groups,
     parse_train,
+    part_sizes,
     trainable_names,
-    unit_sizes,
 )
 from .step_recorder import over_ranks, summarize
 
@@ -70,9 +68,9 @@ def plasticity_means(plasticity) -> dict[str, float]:
     return {str(c): plasticity.overall(c) for c in plasticity.components}
 
 
-def _head_size(model: nn.Module, budget: int, include_head: bool) -> int:
+def _head_size(sizes: PartSizes, budget: int, include_head: bool) -> int:
     """The parameters the head takes from ``budget``; ValueError when it alone exceeds the budget."""
-    used = count_parameters(model, head_names(model)) if include_head else 0
+    used = sizes.head if include_head else 0
     if used > budget:
         raise ValueError(f"--budget {budget} is smaller than the head alone ({used} parameters)")
     return used
@@ -98,11 +96,11 @@ def choose_components(
         return ranked[:1]
     if budget <= 0:
         raise ValueError(f"--budget must be a positive number of parameters, got {budget}")
-    groups = parameter_groups(model, components)
-    used = _head_size(model, budget, include_head)
+    sizes = part_sizes(model, components)
+    used = _head_size(sizes, budget, include_head)
     chosen = []
     for c in ranked:
-        size = count_parameters(model, groups[c])
+        size = sizes.components[c]
         if used + size <= budget:
             chosen.append(c)
             used += size
@@ -117,13 +115,14 @@ def choose_units(plasticity: Mapping[str, Sequence[float]], model: nn.Module, bu
     Returns ``--train`` parts such as ``["MHA@3", "FC1@2"]``."""
     if not isinstance(budget, int) or budget <= 0:
         raise ValueError(f"--budget must be a positive number of parameters, got {budget}")
-    sizes = unit_sizes(model, components)
+    parts = part_sizes(model, components)
+    sizes = parts.units
     units = [(c, li, float(v)) for c, per in plasticity.items() for li, v in enumerate(per)
              if (c, li) in sizes and v == v]
     if not units:
         raise ValueError(f"no plasticity for any (component, layer) of the model (got {sorted(plasticity)})")
     units.sort(key=lambda u: -u[2])
-    used = _head_size(model, budget, include_head)
+    used = _head_size(parts, budget, include_head)
     chosen = []
     for c, li, _ in units:
         if sizes[(c, li)] and used + sizes[(c, li)] <= budget:

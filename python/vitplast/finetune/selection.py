@@ -299,6 +299,31 @@ def unit_sizes(model: nn.Module, components: Mapping[str, presets.Pattern] | Non
     return sizes
 
 
+@dataclass(frozen=True)
+class PartSizes:
+    """Trainable-parameter counts of a model's parts, read in one pass: per component label (all
+    layers), per (label, layer index) unit, the classifier head and the whole model."""
+
+    components: dict[str, int]
+    units: dict[tuple[str, int], int]
+    head: int
+    total: int
+
+
+def part_sizes(model: nn.Module, components: Mapping[str, presets.Pattern] | None = None) -> PartSizes:
+    """The :class:`PartSizes` of ``model`` under its component map (``components``: ``--component``)."""
+    cmap = component_map(model, components)
+    params = dict(model.named_parameters())
+    units = {(c, li): 0 for c, per in cmap.modules.items() for li in per}
+    for n, unit in _owners(model, cmap).items():
+        units[unit] += params[n].numel()
+    per_label = {c: 0 for c in cmap.labels}
+    for (c, _), size in units.items():
+        per_label[c] += size
+    head = sum(params[n].numel() for n in head_names(model))
+    return PartSizes(per_label, units, head, sum(p.numel() for p in params.values()))
+
+
 def unit_spec(units: Iterable[tuple[str, int]]) -> str:
     """``[("MHA", 3), ("FC1", 0)]`` -> ``"MHA@3+FC1@0"`` (a ``--train`` value)."""
     return "+".join(f"{c}@{li}" for c, li in units)
