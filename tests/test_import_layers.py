@@ -97,7 +97,7 @@ def test_imports_run_one_way(lower, upper):
     assert not bad, f"{lower} must not import {upper}: {bad}"
 
 
-COMMANDS = ("measure", "finetune", "claim", "profile")
+COMMANDS = ("measure", "finetune", "claim", "profile", "compare")
 # what the commands share: they import no command, no integration and no cli
 SHARED = ("options", "models", "data", "runs", "runtime", "outputs")
 

@@ -228,11 +228,7 @@ def test_custom_mapping_hand_written_transformer(gen):
            "LN2": [b.ffn_norm for b in net.blocks], "FC1": [b.ffn.fc1 for b in net.blocks],
            "FC2": [(lambda t, b=b: b.ffn.fc2(torch.cat([t, 0 * t, 0 * t], -1))) for b in net.blocks]}
     _check(res, _decomposition_reference(fns, e))
-    # nn.MultiheadAttention never calls out_proj as a module: per-head rates cannot be hooked
-    with vk.capture(net, components=MAPPING, per_head=True) as acts, torch.no_grad():
-        net(ids)
-    with pytest.warns(UserWarning, match="no per-head rates"):
-        vk.pairwise_plasticity(acts)
+    # per-head rates of nn.MultiheadAttention: tests/measure/test_per_head_torch_mha.py
 
 
 def test_matched_pairs_are_halves_of_cat(small, gen):
@@ -453,9 +449,9 @@ def test_no_grad_inference_mode_autocast(small, gen):
 
 
 def test_a_model_compiled_and_run_before_the_capture_is_measured_or_raises(gen, monkeypatch):
-    """Hooks added after a compiled model ran: the cached code guards on hooks (importing the package
-    asks for it), so the model recompiles and is measured; with Dynamo's unsafe default back, the cached
-    code without hooks runs and result() says so and how to fix it, instead of returning less."""
+    """Hooks added after a compiled model ran: with ``skip_nnmodule_hook_guards = False`` set first, the
+    cached code guards on hooks, so the model recompiles and is measured; with torch's default, the
+    cached code without hooks runs and result() says so and how to fix it, instead of returning less."""
     monkeypatch.setattr(paired, "COMPILED_REDUCTION", "kernel")  # the eager kernel's sums: bit-equal
     model = timm.create_model("vit_tiny_patch16_224", img_size=32, depth=1, pretrained=False).eval()
     x = _images(4, gen)

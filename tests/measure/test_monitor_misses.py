@@ -1,14 +1,19 @@
 """A monitored model measures every forward it runs or raises at the first step it missed, compiled or
 not: compiled code without the hooks (another instance compiled first, the model compiled and run before
-attaching, a detach and re-attach) is never reused silently. Compiled with backend="eager": the hooks
-are a Dynamo matter (guards, cached code), Inductor adds only compile time."""
+attaching, a detach and re-attach) is never reused silently. Code compiled while a monitor is attached
+guards on hooks (vitplast_kernels.measure.hook_guards); code compiled before is measured in full when
+the user set ``skip_nnmodule_hook_guards = False`` first, and raises otherwise. Compiled with
+backend="eager": the hooks are a Dynamo matter (guards, cached code), Inductor adds only compile time."""
 
 from __future__ import annotations
+
+import weakref
 
 import pytest
 import torch
 
 import vitplast_kernels as vk
+from vitplast_kernels.measure import hook_guards
 from vitplast_kernels.ops import paired
 
 timm = pytest.importorskip("timm")
@@ -21,6 +26,10 @@ def _fresh_dynamo(monkeypatch):
     # the custom-op sums under compile too: the same kernel as the eager reference, so a fully measured
     # run matches it bit for bit (Inductor's sums, the CPU default under compile, round differently)
     monkeypatch.setattr(paired, "COMPILED_REDUCTION", "kernel")
+    # a program of its own: no capture of another test counts as attached (one never detached holds the
+    # hook-guard setting until it is collected)
+    monkeypatch.setattr(hook_guards, "_attached", weakref.WeakSet())
+    monkeypatch.setattr(hook_guards, "_set_by_us", False)
     torch._dynamo.reset()
     yield
     torch._dynamo.reset()
@@ -85,6 +94,13 @@ def detach_then_reattach(images, fullgraph):
     return [_run(vk.monitor(model, every=1), compiled, images)]
 
 
+def monitored_then_compiled(images, fullgraph):
+    """The documented order: attach, then compile (torch's default setting is enough)."""
+    model = _vit()
+    mon = vk.monitor(model, every=1)
+    return [_run(mon, _compile(model, fullgraph), images)]
+
+
 def two_monitored_models(images, fullgraph):
     a, b = _vit(), _vit()
     mon_a, mon_b = vk.monitor(a, every=1), vk.monitor(b, every=1)
@@ -122,6 +138,7 @@ def compiled_forward_method(images, fullgraph):
 # the fast suite, the rest of the matrix is marked slow
 SCENARIOS = [plain_instance_first, attach_after_run, detach_then_reattach, two_monitored_models,
              compiled_step_function, compiled_forward_method]
+ATTACHED_FIRST = (monitored_then_compiled, two_monitored_models)  # nothing compiled before attaching
 
 
 def _matrix(scenarios, fullgraphs):
@@ -131,19 +148,33 @@ def _matrix(scenarios, fullgraphs):
 
 
 @pytest.mark.parametrize("scenario, fullgraph", _matrix(SCENARIOS, (True, False)))
-def test_every_forward_is_measured(scenario, fullgraph, images, reference):
-    """Importing the package makes compiled code guard on hooks: each case recompiles with the hooks and
-    measures the 4 forwards (18 pairs), as eager does."""
-    for res in scenario(images, fullgraph):
-        assert res.stats[0, 0, 0].item() == 18
-        torch.testing.assert_close(res.stats, reference, rtol=1e-12, atol=0)
+def test_every_forward_is_measured_when_the_user_guards_on_hooks(scenario, fullgraph, images, reference):
+    """With ``skip_nnmodule_hook_guards = False`` set by the user before anything is compiled, each case
+    recompiles with the hooks and measures the 4 forwards (18 pairs), as eager does; the user's setting
+    is left as it was."""
+    with torch._dynamo.config.patch(skip_nnmodule_hook_guards=False):
+        for res in scenario(images, fullgraph):
+            assert res.stats[0, 0, 0].item() == 18
+            torch.testing.assert_close(res.stats, reference, rtol=1e-12, atol=0)
+        assert torch._dynamo.config.skip_nnmodule_hook_guards is False
+
+
+@pytest.mark.parametrize("scenario", [pytest.param(monitored_then_compiled),
+                                      pytest.param(two_monitored_models, marks=pytest.mark.slow)])
+def test_attached_before_compiling_is_measured_with_torchs_default(scenario, images, reference):
+    """Attached before compiling, with torch's own setting: the attach makes the compiled code guard on
+    the hooks (the batch of 12 recompiles with them), every forward is measured."""
+    with torch._dynamo.config.patch(skip_nnmodule_hook_guards=True):
+        for res in scenario(images, True):
+            assert res.stats[0, 0, 0].item() == 18
+            torch.testing.assert_close(res.stats, reference, rtol=1e-12, atol=0)
 
 
 @pytest.mark.parametrize("scenario, fullgraph",
                          _matrix([s for s in SCENARIOS if s is not two_monitored_models], (True,)))
 def test_hookless_code_raises_at_the_first_missed_step(scenario, fullgraph, images):
-    """With Dynamo's unsafe default back (code compiled before vitplast_kernels was imported), the cached
-    code without hooks runs: the monitor raises, naming step 0, the cause and the remedy."""
+    """With torch's default setting, code compiled before the monitor was attached has no hook guards:
+    the cached code without hooks runs, and the monitor raises, naming step 0, the cause and the remedy."""
     with torch._dynamo.config.patch(skip_nnmodule_hook_guards=True):
         with pytest.raises(vk.MissedForwardError, match=r"step 0: .*_dynamo\.reset\(\) after attaching"):
             scenario(images, fullgraph)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 APP = Path(__file__).resolve().parents[2] / "python" / "vitplast"
-COMMANDS = ("measure", "finetune", "claim", "profile")
+COMMANDS = ("measure", "finetune", "claim", "profile", "compare")
 FACES = {"add_arguments", "run"}  # what every command.py defines, by design
 MAX_FUNCTION_LINES = 80
 

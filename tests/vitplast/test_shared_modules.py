@@ -22,10 +22,14 @@ def test_digits_model_options_are_checked_in_one_place():
     assert model_builder.check_digits_options({}, None) == 32
 
 
-def test_timm_model_input_size_and_random_init_warning():
-    with pytest.warns(UserWarning, match="no weights given"):
-        built = model_builder.build_model("vit_tiny_patch16_224", 3, img_size=32,
-                                          model_kwargs={"depth": 1, "patch_size": 8})
+def test_timm_model_input_size_and_random_init_asked_for():
+    from vitplast.options.groups import ModelOptions
+
+    with pytest.raises(ValueError, match="--random-init"):
+        ModelOptions(model="vit_tiny_patch16_224")
+    opts = ModelOptions(model="vit_tiny_patch16_224", img_size=32, random_init=True,
+                        model_kwargs={"depth": 1, "patch_size": 8})
+    built = model_builder.build_model(opts, 3)
     assert built.img_size == 32 and built.timm_kwargs == {"depth": 1, "patch_size": 8}
     assert not built.net.training
 

@@ -22,17 +22,20 @@ and ``"decomposition"`` (the paper's: every component applied to the embedding o
 random generators in eager mode, so the real forward's dropout masks are unchanged.
 
 Finer views: ``per_head=True`` adds per-head MHA rates (head ``h``'s slice of the input of the
-attention's output projection against the MHA input); ``tokens="cls" | "patches" | "all"`` restricts
-every distance to the class token, the tokens after the prefix, or all tokens.
+attention's output projection against the MHA input; for ``nn.MultiheadAttention``, which never calls
+its projection as a module, that input is recomputed from the call, :mod:`.mha_heads`);
+``tokens="cls" | "patches" | "all"`` restricts every distance to the class token, the tokens after the
+prefix, or all tokens.
 
 ``torch.compile``: the hooks are traceable and trace into the model's graph with no graph break
 (``fullgraph=True`` works): per-forward bookkeeping is Python structure resolved when a forward is
 traced, sums and counters live in device tensors updated in place. Attach the capture (or a
 :func:`~vitplast_kernels.monitor`) *before* compiling: the hooks are part of the compiled code. A model
 compiled without the hooks (another instance of the model, or this one before attaching) is not reused
-for it: importing the package makes compiled code guard on module hooks, and where hook-less code runs
-anyway (compiled before the import) :mod:`.forward_check` raises at the first check that sees a forward
-that was not measured (``torch._dynamo.reset()`` after attaching makes it recompile).
+for it: while a capture is attached, code compiled guards on module hooks (:mod:`.hook_guards`, the one
+``torch._dynamo`` setting it changes, restored when the last capture detaches), and where hook-less
+code runs anyway (compiled before attaching) :mod:`.forward_check` raises at the first check that sees
+a forward that was not measured (``torch._dynamo.reset()`` after attaching makes it recompile).
 Under compile, the decomposition's extra calls do not fork the random generators.
 
 Batches that do not fit the pairing (an odd batch with ``pairs="halves"``) are skipped and counted,
@@ -56,6 +59,8 @@ from . import targets
 from .accumulator import FORWARDS, SKIPPED, Accumulator
 from .forward_check import ForwardCheck
 from .forward_state import ForwardState
+from .hook_guards import hook_guards_off, hook_guards_on
+from .mha_heads import head_outputs
 from .module_io import input_of
 from .pairings import Pairing, get_pairing
 from .protocols import make_protocol
@@ -149,9 +154,15 @@ class Capture:
                     h.append(self._protocol.register(self, self._named[name], name, ci, li, len(names)))
         h.extend(self._protocol.register_root(self))
         h.extend(self.forward_check.register(self.model))
-        for li, (proj, heads) in self._heads.items():
-            hook = functools.partial(self._proj_hook, li, heads, proj)
-            h.append(self._named[proj].register_forward_pre_hook(hook))
+        for li, (name, heads) in self._heads.items():
+            module = self._named[name]
+            if isinstance(module, torch.nn.MultiheadAttention):  # before the MHA row's own hook
+                hook = functools.partial(self._torch_mha_hook, li, heads, name)
+                h.append(module.register_forward_hook(hook, with_kwargs=True, prepend=True))
+            else:
+                hook = functools.partial(self._proj_hook, li, heads, name)
+                h.append(module.register_forward_pre_hook(hook))
+        hook_guards_on(self)  # code compiled from now on guards on these hooks
         self.attached = True
         return self
 
@@ -161,6 +172,8 @@ class Capture:
             handle.remove()
         self._handles.clear()
         self._flush()
+        if self.attached:
+            hook_guards_off(self)
         self.attached = False
 
     def __enter__(self) -> Capture:
@@ -296,11 +309,20 @@ class Capture:
                 f"capture: a batch that does not fit pairs={self.pairing.name!r} was skipped (counted in "
                 "result().meta['skipped_batches']; strict=True raises instead)", RuntimeWarning, stacklevel=2)
 
+    def _heads_measured(self) -> bool:
+        """Whether a per-head hook measures now: in_situ the real forward, decomposition the call on e."""
+        return self.enabled and (self.protocol == "decomposition") == self._fwd.extra_call
+
     def _proj_hook(self, li, heads, name, module, args) -> None:
-        f = self._fwd
-        if not self.enabled or (self.protocol == "decomposition") != f.extra_call:
-            return  # in_situ: the real forward only; decomposition: the call on e only
-        t = input_of(args, {})
+        if self._heads_measured():
+            self._set_heads(li, heads, name, input_of(args, {}))
+
+    def _torch_mha_hook(self, li, heads, name, module, args, kwargs, output) -> None:
+        if self._heads_measured():
+            self._set_heads(li, heads, name, head_outputs(module, args, kwargs))
+
+    def _set_heads(self, li: int, heads: int, name: str, t: torch.Tensor | None) -> None:
+        """Per-head sums of ``t`` ``(N, n, H*dh)``, the heads' outputs of layer ``li``, concatenated."""
         if t is None or t.shape[-1] % heads:
             raise ValueError(f"per_head=True: the input of {name} must be (N, n, H*dh) with H = {heads}, "
                              f"got {None if t is None else tuple(t.shape)}")
@@ -310,7 +332,7 @@ class Capture:
         v = self._view(t, name)
         sums = self.pairing.sq_sums([v[..., h * dh : (h + 1) * dh] for h in range(heads)],
                                     backend=self.backend)
-        f.set_heads(li, sums)
+        self._fwd.set_heads(li, sums)
 
     # ---------------------------------------------------------------- result
     @property
@@ -348,8 +370,8 @@ class Capture:
         if self.per_head and not acc.head_rows_added:
             warnings.warn(
                 f"per_head=True but no output projection ({sorted({p for p, _ in self._heads.values()})[:2]}"
-                "...) was called as a module (nn.MultiheadAttention, for one, uses its weights directly): "
-                "the result has no per-head rates",
+                "...) was called as a module (an attention that applies its projection's weights "
+                "directly): the result has no per-head rates",
                 stacklevel=2,
             )
         stats = acc.acc.clone().view(len(self.components), len(self.layers), acc.acc.shape[-1])

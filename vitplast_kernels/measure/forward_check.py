@@ -8,20 +8,20 @@ attached, or before a detach and re-attach) is reused for the captured model and
 
 Two measures:
 
-1. **Guard on hooks** (:func:`guard_compiled_code_on_hooks`, run when this module is imported, i.e. by
-   ``import vitplast_kernels``): sets ``skip_nnmodule_hook_guards = False``, so code compiled from then
-   on checks that the hooks it was traced with are still the module's: a captured model recompiles
-   instead of reusing hook-less code (one guard per hook dict per call, microseconds).
-2. **Count and compare** (:class:`ForwardCheck`), for code compiled before the import or with the flag
-   set back: a forward pre-hook on the model's root counts, on the host, the outermost root calls made
-   while the capture was enabled wherever the root's hooks run outside a compiled graph (a compiled
-   ``model.forward`` or submodule: the root's hooks run eagerly around hook-less compiled code); the
-   component hooks count, on the device, the forwards they saw (measured or skipped). Where the root's
-   hooks are themselves traced (``torch.compile(model)``, ``torch.compile(train_step)``,
+1. **Guard on hooks** (:mod:`.hook_guards`): while a capture is attached, ``skip_nnmodule_hook_guards``
+   is ``False``, so code compiled in that time checks that the hooks it was traced with are still the
+   module's: a captured model recompiles instead of reusing hook-less code (one guard per hook dict per
+   call, microseconds). Importing the package changes no setting.
+2. **Count and compare** (:class:`ForwardCheck`), for code compiled before the capture was attached (or
+   with the flag set back): a forward pre-hook on the model's root counts, on the host, the outermost
+   root calls made while the capture was enabled wherever the root's hooks run outside a compiled graph
+   (a compiled ``model.forward`` or submodule: the root's hooks run eagerly around hook-less compiled
+   code); the component hooks count, on the device, the forwards they saw (measured or skipped). Where
+   the root's hooks are themselves traced (``torch.compile(model)``, ``torch.compile(train_step)``,
    ``model.compile()``), a due step in which no forward was seen is a miss. Both rules apply once the
    capture's hooks have been traced at least once: an eager forward always runs its hooks, so an eager
-   root call that reaches no component (a wrapper calling the root twice, another head) or an eager
-   step without a forward is no miss. A monitor compares the counts at every ``step()``, a capture at
+   root call that reaches no component (a wrapper calling the root twice, another head) or an eager step
+   without a forward is no miss. A monitor compares the counts at every ``step()``, a capture at
    ``result()``. The device counter is read at ``step()`` without waiting: on CUDA it is copied
    asynchronously and checked at a later ``step()`` once the copy is done (at the latest at
    ``result()``); on CPU at once.
@@ -50,20 +50,15 @@ class Checked(Protocol):
         """Device int64 scalar: forwards whose hooks ran (measured or skipped)."""
 
 
-def guard_compiled_code_on_hooks() -> None:
-    """Makes code compiled by ``torch.compile`` from now on guard on modules' hooks (see above)."""
-    torch._dynamo.config.skip_nnmodule_hook_guards = False
-
-
-guard_compiled_code_on_hooks()
-
 REMEDY = (
     "Dynamo reused code compiled for a model without these hooks (another instance of the same model "
-    "compiled first, or this model compiled and run before the capture was attached): it does not guard "
-    "on module hooks when torch._dynamo.config.skip_nnmodule_hook_guards is True, torch's default, which "
-    "importing vitplast_kernels sets to False for code compiled afterwards. Remedy: import "
-    "vitplast_kernels and attach the capture (or monitor) before compiling anything, or call "
-    "torch._dynamo.reset() after attaching so that the model recompiles with the hooks."
+    "compiled first, or this model compiled and run before the capture was attached): code compiled while "
+    "torch._dynamo.config.skip_nnmodule_hook_guards is True, torch's default, does not guard on module "
+    "hooks; an attached capture sets it to False only for code compiled after it was attached. Remedy: "
+    "attach the capture (or monitor) before compiling anything, or call torch._dynamo.reset() after "
+    "attaching so that the model recompiles with the hooks, or set "
+    "torch._dynamo.config.skip_nnmodule_hook_guards = False at the start of the program (the capture "
+    "then leaves it so)."
 )
 
 

@@ -42,18 +42,26 @@ class Monitor:
     ``step()`` advances the step counter (call it once per training step, after the forward);
     ``active`` says whether the forwards of the current step are measured; ``measuring()`` measures a
     block regardless of the step; ``result()`` holds everything measured since the last ``reset()``;
-    ``detach()`` (or leaving a ``with`` block) removes the hooks.
+    ``detach()`` (or leaving a ``with`` block) removes the hooks. ``steps`` is the number of the current
+    step: ``start`` at first (0 by default), measured when it is a multiple of ``every``.
     """
 
-    def __init__(self, model: torch.nn.Module, *, every: int = 1, **capture_kwargs) -> None:
+    def __init__(self, model: torch.nn.Module, *, every: int = 1, start: int = 0, **capture_kwargs) -> None:
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:
             raise ValueError(f"every must be a positive integer (measure every k-th step), got {every!r}")
         self.every = every
         self.capture = Capture(model, **capture_kwargs)
-        self.steps = 0
-        self.capture.enabled = True  # step 0 is measured
-        self._paused = False  # measuring(False) was entered during the current step
+        self.set_step(start)
         self.capture.attach()
+
+    def set_step(self, step: int) -> None:
+        """Numbers the current step ``step`` (a resumed run's, or a trainer's own numbering): it is
+        measured when ``step % every == 0``. What was measured so far stays."""
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise ValueError(f"step must be an integer >= 0, got {step!r}")
+        self.steps = step
+        self.capture.enabled = step % self.every == 0
+        self._paused = False  # measuring(False) was entered during the current step
 
     @property
     def active(self) -> bool:
@@ -103,9 +111,10 @@ class Monitor:
         self.detach()
 
 
-def monitor(model: torch.nn.Module, *, every: int = 1, **capture_kwargs) -> Monitor:
-    """A :class:`Monitor` of ``model`` measuring every ``every``-th step; hooks are attached now, so
-    create it before ``torch.compile``. ``capture_kwargs`` are :func:`~vitplast_kernels.capture`'s
-    (``protocol``, ``pairs``, ``components``, ``embedding``, ``per_head``, ``tokens``, ``backend``,
-    ``strict``)."""
-    return Monitor(model, every=every, **capture_kwargs)
+def monitor(model: torch.nn.Module, *, every: int = 1, start: int = 0, **capture_kwargs) -> Monitor:
+    """A :class:`Monitor` of ``model`` measuring the steps numbered ``0, every, 2 * every, ...``; the
+    first step is numbered ``start`` (a resumed run's step, or 1 for a trainer counting from 1). Hooks
+    are attached now, so create it before ``torch.compile``. ``capture_kwargs`` are
+    :func:`~vitplast_kernels.capture`'s (``protocol``, ``pairs``, ``components``, ``embedding``,
+    ``per_head``, ``tokens``, ``backend``, ``strict``)."""
+    return Monitor(model, every=every, start=start, **capture_kwargs)

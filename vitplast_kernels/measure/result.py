@@ -15,10 +15,16 @@ Derived values (float64 CPU tensors, NaN where undefined):
   share sequences and are not independent: the stats carry a sixth field ``var_w`` (jackknife over
   sequences of each batch's U-statistic, see :mod:`vitplast_kernels.measure.pairings.all_pairs`) and
   ``sem = sqrt(var_w) / count``.
+
+Reports: :meth:`PlasticityResult.table` (text), :meth:`~PlasticityResult.to_json` (the sums, exact),
+:meth:`~PlasticityResult.records`, :meth:`~PlasticityResult.to_dataframe` (pandas, optional) and
+:meth:`~PlasticityResult.to_csv` (one row per component and layer), :meth:`~PlasticityResult.plot`
+(curves or a heatmap, :mod:`.figures`).
 """
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import os
@@ -296,29 +302,65 @@ class PlasticityResult:
         with open(path) as f:
             return cls.from_dict(json.load(f))
 
-    def plot(self, path: str | os.PathLike, *, title: str | None = None) -> None:
-        """Saves a figure (format from the suffix, atomically): left, the per-layer mean rate of each
-        component with its 95% CI band; right, a box plot per component of its per-layer means."""
-        from matplotlib.figure import Figure  # no pyplot: the user's backend and figures stay untouched
+    # ---------------------------------------------------------------- tables and figures
+    def records(self, *, heads: bool = False) -> list[dict]:
+        """One dict per (component, layer), in report order: ``component``, ``layer``, ``mean``, ``std``,
+        ``sem``, ``ci_low``, ``ci_high`` (95%), ``n_pairs``, ``n_identical``, ``n_nonfinite`` (NaN where
+        undefined). ``heads=True``: one per (layer, head) of the per-head MHA rates instead, with a
+        ``head`` column (``per_head=True`` measurements)."""
+        if heads:
+            self.head_mean()  # raises without per-head statistics; fills the host copy
+            h = self._host_heads  # (L, H, F)
+            keyed = [({"component": "MHA", "layer": self.layers[l], "head": k}, h[l, k])
+                     for l in range(h.shape[0]) for k in range(h.shape[1])]
+        else:
+            host = self._host()
+            keyed = [({"component": c, "layer": layer}, host[i, l])
+                     for i, c in enumerate(self.components) for l, layer in enumerate(self.layers)]
+        sums = torch.stack([s for _, s in keyed])  # (R, F)
+        mean, std = self._mean_std(sums)
+        sem = self._sem(sums, std)
+        half = Z95 * sem
+        return [{**keys, "mean": float(mean[r]), "std": float(std[r]), "sem": float(sem[r]),
+                 "ci_low": float(mean[r] - half[r]), "ci_high": float(mean[r] + half[r]),
+                 "n_pairs": round(float(s[0])), "n_identical": round(float(s[3])),
+                 "n_nonfinite": round(float(s[4]))}
+                for r, (keys, s) in enumerate(keyed)]
 
-        fig = Figure(figsize=(11, 4))
-        ax1, ax2 = fig.subplots(1, 2, gridspec_kw={"width_ratios": [3, 2]})
-        x = list(range(self.n_layers))
-        boxes = []
-        for c in self.components:
-            m, ci = self.mean(c).numpy(), self.ci(c).numpy()
-            line = ax1.plot(x, m, marker="o", ms=3, label=c)[0]
-            ax1.fill_between(x, ci[:, 0], ci[:, 1], color=line.get_color(), alpha=0.2)
-            boxes.append(m[torch.isfinite(self.mean(c)).numpy()])
-        ax1.set_xticks(x, self.layers if self.n_layers <= 24 else None)
-        ax1.set_xlabel("layer")
-        ax1.set_ylabel("plasticity (mean rate)")
-        ax1.axhline(1.0, color="grey", lw=0.8, ls="--")
-        ax1.legend(fontsize=8)
-        ax2.boxplot(boxes, tick_labels=list(self.components))
-        ax2.axhline(1.0, color="grey", lw=0.8, ls="--")
-        ax2.set_ylabel("per-layer plasticity")
-        meta = ", ".join(f"{k}={v}" for k, v in self.meta.items() if k in ("model", "protocol", "pairs"))
-        fig.suptitle(title or f"Plasticity per component{' (' + meta + ')' if meta else ''}", fontsize=10)
-        fig.tight_layout()
-        atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=120))
+    def to_dataframe(self, *, heads: bool = False):
+        """:meth:`records` as a ``pandas.DataFrame`` (one row per component and layer; ``heads=True``:
+        per layer and head), the measurement's ``meta`` in ``DataFrame.attrs["meta"]``. Needs pandas
+        (``pip install 'vitplast-kernels[pandas]'``)."""
+        try:
+            import pandas as pd
+        except ModuleNotFoundError as exc:
+            raise ImportError("PlasticityResult.to_dataframe needs pandas: pip install "
+                              "'vitplast-kernels[pandas]' (or pip install pandas); to_csv does not") from exc
+        frame = pd.DataFrame.from_records(self.records(heads=heads))
+        frame.attrs["meta"] = dict(self.meta)
+        return frame
+
+    def to_csv(self, path: str | os.PathLike, *, heads: bool = False) -> None:
+        """Writes :meth:`records` as CSV atomically (a header row, then one row per component and layer;
+        an undefined value is an empty cell). Needs nothing beyond the standard library."""
+        rows = self.records(heads=heads)
+
+        def write(tmp: str) -> None:
+            with open(tmp, "w", newline="") as f:
+                out = csv.DictWriter(f, fieldnames=list(rows[0]))
+                out.writeheader()
+                for r in rows:
+                    out.writerow({k: "" if isinstance(v, float) and not math.isfinite(v) else v
+                                  for k, v in r.items()})
+
+        atomic_write(path, write)
+
+    def plot(self, path: str | os.PathLike, *, kind: str = "curves", title: str | None = None) -> None:
+        """Saves a figure (format from the suffix, atomically). ``kind="curves"``: the per-layer mean
+        rate of each component with its 95% CI band, beside a box plot per component of its per-layer
+        means; ``kind="heatmap"``: layers x components, each cell the mean rate, coloured on a scale
+        centred at 1. Every component keeps its one colour
+        (:func:`~vitplast_kernels.measure.figures.component_color`)."""
+        from .figures import plot_result
+
+        plot_result(self, path, kind=kind, title=title)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import torch
 
 from . import presets as _presets
+from .mha_heads import check_batch_first
 from .module_io import HEAD_ATTRS, PROJ_NAMES, num_heads
 
 
@@ -90,12 +91,22 @@ def token_slice(model: torch.nn.Module, tokens: str, prefix_tokens: int | None) 
 
 def find_heads(modules: dict, named: dict[str, torch.nn.Module], layer_index: dict,
                proj_name: str | None) -> dict[int, tuple[str, int]]:
-    """Per layer index: the MHA's output projection (module name) and its head count."""
+    """Per layer index: the module whose call shows the heads and the head count. That module is the
+    MHA's output projection (its input is the heads' outputs, concatenated), or an
+    ``nn.MultiheadAttention`` inside the MHA component (its per-head outputs are recomputed from its
+    call, :mod:`.mha_heads`)."""
     if "MHA" not in modules:
         raise ValueError("per_head=True needs an 'MHA' component")
     heads_of: dict[int, tuple[str, int]] = {}
     for key, names in modules["MHA"].items():
         mha = named[names[0]]
+        torch_mha = [(n, m) for n, m in mha.named_modules() if isinstance(m, torch.nn.MultiheadAttention)]
+        if len(torch_mha) == 1:
+            sub_name, m = torch_mha[0]
+            full = f"{names[0]}.{sub_name}" if sub_name else names[0]
+            check_batch_first(m, full)
+            heads_of[layer_index[key]] = (full, m.num_heads)
+            continue
         heads = num_heads(mha)
         sub = dict(mha.named_modules())
         cands = [proj_name] if proj_name else list(PROJ_NAMES)

@@ -11,6 +11,9 @@ difference, seed by seed, from the baseline:
 - ``baseline="initial"``: the accuracy before finetuning (fresh head), which mostly measures how well
   the head learns and is kept for comparison.
 
+Baselines trained beside the components (``full``, ``lora``; ``head`` when the gain is measured from
+the initial accuracy) get the same accuracy and gain, and no rank: they have no plasticity.
+
 Accuracy and gain get Student-t 95% intervals across seeds. The rank correlations (Spearman, Kendall
 tau-b) between plasticity and gain get a percentile bootstrap interval where every replicate resamples
 seeds (one multiset shared by all components and learning rates, the learning-rate choice made again)
@@ -98,10 +101,12 @@ def _finite(x: float) -> float | None:
 
 
 def analyse(measured: dict, summaries: list[dict], *, components: list[str], lrs: list[float],
-            seeds: list[int], baseline: str = "head", bootstrap: int = 2000, permutations: int = 10000,
-            seed: int = 0) -> dict:
-    """The claim's result: per-component rows, correlations, their bootstrap and permutation tests."""
-    trains = list(components) + (["head"] if baseline == "head" else [])
+            seeds: list[int], baseline: str = "head", extra: tuple[str, ...] | list[str] = (),
+            bootstrap: int = 2000, permutations: int = 10000, seed: int = 0) -> dict:
+    """The claim's result: per-component rows, correlations, their bootstrap and permutation tests;
+    ``extra``: baselines trained beside the components (full, lora; head when it is not the gain's
+    reference), reported with their accuracy and gain, not ranked."""
+    trains = list(components) + list(extra) + (["head"] if baseline == "head" else [])
     acc, initial, params = accuracy_cube(summaries, trains, lrs, seeds)
     n_c, n_s = len(components), len(seeds)
     rng = np.random.default_rng(seed)
@@ -152,8 +157,10 @@ def analyse(measured: dict, summaries: list[dict], *, components: list[str], lrs
                         accuracy_by_lr=by_lr(acc, len(trains) - 1, lrs))
     others = [c for c in measured["components"] if c not in components]
     per_layer_only = {c: plast["components"][c] for c in others}
+    extra_rows = [_baseline_row(b, n_c + k, acc, best_idx, per_seed, base_seed, params, lrs)
+                  for k, b in enumerate(extra)]
     return {
-        "rows": rows, "baseline": base_row, "correlations": correlations,
+        "rows": rows, "baseline": base_row, "baselines": extra_rows, "correlations": correlations,
         "params_correlations": size_corr,
         "trend": {"method": "theil-sen", "slope": _finite(slope), "intercept": _finite(intercept)},
         "ranking": {"plasticity": [components[i] for i in np.argsort(-p_value, kind="stable")],
@@ -163,6 +170,16 @@ def analyse(measured: dict, summaries: list[dict], *, components: list[str], lrs
                       "pairs": int(measured["pairs"]), "level": LEVEL},
         "verdict": verdict(correlations["spearman"], n_c),
     }
+
+
+def _baseline_row(train: str, t: int, acc, best_idx, per_seed, base_seed, params, lrs) -> dict:
+    """A baseline trained beside the components (full, lora): its accuracy at its best lr, and its gain
+    over the reference, seed by seed."""
+    gains = per_seed[t] - base_seed
+    return {"train": train, "lr": float(lrs[best_idx[t]]), "lr_edge": lr_edge(acc, t, int(best_idx[t])),
+            "trainable_params": params[train], "accuracy": _interval(per_seed[t], ACC),
+            "accuracy_per_seed": per_seed[t].tolist(), "accuracy_by_lr": by_lr(acc, t, lrs),
+            "gain": _interval(gains, GAIN), "gain_per_seed": gains.tolist()}
 
 
 def correlation_tests(p_value, gain, p_reps, g_reps, sizes, permutations: int, seed: int):

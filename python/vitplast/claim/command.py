@@ -26,16 +26,34 @@ For a model, a pretraining-side dataset X and a downstream dataset Y:
 Per layer the claim is plasticity-only: the finetune driver trains a component in every block, so
 gains exist per component type; plasticity is reported per layer too.
 
+``--components`` also takes the baselines ``full``, ``lora`` and ``head``: trained and reported beside
+the components (accuracy, gain), not ranked. Several downstream datasets (``--data`` repeated, or
+``--datasets A,B``) make one experiment: each dataset analysed as above (OUT/datasets/NAME/), then
+together (OUT/aggregate.*): the rank correlation per dataset, a stratified permutation test of the
+pooled within-dataset Spearman (gains permuted within each dataset), the per-dataset p-values combined
+(Stouffer), and a figure with one panel per dataset.
+
 Defaults: the embedded digits ViT (pretrained here on digits 0-4), X = digits 0-4, Y = digits 5-9.
 A killed claim continues where it stopped when run again with the same options (finished runs are
-loaded, partial ones resume from their last checkpoint). Writes OUT/claim.json, claim.txt, claim.png.
+loaded, partial ones resume from their last checkpoint); an existing run trained with other options is
+named before anything is trained (the dry run too). Writes OUT/claim.json, claim.txt, claim.png.
+
+Where the runs train: ``--jobs N`` processes on this machine; ``--executor ray`` one Ray task per run on
+a Ray cluster (``--ray-address auto`` after ``ray start``; a run whose worker or node dies is retried
+elsewhere and resumes from its checkpoint); ``--shard I/N`` one slice of the run list (a SLURM array
+sets it), then a final run without ``--shard`` (or ``--analyse-only``) writes the analysis. With Ray or
+shards, OUT must be on storage every node reaches; this process alone writes the reports. A run
+directory another process is writing is waited for, not trained twice.
 
 examples:
   vitplast claim --out runs/claim
   vitplast claim --out runs/claim --dry-run           # how many runs, how long on this machine
   vitplast claim --model vit_small_patch16_224 --weights vit_s.safetensors --img-size 224 \\
-      --pretrain-data in1k_val/ --data flowers/ --device cuda --amp bf16 --batch-size 128 \\
-      --steps 500 --lr 1e-4,3e-4,1e-3 --seed 0,1,2 --out runs/claim_flowers
+      --pretrain-data in1k_val/ --data flowers/ --data pets/ --components MHA,FC1,FC2,LN1,LN2,full,lora \\
+      --device cuda --amp bf16 --batch-size 128 --steps 500 --lr 1e-4,3e-4,1e-3 --seed 0,1,2 \\
+      --executor ray --ray-address auto --out /shared/runs/claim_paper
+  vitplast claim --out /shared/claim --shard $((SLURM_ARRAY_TASK_ID + 1))/$SLURM_ARRAY_TASK_COUNT
+  vitplast claim --out /shared/claim --analyse-only   # after every shard
 """
 
 

@@ -3,7 +3,7 @@ and in words what the data can and cannot tell) and the figure (gain against pla
 coloured by component; plasticity and gain per layer; the selection comparison).
 
 Drawn in the commands' one plotting style (:mod:`vitplast.outputs.plots`: no global pyplot state,
-written atomically)."""
+one colour per component, written atomically); gains get error bars only with at least two seeds."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import math
 from pathlib import Path
 
 from ..finetune import TRAIN_ORDER
-from ..outputs.plots import figure, save
-from .report import P_DEFINITION, _ci, _num, edge_mark, lr_edge_line, result_cells, setup_lines
+from ..outputs.plots import component_color, figure, save
+from .report import P_DEFINITION, _ci, _num, edge_mark, gain_interval, lr_edge_line, result_cells, setup_lines
 
 
 def _row(unit, plasticity, params, lr, accuracy, gain) -> str:
@@ -144,7 +144,7 @@ def plot_layer_claim(result: dict, path) -> Path:
     (ax, ax_sel), (ax_p, ax_g) = axes
     seen = dict.fromkeys(r["component"] for r in rows)
     names = list(TRAIN_ORDER) + [c for c in seen if c not in TRAIN_ORDER]
-    colors = {c: f"C{i}" for i, c in enumerate(names)}
+    colors = {c: component_color(c) for c in names}
     seen = set()
     for r in rows:
         x, (xlo, xhi) = r["plasticity"], r["plasticity_ci"]
@@ -165,7 +165,7 @@ def plot_layer_claim(result: dict, path) -> Path:
                  f"(p {_num(w['stratified_p_greater'], '.2g')})",
                  fontsize=10)
     ax.set_xlabel("plasticity of the unit's layer before finetuning (95% bootstrap CI); labels: layer")
-    ax.set_ylabel("gain over head-only (95% t CI over seeds)")
+    ax.set_ylabel(f"gain over head-only ({gain_interval(result)})")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
 
@@ -203,10 +203,11 @@ def _plot_selection(ax, sel) -> None:
     if not sel:
         ax.set_axis_off()
         return
-    entries = [("plasticity-\nguided", sel["auto"]["gain"], "C3")]
+    # colours apart from every component's: these bars are selections, not components
+    entries = [("plasticity-\nguided", sel["auto"]["gain"], "#393b79")]
     entries += [(f"random {i}", s["gain"], "0.6") for i, s in enumerate(sel["random"])]
     best = sel["best_single_unit"]
-    entries.append((f"best unit\n{best['unit']}\n(oracle)", best["gain"], "C2"))
+    entries.append((f"best unit\n{best['unit']}\n(oracle)", best["gain"], "#637939"))
     for i, (_, g, color) in enumerate(entries):
         m, (lo, hi) = g["mean"], g["ci"]
         if m is None:

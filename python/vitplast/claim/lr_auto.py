@@ -42,18 +42,36 @@ def widen(summaries: list[dict], start: list[float]) -> list[tuple[str, float]]:
 
 def train_widening(jobs: list, summaries: list[dict], *, start: list[float], plan, train, say
                    ) -> tuple[list, list[dict]]:
-    """Widen until no train's best lr is at an edge (or the rounds are used up). ``plan(train, lr)``
-    gives the new jobs (one per seed), ``train(jobs)`` their summaries. Returns all jobs and summaries."""
-    jobs, summaries = list(jobs), list(summaries)
+    """:func:`widen_groups` for one group: ``plan(train, lr)`` gives the new jobs, ``train(jobs)`` their
+    summaries. Returns all jobs (``jobs`` and the new ones) and all summaries."""
+    added, groups = widen_groups({"": summaries}, start=start, plan=lambda _, t, lr: plan(t, lr), train=train,
+                                 say=say)
+    return list(jobs) + added, groups[""]
+
+
+def widen_groups(groups: dict[str, list[dict]], *, start: list[float], plan, train, say
+                 ) -> tuple[list, dict[str, list[dict]]]:
+    """Widen until no train's best lr is at an edge (or the rounds are used up), in every group (a
+    dataset's summaries) at once. ``plan(group, train, lr)`` gives the new jobs (one per seed),
+    ``train(jobs)`` their summaries. Returns the new jobs and every group's summaries."""
+    groups = {name: list(s) for name, s in groups.items()}
+    added: list = []
     while True:
-        extra = widen(summaries, start)
+        extra = {name: pairs for name, s in groups.items() if (pairs := widen(s, start))}
         if not extra:
-            return jobs, summaries
-        new_jobs = [j for t, lr in extra for j in plan(t, lr)]
-        say(f"--lr auto: best lr at the grid's edge for {len(extra)} train(s); running "
-            + ", ".join(f"{t} at {lr:g}" for t, lr in extra))
-        summaries += train(new_jobs)
-        jobs += new_jobs
+            return added, groups
+        jobs, owners = [], []
+        for name, pairs in extra.items():
+            for t, lr in pairs:
+                new = plan(name, t, lr)
+                jobs += new
+                owners += [name] * len(new)
+        say(f"--lr auto: best lr at the grid's edge for {sum(map(len, extra.values()))} train(s); running "
+            + ", ".join(f"{(name + ': ') if len(groups) > 1 else ''}{t} at {lr:g}"
+                        for name, pairs in extra.items() for t, lr in pairs))
+        for name, summary in zip(owners, train(jobs), strict=True):
+            groups[name].append(summary)
+        added += jobs
 
 
 def lrs_run(summaries: list[dict]) -> list[float]:

@@ -1,6 +1,7 @@
 """Options of `vitplast claim`, declared once (:class:`ClaimOptions`): the model, data, optimisation and
-runtime groups it shares with finetune (:mod:`vitplast.options.groups`) and its own. The CLI flags,
-defaults, checks and error wording all come from it.
+runtime groups it shares with finetune (:mod:`vitplast.options.groups`), the executor group
+(:class:`vitplast.runs.executors.ExecutorOptions`: ``--executor``, ``--jobs``, ``--shard``, ...) and its
+own. The CLI flags, defaults, checks and error wording all come from it.
 
 Every problem is a ``ValueError`` whose message names the option (the CLI prints it on one line and
 exits with status 2) and is found before anything is measured or trained.
@@ -10,8 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from pathlib import Path
 
-from ..finetune import TRAIN_ORDER, RunSettings
+from ..finetune import TRAIN_ORDER, RunSettings, import_peft
 from ..models.builder import DIGITS_MODEL, check_digits_options
 from ..options.fields import (
     Kind,
@@ -19,6 +21,7 @@ from ..options.fields import (
     checked,
     choice,
     csv,
+    fail_on,
     integer,
     number,
     option,
@@ -27,6 +30,7 @@ from ..options.fields import (
 )
 from ..options.groups import GROUP_TITLES, DataOptions, ModelOptions, OptimOptions, RuntimeOptions
 from ..options.parsing import MAX_SEED, MAX_STEPS
+from ..runs.executors import GRID_TITLE, ExecutorOptions
 from ..runs.paths import check_out_dir, foreign_files
 
 PROTOCOLS = ("in_situ", "decomposition")
@@ -37,15 +41,30 @@ LR_GRID = "3e-3,1e-2,3e-2"
 # a layer claim's short runs train one unit each: its grid starts one step higher
 LAYER_LR_GRID = "1e-2,3e-2,1e-1"
 GROUPS = {**GROUP_TITLES, "pairs": "plasticity before finetuning",
-          "train": "finetuning (the same budget for every component)", "out": "statistics and outputs"}
+          "train": "finetuning (the same budget for every component)", "out": "statistics and outputs",
+          **GRID_TITLE}
 SHARED_GROUPS = (ModelOptions, DataOptions, OptimOptions, RuntimeOptions)
+BASELINE_TRAINS = ("full", "lora", "head")  # trained and reported beside the components, not ranked
+DEFAULT_DATA = "digits:5-9"
 
 
 def _component(name):
-    lookup = {c.lower(): c for c in TRAIN_ORDER}
+    lookup = {c.lower(): c for c in TRAIN_ORDER + BASELINE_TRAINS}
     if str(name).lower() not in lookup:
-        raise ValueError(f"unknown {name!r}; choose from {', '.join(TRAIN_ORDER)}")
+        raise ValueError(f"unknown {name!r}; choose from {', '.join(TRAIN_ORDER)} and the baselines "
+                         f"{', '.join(BASELINE_TRAINS)}")
     return lookup[str(name).lower()]
+
+
+def _data_specs(value):
+    """``--data`` values (repeatable) as a list of distinct dataset specs."""
+    values = [value] if isinstance(value, str) else list(value)
+    if not values or any(not isinstance(v, str) or not v.strip() for v in values):
+        raise ValueError(f"expected dataset specs, got {value!r}")
+    values = [v.strip() for v in values]
+    if len(set(values)) != len(values):
+        raise ValueError(f"repeated dataset in {values}")
+    return values
 
 
 _LRS = csv(number(positive=True), unique=True)
@@ -60,10 +79,15 @@ def _lr_check(value):
 
 
 @dataclasses.dataclass(frozen=True)
-class ClaimOptions(RuntimeOptions, OptimOptions, DataOptions, ModelOptions):  # fields: model first
-    data: str = option("digits:5-9", "Y, the downstream data: pairs and finetuning (default: %(default)s); "
-                       "ImageFolder DIR, digits:CLASSES, cifar10:DIR, cifar100:DIR", metavar="SPEC",
-                       group="data")
+class ClaimOptions(ExecutorOptions, RuntimeOptions, OptimOptions, DataOptions, ModelOptions):  # model first
+    data: list | None = option(
+        None, f"Y, a downstream dataset: pairs and finetuning (default: {DEFAULT_DATA}); repeat it (or use "
+        "--datasets) for one experiment over several: each analysed alone, then all together; ImageFolder "
+        "DIR, digits:CLASSES, cifar10:DIR, cifar100:DIR", metavar="SPEC", group="data", action="append",
+        kind=optional(Kind(str, _data_specs)))
+    datasets: list | None = option(None, "downstream datasets, comma-separated (as repeated --data)",
+                                   metavar="SPEC,SPEC", group="data",
+                                   kind=optional(csv(checked(str.strip), unique=True)))
     steps: int | None = option(None, f"steps per run (default: {COMPONENT_STEPS}; {LAYER_STEPS} with "
                                "--granularity layer)", group="optim", kind=optional(integer(1, MAX_STEPS)))
     pretrain_data: str = option("digits:0-4", "X, the pretraining-side data of the matched pairs (default: "
@@ -75,8 +99,10 @@ class ClaimOptions(RuntimeOptions, OptimOptions, DataOptions, ModelOptions):  # 
     split: str = option("all", "split the pairs come from (default: %(default)s)", group="pairs",
                         kind=choice(("train", "val", "all")))
     measure_seed: int = option(0, "order of the pairs", group="pairs", kind=integer(0, MAX_SEED))
-    components: list = option(",".join(TRAIN_ORDER), "components trained alone (default: %(default)s)",
-                              group="train", kind=csv(checked(_component), unique=True))
+    components: list = option(
+        ",".join(TRAIN_ORDER), "components trained alone (default: %(default)s), and the baselines full, "
+        "lora (peft) and head, trained and reported beside them but not ranked (the paper's grid: "
+        "MHA,FC1,FC2,LN1,LN2,full,lora)", group="train", kind=csv(checked(_component), unique=True))
     granularity: str = option(
         "component", "component: each component in every layer at once (default); layer: each (component, "
         "layer) alone, plus the plasticity-guided selection against random ones", group="train",
@@ -96,10 +122,14 @@ class ClaimOptions(RuntimeOptions, OptimOptions, DataOptions, ModelOptions):  # 
                         kind=csv(integer(0, MAX_SEED), unique=True))
     eval_limit: int = option(0, "validate on the first N images", group="train", kind=integer(0))
     checkpoint_every: int = option(50, group="train", kind=integer(0))
-    jobs: int | None = option(None, "runs trained at once, in processes (default: 2 for the digits ViT on a "
-                              "CPU with 2+ cores, else 1)", group="train", kind=optional(integer(1)))
-    threads: int | None = option(None, "intra-op threads per run (default: 1 for the digits ViT on CPU, else "
-                                 "torch's)", group="train", kind=optional(integer(1)))
+    jobs: int | None = option(None, "runs trained at once on this machine, in processes (--executor local; "
+                              "default: 2 for the digits ViT on a CPU with 2+ cores, else 1)", group="grid",
+                              kind=optional(integer(1)))
+    threads: int | None = option(None, "intra-op threads of every run, whichever executor trains it "
+                                 "(default: 1 for the digits ViT on CPU, else torch's; with --executor ray, "
+                                 "--cpus-per-run); runs of the same --threads give the same results bit for "
+                                 "bit", group="grid",
+                                 kind=optional(integer(1)))
     bootstrap: int = option(2000, "bootstrap replicates", group="out", kind=integer(1))
     permutations: int = option(10000, "random permutations beyond 8 components (up to 8: all of them)",
                                group="out", kind=integer(1))
@@ -115,21 +145,44 @@ class ClaimOptions(RuntimeOptions, OptimOptions, DataOptions, ModelOptions):  # 
     calibrate_steps: int = option(10, kind=integer(1), cli=False)
     lr_auto: bool = option(False, cli=False)  # set by validate: --lr auto was given (lr is then the grid)
 
+    @property
+    def ranked(self) -> list[str]:
+        """The components whose plasticity is ranked against their gain (``--components`` but the
+        baselines)."""
+        return [c for c in self.components if c not in BASELINE_TRAINS]
+
+    @property
+    def extra_baselines(self) -> list[str]:
+        """The baselines of ``--components`` trained beside the gain's reference (head with
+        ``--baseline head`` is that reference)."""
+        return [c for c in self.components if c in BASELINE_TRAINS and not (c == "head" and
+                                                                            self.baseline == "head")]
+
+    @property
+    def trains(self) -> list[str]:
+        """The ``--train`` values of a component claim's runs: the components, the other baselines, then
+        the head-only run when it is the gain's reference."""
+        return self.ranked + self.extra_baselines + (["head"] if self.baseline == "head" else [])
+
     def validate(self) -> None:
         """What involves several options, the machine or the file system."""
         if self.out is None:
             raise OptionError("--out DIR is required: it holds the finetuning runs and the reports")
         settle(self, out=str(self.out))
+        settle(self, data=_merge_datasets(self.data, self.datasets), datasets=None)
         if self.steps is None:  # a layer claim trains 4-5x more runs: fewer steps keep it in budget
             settle(self, steps=LAYER_STEPS if self.granularity == "layer" else COMPONENT_STEPS)
         if self.lr is None or self.lr == "auto":
             settle(self, lr_auto=self.lr == "auto", lr=_LRS.parse(default_lrs(self.granularity)))
-        if len(self.components) < 3 and self.granularity != "layer":  # layer: units = components x layers
-            raise OptionError(f"--components: a rank correlation needs at least 3 components, got "
-                              f"{self.components}")
-        if self.jobs is not None and self.jobs > (os.cpu_count() or 1):
-            raise OptionError(f"--jobs {self.jobs}: at most one run per core ({os.cpu_count() or 1} on this "
-                              "machine)")
+        if len(self.ranked) < 3 and self.granularity != "layer":  # layer: units = components x layers
+            raise OptionError(f"--components: a rank correlation needs at least 3 components besides the "
+                              f"baselines, got {self.ranked}")
+        if self.granularity == "layer" and len(self.ranked) < len(self.components):
+            raise OptionError("--components: the baselines full, lora and head apply to --granularity "
+                              "component (a layer claim compares every unit with the head-only run)")
+        if "lora" in self.components:
+            fail_on("--components lora", import_peft)
+        self.validate_executor()
         if self.pairs < self.pair_batch:
             raise OptionError(f"--pairs ({self.pairs}) must be at least --pair-batch ({self.pair_batch})")
         if self.granularity == "layer" and self.baseline != "head":
@@ -141,34 +194,59 @@ class ClaimOptions(RuntimeOptions, OptimOptions, DataOptions, ModelOptions):  # 
             raise OptionError("--jobs must be 1 under torchrun (each run is already data-parallel)")
         if self.model == DIGITS_MODEL:
             check_digits_options(self.model_kwargs, self.img_size)
-        check_claim_out(self.out)
-        self.run_settings(progress=False).validate()  # what finetune refuses (--amp fp16, odd batches)
+        check_claim_out(self.out, several=len(self.data) > 1)
+        for spec in self.data:  # what finetune refuses (--amp fp16, odd batches)
+            self.run_settings(spec, progress=False).validate()
 
-    def run_settings(self, *, progress: bool | None) -> RunSettings:
-        """The settings of every finetuning run of the claim: the shared groups as given, no plasticity
-        monitor, plots only with ``--run-plots``."""
+    def run_settings(self, data: str, *, progress: bool | None) -> RunSettings:
+        """The settings of every finetuning run of the claim on the dataset ``data``: the shared groups as
+        given, no plasticity monitor, plots only with ``--run-plots``."""
         shared = {f.name: getattr(self, f.name) for g in SHARED_GROUPS for f in dataclasses.fields(g)}
-        return RunSettings(**{**shared, "progress": progress}, eval_limit=self.eval_limit,
+        return RunSettings(**{**shared, "data": data, "progress": progress}, eval_limit=self.eval_limit,
                            checkpoint_every=self.checkpoint_every, monitor_every=0, plots=self.run_plots)
 
     def record(self, **resolved) -> dict:
-        """The options as claim.json records them (``resolved``: values decided at run time, e.g. jobs)."""
-        return {**{f.name: getattr(self, f.name) for f in dataclasses.fields(self)}, **resolved}
+        """The options as claim.json records them (``resolved``: values decided at run time, e.g. jobs,
+        or the one dataset of a per-dataset report)."""
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        values["shard"] = None if self.shard is None else str(self.shard)
+        return {**values, **resolved}
+
+
+def _merge_datasets(data: list | None, datasets: list | None) -> list[str]:
+    """``--data`` values then ``--datasets`` ones (default: the digits 5-9); each once."""
+    merged = list(data or []) + list(datasets or [])
+    if not merged:
+        return [DEFAULT_DATA]
+    repeated = sorted({d for d in merged if merged.count(d) > 1})
+    if repeated:
+        raise OptionError(f"--data/--datasets: {', '.join(repeated)} given twice")
+    return merged
 
 
 def default_lrs(granularity: str) -> str:
     return LAYER_LR_GRID if granularity == "layer" else LR_GRID
 
 
-# what a claim writes into OUT (and nothing else: another directory is refused, never written into)
+# what a claim writes into OUT (and nothing else: another directory is refused, never written into); a
+# claim over several datasets writes each one's files into OUT/datasets/NAME/ and the aggregate into OUT
 CLAIM_FILES = frozenset({"runs", "plasticity_chunks.json", "claim.json", "claim.txt", "claim.png"})
+AGGREGATE_FILES = frozenset({"datasets", "aggregate.json", "aggregate.txt", "aggregate.png"})
 
 
-def check_claim_out(out: str) -> None:
-    """``--out``: a new or empty directory, or one a claim wrote (its files only); ValueError otherwise."""
+def check_claim_out(out: str, *, several: bool = False) -> None:
+    """``--out``: a new or empty directory, or one a claim wrote (its files only; ``several``: a claim
+    over several datasets); ValueError otherwise."""
     check_out_dir(out)
-    foreign = [n for n in foreign_files(out, CLAIM_FILES) if not n.startswith(".")]  # hidden: temporaries
+    owned = AGGREGATE_FILES if several else CLAIM_FILES
+    foreign = [n for n in foreign_files(out, owned) if not n.startswith(".")]  # hidden: temporaries
     if foreign:
-        raise ValueError(f"--out {out!r} holds files a claim did not write ({', '.join(foreign[:5])}"
+        kind = "a claim over several datasets" if several else "a claim"
+        raise ValueError(f"--out {out!r} holds files {kind} did not write ({', '.join(foreign[:5])}"
                          f"{' ...' if len(foreign) > 5 else ''}): give a new or empty directory, or one an "
-                         "earlier claim wrote")
+                         "earlier claim with these datasets wrote")
+    datasets = Path(out) / "datasets"
+    if several and datasets.is_dir():
+        for d in datasets.iterdir():
+            if d.is_dir():
+                check_claim_out(str(d))

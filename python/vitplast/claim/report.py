@@ -1,7 +1,9 @@
 """Reports of `vitplast claim`: the text table and the figure (gain against plasticity).
 
 The figure is drawn on a bare ``matplotlib.figure.Figure`` with the Agg canvas (no pyplot, so no
-global figure state is created or left behind) and written atomically.
+global figure state is created or left behind), with each component in its one colour
+(:func:`vitplast.outputs.plots.component_color`), and written atomically. Gains get error bars only
+where there are at least two seeds.
 """
 
 from __future__ import annotations
@@ -9,8 +11,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from ..finetune import TRAIN_ORDER
-from ..outputs.plots import figure, save
+from ..outputs.plots import component_color, figure, save
 
 
 def _num(v, fmt: str) -> str:
@@ -60,6 +61,13 @@ def result_cells(r: dict) -> tuple[str, str, str, str, str]:
             f"{_num(r['gain']['mean'], '+.4f')} {_ci(r['gain']['ci'], '+.3f')}")
 
 
+def baseline_cells(b: dict) -> tuple[str, str, str, str]:
+    """A baseline row's cells (full, lora): trainable parameters, lr, accuracy and gain with CIs."""
+    return (f"{b['trainable_params']:,}", f"{b['lr']:.2g}{edge_mark(b.get('lr_edge'))}",
+            f"{_num(b['accuracy']['mean'], '.4f')} {_ci(b['accuracy']['ci'], '.3f')}",
+            f"{_num(b['gain']['mean'], '+.4f')} {_ci(b['gain']['ci'], '+.3f')}")
+
+
 def _row(component, plasticity, params, lr, accuracy, gain) -> str:
     return (f"{component:<10} {plasticity:<22} {params:>9} {lr:>7}  {accuracy:<22} {gain}").rstrip()
 
@@ -98,6 +106,7 @@ def format_report(result: dict) -> str:
         params = f"{base['trainable_params']:,}"
         lr = f"{base['lr']:.2g}{edge_mark(base.get('lr_edge'))}"
         lines.append(_row("head", "(baseline)", params, lr, acc, ""))
+    lines += [_row(b["train"], "(baseline, not ranked)", *baseline_cells(b)) for b in an.get("baselines", [])]
     ia = base["initial_accuracy"]
     lines.append(f"before finetuning: accuracy {_num(ia['mean'], '.4f')} {_ci(ia['ci'], '.3f')}")
     lines += [
@@ -146,6 +155,12 @@ def _layer_table(an: dict) -> str:
     return "\n".join(out)
 
 
+def gain_interval(result: dict) -> str:
+    """What the gain's error bars are: the 95% t interval over seeds, or none with a single seed."""
+    seeds = len(result["config"]["seed"])
+    return "95% t CI over seeds" if seeds >= 2 else "n = 1 seed: no interval"
+
+
 def plot_claim(result: dict, path) -> Path:
     """Gain against plasticity (one point per component, 95% error bars both ways, Theil-Sen trend)
     beside plasticity per layer (mean and 95% band per component) -> PNG at ``path``."""
@@ -153,16 +168,14 @@ def plot_claim(result: dict, path) -> Path:
     rows = an["rows"]
     fig, axes = figure(1, 2, (12, 4.8), gridspec_kw={"width_ratios": [1.15, 1]})
     ax, ax2 = axes[0]
-    names = list(TRAIN_ORDER) + [r["component"] for r in rows if r["component"] not in TRAIN_ORDER]
-    colors = {c: f"C{i}" for i, c in enumerate(names)}
     points = [r for r in rows if r["plasticity"] is not None and r["gain"]["mean"] is not None]
     for r in points:
         x, (xlo, xhi) = r["plasticity"], r["plasticity_ci"]
         y, (ylo, yhi) = r["gain"]["mean"], r["gain"]["ci"]
         xerr = None if xlo is None or xhi is None else [[max(0.0, x - xlo)], [max(0.0, xhi - x)]]
         yerr = None if ylo is None or yhi is None else [[max(0.0, y - ylo)], [max(0.0, yhi - y)]]
-        ax.errorbar([x], [y], xerr=xerr, yerr=yerr, fmt="o", color=colors[r["component"]], capsize=3,
-                    ms=7, label=f"{r['component']} ({r['trainable_params']:,} params)")
+        ax.errorbar([x], [y], xerr=xerr, yerr=yerr, fmt="o", color=component_color(r["component"]),
+                    capsize=3, ms=7, label=f"{r['component']} ({r['trainable_params']:,} params)")
         ax.annotate(r["component"], (x, y), textcoords="offset points", xytext=(6, 6), fontsize=10)
     slope, intercept = an["trend"]["slope"], an["trend"]["intercept"]
     xs = [r["plasticity"] for r in points]
@@ -178,15 +191,15 @@ def plot_claim(result: dict, path) -> Path:
                  f"p = {_num(kd['p_greater'], '.2g')}", fontsize=10)
     base = "head-only run" if an["baseline"]["train"] == "head" else "before finetuning"
     ax.set_xlabel(f"plasticity before finetuning ({result['config']['protocol']}, 95% bootstrap CI)")
-    ax.set_ylabel(f"accuracy gain over {base} (95% t CI over seeds)")
+    ax.set_ylabel(f"accuracy gain over {base} ({gain_interval(result)})")
     ax.legend(fontsize=8, loc="best")
     ax.grid(alpha=0.3)
 
     layers = list(range(len(an["layers"])))
     series = [(r["component"], r["plasticity_per_layer"], r["plasticity_per_layer_ci"]) for r in rows]
     series += [(c, v["per_layer"], v["per_layer_ci"]) for c, v in an["other_measured"].items()]
-    for i, (c, mean, ci) in enumerate(series):
-        color = colors.get(c, f"C{len(names) + i}")
+    for c, mean, ci in series:
+        color = component_color(c)
         m = [math.nan if v is None else v for v in mean]
         ax2.plot(layers, m, "o-", color=color, label=c)
         lo = [math.nan if v[0] is None else v[0] for v in ci]

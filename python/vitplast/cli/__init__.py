@@ -13,6 +13,7 @@ import sys
 import warnings
 
 from ..options.parsing import setup_parser
+from ..runs.provenance import version_text
 from .errors import (
     EXIT_FAILURE,
     EXIT_INTERRUPTED,
@@ -32,16 +33,14 @@ SUBCOMMANDS = {
                  "finetune chosen components with per-step plasticity monitoring"),
     "profile": ("vitplast.profile.command", "time and size a plasticity measurement on a large model"),
     "claim": ("vitplast.claim.command", "test whether plasticity predicts which component to finetune"),
+    "compare": ("vitplast.compare.command", "compare the plasticity of two or more measurements"),
 }
 
 
 def package_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
+    from ..runs.provenance import versions
 
-    try:
-        return version("vitplast-kernels")
-    except PackageNotFoundError:
-        return "unknown"
+    return versions()["vitplast-kernels"] or "unknown"
 
 
 def help_text(module) -> str | None:
@@ -58,7 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="vitplast", description="Plasticity of vision-transformer components.", epilog=EXIT_STATUS_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     setup_parser(parser, defaults_in_help=False)
-    parser.add_argument("--version", action="version", version=f"vitplast {package_version()}")
+    parser.add_argument("--version", action="version", version=version_text(),
+                        help="print the versions of vitplast, python, torch, timm and transformers")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module_name, one_line) in SUBCOMMANDS.items():
         try:

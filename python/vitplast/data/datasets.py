@@ -1,20 +1,32 @@
 """Image datasets for measurement and finetuning, from a one-string spec.
 
-``load_dataset(spec, split, img_size, seed)`` returns a ``torch.utils.data.Dataset`` whose items are
-``(image, label)``: ``image`` a float32 tensor ``(3, img_size, img_size)``, normalised; ``label`` an int in
-``[0, num_classes)``. Every dataset has ``.num_classes`` and ``.classes`` (class names, index = label).
+``load_dataset(spec, split, img_size, seed, transform=None, augment=False)`` returns a
+``torch.utils.data.Dataset`` whose items are ``(image, label)``: ``image`` a float32 tensor
+``(3, img_size, img_size)``, normalised; ``label`` an int in ``[0, num_classes)``. Every dataset has
+``.num_classes`` and ``.classes`` (class names, index = label).
+
+``transform`` (a :class:`vitplast.data.transforms.ImageTransform`, e.g. the model's own) says how images
+become the model's input: image files are resized, cropped and normalised as it says, the digits
+normalised with its mean and std; None is each dataset's fixed preparation (below). ``augment`` adds
+timm's train-time augmentation to image files; an item addressed as ``dataset[(index, seed)]`` draws its
+augmentation from ``seed`` alone (the same image, crop and flip in any process, on any resume).
 
 Specs:
 
 - ``"digits"`` — scikit-learn's bundled 8x8 handwritten digits (1797 images, no download), upsampled
-  (bilinear) to ``img_size``, grey repeated on 3 channels, scaled to [-1, 1]. ``"digits:0-4"``,
+  (bilinear) to ``img_size``, grey repeated on 3 channels, scaled to [-1, 1] (with a ``transform``:
+  normalised with its mean and std from [0, 1]). ``"digits:0-4"``,
   ``"digits:5-9"``, ``"digits:1,3,7"`` keep a subset of classes, relabelled ``0..k-1`` in increasing digit
   order (``.classes`` keeps the digit names). Train / val is a deterministic 80 / 20 split per class,
   drawn from ``seed``.
-- ``"synthetic"`` — 4 classes of noisy random prototypes (320 train / 80 val images), for tests.
+- ``"synthetic"`` — 4 classes of noisy random prototypes (320 train / 80 val images), for tests (already
+  model inputs: no transform applies).
 - ``"cifar10:DIR"`` / ``"cifar100:DIR"`` — torchvision's on-disk format under ``DIR`` (never downloaded).
 - any directory — an ImageFolder (``DIR/<class>/<image>``); ``DIR/train`` and ``DIR/val`` are used when
   present, otherwise the flat folder is split 80 / 20 like digits.
+
+Image files without a ``transform`` get :func:`vitplast.data.transforms.fixed_transform` (shorter side
+resized to ``img_size``, bilinear; centre crop; ImageNet mean and std).
 
 ``split`` is ``"train"``, ``"val"`` or ``"all"`` (train + val).
 
@@ -25,17 +37,18 @@ its path is added to the dataset's ``.bad_images``, and :func:`make_loader`'s ba
 
 from __future__ import annotations
 
+import contextlib
 import os
+import random
 from collections.abc import Sequence
 
 import torch
 from torch.utils.data import ConcatDataset, DataLoader, Dataset, Subset
 
+from .transforms import ImageTransform, fixed_transform
+
 SPLITS = ("train", "val", "all")
 VAL_FRACTION = 0.2
-# torchvision / timm default normalisation for natural images (ImageNet statistics)
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
 class TensorImageDataset(Dataset):
@@ -84,21 +97,43 @@ def open_image(path: str):
                             type(exc).__name__) from None
 
 
+@contextlib.contextmanager
+def seeded_draws(seed: int):
+    """The torch (CPU) and python generators seeded from ``seed`` inside, restored after: an item's
+    random augmentation then depends on ``seed`` alone."""
+    state = random.getstate()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        random.seed(seed)
+        try:
+            yield
+        finally:
+            random.setstate(state)
+
+
 class _Labelled(Dataset):
     """A dataset (or subset/concat of one) that exposes ``.classes`` and ``.num_classes``; with
-    ``skip_bad_images`` an undecodable image gives the item ``None`` and its path in ``.bad_images``."""
+    ``skip_bad_images`` an undecodable image gives the item ``None`` and its path in ``.bad_images``;
+    ``augmented``: its items draw a random augmentation (``dataset[(index, seed)]`` draws it from
+    ``seed``)."""
 
-    def __init__(self, inner: Dataset, classes: Sequence[str], skip_bad_images: bool = False):
+    def __init__(self, inner: Dataset, classes: Sequence[str], skip_bad_images: bool = False,
+                 augmented: bool = False):
         self.inner = inner
         self.classes = list(classes)
         self.num_classes = len(self.classes)
         self.skip_bad_images = skip_bad_images
+        self.augmented = augmented
         self.bad_images: list[str] = []
 
     def __len__(self) -> int:
         return len(self.inner)
 
-    def __getitem__(self, idx: int):
+    def __getitem__(self, idx):
+        if isinstance(idx, tuple):
+            index, seed = idx
+            with seeded_draws(int(seed)):
+                return self[int(index)]
         try:
             image, label = self.inner[idx]
         except BadImageError as exc:
@@ -145,7 +180,8 @@ def _parse_classes(text: str) -> list[int]:
     return sorted(set(out))
 
 
-def _digits(class_text: str | None, split: str, img_size: int, seed: int) -> TensorImageDataset:
+def _digits(class_text: str | None, split: str, img_size: int, seed: int,
+            transform: ImageTransform | None = None) -> TensorImageDataset:
     from sklearn.datasets import load_digits
 
     bunch = load_digits()
@@ -172,7 +208,8 @@ def _digits(class_text: str | None, split: str, img_size: int, seed: int) -> Ten
     if img_size != 8:
         x = torch.nn.functional.interpolate(x, size=(img_size, img_size), mode="bilinear",
                                             align_corners=False)
-    x = (x * 2.0 - 1.0).expand(-1, 3, -1, -1)
+    x = x.expand(-1, 3, -1, -1)
+    x = transform.normalise(x) if transform is not None else x * 2.0 - 1.0
     return TensorImageDataset(x.contiguous(), labels, [str(c) for c in keep])
 
 
@@ -190,19 +227,15 @@ def _synthetic(split: str, img_size: int, seed: int, num_classes: int = 4, per_c
     return TensorImageDataset(images[idx], labels[idx], [f"class{c}" for c in range(num_classes)])
 
 
-def _image_transform(img_size: int):
-    from torchvision import transforms
-
-    return transforms.Compose([
-        transforms.Lambda(lambda im: im.convert("RGB")),
-        transforms.Resize(img_size),
-        transforms.CenterCrop(img_size),
-        transforms.ToTensor(),
-        transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD),
-    ])
+def _file_transform(img_size: int, transform: ImageTransform | None, augment: bool):
+    """The transform of image files: ``transform`` at ``img_size`` (None: the fixed one), augmented
+    when ``augment``."""
+    tf = (transform or fixed_transform(img_size)).resized(img_size)
+    return tf.image_transform(augment=augment)
 
 
-def _cifar(kind: str, root: str, split: str, img_size: int) -> Dataset:
+def _cifar(kind: str, root: str, split: str, img_size: int, transform: ImageTransform | None = None,
+           augment: bool = False) -> Dataset:
     from torchvision import datasets
 
     cls = datasets.CIFAR10 if kind == "cifar10" else datasets.CIFAR100
@@ -210,7 +243,7 @@ def _cifar(kind: str, root: str, split: str, img_size: int) -> Dataset:
     root = os.path.expanduser(root)
     if os.path.basename(os.path.normpath(root)) == folder:  # DIR given as the extracted folder itself
         root = os.path.dirname(os.path.normpath(root))
-    tf = _image_transform(img_size)
+    tf = _file_transform(img_size, transform, augment)
     parts = []
     for train in ([True, False] if split == "all" else [split == "train"]):
         try:
@@ -222,13 +255,14 @@ def _cifar(kind: str, root: str, split: str, img_size: int) -> Dataset:
                 f"`tar xzf {cls.filename} -C {root}`); nothing is downloaded"
             ) from exc
     ds = parts[0] if len(parts) == 1 else ConcatDataset(parts)
-    return _Labelled(ds, parts[0].classes)
+    return _Labelled(ds, parts[0].classes, augmented=augment)
 
 
-def _image_folder(root: str, split: str, img_size: int, seed: int, skip_bad: bool = False) -> Dataset:
+def _image_folder(root: str, split: str, img_size: int, seed: int, skip_bad: bool = False,
+                  transform: ImageTransform | None = None, augment: bool = False) -> Dataset:
     from torchvision import datasets
 
-    tf = _image_transform(img_size)
+    tf = _file_transform(img_size, transform, augment)
     train_dir, val_dir = os.path.join(root, "train"), os.path.join(root, "val")
     if os.path.isdir(train_dir) and os.path.isdir(val_dir):
         dirs = {"train": [train_dir], "val": [val_dir], "all": [train_dir, val_dir]}[split]
@@ -237,21 +271,24 @@ def _image_folder(root: str, split: str, img_size: int, seed: int, skip_bad: boo
             raise ValueError(f"{train_dir} and {val_dir} hold different class folders: "
                              f"{parts[0].classes} vs {parts[1].classes}")
         ds = parts[0] if len(parts) == 1 else ConcatDataset(parts)
-        return _Labelled(ds, parts[0].classes, skip_bad)
+        return _Labelled(ds, parts[0].classes, skip_bad, augment)
     try:
         full = datasets.ImageFolder(root, transform=tf, loader=open_image)
     except FileNotFoundError as exc:
         raise FileNotFoundError(f"no images found in {root!r}: an ImageFolder needs DIR/<class>/<image> "
                                 f"(or DIR/train/<class>/... and DIR/val/<class>/...)") from exc
     labels = torch.tensor(full.targets, dtype=torch.long)
-    return _Labelled(Subset(full, _split_indices(labels, split, seed).tolist()), full.classes, skip_bad)
+    subset = Subset(full, _split_indices(labels, split, seed).tolist())
+    return _Labelled(subset, full.classes, skip_bad, augment)
 
 
 def load_dataset(spec: str, split: str = "train", img_size: int = 32, seed: int = 0,
-                 skip_bad_images: bool = False) -> Dataset:
+                 skip_bad_images: bool = False, transform: ImageTransform | None = None,
+                 augment: bool = False) -> Dataset:
     """The dataset named by ``spec`` (see the module docstring).
 
-    Items are ``(image, label)``: ``image`` float32 ``(3, img_size, img_size)`` normalised, ``label`` int.
+    Items are ``(image, label)``: ``image`` float32 ``(3, img_size, img_size)`` normalised (as ``transform``
+    says; None: the fixed preparation), ``label`` int; ``augment``: train-time augmentation of image files.
     The returned dataset has ``.num_classes`` (int) and ``.classes`` (list of names, index = label).
     Raises ``ValueError`` for an unknown spec or split, ``FileNotFoundError`` for missing files.
     """
@@ -262,7 +299,7 @@ def load_dataset(spec: str, split: str = "train", img_size: int = 32, seed: int 
         raise ValueError(f"img_size must be a positive int, got {img_size!r}")
     kind, _, arg = spec.partition(":")
     if kind == "digits":
-        return _digits(arg or None, split, img_size, seed)
+        return _digits(arg or None, split, img_size, seed, transform)
     if kind == "synthetic":
         if arg:
             raise ValueError(f"spec 'synthetic' takes no argument, got {spec!r}")
@@ -270,10 +307,10 @@ def load_dataset(spec: str, split: str = "train", img_size: int = 32, seed: int 
     if kind in ("cifar10", "cifar100"):
         if not arg:
             raise ValueError(f"spec {kind!r} needs a directory: '{kind}:DIR'")
-        return _cifar(kind, arg, split, img_size)
+        return _cifar(kind, arg, split, img_size, transform, augment)
     path = os.path.expanduser(spec)
     if os.path.isdir(path):
-        return _image_folder(path, split, img_size, seed, skip_bad_images)
+        return _image_folder(path, split, img_size, seed, skip_bad_images, transform, augment)
     raise ValueError(
         f"unknown dataset spec {spec!r}: expected 'digits', 'digits:0-4', 'synthetic', 'cifar10:DIR', "
         f"'cifar100:DIR' or an existing ImageFolder directory"

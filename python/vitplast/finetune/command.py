@@ -34,6 +34,13 @@ loss of every step), checkpoint.pt (atomic), summary.json (finished marker), plo
 overwritten, and a directory another process is writing is refused (a lock left by a killed run is
 taken over). Under ``torchrun --nproc-per-node N`` the run is
 data-parallel (gloo on CPU, nccl on GPU) and metrics and plasticity are combined over ranks.
+
+A grid's runs train one after another here, ``--jobs N`` at a time in processes, or as Ray tasks on a
+cluster (``--executor ray --ray-address auto``: a run whose worker or node dies is retried and resumes
+from its checkpoint). ``--shard I/N`` trains one slice of the run list (a SLURM array sets it; pass
+``--resume`` so a requeued shard continues); the same command without ``--shard``, with ``--resume`` or
+``--analyse-only``, then writes grid_summary.json. With Ray or shards, --out must be on storage every
+node reaches.
 """
 
 

@@ -11,11 +11,22 @@ from ..options.groups import DataOptions
 from ..runtime.distributed import DistContext
 
 
+def item_seed(seed: int, it: int, position: int) -> int:
+    """The seed of the augmentation of the image at ``position`` of iteration ``it``'s global batch."""
+    return (seed * 1_000_003 + it) * 65_537 + position
+
+
+def _item(dataset, index: int, seed: int):
+    """Item ``index`` of ``dataset``, its random augmentation (if any) drawn from ``seed``."""
+    return dataset[(index, seed)] if getattr(dataset, "augmented", False) else dataset[index]
+
+
 class StepBatches:
     """Global batch of iteration ``it`` as a pure function of ``(seed, it)``: epoch ``e`` visits the
     training set in ``randperm(seed, e)`` order, incomplete last batches are dropped. Rank ``r`` of
     ``w`` takes sequences ``r, r + w, ...`` of the global batch, so the data order needs no saving
-    beyond the iteration number, and a resumed run sees exactly the batches it would have seen."""
+    beyond the iteration number, and a resumed run sees exactly the batches it would have seen; an
+    augmented dataset's images draw their augmentation from ``(seed, it, position)`` alike."""
 
     def __init__(self, dataset, batch_size: int, seed: int, rank: int = 0, world: int = 1):
         self.dataset, self.batch_size, self.seed = dataset, batch_size, seed
@@ -36,12 +47,21 @@ class StepBatches:
             self._perm, self._perm_epoch = torch.randperm(self.n, generator=g), epoch
         return self._perm[k * self.batch_size : (k + 1) * self.batch_size][self.rank :: self.world]
 
+    def keys(self, it: int) -> list:
+        """The dataset keys of this rank's share of iteration ``it``: indices, or ``(index, seed)``
+        pairs for an augmented dataset."""
+        idx = self.indices(it).tolist()
+        if not getattr(self.dataset, "augmented", False):
+            return idx
+        positions = range(self.rank, self.batch_size, self.world)
+        return [(i, item_seed(self.seed, it, p)) for i, p in zip(idx, positions, strict=True)]
+
     def get(self, it: int) -> tuple[torch.Tensor, torch.Tensor]:
-        idx = self.indices(it)
         images, labels = self._tensors
         if isinstance(images, torch.Tensor) and isinstance(labels, torch.Tensor):
+            idx = self.indices(it)
             return images[idx], labels[idx]
-        items = [self.dataset[int(i)] for i in idx]
+        items = [self.dataset[k] for k in self.keys(it)]
         return torch.stack([x for x, _ in items]), torch.tensor([y for _, y in items], dtype=torch.long)
 
     def iterate(self, start: int, stop: int, workers: int = 0):
@@ -52,7 +72,7 @@ class StepBatches:
             return
         from torch.utils.data import DataLoader
 
-        sampler = [self.indices(it).tolist() for it in range(start, stop)]
+        sampler = [self.keys(it) for it in range(start, stop)]
         loader = DataLoader(self.dataset, batch_sampler=sampler, num_workers=workers)
         for it, (x, y) in zip(range(start, stop), loader, strict=True):
             yield it, x, y
@@ -91,12 +111,15 @@ def evaluate(model, dataset, device, *, limit=0, batch_size=256, dctx=None, amp=
     return (correct / count, loss / count) if count else (float("nan"), float("nan"))
 
 
-def load_data(opts: DataOptions, seed: int, img_size: int):
-    """``(train, val)`` datasets of ``--data`` at ``img_size``."""
+def load_data(opts: DataOptions, seed: int, img_size: int, transform=None):
+    """``(train, val)`` datasets of ``--data`` at ``img_size``, prepared by ``transform`` (a
+    :class:`vitplast.data.transforms.ImageTransform`; None: the fixed preparation), the training images
+    augmented unless ``--no-augment``."""
     from ..data.datasets import load_dataset
 
-    return (load_dataset(opts.data, "train", img_size=img_size, seed=seed),
-            load_dataset(opts.data, "val", img_size=img_size, seed=seed))
+    return (load_dataset(opts.data, "train", img_size=img_size, seed=seed, transform=transform,
+                         augment=opts.augment),
+            load_dataset(opts.data, "val", img_size=img_size, seed=seed, transform=transform))
 
 
 def probe_batch(train_ds, n: int, dctx: DistContext, device) -> torch.Tensor:
@@ -106,7 +129,8 @@ def probe_batch(train_ds, n: int, dctx: DistContext, device) -> torch.Tensor:
     pick = torch.randperm(len(train_ds), generator=g)[:n]
     if pick.numel() < n:
         raise ValueError(f"--probe {n} exceeds the training set ({len(train_ds)} images)")
-    probe = torch.stack([train_ds[int(i)][0] for i in pick])[dctx.rank :: dctx.world].to(device)
+    probe = torch.stack([_item(train_ds, int(i), 12345 + k)[0] for k, i in enumerate(pick)])
+    probe = probe[dctx.rank :: dctx.world].to(device)
     if probe.shape[0] % 2:
         raise ValueError(f"--probe {n} must split into an even number of images per process")
     return probe

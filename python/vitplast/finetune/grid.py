@@ -2,21 +2,29 @@
 into its run directory by :func:`vitplast.finetune.loop.train_run`, then aggregated.
 
 One combination trains into ``--out``; several train into ``--out/<train>-lr<lr>-s<seed>/`` and write
-``--out/grid_summary.json`` and the grid plots.
+``--out/grid_summary.json`` and the grid plots. The runs of a grid go through an executor
+(:mod:`vitplast.runs.executors`): one after another in this process, ``--jobs`` processes, or Ray tasks
+(``--executor ray``); ``--shard I/N`` trains one slice of the run list and writes no summary, which a
+final pass without ``--shard`` (with ``--resume``, or ``--analyse-only``) writes. Results never depend
+on the executor.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from pathlib import Path
+
+import torch
 
 from ..options.fields import options_for
 from ..outputs.reporter import Reporter
-from ..runs.rundir import RunDirError, write_json_atomic
-from ..runtime.distributed import init_distributed
+from ..runs.executors import GridProgress, Job, make_executor
+from ..runs.rundir import RunDir, RunDirError, config_differences, write_json_atomic
+from ..runtime.distributed import DistContext, init_distributed
 from .loop import AfterStep, train_run
 from .options import FinetuneOptions
-from .preflight import prepare
+from .preflight import Prepared, prepare
 from .report import aggregate, format_table
 from .spec import RunSpec, run_name
 
@@ -29,20 +37,61 @@ def finetune_options(opts: FinetuneOptions | None = None, /, **keywords) -> Fine
 
 
 def grid_specs(opts: FinetuneOptions) -> list[RunSpec]:
-    """One spec per (train, lr, seed), in that nesting order."""
+    """One spec per (train, lr, seed), in that nesting order (the run list that ``--shard`` slices)."""
     settings, out = opts.settings(), Path(opts.out)
     combos = [(t, lr, s) for t in opts.train for lr in opts.lr for s in opts.seed]
-    return [RunSpec(t, lr, s, out if len(combos) == 1 else out / run_name(t, lr, s), settings, opts.resume)
+    resume = opts.resume or opts.analyse_only
+    return [RunSpec(t, lr, s, out if len(combos) == 1 else out / run_name(t, lr, s), settings, resume)
             for t, lr, s in combos]
+
+
+def config_mismatches(specs: Sequence[RunSpec]) -> list[tuple[RunSpec, str]]:
+    """``(spec, what differs)`` for every existing run directory (partial or finished) whose
+    config.json differs from what ``spec`` would write: what a resume would refuse."""
+    out = []
+    for spec in specs:
+        rd = RunDir(spec.directory)
+        if rd.state() not in ("partial", "finished"):
+            continue
+        try:
+            saved = rd.saved_config()
+            diffs = config_differences(saved, spec.resume_config(saved))
+        except (RunDirError, ValueError) as exc:
+            diffs = [str(exc)]
+        if diffs:
+            out.append((spec, "; ".join(diffs)))
+    return out
+
+
+def mismatch_message(mismatches: Sequence[tuple[RunSpec, str]], root: Path | None = None) -> str:
+    """One line naming every mismatching run (its directory, relative to ``root`` when under it),
+    grouped by what differs."""
+    groups: dict[str, list[str]] = {}
+    for spec, diff in mismatches:
+        name = spec.directory.name
+        if root is not None and spec.directory.is_relative_to(root):
+            name = str(spec.directory.relative_to(root))
+        groups.setdefault(diff, []).append(name)
+    parts = [f"{diff} in {len(names)} run(s) ({', '.join(names)})" for diff, names in groups.items()]
+    return (f"{len(mismatches)} existing run(s) were trained with options that differ: " + "; ".join(parts)
+            + "; pass the same options, or choose another --out")
+
+
+def train_grid_run(spec: RunSpec, prepared: Prepared, dctx: DistContext | None = None,
+                   reporter: Reporter | None = None, after_step: AfterStep | None = None) -> dict:
+    """One run of a grid: :func:`train_run` with its options as positional arguments (an executor's job;
+    a worker passes none of the last three: its reporter is silent)."""
+    return train_run(spec, prepared, dctx=dctx, reporter=reporter or Reporter.silent(), after_step=after_step)
 
 
 def finetune(opts: FinetuneOptions | None = None, /, *, reporter: Reporter | None = None,
              after_step: AfterStep | None = None, **keywords) -> dict:
     """Run the finetuning grid of ``opts`` (a :class:`FinetuneOptions`, or keywords that build one).
 
-    Returns ``{"runs": [summary per combination], "table": aggregate rows, "table_text": str}``.
-    ``reporter`` receives the messages (default: printed); ``after_step(done)`` is called after every
-    step of every run (a test may raise there to stop as if killed).
+    Returns ``{"runs": [summary per combination], "table": aggregate rows, "table_text": str}`` (a
+    ``--shard``: the runs of the shard and ``"shard"``). ``reporter`` receives the messages (default:
+    printed); ``after_step(done)`` is called after every step of every run trained in this process (a
+    test may raise there to stop as if killed).
     """
     opts = finetune_options(opts, **keywords)
     prepared = prepare(opts.settings(), opts.train, opts.seed[0])  # before any file is created
@@ -52,26 +101,70 @@ def finetune(opts: FinetuneOptions | None = None, /, *, reporter: Reporter | Non
     dctx = init_distributed(opts.device)
     if not dctx.is_main:
         reporter = Reporter.silent()
+    saved_threads = torch.get_num_threads()
+    if opts.threads:
+        torch.set_num_threads(opts.threads)  # the runs of this process (workers set their own)
     try:
-        if len(specs) > 1 and (out / "grid_summary.json").exists() and not opts.resume:
+        if len(specs) > 1 and (out / "grid_summary.json").exists() and not specs[0].resume:
             raise RunDirError(f"--out {out} already holds a finished grid (grid_summary.json); refusing to "
                               "overwrite it: choose another --out (or pass --resume to load its results)")
-        summaries = []
-        for spec in specs:
-            s = train_run(spec, prepared, dctx=dctx, reporter=reporter, after_step=after_step)
-            summaries.append(s)
-            reporter.say(f"{spec.train:<10} lr={spec.lr:g} seed={spec.seed}: accuracy {s['initial_acc']:.4f} "
-                         f"-> {s['final_acc']:.4f} ({s['trainable_params']:,} trainable parameters)")
-        rows = aggregate(summaries, opts.components)
-        result = {"runs": summaries, "table": rows, "table_text": format_table(rows)}
-        if dctx.is_main and len(specs) > 1:
-            config = {f.name: getattr(opts, f.name) for f in dataclasses.fields(opts)}
-            write_json_atomic(out / "grid_summary.json", {"config": config, **result})
-            if opts.plots:
-                from .plots import plot_grid
-
-                plot_grid(rows, out / "plots")
-        reporter.say(result["table_text"])
-        return result
+        if specs[0].resume and (mismatches := config_mismatches(specs)):
+            raise RunDirError(mismatch_message(mismatches))
+        if len(specs) == 1 and opts.executor == "local" and opts.shard is None:
+            summaries = [train_run(specs[0], prepared, dctx=dctx, reporter=reporter, after_step=after_step)]
+        else:
+            summaries = _train_grid(opts, specs, prepared, dctx, reporter, after_step)
+        if opts.shard is not None:
+            source = " (from SLURM_ARRAY_TASK_ID; --shard none: every run)" if opts.shard_env else ""
+            reporter.say(f"shard {opts.shard}{source}: {len(summaries)} of {len(specs)} runs done; run the "
+                         "grid without --shard (with --resume, or --analyse-only) to aggregate it")
+            return {"runs": summaries, "shard": str(opts.shard)}
+        return _aggregate(opts, specs, summaries, dctx, reporter)
     finally:
+        torch.set_num_threads(saved_threads)
         dctx.close()
+
+
+def _train_grid(opts: FinetuneOptions, specs: list[RunSpec], prepared: Prepared, dctx: DistContext,
+                reporter: Reporter, after_step: AfterStep | None) -> list[dict]:
+    """The runs of this process (its ``--shard``; none with ``--analyse-only``, which loads them)."""
+    if opts.analyse_only:
+        unfinished = [s.directory.name for s in specs if RunDir(s.directory).state() != "finished"]
+        if unfinished:
+            raise RunDirError(f"--analyse-only: {len(unfinished)} of {len(specs)} runs are not finished "
+                              f"({', '.join(unfinished)}); train them first (the shards, or without "
+                              "--analyse-only)")
+        return [RunDir(s.directory).summary() for s in specs]
+    mine = opts.shard.select(specs) if opts.shard is not None else specs
+    executor = make_executor(opts, jobs=opts.jobs or 1, threads=opts.threads, lockstep=dctx.enabled,
+                             device_type="cuda" if opts.device.startswith("cuda") else "cpu")
+    with executor:
+        here = executor.in_process
+        grid = [Job(train_grid_run, (s, prepared, dctx, reporter, after_step) if here else (s, prepared),
+                    s.directory, s.label, retry_args=None if here else (dataclasses.replace(s, resume=True),
+                                                                        prepared)) for s in mine]
+        progress = GridProgress(reporter, total=len(grid), wanted=opts.progress, desc="finetuning runs")
+        try:
+            return executor.run(grid, progress)
+        finally:
+            progress.close()
+
+
+def _aggregate(opts: FinetuneOptions, specs: list[RunSpec], summaries: list[dict], dctx: DistContext,
+               reporter: Reporter) -> dict:
+    """The table of the grid and, for several runs, grid_summary.json and the grid plots."""
+    for spec, s in zip(specs, summaries, strict=True):
+        reporter.say(f"{spec.train:<10} lr={spec.lr:g} seed={spec.seed}: accuracy {s['initial_acc']:.4f} "
+                     f"-> {s['final_acc']:.4f} ({s['trainable_params']:,} trainable parameters)")
+    rows = aggregate(summaries, opts.components)
+    result = {"runs": summaries, "table": rows, "table_text": format_table(rows)}
+    out = Path(opts.out)
+    if dctx.is_main and len(specs) > 1:
+        config = {f.name: getattr(opts, f.name) for f in dataclasses.fields(opts)}
+        write_json_atomic(out / "grid_summary.json", {"config": config, **result})
+        if opts.plots:
+            from .plots import plot_grid
+
+            plot_grid(rows, out / "plots")
+    reporter.say(result["table_text"])
+    return result

@@ -1,6 +1,7 @@
 """Where a finetuning run's rows go: metrics.jsonl and TensorBoard (:class:`RunLog`).
 
-Every row goes to both: the training loss of every step, the monitor, evaluation and ``auto`` rows.
+Every row goes to both: the training loss of every step, the monitor (plasticity per component, mean
+over layers and per layer; gradient norms), evaluation and ``auto`` rows.
 The per-step losses stay on the device and are written in groups (one host sync and, under DDP, one
 all-reduce per group) at points that depend only on the iteration: before any other row, before a
 checkpoint, every ``TRAIN_FLUSH_EVERY`` steps and at the end. So rows of iterations before a checkpoint
@@ -34,7 +35,8 @@ def tensorboard(run_path: Path):
 
 
 def tensorboard_write(tb, rec: dict, step: int) -> None:
-    """The scalars of one metrics record (loss, lr, accuracy, plasticity and gradient norm per group)."""
+    """The scalars of one metrics record: loss, lr, accuracy, plasticity per component (mean over layers,
+    ``plasticity/{c}``, and per layer, ``plasticity/{c}/layer_{l}``) and gradient norm per group."""
     if tb is None:
         return
     kind = rec["kind"]
@@ -43,6 +45,11 @@ def tensorboard_write(tb, rec: dict, step: int) -> None:
             tb.add_scalar(f"{kind}/{key}", rec[key], step)
     for group, value in rec.get("plasticity_mean", {}).items():
         tb.add_scalar(f"plasticity/{group}", value, step)
+    if kind == "monitor":
+        for group, per_layer in rec.get("plasticity", {}).items():
+            for layer, value in enumerate(per_layer):
+                if value == value:  # NaN: a layer without pairs
+                    tb.add_scalar(f"plasticity/{group}/layer_{layer}", value, step)
     for group, value in rec.get("grad_norm", {}).items():
         tb.add_scalar(f"grad_norm/{group}", value, step)
     if kind == "auto":  # the plasticity --train auto measured before training, and what it chose

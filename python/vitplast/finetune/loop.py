@@ -2,14 +2,20 @@
 
 The run directory (:class:`vitplast.runs.rundir.RunDir`) holds config.json, metrics.jsonl (monitor,
 eval and train records: the training loss of every step), checkpoint.pt (atomic) and summary.json (the
-finished marker); with ``--export``, model.safetensors (and adapter/ for LoRA). Everything a resumed
-run needs to continue exactly is in the checkpoint: model, optimiser, scheduler, RNG states, running
-accuracies and, for ``--train auto``, the components it chose; the data order is a function of the
-iteration. The directory is locked while the run writes it (a second writer is refused).
+finished marker, with the reproducibility record of :func:`vitplast.runs.provenance.provenance`); with
+``--export``, model.safetensors (and adapter/ for LoRA). Everything a resumed run needs to continue
+exactly is in the checkpoint: model, optimiser, RNG states, running accuracies and, for ``--train
+auto``, the components it chose; the data order (and each image's augmentation) is a function of the
+iteration, and the lr schedule one of the step. The directory is locked while the run writes it (a
+second writer is refused).
+
+A step is ``--grad-accum`` forward and backward passes over equal parts of its batch (the first one
+monitored when the step is recorded), then gradient clipping (``--grad-clip``) and one optimiser step.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import time
@@ -25,7 +31,7 @@ from .auto import trained_parts
 from .data import StepBatches, evaluate, load_data, probe_batch
 from .export import export_weights
 from .log import RunLog
-from .model import fresh_model, lr_schedule, make_optimizer, make_trainable, run_device
+from .model import current_lr, fresh_model, make_optimizer, make_scheduler, make_trainable, run_device
 from .preflight import Prepared
 from .spec import RunSpec
 
@@ -36,17 +42,32 @@ def _open_run_dir(spec: RunSpec, dctx: DistContext) -> RunDir:
     """Rank 0 opens (and validates) the directory; the others read what it validated."""
     rd = RunDir(spec.directory, writer=dctx.is_main)
     err = None
-    if dctx.is_main:
+    try:
+        config = spec.resume_config(_saved_config(rd))
+    except RunDirError as exc:
+        config, err = None, str(exc)
+    if dctx.is_main and err is None:
         try:
-            rd.open(spec.config(), resume=spec.resume)
+            rd.open(config, resume=spec.resume)
         except RunDirError as exc:
             err = str(exc)
     err = dctx.broadcast_object(err)
     if err:
         raise RunDirError(err)
     if not dctx.is_main:
-        rd.open(spec.config(), resume=True)  # read-only: the checkpoint rank 0 validated
+        rd.open(config, resume=True)  # read-only: the checkpoint rank 0 validated
     return rd
+
+
+def _saved_config(rd: RunDir) -> dict | None:
+    """The config.json of a run directory that holds one, else None."""
+    if not rd.config_path.is_file():
+        return None
+    try:
+        saved = json.loads(rd.config_path.read_text())
+    except (OSError, ValueError):
+        return None  # RunDir.open reports it
+    return saved if isinstance(saved, dict) else None
 
 
 def train_run(spec: RunSpec, prepared: Prepared, *, dctx: DistContext | None = None,
@@ -86,7 +107,7 @@ class Training:
     wrapped: torch.nn.Module  # DDP and/or torch.compile around model
     params: list
     opt: torch.optim.Optimizer
-    sched: torch.optim.lr_scheduler.LRScheduler
+    sched: object  # a timm scheduler, stepped by step_update(step)
     feed: StepBatches
     val_ds: object
     recorder: object
@@ -110,25 +131,23 @@ def _setup(spec: RunSpec, prepared: Prepared, dctx: DistContext, rd: RunDir, rep
     amp = autocast(s.amp, device)
     torch.manual_seed(spec.seed)
     model = fresh_model(s, prepared.num_classes)
-    train_ds, val_ds = load_data(s, spec.seed, prepared.img_size)
+    train_ds, val_ds = load_data(s, spec.seed, prepared.img_size, prepared.transform)
     model.to(device).train()
     feed = StepBatches(train_ds, s.batch_size, spec.seed, dctx.rank, dctx.world)
-    if s.monitor_every and not s.probe and (s.batch_size // dctx.world) % 2:
-        raise ValueError(f"--batch-size {s.batch_size} gives {s.batch_size // dctx.world} images per "
-                         "process: must be even to monitor on the training batch halves (or pass --probe N)")
+    _check_micro_batches(s, dctx)
     ckpt, log = rd.checkpoint, RunLog(rd, dctx)
     parts, auto = trained_parts(s, spec.train, model, feed, device, dctx, amp, ckpt, log, reporter)
     model, names = make_trainable(model, parts, s.lora_r, s.components, s.lora_targets)
     params = [p for p in model.parameters() if p.requires_grad]
-    opt = make_optimizer(s, params, spec.lr)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_schedule(s))
+    opt = make_optimizer(s, model, spec.lr)
+    sched = make_scheduler(s, opt)
     probe = probe_batch(train_ds, s.probe, dctx, device) if s.probe else None
     recorder = StepRecorder(model, s.monitor_every, probe=probe, dist=dctx, amp=amp,
                             start=ckpt["step"] if ckpt is not None else 0, components=s.components)
     if ckpt is not None:
         model.load_state_dict(ckpt["model"])
         opt.load_state_dict(ckpt["optimizer"])
-        sched.load_state_dict(ckpt["scheduler"])
+        sched.step_update(ckpt["step"])  # the schedule is a function of the step: nothing else to restore
         state, start = ckpt["state"], ckpt["step"]
     else:
         acc0, loss0 = evaluate(model, val_ds, device, limit=s.eval_limit, dctx=dctx, amp=amp)
@@ -144,6 +163,19 @@ def _setup(spec: RunSpec, prepared: Prepared, dctx: DistContext, rd: RunDir, rep
                     count_parameters(model, names), state, start)
 
 
+def _check_micro_batches(s, dctx: DistContext) -> None:
+    """Each process's share of a step's batch splits into ``--grad-accum`` equal micro-batches, the
+    first of them even when the training batch's halves are monitored."""
+    share = s.batch_size // dctx.world
+    if share % s.grad_accum:
+        raise ValueError(f"--grad-accum {s.grad_accum}: must divide the {share} images per process of "
+                         f"--batch-size {s.batch_size}")
+    if s.monitor_every and not s.probe and (share // s.grad_accum) % 2:
+        raise ValueError(f"--batch-size {s.batch_size} gives {share // s.grad_accum} images per process and "
+                         "micro-batch: must be even to monitor on the training batch halves (or pass --probe "
+                         "N)")
+
+
 def _wrap(model: torch.nn.Module, compile_mode: str | None, dctx: DistContext, device) -> torch.nn.Module:
     """DDP under torchrun, then torch.compile (after the recorder attached its hooks: they are compiled
     into the step's graph)."""
@@ -157,14 +189,29 @@ def _wrap(model: torch.nn.Module, compile_mode: str | None, dctx: DistContext, d
     return wrapped
 
 
+def _forward_backward(t: Training, x, y, n_micro: int) -> torch.Tensor:
+    """The step's loss (mean over its batch), its gradients accumulated over ``n_micro`` equal parts of
+    the batch; the first part's forward is the one the monitor captures when the step is recorded, and
+    under DDP only the last backward synchronises the gradients."""
+    total = torch.zeros((), device=x.device)
+    no_sync = getattr(t.wrapped, "no_sync", None)
+    for k, (xk, yk) in enumerate(zip(x.chunk(n_micro), y.chunk(n_micro), strict=True)):
+        sync = no_sync() if no_sync is not None and k < n_micro - 1 else contextlib.nullcontext()
+        watched = t.recorder.training_forward() if k == 0 else contextlib.nullcontext()
+        with sync:
+            with watched, t.amp():
+                logits = t.wrapped(xk)
+            loss = torch.nn.functional.cross_entropy(logits.float(), yk) * (yk.shape[0] / y.shape[0])
+            loss.backward()
+        total = total + loss.detach()
+    return total
+
+
 def _step(t: Training, spec: RunSpec, it: int, x, y, bar) -> None:
-    """One optimiser step: forward (monitored when due), backward, record, clip, update."""
+    """One optimiser step: forward and backward (monitored when due), record, clip, update."""
     x, y = x.to(t.device, non_blocking=True), y.to(t.device, non_blocking=True)
-    with t.recorder.training_forward(), t.amp():
-        logits = t.wrapped(x)
-    loss = torch.nn.functional.cross_entropy(logits.float(), y)
-    loss.backward()
-    lr_now = t.sched.get_last_lr()[0]
+    loss = _forward_backward(t, x, y, spec.settings.grad_accum)
+    lr_now = current_lr(t.opt)
     if t.recorder.due:
         rec = t.recorder.record(it, loss, lr_now)
         if t.state["plasticity_start"] is None:
@@ -172,10 +219,10 @@ def _step(t: Training, spec: RunSpec, it: int, x, y, bar) -> None:
         t.log.log(rec)
         bar.set_postfix(loss=f"{rec['loss']:.3f}", acc=f"{t.state['last_acc']:.3f}", refresh=False)
     t.log.train(it, loss, lr_now)  # every step's loss (written in groups, no sync per step)
-    if spec.settings.grad_clip is not None:
+    if spec.settings.grad_clip:  # None or 0: no clipping
         torch.nn.utils.clip_grad_norm_(t.params, spec.settings.grad_clip)
     t.opt.step()
-    t.sched.step()
+    t.sched.step_update(it + 1)
     t.opt.zero_grad(set_to_none=True)
     t.recorder.step()
 
@@ -216,10 +263,11 @@ def _train(spec: RunSpec, prepared: Prepared, dctx: DistContext, rd: RunDir, rep
         t.recorder.close()
         bar.close()
         t.log.close()
-    return _finish(spec, t, rd, dctx, time.perf_counter() - t0 if t.start == 0 else None)
+    return _finish(spec, prepared, t, rd, dctx, time.perf_counter() - t0 if t.start == 0 else None)
 
 
-def _finish(spec: RunSpec, t: Training, rd: RunDir, dctx: DistContext, seconds: float | None) -> dict:
+def _finish(spec: RunSpec, prepared: Prepared, t: Training, rd: RunDir, dctx: DistContext,
+            seconds: float | None) -> dict:
     """The summary (written last: it marks the run finished), the curves and the exported weights."""
     from .selection import count_parameters
 
@@ -230,7 +278,7 @@ def _finish(spec: RunSpec, t: Training, rd: RunDir, dctx: DistContext, seconds: 
         "initial_acc": t.state["initial_acc"], "plasticity_start": t.state["plasticity_start"],
         "trainable_params": t.n_train, "total_params": count_parameters(t.model),
         "steps": s.steps, "world_size": dctx.world, "seconds": seconds,
-        "run_dir": str(spec.directory), "model": s.model, "data": s.data,
+        "run_dir": str(spec.directory), "model": s.model, "data": s.data, "provenance": prepared.provenance,
     }
     if t.auto is not None:
         summary["auto"] = t.auto

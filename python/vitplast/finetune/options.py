@@ -8,6 +8,7 @@ these classes (:mod:`vitplast.options.fields`).
 from __future__ import annotations
 
 import dataclasses
+import os
 
 from ..models.builder import DIGITS_MODEL, check_digits_options
 from ..options import parsing as T
@@ -26,6 +27,7 @@ from ..options.fields import (
     settle,
 )
 from ..options.groups import GROUP_TITLES, DataOptions, ModelOptions, OptimOptions, RuntimeOptions
+from ..runs.executors import GRID_TITLE, ExecutorOptions
 from ..runs.paths import check_out_dir
 from .log import tensorboard_writer_class
 from .lora import lora_target_parts
@@ -34,7 +36,7 @@ from .selection import SPECIAL, TRAIN_CHOICES, TRAIN_ORDER, check_train_syntax, 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 TRAIN_AMP = ("none", "bf16")  # fp16 autocast would need loss scaling
 GROUPS = {**GROUP_TITLES, "train": "what to train (comma-separated values form a grid)",
-          "out": "monitoring and outputs"}
+          "out": "monitoring and outputs", **GRID_TITLE}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,8 +93,9 @@ class RunSettings(RuntimeOptions, OptimOptions, DataOptions, ModelOptions):  # f
 
 
 @dataclasses.dataclass(frozen=True)
-class FinetuneOptions(RunSettings):
-    """The options of ``vitplast finetune`` (and of :func:`vitplast.finetune.finetune`)."""
+class FinetuneOptions(ExecutorOptions, RunSettings):
+    """The options of ``vitplast finetune`` (and of :func:`vitplast.finetune.finetune`): the settings
+    every run shares, the grid, and where its runs train (:class:`ExecutorOptions`)."""
 
     train: list = option(",".join(TRAIN_ORDER), f"one or more of {', '.join(TRAIN_CHOICES)}, auto@layer; "
                          "join components with +; LABEL@LAYERS trains only those layers (MHA@3, FC1@0-2, "
@@ -115,6 +118,13 @@ class FinetuneOptions(RunSettings):
         check_out_dir(self.out)
         RunSettings.validate(self)
         check_trains(self, self.train)
+        self.validate_executor()
+        if self.shard_env and len(self.train) * len(self.lr) * len(self.seed) == 1:
+            settle(self, shard=None, shard_env=False)  # one run per array task: the task's own choice
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1 and (self.jobs or 1) > 1:
+            raise OptionError("--jobs must be 1 under torchrun (each run is already data-parallel)")
+        if self.analyse_only and len(self.train) * len(self.lr) * len(self.seed) == 1:
+            raise OptionError("--analyse-only applies to a grid (several --train, --lr or --seed values)")
 
     def settings(self) -> RunSettings:
         """The settings every run of this grid shares."""

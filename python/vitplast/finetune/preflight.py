@@ -1,45 +1,59 @@
 """What ``vitplast finetune`` checks before it creates any file, once per model: the model (name,
-``--model-arg``, ``--weights``), the data, and what each ``--train`` value asks of them (``--probe``,
-``--batch-size``, ``--budget``, the component map). The option classes have checked every value on its
-own; these checks need the model or the data, so they build both once (the caller's RNG state is left
-as it was). A bad value stops the command with nothing written. What they find (the classes, the input
-size) is kept in a :class:`Prepared` that every run of the grid receives.
+``--model-arg``, ``--weights``, ``--pretrained``), the data, the recipe (``--layer-decay``,
+``--grad-accum``) and what each ``--train`` value asks of them (``--probe``, ``--batch-size``,
+``--budget``, the component map). The option classes have checked every value on its own; these checks
+need the model or the data, so they build both once (the caller's RNG state is left as it was). A bad
+value stops the command with nothing written. What they find (the classes, the input size, the images'
+preparation, the reproducibility record) is kept in a :class:`Prepared` that every run of the grid
+receives.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
-from ..models.builder import input_size
+from ..data.transforms import ImageTransform, transform_record, with_overrides
 from .data import load_data
-from .model import fresh_model
+from .model import built_model, make_optimizer
 from .options import RunSettings
 from .selection import parse_train
+
+CHECK_SIZE = 8  # the images' size while the data is checked, before the model says its own
 
 
 @dataclasses.dataclass(frozen=True)
 class Prepared:
-    """What the checks found, for every run of the same settings: the number of classes of ``--data``
-    and the model's input size."""
+    """What the checks found, for every run of the same settings: the number of classes of ``--data``,
+    the model's input size, how its images are prepared (None: the fixed preparation) and the
+    reproducibility record (:func:`vitplast.runs.provenance.provenance`) of the summaries."""
 
     num_classes: int
     img_size: int
+    transform: ImageTransform | None = None
+    provenance: dict[str, Any] | None = None
 
 
 def prepare(settings: RunSettings, trains: Sequence[str], seed: int) -> Prepared:
     """Raises ValueError (or FileNotFoundError for missing data) for what a run of ``settings`` with
     any of ``trains`` would fail on before training; writes nothing."""
+    from ..runs.provenance import provenance
+
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        first, _ = load_data(settings, seed, settings.img_size or 32)
-        model = fresh_model(settings, first.num_classes)
-        size = input_size(model, settings.img_size)
-        if size != (settings.img_size or 32):
-            first, _ = load_data(settings, seed, size)
-        train_ds, val_ds = first, _
+        first, _ = load_data(settings, seed, CHECK_SIZE)
+        built = built_model(settings, first.num_classes)
+        model, size = built.net, built.img_size
+        transform = with_overrides(built.transform, settings)
+        train_ds, val_ds = load_data(settings, seed, size, transform)
+    if settings.batch_size % settings.grad_accum:
+        raise ValueError(f"--grad-accum {settings.grad_accum}: must divide --batch-size "
+                         f"{settings.batch_size}")
+    if settings.layer_decay is not None:
+        make_optimizer(settings, model, 1e-3)  # a model without block grouping raises here
     n = len(train_ds)
     if n == 0 or len(val_ds) == 0:
         raise ValueError(f"--data {settings.data}: no {'training' if n == 0 else 'validation'} images")
@@ -51,7 +65,10 @@ def prepare(settings: RunSettings, trains: Sequence[str], seed: int) -> Prepared
                          f"({n} images)")
     for train in dict.fromkeys(trains):
         check_train(settings, train, model)
-    return Prepared(num_classes=first.num_classes, img_size=size)
+    data = {"data": settings.data, "classes": first.num_classes, "train_images": n, "val_images": len(val_ds)}
+    record = transform_record(transform, size)
+    return Prepared(num_classes=first.num_classes, img_size=size, transform=transform,
+                    provenance=provenance(built, data, record))
 
 
 def check_train(settings: RunSettings, train: str, model: torch.nn.Module) -> None:

@@ -40,14 +40,16 @@ def aggregate(summaries: list[dict], components=None) -> list[dict]:
 
 
 def format_table(rows: list[dict]) -> str:
-    """The per-component table (the paper's): accuracy mean +- std, gain, plasticity, parameters."""
+    """The per-component table (the paper's): accuracy mean +- std over seeds (``(n = 1)`` for a single
+    seed, which has no std), gain, plasticity, parameters."""
     head = (f"{'train':<16} {'lr':>8} {'seeds':>5} {'accuracy':>17} {'gain':>8} {'plasticity':>10} "
             f"{'params':>10}")
     lines = [head, "-" * len(head)]
     for r in rows:
         plast = f"{r['plasticity']:.3f}" if "plasticity" in r else "-"
+        spread = f"± {r['acc_std']:<6.4f}" if r["n"] >= 2 else f"{'(n = 1)':<8}"  # no std of one seed
         lines.append(
-            f"{r['train']:<16} {r['lr']:>8.2g} {r['n']:>5} {r['acc_mean']:>9.4f} ± {r['acc_std']:<6.4f}"
+            f"{r['train']:<16} {r['lr']:>8.2g} {r['n']:>5} {r['acc_mean']:>9.4f} {spread}"
             f" {r['gain']:>+8.4f} {plast:>10} {r['trainable_params']:>10,}"
         )
     if rows:

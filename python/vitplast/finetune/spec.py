@@ -1,13 +1,32 @@
 """The run spec: one finetuning run, fully described by typed values (what ``vitplast finetune``'s grid
 makes for each (train, lr, seed), what claim hands to :func:`vitplast.finetune.train_run`, and what an
-executor ships to a worker: it pickles, and it is what the run directory's config.json records)."""
+executor ships to a worker: it pickles, and it is what the run directory's config.json records).
+
+A resumed run's options are compared with its config.json (:meth:`RunSpec.resume_config`). Options added
+after that file was written are absent from it: each is compared with the value that does what a run
+without the option did (:data:`ADDED_OPTIONS`), and a resume with another value is refused, naming the
+flags that resume it."""
 
 from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
 
+from ..runs.lock import RunDirError
 from .options import RunSettings
+
+ANY = object()  # an added option whose every value agrees with a run written without it
+# option -> (the value of a run written before it existed, the flag that gives that value)
+ADDED_OPTIONS = {
+    "pretrained": (False, "without --pretrained"),
+    "random_init": (ANY, ""),  # the weights rule makes it what the run did: random without weights
+    "model_transform": (False, "--no-model-transform"),
+    "mean": (None, "without --mean"),
+    "std": (None, "without --std"),
+    "augment": (False, "--no-augment"),
+    "layer_decay": (None, "without --layer-decay"),
+    "grad_accum": (1, "--grad-accum 1"),
+}
 
 
 def run_name(train: str, lr: float, seed: int) -> str:
@@ -33,3 +52,19 @@ class RunSpec:
         values = {f.name: getattr(self.settings, f.name) for f in dataclasses.fields(self.settings)}
         return {**values, "out": str(self.directory), "resume": self.resume, "train": self.train,
                 "lr": self.lr, "seed": self.seed}
+
+    def resume_config(self, saved: dict | None) -> dict:
+        """:meth:`config` as it is compared with ``saved`` (the run directory's config.json; None: a new
+        run): the added options ``saved`` lacks are left out when they hold the value of a run written
+        without them; RunDirError naming the flags to pass otherwise."""
+        config = self.config()
+        if saved is None:
+            return config
+        absent = [k for k in ADDED_OPTIONS if k in config and k not in saved]
+        differ = [k for k in absent if ADDED_OPTIONS[k][0] is not ANY and config[k] != ADDED_OPTIONS[k][0]]
+        if differ:
+            hows = ", ".join(ADDED_OPTIONS[k][1] for k in differ)
+            raise RunDirError(f"--resume: {self.directory} was written before the options "
+                              f"{', '.join(differ)} existed; resuming it needs {hows}, which do what it "
+                              "did (or choose another --out)")
+        return {k: v for k, v in config.items() if k not in absent}

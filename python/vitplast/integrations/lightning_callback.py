@@ -7,15 +7,19 @@ Usage::
     trainer = lightning.Trainer(callbacks=[PlasticityCallback(every=50)], ...)
     trainer.fit(module)            # module: a LightningModule holding e.g. a timm ViT
 
-Every ``every``-th optimizer step the training forwards of that step (all micro-batches under
-gradient accumulation) are measured: pairs are the two halves of each training batch by default
-(``pairs="halves"``: image ``i`` with ``i + B``). The metrics ``plasticity/{component}`` (mean over
-layers) and ``plasticity/{component}/layer_{l}`` go to every logger of the trainer
-(``logger.log_metrics`` at ``trainer.global_step``, i.e. regardless of ``log_every_n_steps``) and into
-``trainer.callback_metrics`` (usable by ``ModelCheckpoint``/``EarlyStopping``). Under DDP the per-pair
-sums are all-reduced before the means are taken, so every logged value covers the global batch. At the
-end of training, rank 0 writes ``plasticity.json`` (every measured step merged) into ``dirpath`` or
-``trainer.log_dir``.
+Lightning numbers its optimizer steps 0, 1, 2, ... (``trainer.global_step`` while a step runs; what
+``self.log`` in ``training_step`` is logged at). The training forwards of the steps numbered 0,
+``every``, ``2 * every``, ... (all micro-batches under gradient accumulation) are measured: pairs are
+the two halves of each training batch by default (``pairs="halves"``: image ``i`` with ``i + B``). The
+metrics ``plasticity/{component}`` (mean over layers) and ``plasticity/{component}/layer_{l}`` go to
+every logger of the trainer at the number of the step they were measured in (``logger.log_metrics``,
+whatever ``log_every_n_steps``) and into ``trainer.callback_metrics`` (usable by
+``ModelCheckpoint``/``EarlyStopping``); the callback's settings (``every``, ``protocol``, ``pairs``,
+...) join the loggers' hyperparameters under ``plasticity`` (``hparams.yaml``, TensorBoard's HPARAMS).
+Under DDP the per-pair sums are all-reduced before the means are taken, so every logged value covers
+the global batch. At the end of training, rank 0 writes ``plasticity.json`` (every measured step
+merged; the model named after the module holding the measured components, e.g. the timm ViT inside
+the LightningModule) into ``dirpath`` or ``trainer.log_dir``.
 
 The hooks are attached in ``on_fit_start``: after Lightning has moved the model to its device and
 wrapped it (the capture's sums live on the model's device), before the first forward, so a
@@ -35,16 +39,16 @@ from .step_monitor import StepMonitor
 
 
 class PlasticityCallback(Callback):
-    """Measures plasticity every ``every`` optimizer steps of ``Trainer.fit``.
+    """Measures plasticity on the optimizer steps of ``Trainer.fit`` numbered 0, ``every``, ``2 * every``, ...
 
     Args:
-        every: measure every ``every``-th optimizer step (0, k, 2k, ...).
+        every: measure the steps whose number is a multiple of ``every``.
         module: attribute path of the submodule to measure (``"model"`` for ``pl_module.model``);
             default the LightningModule itself (its components are found by the presets or
             ``components``).
         dirpath: where ``plasticity.json`` is written (default ``trainer.log_dir``).
         prefix: metric name prefix; ``per_layer``: also log per-layer values.
-        plot: also write ``plasticity.png``.
+        plot: also write ``plasticity.png`` and ``plasticity_heatmap.png``.
         capture_kwargs: :func:`vitplast_kernels.capture`'s options (``protocol``, ``pairs``,
             ``components``, ``embedding``, ``tokens``, ...).
     """
@@ -76,10 +80,14 @@ class PlasticityCallback(Callback):
 
     def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self.files = []
-        self.steps.start(self._target(pl_module))
+        self.steps.start(self._target(pl_module), wrapper=self.module is None)
+        if trainer.is_global_zero:
+            for logger in trainer.loggers:
+                logger.log_hyperparams({self.steps.prefix: self.steps.settings()})
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._global_step = trainer.global_step  # restored from a checkpoint by now
+        self.steps.set_step(trainer.global_step)
 
     def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any,
                              batch_idx: int) -> None:
@@ -87,18 +95,19 @@ class PlasticityCallback(Callback):
 
     def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
-        if trainer.global_step != self._global_step:  # this batch ended an optimizer step
-            self._global_step = trainer.global_step
+        if trainer.global_step != self._global_step:  # this batch ended the optimizer step _global_step
+            step, self._global_step = self._global_step, trainer.global_step
             metrics = self.steps.end_step()
             if metrics:
-                self._log(trainer, pl_module, metrics)
+                self._log(trainer, pl_module, metrics, step)
         self.steps.pause()
 
-    def _log(self, trainer: Trainer, pl_module: LightningModule, metrics: dict[str, float]) -> None:
+    def _log(self, trainer: Trainer, pl_module: LightningModule, metrics: dict[str, float],
+             step: int) -> None:
         pl_module.log_dict(metrics, on_step=True, on_epoch=False, logger=False)
         if trainer.is_global_zero:
             for logger in trainer.loggers:
-                logger.log_metrics(metrics, step=trainer.global_step)
+                logger.log_metrics(metrics, step=step)
 
     def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         directory = self.dirpath if self.dirpath is not None else trainer.log_dir  # collective under DDP

@@ -5,14 +5,14 @@ over the run and written at the end.
 Event order a callback follows::
 
     start(model, step)    hooks attached (before the first forward, so torch.compile traces them),
-                          the schedule at ``step`` (a resumed run's); measuring is paused at once
-                          (sanity checks, evaluation)
+                          the current step numbered ``step`` (a resumed run's, or the trainer's own
+                          numbering); measuring is paused at once (sanity checks, evaluation)
     resume()              a training step begins: the monitor's own step decides if it is measured
     end_step() -> dict    an optimizer step is done: the measured result (ranks combined) as metrics
                           (or advance(), which only moves the schedule on, for a caller that reads
                           the results itself)
     pause()               no forward until the next resume() is measured (evaluation, checkpoints)
-    write(dir)            plasticity.json (all measured steps merged) and optionally a plot
+    write(dir)            plasticity.json (all measured steps merged) and optionally the figures
     stop()                hooks removed
 
 Under ``torch.distributed`` every rank must call :meth:`end_step` on the same steps (trainers do);
@@ -53,6 +53,29 @@ def metrics_of(result: PlasticityResult, prefix: str = "plasticity",
     return out
 
 
+def model_name(module: torch.nn.Module) -> str:
+    """A model's name for reports: timm's architecture name, a transformers config's name, else the
+    class name (of the original module under ``torch.compile``)."""
+    module = getattr(module, "_orig_mod", module)
+    pretrained = getattr(module, "pretrained_cfg", None)
+    architecture = pretrained.get("architecture") if isinstance(pretrained, dict) else None
+    if isinstance(architecture, str):
+        return architecture
+    name = getattr(getattr(module, "config", None), "name_or_path", None)
+    return name if isinstance(name, str) and name else type(module).__name__
+
+
+def measured_model(root: torch.nn.Module, module_names: list[str]) -> torch.nn.Module:
+    """The direct child of ``root`` holding every measured module when there is one (a LightningModule
+    keeping its ViT as ``self.model``: the ViT), else ``root``."""
+    firsts = {name.split(".", 1)[0] for name in module_names}
+    if len(firsts) == 1 and all("." in name for name in module_names):
+        child = getattr(root, next(iter(firsts)), None)
+        if isinstance(child, torch.nn.Module):
+            return child
+    return root
+
+
 def _device_of(model: torch.nn.Module) -> torch.device:
     for t in model.parameters():
         return t.device
@@ -70,7 +93,8 @@ class StepMonitor:
             ``components``, ``embedding``, ``tokens``, ``backend``, ...).
 
     Attributes: ``total`` (all measured steps merged, ranks combined; None before the first),
-    ``measured_steps``, ``skipped_steps``, ``monitor`` (the underlying Monitor while started).
+    ``measured_steps``, ``skipped_steps``, ``monitor`` (the underlying Monitor while started),
+    ``model_name`` (of the model measured: :func:`model_name`, recorded in the written result).
     """
 
     def __init__(self, every: int = 10, *, prefix: str = "plasticity", per_layer: bool = True,
@@ -88,20 +112,37 @@ class StepMonitor:
         self._pause: contextlib.AbstractContextManager | None = None
         self._due = False
         self._device = torch.device("cpu")
+        self.model_name: str | None = None  # of the model measured (set by start)
 
     # ---------------------------------------------------------------- lifecycle
-    def start(self, model: torch.nn.Module, step: int = 0) -> None:
-        """Attaches the hooks to ``model`` (paused), the schedule at ``step`` (the step a resumed run
-        continues at); a previous run's state is dropped."""
+    def start(self, model: torch.nn.Module, step: int = 0, *, wrapper: bool = False) -> None:
+        """Attaches the hooks to ``model`` (paused), the current step numbered ``step`` (measured when it
+        is a multiple of ``every``: the step a resumed run continues at, or the trainer's number of its
+        first step); a previous run's state is dropped. ``wrapper``: ``model`` wraps the network
+        measured (a LightningModule), which names the result (:func:`measured_model`)."""
         self.stop()
         self.total, self.measured_steps, self.skipped_steps = None, 0, 0
         self._device = _device_of(model)
-        self.monitor = vk.monitor(model, every=self.every, **self.capture_kwargs)
-        if step:  # the monitor's step counter continues at ``step``
-            self.monitor.steps = step - 1
-            self.monitor.step()
+        self.monitor = vk.monitor(model, every=self.every, start=step, **self.capture_kwargs)
+        names = [n for per_layer in self.monitor.capture.modules.values() for ns in per_layer.values()
+                 for n in ns]
+        self.model_name = model_name(measured_model(model, names) if wrapper else model)
         self._due = self.monitor.active
         self.pause()
+
+    def set_step(self, step: int) -> None:
+        """Numbers the current step ``step`` (a run restored from a checkpoint after :meth:`start`)."""
+        paused = self._pause is not None
+        self.resume()
+        self.monitor.set_step(step)
+        self._due = self.monitor.active
+        if paused:
+            self.pause()
+
+    @property
+    def step_number(self) -> int:
+        """The number of the current step."""
+        return self.monitor.steps if self.monitor is not None else 0
 
     def stop(self) -> None:
         """Removes the hooks (the accumulated ``total`` stays)."""
@@ -179,14 +220,24 @@ class StepMonitor:
         if self.total is None:
             return []
         directory = Path(directory)
+        meta = {**self.total.meta, "model": self.model_name or self.total.meta.get("model"),
+                "every": self.every, "measured_steps": self.measured_steps,
+                "skipped_steps": self.skipped_steps, "world_size": world_size()}
         res = PlasticityResult(self.total.stats, self.total.components, self.total.layers,
-                               heads=self.total.head_stats,
-                               meta={**self.total.meta, "every": self.every,
-                                     "measured_steps": self.measured_steps,
-                                     "skipped_steps": self.skipped_steps, "world_size": world_size()})
+                               heads=self.total.head_stats, meta=meta)
         paths = [directory / filename]
         res.to_json(paths[0])
-        if plot:
-            paths.append(paths[0].with_suffix(".png"))
+        if plot:  # the curves and the layers x components heatmap
+            stem = paths[0].with_suffix("")
+            paths += [stem.with_suffix(".png"), stem.with_name(stem.name + "_heatmap.png")]
             res.plot(paths[1])
+            res.plot(paths[2], kind="heatmap")
         return paths
+
+    def settings(self) -> dict:
+        """What this monitor measures, as plain values (a trainer's hyperparameters): ``every``,
+        ``per_layer`` and the capture's options (defaults filled in, ``None`` values left out)."""
+        options = {"protocol": "in_situ", "pairs": "halves", **self.capture_kwargs}
+        plain = {k: v if isinstance(v, (bool, int, float, str)) else str(v) for k, v in options.items()
+                 if v is not None}
+        return {"every": self.every, "per_layer": self.per_layer, **plain}

@@ -12,12 +12,13 @@ from typing import Any
 from .options import MeasureOptions
 
 
-def _batches(dataset, n_images: int, seed: int):
+def _batches(dataset, n_images: int, seed: int, workers: int = 0):
     """Image tensors of up to ``n_images`` images, shuffled by ``seed`` (a batch may come short, or be
-    skipped, when bad images are skipped)."""
+    skipped, when bad images are skipped); ``workers`` processes decode them."""
     from vitplast.data.datasets import make_loader
 
-    for batch in make_loader(dataset, batch_size=n_images, shuffle=True, seed=seed, drop_last=True):
+    for batch in make_loader(dataset, batch_size=n_images, shuffle=True, seed=seed, drop_last=True,
+                             num_workers=workers):
         yield None if batch is None else batch[0]
 
 
@@ -28,6 +29,7 @@ class MeasureData:
 
     x: Any
     y: Any | None
+    workers: int = 0
 
     @property
     def usable_images(self) -> int:
@@ -53,13 +55,13 @@ class MeasureData:
         import torch
 
         if self.y is None:
-            for xb in _batches(self.x, batch_size, seed):
+            for xb in _batches(self.x, batch_size, seed, self.workers):
                 n = 0 if xb is None else xb.shape[0] - xb.shape[0] % 2
                 if n >= 2:
                     yield xb[:n]
             return
-        for xb, yb in zip(_batches(self.x, batch_size // 2, seed),
-                          _batches(self.y, batch_size // 2, seed + 1), strict=False):
+        for xb, yb in zip(_batches(self.x, batch_size // 2, seed, self.workers),
+                          _batches(self.y, batch_size // 2, seed + 1, self.workers), strict=False):
             k = 0 if xb is None or yb is None else min(xb.shape[0], yb.shape[0])
             if k >= 1:
                 yield torch.cat([xb[:k], yb[:k]])
@@ -75,16 +77,18 @@ class MeasureData:
             check_images(self.y, batches, batch_size // 2, seed + 1)
 
 
-def open_data(opts: MeasureOptions, img_size: int, *, check: bool = True) -> MeasureData:
-    """The datasets of ``opts`` at ``img_size``; with ``check`` (and without ``--skip-bad-images``) the
-    image files the run reads are decoded first, so a bad one stops it before any work."""
+def open_data(opts: MeasureOptions, img_size: int, transform=None, *, check: bool = True) -> MeasureData:
+    """The datasets of ``opts`` at ``img_size``, prepared by ``transform`` (a
+    :class:`vitplast.data.transforms.ImageTransform`; None: the fixed preparation); with ``check`` (and
+    without ``--skip-bad-images``) the image files the run reads are decoded first, so a bad one stops it
+    before any work."""
     from vitplast.data.datasets import load_dataset
 
     def load(spec: str):
         return load_dataset(spec, opts.split, img_size=img_size, seed=opts.seed,
-                            skip_bad_images=opts.skip_bad_images)
+                            skip_bad_images=opts.skip_bad_images, transform=transform)
 
-    data = MeasureData(load(opts.data), load(opts.pair_data) if opts.pair_data else None)
+    data = MeasureData(load(opts.data), load(opts.pair_data) if opts.pair_data else None, opts.workers)
     if check and not opts.skip_bad_images:
         data.check_images(opts.batches, opts.batch_size, opts.seed)
     return data

@@ -1,5 +1,6 @@
-"""The options of ``vitplast measure``: :class:`MeasureOptions`, composed from the model and runtime groups
-of :mod:`vitplast.options.groups` (flags, defaults, checks and wording: :mod:`vitplast.options.fields`)."""
+"""The options of ``vitplast measure``: :class:`MeasureOptions`, composed from the model, data and runtime
+groups of :mod:`vitplast.options.groups` (flags, defaults, checks and wording:
+:mod:`vitplast.options.fields`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import dataclasses
 from ..models.builder import DIGITS_MODEL
 from ..options import parsing as T
 from ..options.fields import Kind, OptionError, choice, integer, option, optional, settle
-from ..options.groups import ModelOptions, RuntimeOptions
+from ..options.groups import DataOptions, ModelOptions, RuntimeOptions
 from ..runtime.precision import AMP_ALIASES, AMP_CHOICES
 
 PROTOCOLS = ("in_situ", "decomposition")
@@ -24,17 +25,18 @@ def _json_object(value):
 
 
 @dataclasses.dataclass(frozen=True)
-class MeasureOptions(RuntimeOptions, ModelOptions):  # fields: the model group first
+class MeasureOptions(RuntimeOptions, DataOptions, ModelOptions):  # fields: the model group first
     """Every option of ``vitplast measure`` (a keyword of :func:`vitplast.measure.measure` each)."""
 
     # the model group, with measure's defaults and wording
     model: str | None = option(
-        None, f"timm model name, or {DIGITS_MODEL!r}; default: the architecture of the finetune run that "
-        f"wrote --weights, else {DIGITS_MODEL} (the embedded ViT pretrained here on digits 0-4)",
-        group="model")
+        None, "timm name (with a pretrained tag, or hf-hub:ORG/NAME), hf:ID_OR_DIR (a transformers image "
+        f"model), or {DIGITS_MODEL!r}; default: the model of --weights (a finetune run directory, a model "
+        f"folder), else {DIGITS_MODEL} (the embedded ViT pretrained here on digits 0-4)", group="model")
     weights: str | None = option(
-        None, "local checkpoint (.safetensors / .pth / .npz) or a vitplast finetune run directory; without "
-        "it a --model is random init (warns)", metavar="PATH", group="model")
+        None, "local checkpoint (.safetensors, .pth, .bin, .npz; a Lightning .ckpt, a timm training "
+        "checkpoint), a vitplast finetune run directory, or a model folder (a hub snapshot, a "
+        "save_pretrained directory)", metavar="PATH", group="model")
     img_size: int | None = option(None, "image size (default: the model's own; 32 for the digits ViT)",
                                   group="model", kind=optional(integer(1)))
     # the runtime group's autocast; --dtype (float32, bfloat16, float16 too) is its deprecated spelling
@@ -45,10 +47,12 @@ class MeasureOptions(RuntimeOptions, ModelOptions):  # fields: the model group f
         "the model does not have (by default an error)", action="store_true", group="model")
     data: str | None = option(
         None, "ImageFolder DIR, or a spec of load_dataset ('digits:0-4', 'cifar10:DIR', ...); default "
-        f"{DEFAULT_DATA!r} with --pair-data {DEFAULT_PAIR_DATA!r}", metavar="SPEC")
+        f"{DEFAULT_DATA!r} with --pair-data {DEFAULT_PAIR_DATA!r}", metavar="SPEC", group="data")
+    # measuring never augments
+    augment: bool = option(False, cli=False)
     pair_data: str | None = option(
         None, "matched cross-domain pairs: X from --data, Y from here (same spec forms as --data)",
-        metavar="SPEC")
+        metavar="SPEC", group="data")
     skip_bad_images: bool = option(
         False, "skip (and count) image files that cannot be decoded instead of stopping with an error",
         action="store_true")

@@ -1,9 +1,12 @@
 """``measure(...)``: the measurement behind ``vitplast measure`` (its options: :class:`MeasureOptions`).
 
 Order of work: every option is checked, then ``out`` (it must be able to receive the output set), then
-the datasets are opened and the model built with its weights and components; only then do the forward
-passes run. The output set (``plasticity.json``, ``plasticity.png``, ``run.json``) is written as a unit
-(:mod:`vitplast.runs.output_set`).
+the datasets are opened and the model built with its weights and components, and the datasets opened
+again with the model's own input preparation; only then do the forward passes run. The output set
+(``plasticity.json``, ``plasticity.png``, ``plasticity_heatmap.png``, ``run.json``) is written as a unit
+(:mod:`vitplast.runs.output_set`); ``run.json`` holds the reproducibility record
+(:func:`vitplast.runs.provenance.provenance`: versions, model, weights' sha256 or hub revision, data,
+transform).
 """
 
 from __future__ import annotations
@@ -19,18 +22,19 @@ from ..outputs.reporter import Reporter
 from .data import MeasureData, batches_to_run, open_data
 from .options import MeasureOptions
 
-OUTPUT_FILES = ("plasticity.json", "plasticity.png", "run.json")
+OUTPUT_FILES = ("plasticity.json", "plasticity.png", "plasticity_heatmap.png", "run.json")
+# the images' size while the data is checked, before the model says its own (in-memory data stays small)
+CHECK_SIZE = 8
 # run.json records the autocast dtype by its torch name as "dtype", beside "amp"
 AUTOCAST_DTYPES = {"none": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 
 @dataclasses.dataclass(frozen=True)
 class Architecture:
-    """The model to build: its name, constructor keywords and input size."""
+    """The model to build: its name and constructor keywords (its input size is the built model's)."""
 
     name: str
     model_kwargs: dict
-    img_size: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,6 +48,7 @@ class Subject:
     data: MeasureData
     device: Any
     img_size: int
+    transform: Any  # vitplast.data.transforms.ImageTransform, or None: the fixed preparation
 
 
 def measure(opts: MeasureOptions | None = None, /, *, reporter: Reporter | None = None, **keywords: Any):
@@ -114,25 +119,18 @@ def _check_out(opts: MeasureOptions):
 
 
 def _architecture(opts: MeasureOptions) -> Architecture:
-    """The model ``opts`` asks for (completed from the finetune run that wrote ``--weights``; its
+    """The model ``opts`` asks for (completed from the finetune run or model folder of ``--weights``; its
     ``--model-arg`` keywords over that run's), checked before anything is opened or built."""
-    from vitplast.models.builder import (
-        DIGITS_MODEL,
-        check_digits_options,
-        default_img_size,
-        resolve_architecture,
-    )
+    from vitplast.models.builder import check_digits_options, plan_model
 
-    name, run_kwargs, img_size = resolve_architecture(opts.model, opts.weights, opts.img_size)
-    model_kwargs = {**run_kwargs, **opts.model_kwargs}
-    if name != DIGITS_MODEL:
-        return Architecture(name, model_kwargs, img_size or default_img_size(name))
-    img_size = check_digits_options(model_kwargs, img_size, opts.pretrain_config)
-    if opts.weights is None:  # it will be pretrained into the cache unless there already
-        from vitplast.models.digits import check_cache_dir
+    plan = plan_model(opts)
+    if plan.source.kind == "digits":
+        check_digits_options(plan.model_kwargs, plan.img_size, opts.pretrain_config)
+        if plan.weights is None and not plan.random_init:  # it will be pretrained into the cache unless there
+            from vitplast.models.digits import check_cache_dir
 
-        check_cache_dir(opts.cache_dir)
-    return Architecture(name, model_kwargs, img_size)
+            check_cache_dir(opts.cache_dir)
+    return Architecture(plan.source.name, plan.model_kwargs)
 
 
 def _shows_progress(opts: MeasureOptions) -> bool:
@@ -141,27 +139,30 @@ def _shows_progress(opts: MeasureOptions) -> bool:
 
 def _prepare(opts: MeasureOptions, arch: Architecture) -> Subject:
     """The datasets (opened first: a bad ``--data`` fails before any first-run digits pretraining), the
-    model with its weights, initialised from ``--seed`` when random, and its capture."""
+    model with its weights, initialised from ``--seed`` when random, its capture, and the datasets again
+    as the model prepares its inputs (``--mean``/``--std``/``--no-model-transform`` applied)."""
     import torch
 
+    from vitplast.data.transforms import with_overrides
     from vitplast.models.builder import build_model
     from vitplast.runtime.device import resolve_device
 
     from .capture import make_capture
 
-    data = open_data(opts, arch.img_size)
+    data = open_data(opts, CHECK_SIZE)  # checked (and its classes counted) before the model is built
     with torch.random.fork_rng(devices=[]):  # random initialisation from --seed: the run replays
         torch.manual_seed(opts.seed)
-        built = build_model(arch.name, data.x.num_classes, weights=opts.weights,
-                            model_kwargs=arch.model_kwargs, img_size=arch.img_size,
-                            allow_partial=opts.allow_partial_weights, cache_dir=opts.cache_dir,
-                            seed=opts.seed, pretrain_config=opts.pretrain_config,
+        built = build_model(opts, data.x.num_classes, allow_partial=opts.allow_partial_weights,
+                            cache_dir=opts.cache_dir, seed=opts.seed, pretrain_config=opts.pretrain_config,
                             progress=_shows_progress(opts))
-    if built.img_size != arch.img_size:
-        data = open_data(opts, built.img_size, check=False)
+    if built.origin["kind"] == "random":
+        warnings.warn(f"{built.name}: no weights given (--random-init), measuring random init; random-init "
+                      "ViTs rank components almost opposite to pretrained ones", stacklevel=3)
+    transform = with_overrides(built.transform, opts)
+    data = open_data(opts, built.img_size, transform, check=False)
     capture = make_capture(built.net, arch.name, opts)
     device = resolve_device(opts.device)
-    return Subject(built, built.net.to(device).eval(), capture, data, device, built.img_size)
+    return Subject(built, built.net.to(device).eval(), capture, data, device, built.img_size, transform)
 
 
 def _forward_passes(opts: MeasureOptions, subject: Subject, n_run: int) -> int:
@@ -191,18 +192,25 @@ def _forward_passes(opts: MeasureOptions, subject: Subject, n_run: int) -> int:
 
 def _write_outputs(out_set, opts: MeasureOptions, subject: Subject, res, *, measured: int, bad: list[str],
                    elapsed: float) -> None:
-    """``plasticity.json``, ``plasticity.png`` and ``run.json`` (what was measured, how) as one set."""
+    """``plasticity.json``, ``plasticity.png`` and ``run.json`` (what was measured, how, and the
+    reproducibility record) as one set."""
+    from vitplast.data.transforms import transform_record
+    from vitplast.runs.provenance import provenance
     from vitplast.runs.rundir import write_json_atomic
 
     built = subject.built
-    run_info = dict(model=built.name, model_kwargs=built.timm_kwargs, weights=opts.weights, data=opts.data,
+    data = dict(data=opts.data, pair_data=opts.pair_data, split=opts.split, images=subject.data.sizes())
+    transform = transform_record(subject.transform, subject.img_size)
+    run_info = dict(model=built.name, model_kwargs=built.timm_kwargs, weights=opts.weights,
+                    pretrained=opts.pretrained, random_init=opts.random_init, data=opts.data,
                     pair_data=opts.pair_data, protocol=opts.protocol, pairs=opts.pairs, batches=measured,
                     batch_size=opts.batch_size, batch_size_unit="images", device=str(subject.device),
                     dtype=AUTOCAST_DTYPES[opts.amp], amp=opts.amp, img_size=subject.img_size, seed=opts.seed,
                     split=opts.split, seconds=round(elapsed, 3), model_desc=built.description,
-                    components=opts.components, embedding=opts.embedding, bad_images=bad,
-                    files=list(OUTPUT_FILES))
+                    components=opts.components, embedding=opts.embedding, bad_images=bad, transform=transform,
+                    provenance=provenance(built, data, transform), files=list(OUTPUT_FILES))
     with out_set.writing() as tmp:
         res.to_json(tmp / "plasticity.json")
         res.plot(tmp / "plasticity.png")
+        res.plot(tmp / "plasticity_heatmap.png", kind="heatmap")  # layers x components
         write_json_atomic(tmp / "run.json", run_info)

@@ -3,19 +3,21 @@
 ``read_state_dict(path)`` accepts:
 
 - ``*.safetensors``;
-- ``*.pth`` / ``*.pt`` / ``*.bin`` / ``*.ckpt``: a state dict, or one wrapped as ``{"state_dict": ..}``,
-  ``{"model": ..}`` or ``{"module": ..}`` (EMA weights, ``state_dict_ema``/``model_ema``, first), read
-  by :func:`load_weights_only` (``torch.load(weights_only=True)``, also what reads a run's
+- ``*.pth`` / ``*.pt`` / ``*.bin`` / ``*.ckpt``: a state dict, or one wrapped as ``{"state_dict": ..}``
+  (Lightning's ``.ckpt``), ``{"model": ..}`` or ``{"module": ..}`` (EMA weights, ``state_dict_ema``/
+  ``model_ema``, first, as timm's ``load_checkpoint`` reads its training checkpoints), read by
+  :func:`load_weights_only` (``torch.load(weights_only=True)``, also what reads a run's
   ``checkpoint.pt``): nothing but tensors and plain containers is unpickled (plus numpy arrays, which
-  random-number-generator states may hold);
+  random-number-generator states may hold, and the ``argparse.Namespace`` of timm's training arguments);
 - a ``vitplast finetune`` run directory (its ``model.safetensors`` export when present, else its
   ``checkpoint.pt``).
 
-Prefixes of wrappers are removed (``module.`` from DDP, ``_orig_mod.`` from ``torch.compile``,
-``base_model.model.`` from peft), and peft LoRA adapters are merged into the weights they adapt
-(``W + B @ A * alpha / r``; peft's copies of ``modules_to_save`` replace the originals). Every
-problem — a missing, truncated or corrupt file, a pickle holding other objects — raises
-:class:`CheckpointError` (a ``ValueError``) naming the file.
+Prefixes of wrappers are removed (``module.`` from DDP, with timm's ``clean_state_dict``; ``_orig_mod.``
+from ``torch.compile``, ``base_model.model.`` from peft; a LightningModule's attribute, such as
+``model.``, by :func:`align_prefix` once the model's own names are known), and peft LoRA adapters are
+merged into the weights they adapt (``W + B @ A * alpha / r``; peft's copies of ``modules_to_save``
+replace the originals). Every problem — a missing, truncated or corrupt file, a pickle holding other
+objects — raises :class:`CheckpointError` (a ``ValueError``) naming the file.
 """
 
 from __future__ import annotations
@@ -57,26 +59,30 @@ def resolve_path(path: str | os.PathLike) -> Path:
     return p
 
 
-def numpy_globals() -> list:
-    """The numpy types a weights-only load may rebuild (arrays: the RNG states a checkpoint may hold)."""
+def weights_only_globals() -> list:
+    """The types a weights-only load may rebuild besides tensors and plain values: numpy arrays (the RNG
+    states a checkpoint may hold) and ``argparse.Namespace`` (timm's training checkpoints keep their
+    arguments in one: a plain attribute holder)."""
+    import argparse
+
     import numpy as np
 
     core = getattr(np, "_core", None) or np.core
     dtype_classes = [type(np.dtype(t)) for t in ("uint32", "int64", "float64", "bool")]  # numpy >= 1.25
-    return [core.multiarray._reconstruct, np.ndarray, np.dtype, *dtype_classes]
+    return [core.multiarray._reconstruct, np.ndarray, np.dtype, *dtype_classes, argparse.Namespace]
 
 
 def load_weights_only(path: str | os.PathLike, what: str, *, error: type[ValueError] = CheckpointError,
                       objects_advice: str = "save a state dict (model.state_dict()) or a .safetensors file",
                       unreadable_advice: str = "") -> object:
     """``torch.load(path, weights_only=True)`` on the CPU: the one weights-only loader. Nothing but
-    tensors, plain values and containers is unpickled (plus the numpy arrays of :func:`numpy_globals`).
+    tensors, plain values and containers is unpickled (plus the types of :func:`weights_only_globals`).
 
     Raises ``error`` whose message starts with ``what`` (the file as the caller names it) and ends with
     the caller's advice: the pickle holds other objects (the refused global named), or the file is not a
     readable checkpoint (truncated or corrupt)."""
     try:
-        with torch.serialization.safe_globals(numpy_globals()):
+        with torch.serialization.safe_globals(weights_only_globals()):
             return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
         raise error(f"{what} holds Python objects other than tensors and plain values, which are not loaded "
@@ -137,12 +143,45 @@ def _is_state_dict(d: dict) -> bool:
 
 def strip_prefixes(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """``state`` with wrapper prefixes (:data:`PREFIXES`) removed from every name."""
+    from timm.models import clean_state_dict
+
     out = {}
-    for k, v in state.items():
+    for k, v in clean_state_dict(state).items():
         while k.startswith(PREFIXES):
             k = k[len(next(p for p in PREFIXES if k.startswith(p))):]
         out[k] = v
     return out
+
+
+def _leading(names, depth: int = 2) -> set[str]:
+    """The prefixes of ``names`` made of their first 1..``depth`` segments (``"a."``, ``"a.b."``)."""
+    out = set()
+    for name in names:
+        parts = name.split(".")
+        out.update(".".join(parts[:i]) + "." for i in range(1, min(depth, len(parts) - 1) + 1))
+    return out
+
+
+def align_prefix(state: dict[str, torch.Tensor], names) -> dict[str, torch.Tensor]:
+    """``state`` renamed to fit a model whose tensors are ``names``: the one leading prefix whose removal
+    (a wrapper's attribute: a LightningModule's ``model.``; the wrapper's other tensors are left out) or
+    addition (the model wraps what the checkpoint holds) makes the most names the model's. Unchanged when
+    its names are the model's already, or no prefix makes more of them match."""
+    own = set(names)
+    best, hits = state, sum(k in own for k in state)
+    if hits == len(state):
+        return state
+    for p in sorted(_leading(state)):
+        moved = {k[len(p):]: v for k, v in state.items() if k.startswith(p)}
+        score = sum(k in own for k in moved)
+        if score > hits:
+            best, hits = moved, score
+    for p in sorted(_leading(own)):
+        moved = {p + k: v for k, v in state.items()}
+        score = sum(k in own for k in moved)
+        if score > hits:
+            best, hits = moved, score
+    return best
 
 
 _LORA = re.compile(r"^(?P<mod>.+)\.lora_(?P<ab>[AB])\.(?P<adapter>[^.]+)\.weight$")

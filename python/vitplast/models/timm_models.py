@@ -1,12 +1,16 @@
-"""A timm model by name: :func:`create_vit`, the one function that creates a model (the digits ViT and
-every timm model of :mod:`vitplast.models.builder` come from it); nothing is downloaded.
+"""A timm model by name: :func:`create_vit`, the one function that creates a timm model (the digits ViT
+and every timm model of :mod:`vitplast.models.builder` come from it), and what the model says of itself
+afterwards: its data config (:func:`timm_data_config`) and where its pretrained weights came from
+(:func:`pretrained_origin`).
 
-``create_vit(name, num_classes, img_size=None, weights=None, allow_partial=False, **timm_kwargs)``:
-``weights=None`` gives random init, with a ``UserWarning`` (random-init ViTs rank components almost
-opposite to pretrained ones, so a measurement of one is rarely what is wanted); a local checkpoint is
-loaded by :func:`vitplast.models.weights.load_weights`. ``img_size`` is passed to timm only when the
-model's constructor takes it (ViTs do; ResNets do not: the images are then simply resized to
-``img_size``).
+``create_vit(name, num_classes, img_size=None, weights=None, pretrained=False, allow_partial=False,
+**timm_kwargs)``: ``name`` is any name ``timm.create_model`` takes (a registry name, with a pretrained
+tag, ``hf-hub:ORG/NAME``, ``local-dir:DIR``). ``pretrained=True`` is timm's own loading: the Hugging Face
+hub and its local cache (``HF_HUB_OFFLINE`` honoured), or the file of a ``pretrained_cfg_overlay``;
+``weights`` is a local checkpoint loaded by :func:`vitplast.models.weights.load_weights`; with neither,
+random init, with a ``UserWarning`` (random-init ViTs rank components almost opposite to pretrained
+ones). ``img_size`` is passed to timm only when the model's constructor takes it (ViTs do; ResNets do
+not: the images are then simply resized to ``img_size``).
 """
 
 from __future__ import annotations
@@ -20,48 +24,116 @@ from .weights import load_weights
 
 
 def create_vit(name: str, num_classes: int, img_size: int | None = None,
-               weights: str | os.PathLike | None = None, *, allow_partial: bool = False,
-               **timm_kwargs) -> nn.Module:
+               weights: str | os.PathLike | None = None, *, pretrained: bool = False,
+               allow_partial: bool = False, **timm_kwargs) -> nn.Module:
     """A timm model ``name`` with a ``num_classes`` head, in eval mode, float32, on CPU.
 
     ``img_size`` (int) is passed to timm when the model takes it (position embeddings sized for it;
     checkpoint ones are resampled); ``timm_kwargs`` go to ``timm.create_model`` (e.g. ``patch_size``,
     ``depth``, ``embed_dim``). ``weights``: a local checkpoint (see the module docstring) or None for
-    random init (warns). Raises ``ValueError`` for an unknown model name or arguments it does not take.
+    random init (warns); ``pretrained``: timm's weights (see the module docstring). Raises ``ValueError``
+    for an unknown model name, arguments it does not take, or pretrained weights that cannot be had.
     """
     import timm
 
     if not isinstance(num_classes, int) or num_classes < 0:
         raise ValueError(f"num_classes must be an int >= 0, got {num_classes!r}")
-    if not isinstance(name, str) or not timm.is_model(name):
-        close = timm.list_models(f"*{name.split('_')[0]}*")[:8] if isinstance(name, str) and name else []
-        raise ValueError(f"model {name!r} is not a timm model name"
-                         f"{'; similar: ' + ', '.join(close) if close else ''}")
+    check_timm_name(name)
     kwargs = dict(timm_kwargs)
     if img_size is not None:
         kwargs["img_size"] = img_size
     try:
-        model = timm.create_model(name, pretrained=False, num_classes=num_classes, **kwargs)
-    except TypeError as exc:
-        if "img_size" in kwargs and "img_size" in str(exc) and "img_size" not in timm_kwargs:
+        model = _create(timm, name, num_classes, pretrained, kwargs, timm_kwargs)
+    except RejectedArguments as exc:
+        if "img_size" in kwargs and "img_size" in exc.named and "img_size" not in timm_kwargs:
             kwargs.pop("img_size")  # a model without an input size (ResNets): images are just resized
-            model = _create(timm, name, num_classes, kwargs)
+            model = _create(timm, name, num_classes, pretrained, kwargs, timm_kwargs)
         else:
-            raise ValueError(_rejected(name, kwargs, timm_kwargs, exc)) from None
-    if weights is None:
+            raise
+    if weights is None and not pretrained:
         warnings.warn(f"{name}: no weights given, using random init; random-init ViTs rank components "
                       f"almost opposite to pretrained ones (pass weights=PATH / --weights PATH)",
                       stacklevel=2)
-    else:
+    elif weights is not None:
         load_weights(model, weights, allow_partial=allow_partial)
     return model.eval()
 
 
-def _create(timm, name: str, num_classes: int, kwargs: dict) -> nn.Module:
+class RejectedArguments(ValueError):
+    """Constructor arguments timm refused (``named``: those its error names)."""
+
+    def __init__(self, message: str, named: list[str]):
+        super().__init__(message)
+        self.named = named
+
+
+def check_timm_name(name: str) -> None:
+    """ValueError unless ``name`` is a name ``timm.create_model`` takes: a registry name (tags too), or
+    ``hf-hub:``/``local-dir:`` with an id (those are read when the model is created)."""
+    import timm
+
+    if isinstance(name, str) and name.partition(":")[0] in ("hf-hub", "hf_hub", "local-dir"):
+        if not name.partition(":")[2]:
+            raise ValueError(f"model {name!r}: expected an id after the prefix (hf-hub:ORG/NAME, "
+                             "local-dir:DIR)")
+        return
+    if not isinstance(name, str) or not timm.is_model(name):
+        close = timm.list_models(f"*{name.split('_')[0]}*")[:8] if isinstance(name, str) and name else []
+        similar = f"; similar: {', '.join(close)}" if close else ""
+        raise ValueError(f"model {name!r} is not a timm model name (nor hf-hub:ORG/NAME, local-dir:DIR, or "
+                         f"hf:ID_OR_DIR for a transformers model){similar}")
+
+
+def _create(timm, name: str, num_classes: int, pretrained: bool, kwargs: dict, given: dict) -> nn.Module:
+    """``timm.create_model``, its errors as ValueErrors that say what to do."""
+    from .hub import hub_error
+
     try:
-        return timm.create_model(name, pretrained=False, num_classes=num_classes, **kwargs)
+        return timm.create_model(name, pretrained=pretrained, num_classes=num_classes, **kwargs)
     except TypeError as exc:
-        raise ValueError(_rejected(name, kwargs, kwargs, exc)) from None
+        named = [k for k in kwargs if f"'{k}'" in str(exc)]
+        raise RejectedArguments(_rejected(name, kwargs, given, exc), named) from None
+    except Exception as exc:  # hub lookups (offline, not cached), unknown tags, missing published weights
+        reason = hub_error(exc)
+        if reason is None and not isinstance(exc, (RuntimeError, ValueError, OSError, AssertionError)):
+            raise
+        if pretrained:
+            raise ValueError(f"--pretrained: timm cannot load the weights of {name}: "
+                             f"{reason or _first_line(exc)}; or pass --weights FILE") from None
+        raise ValueError(f"--model {name}: {reason or _first_line(exc)}") from None
+
+
+def _first_line(exc: BaseException) -> str:
+    """The start of ``exc``'s message on one line (a load error's first lines name the tensors)."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    return (" ".join(lines[:3]) if lines else type(exc).__name__)[:300]
+
+
+def timm_data_config(model: nn.Module) -> dict:
+    """The model's own input preparation, as timm resolves it from its pretrained config
+    (``timm.data.resolve_model_data_config``): ``input_size``, ``interpolation``, ``mean``, ``std``,
+    ``crop_pct``, ``crop_mode``."""
+    from timm.data import resolve_model_data_config
+
+    return dict(resolve_model_data_config(model))
+
+
+def pretrained_origin(model: nn.Module) -> dict:
+    """Where timm's pretrained weights of ``model`` come from: ``{"file": path}`` for a local file or
+    folder, ``{"hub_id", "revision", "file"}`` for the hub (the file in the local cache when there)."""
+    from .hub import cached_hub_file, split_revision
+
+    config = dict(getattr(model, "pretrained_cfg", None) or {})
+    if config.get("file"):
+        return {"file": str(config["file"])}
+    if config.get("hf_hub_id"):
+        repo, revision = split_revision(str(config["hf_hub_id"]))
+        names = [config["hf_hub_filename"]] if config.get("hf_hub_filename") else []
+        found = cached_hub_file(repo, [*names, "model.safetensors", "pytorch_model.bin"], revision)
+        return {"hub_id": repo, **found}
+    if config.get("url"):
+        return {"url": str(config["url"])}
+    return {}
 
 
 def _rejected(name: str, kwargs: dict, given: dict, exc: TypeError) -> str:

@@ -4,10 +4,11 @@
 
 - a state-dict checkpoint (``.safetensors`` / ``.pth`` / ``.pt`` / ``.bin`` / ``.ckpt``, or a
   ``vitplast finetune`` run directory; read by :mod:`vitplast.models.checkpoints`: wrappers, prefixes and LoRA
-  adapters handled) is passed through the model family's timm ``checkpoint_filter_fn`` when it has one
-  (resamples position embeddings to the model's input size, converts patch embeddings), then loaded. Only
-  the classifier head (:func:`vitplast.models.heads.head_prefixes`) may stay at its random init (typically
-  when the number of classes differs); a checkpoint that leaves any other tensor at random init, or holds
+  adapters handled, a wrapper's prefix fitted to the model's names) is passed through the model family's
+  timm ``checkpoint_filter_fn`` when it has one (resamples position embeddings to the model's input size,
+  converts patch embeddings), then loaded. Only the classifier head
+  (:func:`vitplast.models.heads.head_prefixes`) may stay at its random init (typically when the number of
+  classes differs); a checkpoint that leaves any other tensor at random init, or holds
   tensors the model does not have, does not fit the architecture: :class:`WeightsError`, unless
   ``allow_partial=True`` (then a warning lists them);
 - ``*.npz`` -> timm's loader for big_vision / JAX checkpoints (``model.load_pretrained``), for the models
@@ -23,7 +24,7 @@ import warnings
 
 from torch import nn
 
-from .checkpoints import STATE_DICT_SUFFIXES, CheckpointError, read_state_dict, resolve_path
+from .checkpoints import STATE_DICT_SUFFIXES, CheckpointError, align_prefix, read_state_dict, resolve_path
 from .heads import head_prefixes
 
 NPZ_SUFFIXES = (".npz",)
@@ -68,7 +69,7 @@ def load_weights(model: nn.Module, weights: str | os.PathLike, *, allow_partial:
     if path.suffix.lower() not in STATE_DICT_SUFFIXES:
         raise CheckpointError(f"weights: unknown checkpoint type {path.suffix.lower()!r} for {str(path)!r}; "
                               f"expected one of {STATE_DICT_SUFFIXES + NPZ_SUFFIXES}")
-    state = read_state_dict(path)
+    state = align_prefix(read_state_dict(path), model.state_dict())
     filt = _filter_for(model)
     if filt is not None:
         try:

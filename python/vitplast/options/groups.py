@@ -4,9 +4,12 @@ same, reads the same in ``--help`` and is checked the same everywhere, and a fun
 group is typed with it (``build_model(opts: ModelOptions, ...)``) and accepts any command's options.
 
 - :class:`ModelOptions`: which model and weights (``--model``, ``--model-arg``, ``--weights``,
-  ``--img-size``);
-- :class:`DataOptions`: the downstream data (``--data``, ``--workers``);
-- :class:`OptimOptions`: how one finetuning run optimises (optimiser, schedule, steps, batch);
+  ``--pretrained``, ``--random-init``, ``--img-size``). It checks itself when it is made (whatever
+  composes it): nothing runs random weights without ``--random-init`` (:mod:`vitplast.models.sources`);
+- :class:`DataOptions`: the downstream data and how its images become the model's input (``--data``,
+  ``--workers``, ``--mean``, ``--std``, ``--no-model-transform``, ``--no-augment``);
+- :class:`OptimOptions`: how one finetuning run optimises (timm's optimisers and schedulers: optimiser,
+  weight and layer decay, schedule, warm-up, clipping, accumulation, steps, batch);
 - :class:`RuntimeOptions`: where and how it computes (``--device``, ``--amp``, progress bars).
 """
 
@@ -14,13 +17,15 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..models.builder import DIGITS_MODEL
+from ..models.sources import DIGITS_MODEL, check_weights_source
 from ..runtime.device import check_device
 from ..runtime.precision import AMP_ALIASES, AMP_CHOICES
 from . import parsing as T
-from .fields import Kind, checked, choice, integer, number, option, optional
+from .fields import Kind, OptionError, checked, choice, csv, integer, number, option, optional, settle
 
-OPTIMIZERS = ("sgd", "adam")
+# --optimizer -> timm's create_optimizer_v2 name: "sgd" is plain momentum SGD (timm's "momentum"; timm's
+# own "sgd" is Nesterov's)
+OPTIMIZERS = {"sgd": "momentum", "adamw": "adamw", "adam": "adam"}
 SCHEDULES = ("constant", "cosine")
 GROUP_TITLES = {"model": "model", "data": "data", "optim": "optimisation", "runtime": "runtime"}
 
@@ -34,17 +39,75 @@ def _model_kwargs(value) -> dict:
     raise ValueError(f"must be a dict, got {type(value).__name__}")
 
 
+def _channels(positive: bool):
+    """Per-channel values: one (for every channel) or three, as a tuple of 3 floats."""
+    item = number(positive=positive)
+
+    def check(value):
+        values = csv(item).check(value)
+        if len(values) not in (1, 3):
+            raise ValueError(f"expected 1 or 3 comma-separated values (R,G,B), got {len(values)}")
+        return tuple(values * 3 if len(values) == 1 else values)
+
+    return Kind(csv(item).parse, check, "R,G,B")
+
+
+def _grad_clip(value):
+    """A positive norm, or None (0: no clipping)."""
+    if value is None or value == 0:
+        return None
+    return number(positive=True).check(value)
+
+
+def _layer_decay(value):
+    value = number(positive=True).check(value)
+    if value > 1:
+        raise ValueError(f"must be in (0, 1] (the factor per block towards the input), got {value!r}")
+    return value
+
+
 @dataclasses.dataclass(frozen=True)
 class ModelOptions:
-    model: str = option(DIGITS_MODEL, f"timm model name, or {DIGITS_MODEL!r} (the embedded ViT pretrained "
-                        "here on digits 0-4)", group="model")
-    model_kwargs: dict = option(help="extra timm.create_model argument (repeatable), e.g. patch_size=4",
-                                flag="--model-arg", action="append", metavar="KEY=VALUE", group="model",
-                                kind=Kind(str, _model_kwargs), default_factory=dict)
-    weights: str | None = option(None, "local pretrained checkpoint (.safetensors, .pth, .npz)",
-                                 group="model")
+    model: str = option(
+        DIGITS_MODEL, "timm name (with a pretrained tag, or hf-hub:ORG/NAME), hf:ID_OR_DIR (a transformers "
+        f"image model), or {DIGITS_MODEL!r} (the embedded ViT pretrained here on digits 0-4)", group="model")
+    model_kwargs: dict = option(
+        help="extra timm.create_model argument (repeatable), e.g. patch_size=4 or "
+        "pretrained_cfg_overlay='{\"file\": \"w.safetensors\"}' (with --pretrained); for hf: models, "
+        "from_pretrained keywords", flag="--model-arg", action="append", metavar="KEY=VALUE", group="model",
+        kind=Kind(str, _model_kwargs), default_factory=dict)
+    weights: str | None = option(
+        None, "local checkpoint (.safetensors, .pth, .bin, .npz; a Lightning .ckpt, a timm training "
+        "checkpoint), or a model folder (a hub snapshot, a save_pretrained directory)", metavar="PATH",
+        group="model")
+    pretrained: bool = option(
+        False, "load the model's published weights: timm's through the Hugging Face hub and its local cache "
+        "(HF_HUB_OFFLINE honoured); hf: and digits-vit models always come with theirs", action="store_true",
+        group="model")
+    random_init: bool = option(
+        False, "run randomly initialised weights (without it, a model with no weights to load is refused)",
+        action="store_true", group="model")
     img_size: int | None = option(None, "input size (default: the model's)", group="model",
                                   kind=optional(integer(1)))
+
+    def __post_init__(self) -> None:
+        """``--model-arg pretrained=true`` is ``--pretrained``; then the weights rule of
+        :func:`vitplast.models.sources.check_weights_source` (an :class:`OptionError` naming the flag)."""
+        kwargs = self.model_kwargs if isinstance(self.model_kwargs, dict) else {}
+        if "pretrained" in kwargs:
+            flag = kwargs["pretrained"]
+            if not isinstance(flag, bool):
+                raise OptionError(f"--model-arg pretrained={flag!r}: expected true or false (or pass "
+                                  "--pretrained)")
+            settle(self, pretrained=self.pretrained or flag,
+                   model_kwargs={k: v for k, v in kwargs.items() if k != "pretrained"})
+        try:
+            check_weights_source(self.model, self.weights, bool(self.pretrained), bool(self.random_init),
+                                 self.model_kwargs if isinstance(self.model_kwargs, dict) else {})
+        except OptionError:
+            raise
+        except ValueError as exc:
+            raise OptionError(str(exc)) from None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,16 +115,36 @@ class DataOptions:
     data: str = option("digits:5-9", "digits[:CLASSES], synthetic, cifar10:DIR, cifar100:DIR or an "
                        "ImageFolder DIR", metavar="SPEC", group="data")
     workers: int = option(0, "data-loading processes", group="data", kind=integer(0))
+    model_transform: bool = option(
+        True, "prepare images with a fixed transform (resize to --img-size, bilinear; ImageNet mean and std) "
+        "instead of the model's own (its mean, std, interpolation and crop)", flag="--no-model-transform",
+        action="store_false", group="data")
+    mean: tuple | None = option(None, "per-channel mean of the normalisation (default: the model's)",
+                                group="data", kind=optional(_channels(False)))
+    std: tuple | None = option(None, "per-channel standard deviation of the normalisation (default: the "
+                               "model's)", group="data", kind=optional(_channels(True)))
+    augment: bool = option(
+        True, "no train-time augmentation of image files when finetuning (by default timm's: random resized "
+        "crop, flip, colour jitter)", flag="--no-augment", action="store_false", group="data")
 
 
 @dataclasses.dataclass(frozen=True)
 class OptimOptions:
-    optimizer: str = option("adam", "sgd has momentum 0.9", group="optim", kind=choice(OPTIMIZERS))
+    optimizer: str = option(
+        "sgd", "sgd: momentum 0.9 (the paper's protocol); adamw; adam. Built by timm (create_optimizer_v2): "
+        "no weight decay on norms, biases, position embeddings and class tokens", group="optim",
+        kind=choice(tuple(OPTIMIZERS)))
     weight_decay: float = option(0.0, group="optim", kind=number(minimum=0.0))
+    layer_decay: float | None = option(
+        None, "layer-wise lr decay (timm's): each block nearer the input gets lr times this factor once more",
+        group="optim", kind=optional(checked(_layer_decay, number().parse)))
     schedule: str = option("cosine", group="optim", kind=choice(SCHEDULES))
-    warmup: int = option(0, "linear warm-up iterations", group="optim", kind=integer(0))
-    grad_clip: float | None = option(None, "clip the global gradient norm to this value", group="optim",
-                                     kind=optional(number(positive=True)))
+    warmup: int = option(0, "linear warm-up steps (timm's scheduler)", group="optim", kind=integer(0))
+    grad_clip: float | None = option(1.0, "clip the global gradient norm to this value (0: no clipping)",
+                                     group="optim", kind=checked(_grad_clip, number().parse))
+    grad_accum: int = option(
+        1, "micro-batches per optimiser step: each step's --batch-size images go through N forward and "
+        "backward passes (the same step in less memory)", group="optim", kind=integer(1))
     steps: int = option(150, "optimiser steps (default: %(default)s)", group="optim",
                         kind=integer(1, T.MAX_STEPS))
     batch_size: int = option(64, "images per optimiser step, over all processes (default: %(default)s)",

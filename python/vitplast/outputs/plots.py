@@ -1,11 +1,13 @@
 """The one plotting style of the commands: a bare ``matplotlib.figure.Figure`` on its own Agg canvas,
-saved atomically. No pyplot and no ``matplotlib.use``: the importer's backend, rcParams and open
-figures stay untouched, and nothing needs closing (the figure is freed with its last reference).
+saved atomically, and one colour per component label (:func:`component_color`: ``MHA`` is the same red
+in every figure of every command and of ``PlasticityResult.plot``). No pyplot and no
+``matplotlib.use``: the importer's backend, rcParams and open figures stay untouched, and nothing needs
+closing (the figure is freed with its last reference).
 
 Usage::
 
     fig, axes = figure(1, 2, (12, 4))        # axes: a 2-D array, like plt.subplots(squeeze=False)
-    axes[0, 0].plot(...)
+    axes[0, 0].plot(steps, values, color=component_color("MHA"), label="MHA")
     save(fig, "out/curves.png")              # tight layout, PNG (or the suffix's format), atomic
 """
 
@@ -15,6 +17,9 @@ import os
 from pathlib import Path
 
 from vitplast_kernels.atomic_io import atomic_write
+from vitplast_kernels.measure.figures import COMPONENT_COLORS, component_color
+
+__all__ = ["COMPONENT_COLORS", "DPI", "component_color", "figure", "save"]
 
 DPI = 110
 

@@ -28,10 +28,12 @@ Prints, and writes as JSON (--out DIR/profile.json) with a plot of time per laye
 - peak memory of each (GPU: torch.cuda.max_memory_allocated; CPU: peak RSS deltas);
 - host memory the paper's protocol would need for the batch.
 
-Random weights are used (timing does not depend on them); --dtype is the dtype of the model's weights
-and inputs, --amp an autocast around the timed forwards. The defaults finish in under a minute: on a
-GPU ViT-Base/16, 64 images in bfloat16; on a CPU ViT-Tiny/16, 8 images in float32. Example (the
-ViT-Huge configuration of bench/gpu_check.sh):
+--model takes the names the other commands take: a timm name (with a pretrained tag, hf-hub:ORG/NAME,
+local-dir:DIR) or hf:ID_OR_DIR for a transformers image model. Random weights are always used, without
+--random-init (timing does not depend on the weights, so profile never loads them); --dtype is the
+dtype of the model's weights and inputs, --amp an autocast around the timed forwards. The defaults
+finish in under a minute: on a GPU ViT-Base/16, 64 images in bfloat16; on a CPU ViT-Tiny/16, 8 images
+in float32. Example (the ViT-Huge configuration of bench/gpu_check.sh):
 
     vitplast profile --model vit_huge_patch14_224 --device cuda --batch-size 256 --dtype bfloat16
 """

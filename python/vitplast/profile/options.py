@@ -21,7 +21,9 @@ class ProfileOptions(RuntimeOptions):
     checked, ``device`` is the resolved device (``auto`` becomes ``cuda`` or ``cpu``) and ``model``,
     ``batch_size`` and ``dtype`` hold that device type's :data:`DEVICE_DEFAULTS` where they were None."""
 
-    model: str | None = option(None, f"timm model name (default: {_GPU[0]} on a GPU, {_CPU[0]} on a CPU)")
+    model: str | None = option(
+        None, f"timm name (tags, hf-hub:ORG/NAME too) or hf:ID_OR_DIR, with random weights (default: "
+        f"{_GPU[0]} on a GPU, {_CPU[0]} on a CPU)")
     batch_size: int | None = option(
         None, f"images per forward pass (even for pairs=halves; default: {_GPU[1]} on a GPU, {_CPU[1]} on a "
         "CPU)", kind=optional(integer(2, what="images per batch must be >= 2 (one pair)")))

@@ -1,9 +1,11 @@
 """``profile(opts)``: what a plasticity measurement costs on a (large) timm model, behind ``vitplast
 profile`` (its options: :class:`ProfileOptions`; what is timed: the command's HELP).
 
-Random weights are used (timing does not depend on them), created from seed 0 on the device in
-``--dtype``; with ``--amp`` every timed forward runs under that autocast. ``--out`` is checked before
-anything is built or timed.
+The model is any name the other commands take (a timm name with its tags, ``hf-hub:ORG/NAME``,
+``local-dir:DIR``, ``hf:ID_OR_DIR`` for a transformers model), always with random weights (timing does
+not depend on them; no flag is needed), created from seed 0 on the device in ``--dtype``; with ``--amp``
+every timed forward runs under that autocast. ``--out`` is checked before anything is built or timed.
+``profile.json`` carries the reproducibility record (:func:`vitplast.runs.provenance.provenance`).
 """
 
 from __future__ import annotations
@@ -56,10 +58,9 @@ def profile_options(opts: ProfileOptions | None, keywords: dict[str, Any]) -> Pr
     return options_for(ProfileOptions, opts, keywords)
 
 
-def build_model_and_images(opts: ProfileOptions):
-    """The timm model of ``opts`` (random weights from seed 0, in eval mode, on its device in its
-    dtype) and a batch of random images for it; ValueError for a name timm does not know, options the
-    model does not take, or a batch larger than the device's memory."""
+def _random_model(opts: ProfileOptions, device):
+    """The model ``opts.model`` names with random weights from seed 0, created on ``device``: a timm
+    model (any name timm takes) or a transformers one (``hf:``, from its config)."""
     import torch
 
     try:
@@ -68,29 +69,53 @@ def build_model_and_images(opts: ProfileOptions):
         raise ValueError("vitplast profile builds its models with timm: pip install timm "
                          "(or the package's extra: pip install 'vitplast-kernels[apps]')") from exc
 
+    from ..models.sources import model_source
+    from ..models.timm_models import check_timm_name
+
+    source = model_source(opts.model)
+    if source.kind == "digits":
+        raise ValueError(f"--model {opts.model}: profile times timm and transformers models (the digits ViT "
+                         "is vit_tiny_patch16_224 resized: profile that)")
+    kwargs: dict[str, Any] = {k: v for k, v in (("img_size", opts.img_size), ("depth", opts.depth)) if v}
+    if source.kind == "timm":
+        try:
+            check_timm_name(source.ref)
+        except ValueError as exc:
+            raise ValueError(f"--model: {exc}") from None
+    cuda = [device.index if device.index is not None else torch.cuda.current_device()] \
+        if device.type == "cuda" else []
+    # parameters created (and initialised, from seed 0: the run replays) on the device: fast for ViT-H
+    with torch.random.fork_rng(devices=cuda), torch.device(device):
+        torch.manual_seed(0)
+        if source.kind == "hf":
+            from ..models.hf_models import create_hf
+
+            if kwargs:
+                raise ValueError(f"--img-size/--depth: {opts.model} takes its config's (a transformers "
+                                 "model)")
+            return create_hf(source.ref, random_init=True)
+        try:
+            return timm.create_model(source.ref, pretrained=False, **kwargs)
+        except TypeError as exc:  # --img-size / --depth for a model that does not take them
+            raise ValueError(f"--model {opts.model}: {exc}") from None
+        except RuntimeError as exc:  # an hf-hub: or local-dir: config naming no timm architecture
+            raise ValueError(f"--model {opts.model}: {exc}") from None
+
+
+def build_model_and_images(opts: ProfileOptions):
+    """The model of ``opts`` (random weights from seed 0, in eval mode, on its device in its dtype) and
+    a batch of random images for it; ValueError for a name no loader knows, options the model does not
+    take, or a batch larger than the device's memory."""
+    import torch
+
+    from ..models.builder import input_size
     from ..runtime.device import resolve_device
 
-    if not timm.is_model(opts.model):
-        raise ValueError(f"--model {opts.model!r} is not a timm model name")
-    kwargs: dict[str, Any] = {"pretrained": False}
-    if opts.img_size:
-        kwargs["img_size"] = opts.img_size
-    if opts.depth:
-        kwargs["depth"] = opts.depth
     dtype = getattr(torch, opts.dtype)
     device = resolve_device(opts.device)
-    try:
-        cuda = [device.index if device.index is not None else torch.cuda.current_device()] \
-            if device.type == "cuda" else []
-        # parameters created (and initialised, from seed 0: the run replays) on the device: fast for ViT-H
-        with torch.random.fork_rng(devices=cuda), torch.device(device):
-            torch.manual_seed(0)
-            model = timm.create_model(opts.model, **kwargs)
-    except TypeError as exc:  # --img-size / --depth for a model that does not take them
-        raise ValueError(f"--model {opts.model}: {exc}") from None
-    model = model.eval().to(device=device, dtype=dtype)
+    model = _random_model(opts, device).eval().to(device=device, dtype=dtype)
     cfg = model.pretrained_cfg if hasattr(model, "pretrained_cfg") else {}
-    size = opts.img_size or (cfg.get("input_size") or (3, 224, 224))[-1]
+    size = opts.img_size or input_size(model, (cfg.get("input_size") or (3, 224, 224))[-1])
     need, have = opts.batch_size * 3 * size * size * dtype.itemsize, _memory_bytes(device)
     if have and need > have:
         raise ValueError(f"--batch-size {opts.batch_size}: the input batch alone needs {need / 1e9:,.1f} GB, "
@@ -151,7 +176,7 @@ def measurements(opts: ProfileOptions, log: Callable[[str], None]) -> dict[str, 
         "image_size": images.shape[-1], "layers": len(st.layers), "components": list(st.components),
         "component_modules": sum(len(n) for c in st.components for n in st.modules[c].values()),
         "params": sum(p.numel() for p in model.parameters()), "machine": _machine(device),
-        "memory_method": pf.memory_method(device),
+        "memory_method": pf.memory_method(device), "provenance": _provenance(opts, model, images),
     }
     log(f"# {opts.model}: {rec['layers']} layers, {rec['component_modules']} component modules, "
         f"{rec['params'] / 1e6:.0f}M params; batch {opts.batch_size} x {tuple(images.shape[1:])} "
@@ -212,6 +237,17 @@ def _variants(opts: ProfileOptions, model, images, st) -> dict[str, Any]:
         out["speedup_vs_paper"] = variants["paper"]["seconds"] / cap["seconds"]
     out["speedup_vs_naive_hooks"] = variants["naive_hooks"]["seconds"] / cap["seconds"]
     return out
+
+
+def _provenance(opts: ProfileOptions, model, images) -> dict[str, Any]:
+    """The reproducibility record of a profile: random weights (from seed 0), random images."""
+    from ..models.builder import BuiltModel
+    from ..runs.provenance import provenance
+
+    kwargs = {k: v for k, v in (("img_size", opts.img_size), ("depth", opts.depth)) if v}
+    built = BuiltModel(model, images.shape[-1], opts.model, opts.model, kwargs, None, {"kind": "random"})
+    data = {"images": f"standard normal, seed 0, {tuple(images.shape)}"}
+    return provenance(built, data, None)
 
 
 def _machine(device) -> dict[str, Any]:

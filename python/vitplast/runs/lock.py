@@ -1,90 +1,294 @@
-"""``RunLock``: one writer per run directory.
+"""``RunLock``: one writer per run directory, on local disks and shared filesystems alike.
 
-The writer holds an exclusive ``flock`` on ``DIR/.lock``; the kernel releases it when the process ends,
-however it ends, so a lock left by a killed run never blocks the next one. The file names the holder
-(PID, host, start time): a second writer is refused with that name, and a writer that takes over a file
-naming a process that is gone reports it (``stale``).
+The writer creates ``DIR/.lock`` atomically: it writes its name (host, boot, PID, the process's start
+time, an attempt token, the node) into a file of its own and hard-links that file to ``.lock``, which
+fails when ``.lock`` exists, on a local disk as on NFS or Lustre (where hard links are refused,
+``O_CREAT | O_EXCL`` does the same). Nothing depends on ``flock``, which shared filesystems emulate,
+ignore or refuse. While it holds the lock, a thread of the writer touches the file every
+:data:`HEARTBEAT_S` seconds; release removes it.
+
+A lock file whose writer is gone (a killed process, a dead node) is taken over:
+
+- a holder on this host (same host name and boot) is gone when its PID no longer runs the process that
+  wrote the file (PID and start time compared, so a reused PID does not count);
+- a holder on another host is gone when its file has not been touched for :data:`STALE_AFTER_S`;
+- an executor that retries a run after its worker or node died names the attempts it replaces
+  (:func:`attempt`): locks those attempts hold are taken over at once, wherever they ran.
+
+A takeover is atomic too: the stale file is renamed to a name of the taker's own and removed, or put
+back when it turns out not to be the file judged stale (someone else took over in between). A writer
+confirms it still holds its lock before each checkpoint (:meth:`RunLock.confirm`), so a writer whose
+lock was taken over stops instead of writing beside the new one.
 """
 
 from __future__ import annotations
 
-import fcntl
+import contextlib
+import dataclasses
+import errno
 import json
 import os
+import secrets
 import socket
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 LOCK = ".lock"
+HEARTBEAT_S = 10.0  # how often a holder touches its lock file
+STALE_AFTER_S = 60.0  # a lock of another host untouched this long is a dead writer's
 
 
 class RunDirError(ValueError):
     """A run directory cannot be used as asked (finished, unfinished without --resume, mismatch, in use)."""
 
 
+class RunBusy(RunDirError):
+    """The run directory is held by a writer that is still alive (``holder``: what its lock file says)."""
+
+    def __init__(self, message: str, holder: dict) -> None:
+        super().__init__(message)
+        self.holder = holder
+
+    def __reduce__(self):  # crosses process boundaries (executors) with its holder
+        return type(self), (str(self), self.holder)
+
+
+@dataclasses.dataclass(frozen=True)
+class Attempt:
+    """Who takes a lock: an attempt token (written into the lock), the tokens of earlier attempts of the
+    same run that are known dead (their locks are taken over at once), and the node it runs on."""
+
+    token: str
+    supersedes: tuple[str, ...] = ()
+    node: str | None = None
+
+
+_ATTEMPT: Attempt | None = None
+
+
+@contextlib.contextmanager
+def attempt(token: str, supersedes: tuple[str, ...] = (), node: str | None = None) -> Iterator[Attempt]:
+    """Locks taken inside the block carry ``token`` and ``node``, and take over locks held by the
+    attempts ``supersedes`` names (an executor's retry of a run whose worker died)."""
+    global _ATTEMPT
+    previous, _ATTEMPT = _ATTEMPT, Attempt(token, tuple(supersedes), node)
+    try:
+        yield _ATTEMPT
+    finally:
+        _ATTEMPT = previous
+
+
 def process_alive(pid: int) -> bool:
-    """Whether process ``pid`` exists on this host (one of another user counts)."""
+    """Whether process ``pid`` runs on this host (one of another user counts; a zombie, which has ended
+    and waits for its parent to read its status, does not)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:  # a process of another user
         return True
-    return True
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return True  # no /proc: it exists
+
+
+def _start_ticks(pid: int) -> int | None:
+    """When process ``pid`` started (clock ticks since boot, Linux), None where unknown."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _boot_id() -> str | None:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return None
+
+
+def same_host(holder: dict) -> bool:
+    """Whether ``holder`` (a lock file's content) was written on this host, in this boot."""
+    boot = _boot_id()
+    return holder.get("host") == socket.gethostname() and (holder.get("boot") in (None, boot) or boot is None)
+
+
+def holder_gone(holder: dict, age_s: float, supersedes: tuple[str, ...] = ()) -> bool:
+    """Whether the writer a lock file names (``holder``, untouched for ``age_s`` seconds) is gone."""
+    if holder.get("token") is not None and holder["token"] in supersedes:
+        return True
+    pid = holder.get("pid")
+    if not isinstance(pid, int):
+        return age_s > HEARTBEAT_S  # empty or torn: a writer that died creating it (older than a beat)
+    if same_host(holder):
+        start = holder.get("start")
+        return not process_alive(pid) or (start is not None and _start_ticks(pid) not in (None, start))
+    return age_s > STALE_AFTER_S
+
+
+def describe(holder: dict) -> str:
+    """``process PID on HOST since TIME`` (what a refusal or a takeover names)."""
+    if not holder.get("pid"):
+        return "another process"
+    return f"process {holder.get('pid', '?')} on {holder.get('host', '?')} since {holder.get('since', '?')}"
+
+
+class _Heartbeat:
+    """One daemon thread per process touching every lock file this process holds."""
+
+    def __init__(self) -> None:
+        self.paths: set[Path] = set()
+        self.guard = threading.Lock()
+        self.thread: threading.Thread | None = None
+        self.pid = os.getpid()
+
+    def add(self, path: Path) -> None:
+        with self.guard:
+            self.paths.add(path)
+            if self.thread is None or not self.thread.is_alive() or self.pid != os.getpid():
+                self.pid = os.getpid()
+                self.thread = threading.Thread(target=self._beat, name="vitplast-lock-heartbeat", daemon=True)
+                self.thread.start()
+
+    def discard(self, path: Path) -> None:
+        with self.guard:
+            self.paths.discard(path)
+
+    def _beat(self) -> None:
+        while True:
+            time.sleep(HEARTBEAT_S)
+            with self.guard:
+                paths = list(self.paths)
+            for p in paths:
+                with contextlib.suppress(OSError):
+                    os.utime(p)
+
+
+_HEARTBEAT = _Heartbeat()
 
 
 class RunLock:
-    """An exclusive lock on a run directory (``DIR/.lock``, ``flock``), naming its holder.
+    """The lock of one run directory (``DIR/.lock``), naming its holder (see the module docstring).
 
-    ``acquire()`` raises :class:`RunDirError` while another process (or another ``RunLock`` of this
-    one) holds it; a lock file left by a process that is gone is taken over, and ``stale`` then holds
-    what that file said (``{"pid": .., "host": .., "since": ..}``).
+    ``acquire()`` raises :class:`RunBusy` while a live writer (another process, or another ``RunLock``
+    of this one) holds it; a lock file left by a writer that is gone is taken over, and ``stale`` then
+    holds what that file said (``{"pid", "host", "since", ..., "alive"}``).
     """
 
     def __init__(self, directory: str | os.PathLike):
         self.path = Path(directory) / LOCK
         self.stale: dict | None = None
-        self._fd: int | None = None
+        self.me: dict | None = None
 
-    def _holder(self, fd: int) -> dict:
+    def read(self) -> tuple[dict, float] | None:
+        """``(holder, seconds since the file was last touched)``, or None when there is no lock file."""
         try:
-            text = os.pread(fd, 4096, 0).decode(errors="replace")
-            return json.loads(text) if text.strip() else {}
-        except (OSError, ValueError):
-            return {}
+            st = self.path.stat()
+            text = self.path.read_text(errors="replace")
+        except FileNotFoundError:
+            return None
+        try:
+            holder = json.loads(text) if text.strip() else {}
+        except ValueError:
+            holder = {}
+        return (holder if isinstance(holder, dict) else {}), max(0.0, time.time() - st.st_mtime)
+
+    def holder(self, supersedes: tuple[str, ...] = ()) -> dict | None:
+        """What a live holder's lock file says, or None when the lock is free or its writer gone (or one
+        of the attempts ``supersedes`` names)."""
+        found = self.read()
+        if found is None or holder_gone(*found, supersedes):
+            return None
+        return found[0]
 
     def acquire(self) -> RunLock:
-        if self._fd is not None:
+        if self.me is not None:
             return self
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        current = _ATTEMPT or Attempt(secrets.token_hex(8))
+        me = {"pid": os.getpid(), "host": socket.gethostname(), "boot": _boot_id(),
+              "start": _start_ticks(os.getpid()), "since": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+              "token": current.token, "node": current.node}
+        for _ in range(5):  # a takeover can race another taker: try again
+            if self._create(me):
+                self.me = me
+                _HEARTBEAT.add(self.path)
+                return self
+            found = self.read()
+            if found is None:
+                continue
+            holder, age = found
+            if not holder_gone(holder, age, current.supersedes):
+                raise RunBusy(f"{self.path.parent} is in use by {describe(holder)} (lock {self.path}); wait "
+                              "for it to finish or choose another --out", holder)
+            self._take_over(holder, current.token)
+        raise RunDirError(f"{self.path.parent}: could not take its lock {self.path} (other processes kept "
+                          "taking it over); try again")
+
+    def _create(self, me: dict) -> bool:
+        """Creates the lock file naming ``me``, atomically; False when it exists."""
+        tmp = self.path.with_name(f"{LOCK}.{me['token']}.{secrets.token_hex(4)}.tmp")
+        tmp.write_text(json.dumps(me))
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            holder = self._holder(fd)
-            os.close(fd)
-            who = "another process"
-            if holder:
-                who = (f"process {holder.get('pid', '?')} on {holder.get('host', '?')} since "
-                       f"{holder.get('since', '?')}")
-            raise RunDirError(f"{self.path.parent} is in use by {who} (lock {self.path}); wait for it to "
-                              "finish or choose another --out") from None
-        previous = self._holder(fd)
-        if previous.get("pid") and not (previous.get("host") == socket.gethostname()
-                                        and previous["pid"] == os.getpid()):
-            here = previous.get("host") == socket.gethostname()
-            self.stale = dict(previous, alive=process_alive(int(previous["pid"])) if here else None)
-        me = {"pid": os.getpid(), "host": socket.gethostname(),
-              "since": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps(me).encode(), 0)
-        self._fd = fd
-        return self
+            os.link(tmp, self.path)
+            return True
+        except FileExistsError:
+            return False
+        except OSError as exc:  # no hard links on this filesystem: an exclusive create
+            if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EMLINK, errno.ENOSYS):
+                raise
+            return self._create_exclusive(me)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+
+    def _create_exclusive(self, me: dict) -> bool:
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            return False
+        with os.fdopen(fd, "w") as f:
+            f.write(json.dumps(me))
+        return True
+
+    def _take_over(self, holder: dict, token: str) -> None:
+        """Removes the stale lock file ``holder`` names, unless another process replaced it meanwhile."""
+        aside = self.path.with_name(f"{LOCK}.{token}.stale")
+        try:
+            os.rename(self.path, aside)
+        except FileNotFoundError:
+            return
+        try:
+            moved = json.loads(aside.read_text() or "{}")
+        except ValueError:
+            moved = {}
+        if moved != holder:  # a fresh lock of someone who took over first: give it back
+            with contextlib.suppress(FileExistsError):
+                os.link(aside, self.path)
+        else:
+            self.stale = dict(holder, alive=False if same_host(holder) else None)
+        aside.unlink()
+
+    def confirm(self) -> None:
+        """Raises :class:`RunDirError` when this lock was taken over (its file names another writer)."""
+        if self.me is None:
+            return
+        found = self.read()
+        if not self._mine(found):
+            raise RunDirError(f"{self.path.parent}: its lock was taken over by "
+                              f"{describe(found[0]) if found else 'nobody'}; this writer stops")
+
+    def _mine(self, found: tuple[dict, float] | None) -> bool:
+        return found is not None and found[0].get("token") == self.me["token"] and \
+            found[0].get("pid") == self.me["pid"]
 
     def release(self) -> None:
-        if self._fd is None:
+        if self.me is None:
             return
-        fd, self._fd = self._fd, None
-        try:
-            os.ftruncate(fd, 0)  # no holder named any more; the (empty) file stays
-        finally:
-            os.close(fd)  # closing drops the flock
+        _HEARTBEAT.discard(self.path)
+        if self._mine(self.read()):
+            with contextlib.suppress(FileNotFoundError):
+                self.path.unlink()
+        self.me = None

@@ -8,7 +8,7 @@ Layout of ``DIR``::
     summary.json     written last: its presence marks the run finished
     model.safetensors, adapter/   the finetuned weights (``--export``)
     plots/, tb/      figures and optional TensorBoard logs
-    .lock            held by the process writing the run (see :class:`RunLock`)
+    .lock            names the process writing the run (see :class:`RunLock`)
 
 Every file but ``metrics.jsonl`` is written to a temporary file in the same directory and moved into
 place with ``os.replace``, so a killed run leaves either the old or the new version, never a torn one.
@@ -16,10 +16,11 @@ place with ``os.replace``, so a killed run leaves either the old or the new vers
 the log back to the checkpoint's step so that the steps replayed are not logged twice (without a
 checkpoint, to nothing: the run starts over).
 
-One process writes a run directory at a time: the writer holds an exclusive ``flock`` on ``.lock``,
-which the kernel releases when the process ends however it ends, so a lock left by a killed run is
-taken over (the file still names the dead process, which is reported) while a live writer makes
-``open`` fail with its PID and host.
+One process writes a run directory at a time: the writer creates ``.lock`` atomically
+(:class:`vitplast.runs.lock.RunLock`, no ``flock``: it works on shared filesystems), so a live writer
+makes ``open`` fail with its PID and host (:class:`RunBusy`), while a lock left by a killed run is taken
+over (the dead process it names is reported). The writer confirms it still holds the lock before each
+checkpoint and before the summary.
 """
 
 from __future__ import annotations
@@ -37,7 +38,9 @@ import torch
 from vitplast_kernels.atomic_io import atomic_write
 
 from ..models.checkpoints import load_weights_only
-from ..runs.lock import LOCK, RunDirError, RunLock
+from ..runs.lock import LOCK, RunBusy, RunDirError, RunLock
+
+__all__ = ["RunBusy", "RunDir", "RunDirError", "RunLock"]
 
 CONFIG = "config.json"
 METRICS = "metrics.jsonl"
@@ -154,6 +157,14 @@ def load_checkpoint(path: str | os.PathLike) -> dict:
     return ckpt
 
 
+def config_differences(saved: dict, config: dict) -> list[str]:
+    """``"key: saved A, now B"`` for every option in which a run directory's ``config.json`` (``saved``)
+    differs from ``config`` (the options that do not change results, :data:`RESUME_FREE_KEYS`, aside)."""
+    config = json.loads(json.dumps(config, default=_json_default))  # as it would be saved: tuples -> lists
+    return [f"{k}: saved {saved.get(k)!r}, now {config.get(k)!r}" for k in sorted(set(saved) | set(config))
+            if k not in RESUME_FREE_KEYS and saved.get(k) != config.get(k)]
+
+
 class RunDir:
     """One run's directory. ``open(config, resume)`` decides: start, resume, or refuse.
 
@@ -175,7 +186,7 @@ class RunDir:
 
     def state(self) -> str:
         """``"new"`` (absent or empty), ``"finished"``, ``"partial"`` or ``"foreign"``."""
-        if not self.path.exists() or not any(p.name != LOCK for p in self.path.iterdir()):
+        if not self.path.exists() or not any(not p.name.startswith(LOCK) for p in self.path.iterdir()):
             return "new"
         if self.summary_path.exists():
             return "finished"
@@ -224,14 +235,11 @@ class RunDir:
             write_json_atomic(self.config_path, config)
         return self
 
+    def saved_config(self) -> dict:
+        return json.loads(self.config_path.read_text())
+
     def _check_same_config(self, config: dict) -> None:
-        saved = json.loads(self.config_path.read_text())
-        config = json.loads(json.dumps(config))  # as it would be saved: tuples become lists
-        diffs = [
-            f"{k}: saved {saved.get(k)!r}, now {config.get(k)!r}"
-            for k in sorted(set(saved) | set(config))
-            if k not in RESUME_FREE_KEYS and saved.get(k) != config.get(k)
-        ]
+        diffs = config_differences(self.saved_config(), config)
         if diffs:
             raise RunDirError(
                 f"--resume: the options differ from the run in {self.path}: " + "; ".join(diffs)
@@ -265,6 +273,7 @@ class RunDir:
         """Atomically replace ``checkpoint.pt`` with ``state`` (which must hold ``"step"``)."""
         if not self.writer:
             return
+        self.lock.confirm()
         if self._metrics_file is not None:
             os.fsync(self._metrics_file.fileno())
         save_atomic(self.checkpoint_path, state)
@@ -272,6 +281,7 @@ class RunDir:
     def write_summary(self, summary: dict) -> None:
         """Write ``summary.json`` (marks the run finished)."""
         if self.writer:
+            self.lock.confirm()
             write_json_atomic(self.summary_path, summary)
 
     def summary(self) -> dict:

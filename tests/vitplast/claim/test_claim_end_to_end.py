@@ -91,7 +91,7 @@ def test_analysis_bootstrap_moves_with_noisy_seeds():
 
 
 # ------------------------------------------------------------------------------------------ end to end
-TINY = dict(model="vit_tiny_patch16_224", img_size=16, threads=1, jobs=1, progress=False,
+TINY = dict(model="vit_tiny_patch16_224", random_init=True, img_size=16, threads=1, jobs=1, progress=False,
             model_kwargs=dict(patch_size=8, depth=2, embed_dim=32, num_heads=2),
             pretrain_data="synthetic", data="synthetic", components="MHA,FC1,LN1", lr="3e-3",
             seed="0,1", steps=4, batch_size=16, checkpoint_every=2, pairs=24, pair_batch=4,
@@ -194,7 +194,7 @@ def test_dry_run_plans_and_estimates_without_training(whole, tmp_path, capsys):
     (["--device", "tpu:0"], "--device"),
     (["--model-arg", "depth=2"], "does not apply to digits-vit"),
     (["--time-budget", "-1"], "--time-budget: must be a positive number"),
-    (["--model", "vit_tiny_patch16_224", "--data", "/no/such/dir"], "unknown dataset spec"),
+    (["--model", "vit_tiny_patch16_224", "--random-init", "--data", "/no/such/dir"], "unknown dataset spec"),
 ])
 def test_cli_bad_input_is_one_line_and_exit_2(args, message, tmp_path, capsys):
     try:

@@ -77,7 +77,7 @@ def test_plan_selections_budget_and_draws():
         plan_selections(measured, units, sizes, budget=4, draws=0, seed=0)
 
 
-TINY = dict(model="vit_tiny_patch16_224", img_size=16, granularity="layer",
+TINY = dict(model="vit_tiny_patch16_224", random_init=True, img_size=16, granularity="layer",
             model_kwargs=dict(patch_size=8, depth=2, embed_dim=32, num_heads=2),
             pretrain_data="synthetic", data="synthetic", components="MHA,LN1", lr="3e-3",
             seed="0,1", steps=4, batch_size=16, checkpoint_every=2, pairs=24, pair_batch=4,

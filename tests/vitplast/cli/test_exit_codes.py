@@ -219,7 +219,8 @@ def test_top_level_help_and_version(capsys):
     for command in COMMANDS:
         assert command in out
     rc, out, lines = _cli(["--version"], capsys)
-    assert rc == EXIT_OK and lines == [] and out.strip() == f"vitplast {cli.package_version()}"
+    assert rc == EXIT_OK and lines == [] and out.startswith(f"vitplast {cli.package_version()} (python ")
+    assert all(f"{lib} " in out for lib in ("torch", "timm", "transformers"))
     assert out.split()[1] != ""
 
 

@@ -13,7 +13,8 @@ import torch
 from vitplast.cli import main
 
 TINY = ["--model", "vit_tiny_patch16_224", "--img-size", "16", "--model-arg", "patch_size=8", "--model-arg",
-        "depth=2", "--model-arg", "embed_dim=32", "--model-arg", "num_heads=2", "--data", "synthetic"]
+        "depth=2", "--model-arg", "embed_dim=32", "--model-arg", "num_heads=2", "--data", "synthetic",
+        "--random-init"]
 FINETUNE = [*TINY, "--steps", "1", "--batch-size", "16", "--train", "MHA", "--no-progress", "--no-plots"]
 HUGE_SEED = "99999999999999999999"
 
@@ -143,7 +144,7 @@ def test_claim_refuses_a_foreign_directory(tmp_path, capsys):
 
 
 # ------------------------------------------------------------------------------------------ measure
-MEASURE = ["measure", "--no-progress", "--model", "vit_tiny_patch16_224", "--img-size", "32"]
+MEASURE = ["measure", "--no-progress", "--model", "vit_tiny_patch16_224", "--random-init", "--img-size", "32"]
 
 
 @pytest.mark.parametrize("argv,needle", [

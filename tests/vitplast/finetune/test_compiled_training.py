@@ -13,8 +13,8 @@ from helpers import free_port, quiet
 from vitplast.finetune import finetune
 from vitplast.runs.rundir import read_jsonl
 
-TINY = dict(model="vit_tiny_patch16_224", img_size=16, data="synthetic", train="MHA", steps=4,
-            batch_size=16, monitor_every=2, eval_every=4, plots=False, progress=False, seed="1",
+TINY = dict(model="vit_tiny_patch16_224", random_init=True, img_size=16, data="synthetic", train="MHA",
+            steps=4, batch_size=16, monitor_every=2, eval_every=4, plots=False, progress=False, seed="1",
             model_kwargs=dict(patch_size=8, depth=2, embed_dim=32, num_heads=2), reporter=quiet())
 
 
@@ -45,7 +45,7 @@ def test_compile_mode_is_validated(tmp_path):
 def test_two_process_ddp_with_compile(tmp_path):
     args = ["--model", "vit_tiny_patch16_224", "--img-size", "16", "--model-arg", "patch_size=8",
             "--model-arg", "depth=2", "--model-arg", "embed_dim=32", "--model-arg", "num_heads=2",
-            "--data", "synthetic", "--train", "MHA", "--steps", "4", "--batch-size", "16",
+            "--random-init", "--data", "synthetic", "--train", "MHA", "--steps", "4", "--batch-size", "16",
             "--monitor-every", "2", "--no-plots", "--no-progress", "--seed", "1", "--compile"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2",

@@ -13,8 +13,8 @@ from helpers import quiet
 from vitplast.finetune import finetune
 from vitplast.finetune import finetune_options as resolve_options
 
-TINY = dict(model="vit_tiny_patch16_224", img_size=16, plots=False, progress=False, data="synthetic",
-            model_kwargs=dict(patch_size=8, depth=3, embed_dim=32, num_heads=2))
+TINY = dict(model="vit_tiny_patch16_224", random_init=True, img_size=16, plots=False, progress=False,
+            data="synthetic", model_kwargs=dict(patch_size=8, depth=3, embed_dim=32, num_heads=2))
 QUIET = dict(reporter=quiet())
 MAP = {"ATTN": "blocks.*.attn", "MLP": ("blocks.*.mlp.fc1", "blocks.*.mlp.fc2")}
 
@@ -90,8 +90,8 @@ def test_custom_labels_train_and_monitor_exactly_their_modules(tmp_path):
     (["--component", "ATTN"], "vitplast finetune: error: --component: expected LABEL=GLOB"),
     (["--component", "ATTN=blocks.*.attn", "--train", "MHA@1"],
      "vitplast finetune: error: --train: unknown choice 'MHA'; expected one of ATTN"),
-    (["--component", "ATTN=blocks.*.attn", "--train", "ATTN@99", "--model", TINY["model"], "--img-size", "16",
-      "--data", "synthetic", "--steps", "1"], "vitplast finetune: error: "),
+    (["--component", "ATTN=blocks.*.attn", "--train", "ATTN@99", "--model", TINY["model"], "--random-init",
+      "--img-size", "16", "--data", "synthetic", "--steps", "1"], "vitplast finetune: error: "),
 ])
 def test_cli_one_line_and_nothing_written(tmp_path, capsys, argv, match):
     from vitplast.cli import main

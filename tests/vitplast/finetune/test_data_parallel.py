@@ -14,7 +14,7 @@ from vitplast.runs.rundir import read_jsonl
 
 pytestmark = pytest.mark.slow  # see the Makefile's test-fast
 
-ARGS = ["--model", "vit_tiny_patch16_224", "--img-size", "16", "--model-arg", "patch_size=8",
+ARGS = ["--model", "vit_tiny_patch16_224", "--random-init", "--img-size", "16", "--model-arg", "patch_size=8",
         "--model-arg", "depth=2", "--model-arg", "embed_dim=32", "--model-arg", "num_heads=2",
         "--data", "synthetic", "--train", "MHA", "--steps", "4", "--batch-size", "32",
         "--monitor-every", "2", "--eval-every", "2", "--no-plots", "--no-progress", "--seed", "1"]
@@ -39,8 +39,8 @@ def test_two_process_ddp_combines_ranks(tmp_path):
     # the same global batches on one process: the evaluation (split over ranks and summed) and the
     # loss at iteration 0 (mean of equal-size rank means) must agree; pairs differ, so plasticity
     # agrees only roughly
-    opts = dict(model="vit_tiny_patch16_224", img_size=16, data="synthetic", train="MHA", steps=4,
-                batch_size=32, monitor_every=2, eval_every=2, plots=False, progress=False, seed="1",
+    opts = dict(model="vit_tiny_patch16_224", random_init=True, img_size=16, data="synthetic", train="MHA",
+                steps=4, batch_size=32, monitor_every=2, eval_every=2, plots=False, progress=False, seed="1",
                 model_kwargs=dict(patch_size=8, depth=2, embed_dim=32, num_heads=2),
                 out=str(tmp_path / "one"), reporter=quiet())
     finetune(**opts)

@@ -15,7 +15,7 @@ from vitplast.finetune.selection import TRAIN_ORDER
 from vitplast.runs.rundir import read_jsonl
 
 DEPTH = 2
-TINY = dict(model="vit_tiny_patch16_224", img_size=16, plots=False, progress=False,
+TINY = dict(model="vit_tiny_patch16_224", random_init=True, img_size=16, plots=False, progress=False,
             model_kwargs=dict(patch_size=8, depth=DEPTH, embed_dim=32, num_heads=2))
 
 
@@ -149,7 +149,8 @@ def test_embedded_model_rejects_other_sizes(tmp_path, capsys):
 def test_bad_arguments_give_clear_errors(tmp_path, capsys, argv, message):
     base = ["finetune", "--out", str(tmp_path / "o"), "--model", "vit_tiny_patch16_224", "--img-size", "16",
             "--model-arg", "patch_size=8", "--model-arg", "depth=1", "--model-arg", "embed_dim=16",
-            "--model-arg", "num_heads=1", "--data", "synthetic", "--steps", "2", "--no-plots"]
+            "--model-arg", "num_heads=1", "--data", "synthetic", "--steps", "2", "--no-plots",
+            "--random-init"]
     assert cli_main(base + argv) == 2
     err = capsys.readouterr().err
     assert "vitplast finetune: error:" in err and message in err, err

@@ -14,8 +14,8 @@ from torch import nn
 from vitplast.finetune import finetune
 from vitplast.finetune.selection import select_trainable
 
-TINY = dict(model="vit_tiny_patch16_224", img_size=16, plots=False, progress=False, data="synthetic",
-            model_kwargs=dict(patch_size=8, depth=3, embed_dim=32, num_heads=2))
+TINY = dict(model="vit_tiny_patch16_224", random_init=True, img_size=16, plots=False, progress=False,
+            data="synthetic", model_kwargs=dict(patch_size=8, depth=3, embed_dim=32, num_heads=2))
 
 
 def _changed(before: dict, after: dict) -> set[str]:

@@ -51,11 +51,12 @@ def loader(n: int, batch_size: int, seed: int) -> DataLoader:
 
 
 def fit(out: Path, callback: PlasticityCallback, *, strategy: str = "auto", devices: int = 1,
-        max_steps: int = 6, accumulate: int = 1, val: bool = True, compile_backend=None) -> L.Trainer:
+        max_steps: int = 6, accumulate: int = 1, val: bool = True, compile_backend=None,
+        logger=None) -> L.Trainer:
     warnings.filterwarnings("ignore", message=".*(num_workers|many workers|log_every_n_steps).*")
     L.seed_everything(0, verbose=False)
     trainer = L.Trainer(accelerator="cpu", devices=devices, strategy=strategy, max_steps=max_steps,
-                        accumulate_grad_batches=accumulate, logger=CSVLogger(out, name="csv"),
+                        accumulate_grad_batches=accumulate, logger=logger or CSVLogger(out, name="csv"),
                         callbacks=[callback], enable_progress_bar=False, enable_model_summary=False,
                         enable_checkpointing=False, num_sanity_val_steps=1 if val else 0,
                         limit_val_batches=1 if val else 0, val_check_interval=2 if val else None,

@@ -52,7 +52,9 @@ def test_lightning_callback_logs_and_writes(tmp_path, recwarn, accumulate):
     trainer = app.fit(tmp_path, cb, max_steps=6, accumulate=accumulate)
     assert trainer.global_step == 6
     rows = [r for r in _csv_rows(tmp_path) if r.get("plasticity/MHA")]
-    assert [int(r["step"]) for r in rows] == [1, 3, 5]  # steps 0, 2, 4 measured, logged after them
+    assert [int(r["step"]) for r in rows] == [0, 2, 4]  # logged at the steps measured (Lightning's numbers)
+    hparams = (next(tmp_path.glob("csv/version_*")) / "hparams.yaml").read_text()
+    assert "plasticity:" in hparams and "every: 2" in hparams and "pairs: halves" in hparams
     for r in rows:
         for c in COMPS:
             assert math.isfinite(float(r[f"plasticity/{c}"]))
@@ -63,6 +65,7 @@ def test_lightning_callback_logs_and_writes(tmp_path, recwarn, accumulate):
     res = PlasticityResult.from_json(Path(trainer.log_dir) / "plasticity.json")
     assert cb.files == [Path(trainer.log_dir) / "plasticity.json"]
     assert res.components == COMPS and res.meta["measured_steps"] == 3 and res.meta["every"] == 2
+    assert res.meta["model"] == "vit_tiny_patch16_224"  # the ViT inside the LightningModule
     for c in COMPS:
         assert res.n_pairs(c).tolist() == [3 * 4 * accumulate] * 2
     # sanity check and validation batches (7 images) were never measured: nothing skipped or warned
@@ -125,7 +128,7 @@ def test_lightning_ddp_two_processes_gloo(tmp_path, strategy):
     torch.testing.assert_close(total.stats, expected, rtol=1e-12, atol=0)
     assert not torch.equal(local[0, 0].stats, local[1, 0].stats)  # the ranks saw different batches
     rows = [r for r in _csv_rows(tmp_path) if r.get("plasticity/MHA")]
-    assert [int(r["step"]) for r in rows] == [1, 3]  # rank 0 only, once per measured step
+    assert [int(r["step"]) for r in rows] == [0, 2]  # rank 0 only, once per measured step
     for n, r in enumerate(rows):
         both = local[0, n].merge(local[1, n])
         for c in COMPS:
@@ -146,7 +149,8 @@ class _Recorder(transformers.TrainerCallback):
         self.logs.append({**logs, "_step": state.global_step})
 
 
-def _hf_trainer(out: Path, recorder, callbacks=(), max_steps: int = 5, logging_steps: int = 100):
+def _hf_trainer(out: Path, recorder, callbacks=(), max_steps: int = 5, logging_steps: int = 100,
+                report_to=()):
     from transformers import Trainer, TrainingArguments, ViTConfig, ViTForImageClassification
 
     torch.manual_seed(0)
@@ -155,36 +159,46 @@ def _hf_trainer(out: Path, recorder, callbacks=(), max_steps: int = 5, logging_s
     g = torch.Generator().manual_seed(0)
     data = [{"pixel_values": torch.randn(3, 32, 32, generator=g), "labels": int(i % 4)} for i in range(48)]
     args = TrainingArguments(output_dir=str(out), max_steps=max_steps, per_device_train_batch_size=8,
-                             logging_steps=logging_steps, save_strategy="no", report_to=[], use_cpu=True,
-                             disable_tqdm=True, learning_rate=1e-3, dataloader_num_workers=0)
+                             logging_steps=logging_steps, save_strategy="no", report_to=list(report_to),
+                             use_cpu=True, disable_tqdm=True, learning_rate=1e-3, dataloader_num_workers=0)
     return Trainer(model=ViTForImageClassification(cfg), args=args, train_dataset=data,
                    callbacks=[recorder, *callbacks])
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("bind", [True, False])
-def test_hf_trainer_callback_logs_and_writes(tmp_path, bind):
-    recorder = _Recorder()
-    cb = integrations.PlasticityTrainerCallback(every=2)
-    trainer = _hf_trainer(tmp_path, recorder, [] if bind else [cb])
-    if bind:
+FORMS = ("callbacks", "add_callback", "bound")  # Trainer(callbacks=[cb]); add_callback(cb); cb.trainer given
+
+
+def _registered(tmp_path, form: str, cb, recorder, **kw):
+    trainer = _hf_trainer(tmp_path, recorder, [cb] if form == "callbacks" else [], **kw)
+    if form == "bound":
         cb.trainer = trainer
+    if form != "callbacks":
         trainer.add_callback(cb)
+    return trainer
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("form", FORMS)
+def test_hf_trainer_callback_logs_and_writes(tmp_path, form):
+    """However it is registered, the values go through the trainer's logging at the steps measured
+    (the trainer's numbers: 2, 4 with every=2), reaching the callbacks that come before it."""
+    recorder = _Recorder()
+    cb = integrations.PlasticityTrainerCallback(every=2, per_layer=True)
+    trainer = _registered(tmp_path, form, cb, recorder)
     trainer.train()
     history = [h for h in trainer.state.log_history if "plasticity/MHA" in h]
-    assert [h["step"] for h in history] == [1, 3, 5]  # steps 0, 2, 4 measured
+    assert [h["step"] for h in history] == [2, 4]
     for h in history:
         for c in COMPS:
             assert math.isfinite(h[f"plasticity/{c}"]) and f"plasticity/{c}/layer_1" in h
-    seen = [r for r in recorder.logs if "plasticity/MHA" in r]
-    # bound: through trainer.log, every callback (as every report_to integration) sees the rows;
-    # unbound: only callbacks after this one do, the recorder comes first
-    assert [r["_step"] for r in seen] == ([1, 3, 5] if bind else [])
+    assert [r["_step"] for r in recorder.logs if "plasticity/MHA" in r] == [2, 4]
+    assert cb.trainer is trainer
     res = PlasticityResult.from_json(tmp_path / "plasticity.json")
     assert cb.files == [tmp_path / "plasticity.json"]
-    assert res.meta["measured_steps"] == 3 and res.meta["preset"] in ("hf-vit", "hf-vit-layers")
+    assert res.meta["measured_steps"] == 2 and res.meta["preset"] in ("hf-vit", "hf-vit-layers")
+    assert res.meta["model"] == "ViTForImageClassification"
     for c in COMPS:
-        assert res.n_pairs(c).tolist() == [3 * 4] * 2
+        assert res.n_pairs(c).tolist() == [2 * 4] * 2
     assert json.loads((tmp_path / "plasticity.json").read_text())["format"] == "vitplast-plasticity/1"
     assert cb.steps.monitor is None
 
@@ -192,26 +206,41 @@ def test_hf_trainer_callback_logs_and_writes(tmp_path, bind):
 @pytest.mark.slow
 @pytest.mark.parametrize("logging_steps", [1, 3])
 def test_hf_trainer_callback_never_changes_the_trainers_own_logs(tmp_path, logging_steps):
-    """Bound (``trainer=``, its trainer.log cleared should_log) or passed in
-    ``callbacks=[...]`` (it asked for log events), the callback must leave the trainer's loss rows as a
-    run without it has them: the same steps, the same values."""
+    """Whatever the registration, the trainer's loss rows are those of a run without the callback: the
+    same steps, the same values; the plasticity joins the loss row at a step both log."""
 
     def run(form: str):
         cb = integrations.PlasticityTrainerCallback(every=2)
-        trainer = _hf_trainer(tmp_path / form, _Recorder(), [cb] if form == "callbacks" else [],
-                              max_steps=6, logging_steps=logging_steps)
-        if form == "bound":
-            cb.trainer = trainer
-            trainer.add_callback(cb)
+        trainer = _registered(tmp_path / form, form, cb, _Recorder(), max_steps=6,
+                              logging_steps=logging_steps)
+        if form == "plain":
+            trainer.remove_callback(cb)
         trainer.train()
         history = trainer.state.log_history
         losses = [(h["step"], h["loss"]) for h in history if "loss" in h]
-        return losses, [h["step"] for h in history if "plasticity/MHA" in h]
+        return losses, [h["step"] for h in history if "plasticity/MHA" in h], history
 
-    plain, _ = run("plain")
+    plain, _, _ = run("plain")
     assert [step for step, _ in plain] == list(range(logging_steps, 7, logging_steps))
-    for form in ("bound", "callbacks"):
-        losses, measured = run(form)
+    for form in FORMS:
+        losses, measured, history = run(form)
         assert [step for step, _ in losses] == [step for step, _ in plain], form
         assert [v for _, v in losses] == pytest.approx([v for _, v in plain], rel=1e-6), form
-        assert measured == [1, 3, 5], form  # steps 0, 2, 4 measured, logged at the trainer's step after
+        assert measured == [2, 4, 6], form
+        joined = [h["step"] for h in history if "loss" in h and "plasticity/MHA" in h]
+        assert joined == [s for s in (2, 4, 6) if s % logging_steps == 0], form
+
+
+@pytest.mark.slow
+def test_hf_default_every_is_the_logging_steps_and_the_console_keeps_one_line(tmp_path, capsys):
+    """every=None: measured exactly where the loss is logged, one log event (one printed line) per
+    logging step, holding the loss and one value per component."""
+    cb = integrations.PlasticityTrainerCallback()
+    trainer = _hf_trainer(tmp_path, _Recorder(), [cb], max_steps=6, logging_steps=3)
+    capsys.readouterr()
+    trainer.train()
+    rows = [h for h in trainer.state.log_history if "loss" in h or "plasticity/MHA" in h]
+    assert [(h["step"], "loss" in h, "plasticity/MHA" in h) for h in rows] == [(3, True, True),
+                                                                              (6, True, True)]
+    printed = [line for line in capsys.readouterr().out.splitlines() if "'loss'" in line]
+    assert len(printed) == 2 and all(line.count("plasticity/") == len(COMPS) for line in printed)

@@ -17,8 +17,9 @@ import vitplast.models.builder as model_builder
 from helpers import quiet
 from vitplast.cli import build_parser, main
 from vitplast.measure import measure
+from vitplast.options.groups import ModelOptions
 
-TIMM = ["--model", "vit_tiny_patch16_224", "--img-size", "32", "--no-progress"]
+TIMM = ["--model", "vit_tiny_patch16_224", "--random-init", "--img-size", "32", "--no-progress"]
 
 
 @pytest.fixture(scope="module")
@@ -171,8 +172,8 @@ def test_out_existing_file_and_read_only_dir_before_any_work(tmp_path, capsys, m
 
 
 def test_model_without_preset(images, capsys):
-    argv = ["measure", "--model", "resnet18", "--img-size", "32", "--data", str(images), "--no-progress",
-            "--batch-size", "4", "--batches", "1"]
+    argv = ["measure", "--model", "resnet18", "--random-init", "--img-size", "32", "--data", str(images),
+            "--no-progress", "--batch-size", "4", "--batches", "1"]
     rc, err = _main(argv, capsys)
     assert rc == 2 and "--component LABEL=GLOB" in _one_error_line(err)
     rc, _ = _main([*argv, "--component", "C1=layer[1-4].0.conv1", "--component", "C2=layer?.0.conv2"], capsys)
@@ -196,8 +197,9 @@ def test_weights_of_another_architecture(tmp_path, capsys):
     assert rc == 0
 
 
-TINY = dict(model="vit_tiny_patch16_224", img_size=16, plots=False, progress=False, data="synthetic", steps=2,
-            batch_size=8, model_kwargs=dict(patch_size=8, depth=2, embed_dim=32, num_heads=2))
+TINY = dict(model="vit_tiny_patch16_224", random_init=True, img_size=16, plots=False, progress=False,
+            data="synthetic", steps=2, batch_size=8,
+            model_kwargs=dict(patch_size=8, depth=2, embed_dim=32, num_heads=2))
 
 
 @pytest.mark.slow
@@ -212,16 +214,15 @@ def test_measure_loads_what_finetune_writes(train, tmp_path, capsys):
         rc, err = _main(["measure", "--weights", str(weights), "--data", "synthetic", "--batch-size", "8",
                          "--batches", "1", "--no-progress"], capsys)
         assert rc == 0, err
-    net = model_builder.build_model("vit_tiny_patch16_224", 4, weights=run, model_kwargs=TINY["model_kwargs"],
-                                    img_size=16).net
+    arch = dict(model="vit_tiny_patch16_224", model_kwargs=TINY["model_kwargs"], img_size=16)
+    net = model_builder.build_model(ModelOptions(**arch, weights=str(run)), 4).net
     state = net.state_dict()
     if train == "lora":  # adapters merged as peft merges them
         from vitplast.finetune.lora import apply_lora
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            ref = apply_lora(model_builder.build_model("vit_tiny_patch16_224", 4, img_size=16,
-                                                       model_kwargs=TINY["model_kwargs"]).net)
+            ref = apply_lora(model_builder.build_model(ModelOptions(**arch, random_init=True), 4).net)
         ref.load_state_dict(ckpt["model"])
         expected = ref.merge_and_unload().state_dict()
     else:
@@ -235,13 +236,13 @@ def test_output_set_is_replaced_as_a_unit(tmp_path, monkeypatch):
     from vitplast_kernels import PlasticityResult
 
     out = tmp_path / "res"
-    kw = dict(model="vit_tiny_patch16_224", img_size=32, data="synthetic", batches=1, batch_size=8,
-              progress=False, reporter=quiet(), out=str(out))
+    kw = dict(model="vit_tiny_patch16_224", random_init=True, img_size=32, data="synthetic", batches=1,
+              batch_size=8, progress=False, reporter=quiet(), out=str(out))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         measure(seed=0, **kw)
         first = {p.name: p.read_bytes() for p in out.iterdir()}
-        assert sorted(first) == ["plasticity.json", "plasticity.png", "run.json"]
+        assert sorted(first) == ["plasticity.json", "plasticity.png", "plasticity_heatmap.png", "run.json"]
 
         def disk_full(self, path, **k):
             raise OSError(28, "No space left on device")
@@ -257,7 +258,8 @@ def test_output_set_is_replaced_as_a_unit(tmp_path, monkeypatch):
         (tmp_path / f".res.tmp-{dead.pid}-x").mkdir()  # left by a killed run
         measure(seed=1, **kw)
     run = json.loads((out / "run.json").read_text())
-    assert run["seed"] == 1 and run["files"] == ["plasticity.json", "plasticity.png", "run.json"]
+    files = ["plasticity.json", "plasticity.png", "plasticity_heatmap.png", "run.json"]
+    assert run["seed"] == 1 and run["files"] == files
     assert json.loads((out / "plasticity.json").read_text()) != json.loads(first["plasticity.json"])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["res"]
 

@@ -103,8 +103,8 @@ def test_timm_model_on_image_folder_decomposition(tmp_path):
             arr = (torch.rand(20, 20, 3) * 255).to(torch.uint8).numpy()
             Image.fromarray(arr).save(tmp_path / c / f"{i}.png")
     with pytest.warns(UserWarning, match="random init"):
-        res = measure(model="vit_tiny_patch16_224", data=str(tmp_path), img_size=32, batches=1,
-                      batch_size=8, protocol="decomposition", progress=False, reporter=quiet())
+        res = measure(model="vit_tiny_patch16_224", random_init=True, data=str(tmp_path), img_size=32,
+                      batches=1, batch_size=8, protocol="decomposition", progress=False, reporter=quiet())
     assert res.components == ("LN1", "MHA", "LN2", "FC1", "FC2")
     for c in res.components:
         m = res.mean(c)
@@ -208,14 +208,15 @@ def warnings_of(category):
 
 
 def test_model_arg_reaches_the_model_and_run_json(tmp_path):
-    kw = dict(model="vit_tiny_patch16_224", img_size=16, data="synthetic", batches=1, batch_size=8,
-              progress=False, reporter=quiet())
+    kw = dict(model="vit_tiny_patch16_224", random_init=True, img_size=16, data="synthetic", batches=1,
+              batch_size=8, progress=False, reporter=quiet())
     with pytest.warns(UserWarning, match="random init"):
         res = measure(**kw, model_kwargs=["patch_size=8", "depth=1", "embed_dim=32", "num_heads=2"],
                       out=str(tmp_path / "o"))
     assert all(res.mean(c).shape == (1,) for c in res.components)  # depth=1: one layer
     run = json.loads((tmp_path / "o" / "run.json").read_text())
     assert run["model_kwargs"] == {"patch_size": 8, "depth": 1, "embed_dim": 32, "num_heads": 2}
+    assert run["random_init"] and run["provenance"]["weights"] == {"kind": "random", "sha256": None}
     assert run["amp"] == "none" and run["dtype"] == "float32"
     with pytest.raises(ValueError, match="--model-arg does not apply to digits-vit"):
         measure(model_kwargs={"depth": 1}, reporter=quiet())

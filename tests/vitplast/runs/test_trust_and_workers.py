@@ -18,10 +18,11 @@ from helpers import Killed, kill_after, quiet
 from vitplast.cli import main
 from vitplast.finetune import finetune
 
-ARCH = dict(model="vit_tiny_patch16_224", img_size=16, model_kwargs=dict(patch_size=8, depth=2, embed_dim=32,
-                                                                           num_heads=2))
-ARCH_CLI = ["--model", "vit_tiny_patch16_224", "--img-size", "16", "--model-arg", "patch_size=8",
-            "--model-arg", "depth=2", "--model-arg", "embed_dim=32", "--model-arg", "num_heads=2"]
+ARCH = dict(model="vit_tiny_patch16_224", random_init=True, img_size=16,
+            model_kwargs=dict(patch_size=8, depth=2, embed_dim=32, num_heads=2))
+ARCH_CLI = ["--model", "vit_tiny_patch16_224", "--random-init", "--img-size", "16", "--model-arg",
+            "patch_size=8", "--model-arg", "depth=2", "--model-arg", "embed_dim=32", "--model-arg",
+            "num_heads=2"]
 
 
 class _Payload:
@@ -89,8 +90,8 @@ def test_claim_refuses_a_planted_pickle_in_a_run(tmp_path):
 def test_measure_replays_from_its_seed(tmp_path):
     from vitplast.measure import measure
 
-    kw = dict(model="vit_tiny_patch16_224", img_size=32, data="synthetic", batch_size=16, batches=2,
-              progress=False, reporter=quiet())
+    kw = dict(model="vit_tiny_patch16_224", random_init=True, img_size=32, data="synthetic", batch_size=16,
+              batches=2, progress=False, reporter=quiet())
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for name, global_seed in (("a", 1), ("b", 2)):  # whatever the caller's RNG state

@@ -1,0 +1,51 @@
+"""The downstream datasets of a claim (``--data``, repeatable, or ``--datasets``) and where each one's
+runs and reports go: with one dataset, ``OUT`` itself (``OUT/runs/``, ``OUT/claim.json``, ...); with
+several, ``OUT/datasets/NAME/`` each (the same files), and the aggregate over them in ``OUT``."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+from ..finetune import RunSettings
+from .options import ClaimOptions
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetPlan:
+    spec: str  # the --data value
+    name: str  # a directory name made of it
+    out: Path  # where its runs, measurement and reports go
+    settings: RunSettings  # of every finetuning run on it
+    several: bool  # one of several datasets (its messages name it)
+
+    @property
+    def tag(self) -> str:
+        """`` [NAME]`` in the messages of a claim over several datasets, else nothing."""
+        return f" [{self.name}]" if self.several else ""
+
+
+def dataset_name(spec: str) -> str:
+    """A directory name for the dataset ``spec``: ``digits:5-9`` -> ``digits_5-9``, an ImageFolder path
+    -> its last part, ``cifar10:/data/c10`` -> ``cifar10_c10``."""
+    kind, sep, rest = spec.partition(":")
+    if not sep or "/" in kind:  # a path
+        kind, rest = "", spec
+    tail = Path(rest.rstrip("/")).name if "/" in rest else rest
+    text = f"{kind}_{tail}" if kind and tail else kind or tail
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("._") or "dataset"
+
+
+def dataset_plans(opts: ClaimOptions, *, progress: bool | None) -> list[DatasetPlan]:
+    """One plan per dataset of ``opts``, in the order given; names made distinct by a suffix."""
+    several = len(opts.data) > 1
+    plans, seen = [], set()
+    for spec in opts.data:
+        name, k = dataset_name(spec), 2
+        while name in seen:
+            name, k = f"{dataset_name(spec)}-{k}", k + 1
+        seen.add(name)
+        out = Path(opts.out) / "datasets" / name if several else Path(opts.out)
+        plans.append(DatasetPlan(spec, name, out, opts.run_settings(spec, progress=progress), several))
+    return plans

@@ -1,0 +1,134 @@
+"""The grid of a claim, planned before anything is written: per dataset, what is trained (the components
+and baselines, or a layer claim's units and selections), the model and data checked once
+(:func:`vitplast.finetune.prepare`) and the runs with the state of their directories; then the plan's
+one line and, on request, the estimate of how long the runs still to train take."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from ..finetune import Prepared, prepare, unit_sizes
+from ..models.builder import DIGITS_MODEL, build_model
+from ..outputs.reporter import Reporter
+from .datasets import DatasetPlan
+from .layers import default_budget, plan_selections, unit_name, units_of
+from .measurement import measure_dataset, saved_measurement
+from .options import COMPONENT_STEPS, LAYER_STEPS, ClaimOptions
+from .runs import PlannedRun, calibrate, estimate_seconds, plan_runs
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetGrid:
+    """One dataset's part of the grid."""
+
+    dataset: DatasetPlan
+    key: str  # the runs' dataset name ("" for a claim over one dataset)
+    trains: list[str]
+    prepared: Prepared
+    runs: list[PlannedRun]
+    units: list | None = None  # a layer claim's (component, layer) units
+    selections: dict | None = None  # and its plasticity-guided and random sets
+    measured: dict | None = None  # a layer claim measures first: its plan depends on it
+
+
+def plan_dataset(opts: ClaimOptions, dataset: DatasetPlan, *, device, reporter: Reporter,
+                 progress: bool) -> DatasetGrid:
+    """The dataset's trains, checks and runs; a layer claim measures plasticity first (in memory)."""
+    measured = units = selections = None
+    if opts.granularity == "layer":
+        measured = measure_dataset(opts, dataset, device, reporter, progress=progress, write=False)
+        units, selections, trains = plan_layers(opts, measured)
+    else:
+        saved_measurement(opts, dataset)  # one measured with other options is refused now
+        trains = opts.trains
+    prepared = prepare(dataset.settings, trains, opts.seed[0])  # the model and data checked once
+    key = dataset.name if dataset.several else ""
+    runs = plan_runs(dataset.out, dataset.settings, trains, opts.lr, opts.seed, key)
+    return DatasetGrid(dataset, key, trains, prepared, runs, units, selections, measured)
+
+
+def plan_layers(opts: ClaimOptions, measured: dict):
+    """``(units, selections, trains)`` of a layer-granularity claim: every (component, layer) unit of
+    ``--components``, the plasticity-guided and ``--draws`` random sets under ``--budget`` (default:
+    twice the largest unit) and the head-only baseline, as ``vitplast finetune --train`` values."""
+    built = build_model(opts, 10)
+    sizes = unit_sizes(built.net)
+    units = units_of(measured, opts.components)
+    missing = [u for u in units if u not in sizes]
+    if missing:
+        raise ValueError(f"the component map of {opts.model} has no {unit_name(missing[0])}")
+    selections = None
+    if opts.draws:
+        budget = opts.budget or default_budget({u: sizes[u] for u in units})
+        selections = plan_selections(measured, units, sizes, budget, opts.draws, opts.stats_seed)
+    names = [unit_name(u) for u in units]
+    extra = [] if selections is None else (
+        [selections["auto"]["train"]] + [s["train"] for s in selections["random"]])
+    return units, selections, list(dict.fromkeys(names + extra + ["head"]))
+
+
+def counts(runs: Sequence[PlannedRun]) -> dict:
+    return {s: sum(r.state == s for r in runs) for s in ("finished", "partial", "new")}
+
+
+def plan_summary(opts: ClaimOptions, grids: Sequence[DatasetGrid], reporter: Reporter) -> dict:
+    """The plan's counts over the whole grid, said in one line (and the shard's part of it)."""
+    runs = [r for g in grids for r in g.runs]
+    states = counts(runs)
+    first = grids[0]
+    listing = ", ".join(first.trains) if first.units is None else (
+        f"{len(first.units)} (component, layer) units, {len(first.trains) - len(first.units) - 1} "
+        "selections, head")
+    over = f"{len(grids)} datasets x " if len(grids) > 1 else ""
+    reporter.say(f"claim: {len(runs)} finetuning runs = {over}{len(first.trains)} trained ({listing}) x "
+                 f"{len(opts.lr)} learning rates x {len(opts.seed)} seeds, {opts.steps} steps each; "
+                 f"{states['finished']} finished, {states['partial']} partial, {states['new']} new")
+    plan = {"runs": len(runs), **states, "trains": first.trains, "lrs": opts.lr, "seeds": opts.seed,
+            "steps": opts.steps, "datasets": [g.dataset.spec for g in grids]}
+    if opts.shard is not None:
+        mine = opts.shard.select(runs)
+        plan["shard"] = {"shard": str(opts.shard), "runs": len(mine), **counts(mine)}
+        source = " (from SLURM_ARRAY_TASK_ID; --shard none trains them all)" if opts.shard_env else ""
+        reporter.say(f"shard {opts.shard}{source}: {len(mine)} of these runs ({plan['shard']['finished']} "
+                     "finished)")
+    return plan
+
+
+def estimate(opts: ClaimOptions, grids: Sequence[DatasetGrid], runs: Sequence[PlannedRun], *, threads,
+             n_procs: int, progress: bool, reporter: Reporter) -> dict:
+    """Short timed runs (on the first dataset, in this process), the wall time of ``runs`` still to
+    train, and ``--time-budget``'s refusal."""
+    if opts.model == DIGITS_MODEL:  # its one-time pretraining is not a finetuning cost
+        from ..models.digits import pretrained_digits_vit
+
+        pretrained_digits_vit(progress=progress)
+    first = grids[0]
+    calib = calibrate(first.dataset.settings, first.prepared, first.trains,
+                      probe_steps=min(opts.calibrate_steps, opts.steps), threads=threads)
+    seconds = estimate_seconds(runs, calib, opts.steps, n_procs)
+    procs = f" over {n_procs} processes (if the cores are free)" if n_procs > 1 else ""
+    if opts.executor == "ray":
+        procs = " of run time in all (a Ray cluster divides it by the runs it trains at once)"
+    note = "; --lr auto may add runs" if opts.lr_auto else ""
+    note += "; timed on the first dataset" if len(grids) > 1 else ""
+    if opts.granularity == "layer" and opts.steps == LAYER_STEPS:
+        note += (f"; a layer claim trains {LAYER_STEPS} steps per run by default ({COMPONENT_STEPS} for a "
+                 "component claim) to stay near 10 min on 2 cores")
+    todo = sum(r.state != "finished" for r in runs)
+    reporter.say(f"estimate: {calib['overhead_s']:.1f} s per run + per step (ms): {_step_text(calib)}; "
+                 f"{todo} runs to train: about {seconds / 60:.1f} min{procs} (calibration took "
+                 f"{calib['seconds']:.1f} s){note}")
+    if opts.time_budget is not None and seconds > 60 * opts.time_budget:
+        raise ValueError(f"the estimated {seconds / 60:.1f} min exceed --time-budget {opts.time_budget:g} "
+                         "min: fewer --lr/--seed values or --steps")
+    return {**calib, "remaining_seconds": seconds, "jobs": n_procs}
+
+
+def _step_text(calib: dict) -> str:
+    """Calibrated step times, trains with the same time grouped (a layer claim has ~25 trains)."""
+    groups: dict[str, list[str]] = {}
+    for t, v in calib["step_s"].items():
+        groups.setdefault(f"{1000 * v:.1f}", []).append(t)
+    return ", ".join(f"{', '.join(ts) if len(ts) <= 3 else f'{len(ts)} trains'} {v}"
+                     for v, ts in groups.items())

@@ -1,0 +1,65 @@
+"""``compare(...)``: the work of ``vitplast compare`` (its options: :class:`CompareOptions`).
+
+Order of work: the options are checked, then ``out`` (it must be able to receive the output set), then
+every run is read; the table is printed and, with ``out``, ``compare.txt``, ``compare.csv``,
+``compare.json`` and ``compare.png`` are written as one set (:mod:`vitplast.runs.output_set`).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from typing import Any
+
+from ..options.fields import options_for
+from ..outputs.reporter import Reporter
+from .options import CompareOptions
+from .runs import load_measurements
+from .table import Comparison, compare_measurements, format_comparison
+
+OUTPUT_FILES = ("compare.txt", "compare.csv", "compare.json", "compare.png")
+
+
+def compare(opts: CompareOptions | None = None, /, *, reporter: Reporter | None = None,
+            **keywords: Any) -> Comparison:
+    """Compares the plasticity of two or more saved measurements; returns the :class:`Comparison`.
+
+    ``opts``: a :class:`CompareOptions`, or its fields as keywords, e.g.
+    ``compare(runs=["before/", "after/"], labels=["before", "after"], out="cmp/")``. ``runs``:
+    ``plasticity.json`` files or directories holding one (``vitplast measure --out``, the trainer
+    callbacks); the first is the reference of the differences. ``reporter``: where the table goes
+    (default: printed).
+    """
+    opts = options_for(CompareOptions, opts, keywords)
+    out_set = None
+    if opts.out is not None:
+        from ..runs.output_set import OutputSet
+
+        out_set = OutputSet(opts.out, OUTPUT_FILES)
+        out_set.check()
+    cmp = compare_measurements(load_measurements(opts.runs, opts.labels), opts.components)
+    text = format_comparison(cmp)
+    say = (reporter or Reporter()).say
+    say(text)
+    if out_set is not None:
+        write_comparison(out_set, cmp, text)
+        say(f"wrote {', '.join(str(out_set.target / f) for f in OUTPUT_FILES)}")
+    return cmp
+
+
+def write_comparison(out_set, cmp: Comparison, text: str) -> None:
+    """The table, the tidy CSV (one row per run, component and layer), the JSON and the figure."""
+    from .plots import plot_comparison
+
+    rows = cmp.records()
+    with out_set.writing() as tmp:
+        (tmp / "compare.txt").write_text(text + "\n")
+        with open(tmp / "compare.csv", "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+            writer.writeheader()
+            for r in rows:
+                writer.writerow({k: "" if isinstance(v, float) and not math.isfinite(v) else v
+                                 for k, v in r.items()})
+        (tmp / "compare.json").write_text(json.dumps(cmp.to_dict(), indent=1, allow_nan=False) + "\n")
+        plot_comparison(cmp, tmp / "compare.png")

@@ -1,0 +1,188 @@
+"""What ``vitplast compare`` computes from the measurements: per component, each run's plasticity (mean
+over layers, and per layer) with its 95% CI, and its difference from the first run (the reference).
+
+- A layer's CI is the measurement's own (:meth:`vitplast_kernels.PlasticityResult.ci`: its standard
+  error ``sem``).
+- The mean over layers is the mean of the per-layer means; its standard error ``sqrt(sum sem_l^2) / L``
+  treats the layers' estimates as independent.
+- A difference ``B - A`` has standard error ``sqrt(sem_A^2 + sem_B^2)``: exact for measurements on
+  independent pairs (two datasets), conservative (too wide) for two measurements of the same pairs
+  (before and after finetuning on the same images), whose errors are positively correlated.
+
+Intervals are normal ``+- 1.96 sem``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from vitplast_kernels.measure.result import Z95
+
+from .runs import Measurement
+
+
+@dataclasses.dataclass(frozen=True)
+class Estimate:
+    """A mean, its standard error and 95% CI (NaN where undefined)."""
+
+    mean: float
+    sem: float
+
+    @property
+    def ci(self) -> tuple[float, float]:
+        return self.mean - Z95 * self.sem, self.mean + Z95 * self.sem
+
+    def minus(self, other: Estimate) -> Estimate:
+        """``self - other`` for independent estimates."""
+        return Estimate(self.mean - other.mean, math.hypot(self.sem, other.sem))
+
+    def to_dict(self) -> dict:
+        def num(x: float) -> float | None:
+            return x if math.isfinite(x) else None
+
+        lo, hi = self.ci
+        return {"mean": num(self.mean), "sem": num(self.sem), "ci": [num(lo), num(hi)]}
+
+
+NAN = Estimate(math.nan, math.nan)
+
+
+def layer_estimates(m: Measurement, component: str) -> list[Estimate]:
+    """The run's per-layer estimates of ``component`` (NaN where it was not measured)."""
+    res = m.result
+    if component not in res.components:
+        return [NAN] * res.n_layers
+    means, sems = res.mean(component).tolist(), res.sem(component).tolist()
+    return [Estimate(a, b) for a, b in zip(means, sems, strict=True)]
+
+
+def overall_estimate(layers: list[Estimate]) -> Estimate:
+    """The mean over layers (those with a value) of the per-layer means, and its standard error."""
+    kept = [e for e in layers if math.isfinite(e.mean)]
+    if not kept:
+        return NAN
+    sem = math.sqrt(sum(e.sem ** 2 for e in kept)) / len(kept) if all(math.isfinite(e.sem) for e in kept) \
+        else math.nan
+    return Estimate(sum(e.mean for e in kept) / len(kept), sem)
+
+
+@dataclasses.dataclass(frozen=True)
+class Comparison:
+    """The compared runs, the components and layers compared, and each run's estimates:
+    ``per_layer[c][r]`` (a list over layers) and ``overall[c][r]`` for run ``r`` and component ``c``."""
+
+    runs: tuple[Measurement, ...]
+    components: tuple[str, ...]
+    layers: tuple[str, ...]
+    per_layer: dict
+    overall: dict
+
+    @property
+    def labels(self) -> list[str]:
+        return [m.label for m in self.runs]
+
+    def difference(self, component: str, run: int, layer: int | None = None) -> Estimate:
+        """Run ``run`` minus the first run, for one layer or (``layer=None``) the mean over layers."""
+        pick = (lambda r: self.overall[component][r]) if layer is None else \
+            (lambda r: self.per_layer[component][r][layer])
+        return pick(run).minus(pick(0))
+
+    def records(self) -> list[dict]:
+        """One row per (run, component, layer), ``layer="mean"`` for the mean over layers: the run's
+        mean, 95% CI and pairs, and the difference from the first run with its 95% CI."""
+        rows = []
+        for r, m in enumerate(self.runs):
+            for c in self.components:
+                pairs = m.result.n_pairs(c).tolist() if c in m.result.components else [0] * len(self.layers)
+                for li, layer in [*enumerate(self.layers), (None, "mean")]:
+                    est = self.overall[c][r] if li is None else self.per_layer[c][r][li]
+                    diff = self.difference(c, r, li)
+                    (lo, hi), (dlo, dhi) = est.ci, diff.ci
+                    rows.append({"run": m.label, "component": c, "layer": layer, "mean": est.mean,
+                                 "ci_low": lo, "ci_high": hi,
+                                 "n_pairs": sum(pairs) if li is None else pairs[li],
+                                 "diff": diff.mean, "diff_low": dlo, "diff_high": dhi})
+        return rows
+
+    def to_dict(self) -> dict:
+        """JSON-ready: the runs (label, file, meta), and per component the overall and per-layer
+        estimates of each run and their differences from the first."""
+        comps = {}
+        for c in self.components:
+            diffs = [self.difference(c, r).to_dict() for r in range(len(self.runs))]
+            comps[c] = {"overall": [e.to_dict() for e in self.overall[c]], "overall_minus_first": diffs,
+                        "per_layer": [[e.to_dict() for e in run] for run in self.per_layer[c]]}
+        return {"format": "vitplast-compare/1", "reference": self.runs[0].label,
+                "runs": [{"label": m.label, "path": str(m.path), "meta": m.result.meta} for m in self.runs],
+                "layers": list(self.layers), "components": comps}
+
+
+def compare_measurements(runs: list[Measurement], components: list[str] | None = None) -> Comparison:
+    """The :class:`Comparison` of ``runs`` (their first is the reference); ValueError when they do not
+    have the same layers, or share no component."""
+    layers = runs[0].result.layers
+    for m in runs[1:]:
+        if m.result.layers != layers:
+            raise ValueError(f"RUN {m.label!r} has {m.result.n_layers} layers, {runs[0].label!r} "
+                             f"{len(layers)}: compare measurements of the same model")
+    measured = [c for m in runs for c in m.result.components]
+    order = list(dict.fromkeys(measured))
+    if components is not None:
+        unknown = [c for c in components if c not in order]
+        if unknown:
+            raise ValueError(f"--components: {', '.join(unknown)} measured by no run; measured: "
+                             f"{', '.join(order)}")
+        order = list(components)
+    if not order:
+        raise ValueError("the runs share no component to compare")
+    per_layer = {c: [layer_estimates(m, c) for m in runs] for c in order}
+    overall = {c: [overall_estimate(layers_) for layers_ in per_layer[c]] for c in order}
+    return Comparison(tuple(runs), tuple(order), tuple(layers), per_layer, overall)
+
+
+def _cell(e: Estimate, signed: bool = False) -> str:
+    if not math.isfinite(e.mean):
+        return "n/a"
+    fmt = "+.3f" if signed else ".3f"
+    lo, hi = e.ci
+    if not math.isfinite(lo):
+        return format(e.mean, fmt)
+    return f"{format(e.mean, fmt)} [{format(lo, fmt)}, {format(hi, fmt)}]"
+
+
+def format_comparison(cmp: Comparison) -> str:
+    """The comparison as text: per component the mean over layers of each run, then per layer, each
+    with its 95% CI, and each run minus the first."""
+    ref = cmp.labels[0]
+    diffs = [f"{label} - {ref}" for label in cmp.labels[1:]]
+    width = max(24, *(len(h) + 2 for h in cmp.labels + diffs))
+    head = f"{'component':<10}" + "".join(f"{h:>{width}}" for h in cmp.labels + diffs)
+    lines = [f"plasticity, mean over {len(cmp.layers)} layers [95% CI]; differences against {ref!r}", head,
+             "-" * len(head)]
+    for c in cmp.components:
+        cells = [_cell(e) for e in cmp.overall[c]]
+        cells += [_cell(cmp.difference(c, r), signed=True) for r in range(1, len(cmp.runs))]
+        lines.append(f"{c:<10}" + "".join(f"{x:>{width}}" for x in cells))
+    lines += ["", "per layer [95% CI]:", f"{'component':<10}{'layer':>6}" + "".join(
+        f"{h:>{width}}" for h in cmp.labels + diffs)]
+    for c in cmp.components:
+        for li, layer in enumerate(cmp.layers):
+            cells = [_cell(run[li]) for run in cmp.per_layer[c]]
+            cells += [_cell(cmp.difference(c, r, li), signed=True) for r in range(1, len(cmp.runs))]
+            lines.append(f"{c:<10}{layer:>6}" + "".join(f"{x:>{width}}" for x in cells))
+    lines.append("(differences: 95% CI for independent pairs, conservative when the runs measured the same "
+                 "pairs)")
+    lines += ["", *(f"ranking {label}: {' > '.join(order)}" for label, order in zip(cmp.labels, ranks(cmp),
+                                                                                      strict=True))]
+    return "\n".join(lines)
+
+
+def ranks(cmp: Comparison) -> list[list[str]]:
+    """Per run, its components from the most to the least plastic (mean over layers)."""
+    out = []
+    for r in range(len(cmp.runs)):
+        vals = {c: cmp.overall[c][r].mean for c in cmp.components}
+        out.append(sorted((c for c in vals if math.isfinite(vals[c])), key=lambda c: -vals[c]))
+    return out
+

@@ -1,0 +1,191 @@
+"""Hugging Face transformers image models (``--model hf:ID_OR_DIR``): built with the Auto classes, run as
+the commands run every model (images in, logits out), prepared as their image processor says.
+
+- :func:`create_hf`: ``AutoModelForImageClassification`` from a hub id (the hub and its local cache,
+  ``HF_HUB_OFFLINE`` honoured) or a ``save_pretrained`` directory, with its weights, or from its config
+  alone (``random_init``), wrapped in :class:`HFImageClassifier`;
+- :func:`hf_data_config`: the model's input preparation from its ``AutoImageProcessor`` (or, for a folder
+  without ``preprocessor_config.json``, the defaults of the processor class of its model type), in the
+  form of timm's data config, so one transform builder serves both;
+- :func:`hf_origin`: where the weights came from (hub id and revision, or the folder; the weights file).
+
+The components of a transformers ViT come from the ``hf-vit``/``hf-vit-layers`` presets of
+:mod:`vitplast_kernels.measure.presets` (their leading ``**`` takes the wrapper's ``model.`` prefix).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+from torch import nn
+
+# PIL resampling codes (what image processors store) -> timm / torchvision interpolation names
+RESAMPLE_NAMES = {0: "nearest", 1: "lanczos", 2: "bilinear", 3: "bicubic", 4: "box", 5: "hamming"}
+NO_DECAY = ("*cls_token", "*position_embeddings", "*mask_token", "*distillation_token", "*register_tokens")
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+
+
+class HFImageClassifier(nn.Module):
+    """A transformers image-classification model taking images ``(N, 3, H, W)`` float32 and returning
+    logits ``(N, num_classes)``; its head is ``model.classifier`` (timm's ``get_classifier`` /
+    ``reset_classifier`` names, so the head finder and finetuning treat it like a timm model)."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, images):
+        return self.model(pixel_values=images).logits
+
+    @property
+    def image_size(self) -> int | None:
+        size = getattr(self.model.config, "image_size", None)
+        return int(size[-1] if isinstance(size, (list, tuple)) else size) if size else None
+
+    def get_classifier(self) -> nn.Module | None:
+        return getattr(self.model, "classifier", None)
+
+    def reset_classifier(self, num_classes: int) -> None:
+        """A fresh ``num_classes`` head (drawn from the torch RNG) in place of the classifier."""
+        head = self.get_classifier()
+        features = getattr(head, "in_features", None) or getattr(self.model.config, "hidden_size", None)
+        if not isinstance(head, nn.Linear) or features is None:
+            raise ValueError(f"{type(self.model).__name__}: its classifier is not a linear layer; cannot "
+                             "replace it for the new classes")
+        self.model.classifier = nn.Linear(features, num_classes)
+        self.model.config.num_labels = num_classes
+
+    def no_weight_decay(self) -> set[str]:
+        """Parameter-name patterns kept out of weight decay (timm's rule: embeddings and tokens)."""
+        return set(NO_DECAY)
+
+
+@contextlib.contextmanager
+def _quiet_transformers():
+    """transformers' own logging and progress bars held to errors while a model is built."""
+    from transformers.utils import logging as hf_logging
+
+    level, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(level)
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
+def _failure(ref: str, exc: BaseException) -> ValueError:
+    """A failed load as one line; offline, it says that only the local cache was read, and which."""
+    from huggingface_hub import constants
+
+    from .hub import hub_error
+
+    text = hub_error(exc) or (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+    if constants.HF_HUB_OFFLINE and "HF_HUB_OFFLINE" not in text:
+        text += f" (HF_HUB_OFFLINE is set: only the Hugging Face cache {constants.HF_HUB_CACHE} is read)"
+    return ValueError(f"--model hf:{ref}: {text}")
+
+
+def create_hf(ref: str, num_classes: int | None = None, *, random_init: bool = False,
+              **from_pretrained) -> HFImageClassifier:
+    """The transformers image classifier ``ref`` (a hub id or a directory), in eval mode, float32, on the
+    CPU: its published weights, or its config alone with ``random_init`` (drawn from the torch RNG).
+    ``num_classes``: a fresh head for that many classes (None: the model's own head). ValueError for a
+    model that cannot be had or is no image classifier."""
+    try:
+        from transformers import AutoConfig, AutoModelForImageClassification
+    except ImportError as exc:
+        raise ImportError("hf: models need transformers: pip install transformers") from exc
+    from .hub import split_revision
+
+    source, revision = (ref, None) if os.path.isdir(os.path.expanduser(ref)) else split_revision(ref)
+    with _quiet_transformers():
+        try:
+            config = AutoConfig.from_pretrained(source, revision=revision)
+            if random_init:
+                model = AutoModelForImageClassification.from_config(config, **from_pretrained)
+            else:
+                model = AutoModelForImageClassification.from_pretrained(source, revision=revision,
+                                                                        **from_pretrained)
+        except TypeError as exc:
+            raise ValueError(f"--model-arg: hf:{ref} does not take {sorted(from_pretrained)}: {exc}") \
+                from None
+        except (OSError, ValueError, KeyError) as exc:
+            if "Unrecognized configuration class" in str(exc):
+                raise ValueError(f"--model hf:{ref}: not an image-classification model (model_type "
+                                 f"{getattr(config, 'model_type', '?')!r})") from None
+            raise _failure(ref, exc) from None
+    net = HFImageClassifier(model)
+    if num_classes is not None:
+        net.reset_classifier(num_classes)
+    return net.eval()
+
+
+def _processor(ref: str, config):
+    """``(image processor, where it came from)``: the model's own, else its model type's defaults, else
+    ``(None, reason)``."""
+    from transformers import AutoImageProcessor
+
+    from .hub import split_revision
+
+    source, revision = (ref, None) if os.path.isdir(os.path.expanduser(ref)) else split_revision(ref)
+    with _quiet_transformers():
+        try:
+            return AutoImageProcessor.from_pretrained(source, revision=revision), "its image processor"
+        except (OSError, ValueError, KeyError):
+            pass
+        from transformers.models.auto.image_processing_auto import IMAGE_PROCESSOR_MAPPING
+
+        try:
+            classes = IMAGE_PROCESSOR_MAPPING[type(config)]
+        except KeyError:
+            return None, f"no image processor for model type {config.model_type!r}"
+        cls = next(iter(classes.values())) if isinstance(classes, dict) else \
+            next(c for c in (classes if isinstance(classes, (list, tuple)) else [classes]) if c is not None)
+        return cls(), f"the defaults of {cls.__name__} (no preprocessor_config.json)"
+
+
+def _size_of(size, key: str) -> int | None:
+    value = size.get(key) if isinstance(size, dict) else getattr(size, key, None)
+    return int(value) if value else None
+
+
+def hf_data_config(ref: str, net: HFImageClassifier) -> tuple[dict, str]:
+    """``(data config, where it came from)``: the model's input preparation in timm's data-config form
+    (``input_size``, ``interpolation``, ``mean``, ``std``, ``crop_pct``, ``crop_mode``), read from its
+    image processor; the input size is the model config's ``image_size``."""
+    processor, source = _processor(ref, net.model.config)
+    side = net.image_size or 224
+    mean, std, interpolation, crop_pct, crop_mode = (0.5,) * 3, (0.5,) * 3, "bilinear", 1.0, "squash"
+    if processor is not None:
+        if getattr(processor, "do_normalize", True):
+            mean, std = tuple(map(float, processor.image_mean)), tuple(map(float, processor.image_std))
+        else:
+            mean, std = (0.0,) * 3, (1.0,) * 3
+        resample = getattr(processor, "resample", None)
+        interpolation = RESAMPLE_NAMES.get(int(resample) if resample is not None else 2, "bilinear")
+        edge = _size_of(getattr(processor, "size", None), "shortest_edge")
+        crop = _size_of(getattr(processor, "crop_size", None), "height")
+        if edge:  # the shorter side resized, then (maybe) a centre crop
+            crop_mode = "center"
+            if getattr(processor, "do_center_crop", False) and crop:
+                crop_pct = min(1.0, crop / edge)
+    return {"input_size": (3, side, side), "interpolation": interpolation, "mean": mean, "std": std,
+            "crop_pct": crop_pct, "crop_mode": crop_mode}, source
+
+
+def hf_origin(ref: str) -> dict:
+    """Where the weights of ``ref`` come from: ``{"dir", "file", "revision"}`` for a folder (the revision
+    when it is a hub cache snapshot), ``{"hub_id", "file", "revision"}`` for a hub id (from the cache)."""
+    from .hub import cached_hub_file, snapshot_revision, split_revision
+
+    path = Path(os.path.expanduser(ref))
+    if path.is_dir():
+        found = next((path / f for f in WEIGHT_FILES if (path / f).is_file()), None)
+        return {"dir": str(path), "file": str(found) if found else None, "revision": snapshot_revision(path)}
+    repo, revision = split_revision(ref)
+    return {"hub_id": repo, **cached_hub_file(repo, WEIGHT_FILES, revision)}

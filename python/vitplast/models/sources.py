@@ -1,0 +1,148 @@
+"""What a ``--model`` name names, and whether the model options would leave its weights at random init.
+
+A name is one of:
+
+- :data:`DIGITS_MODEL` (``"digits-vit"``): the embedded ViT, whose weights the package builds and
+  caches (:mod:`vitplast.models.digits`);
+- ``hf:ID_OR_DIR``: a Hugging Face transformers image model, by hub id (``hf:google/vit-base-patch16-224``)
+  or ``save_pretrained`` directory; it always comes with its weights;
+- a directory holding a ``config.json``: a timm model folder (the file has an ``architecture``: read as
+  timm's ``local-dir:DIR``) or a transformers one (``model_type``: read as ``hf:DIR``);
+- anything else: a timm name, as ``timm.create_model`` takes it: a registry name, with a pretrained tag
+  (``vit_tiny_patch16_224.augreg_in21k``), ``hf-hub:ORG/NAME[@REVISION]`` or ``local-dir:DIR``. Its
+  pretrained weights are loaded only when asked (``--pretrained``), as in timm.
+
+:func:`check_weights_source` is the rule "nothing random by accident": a model whose weights would stay
+at random init needs ``--random-init``; the way out of a refusal is ``--pretrained``, ``--weights FILE`` or
+``--random-init``. ``--random-init`` builds the architecture at random init, which ``--weights`` (when
+given too) then loads over; it contradicts ``--pretrained``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+
+DIGITS_MODEL = "digits-vit"  # the embedded default of every command's --model
+HF_PREFIX = "hf:"
+# keys of timm's pretrained_cfg_overlay that name the weights to load (used only with pretrained=True)
+OVERLAY_WEIGHT_KEYS = ("file", "url", "hf_hub_id", "state_dict")
+WAYS_OUT = "pass --pretrained (the model's published weights), --weights FILE, or --random-init"
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSource:
+    """A model name, read: ``kind`` is ``"digits"``, ``"timm"`` or ``"hf"``; ``ref`` is what the loader
+    takes (the timm name, ``local-dir:DIR`` for a timm folder; the hub id or directory for transformers)."""
+
+    kind: str
+    name: str
+    ref: str
+
+    @property
+    def always_pretrained(self) -> bool:
+        """Whether the source comes with its weights (the digits ViT, a transformers model)."""
+        return self.kind in ("digits", "hf")
+
+
+def folder_config(path: str | os.PathLike) -> dict | None:
+    """The ``config.json`` of a model folder (a dict), or None when ``path`` is not a folder holding one."""
+    p = Path(path).expanduser()
+    cfg = p / "config.json"
+    if not p.is_dir() or not cfg.is_file():
+        return None
+    try:
+        value = json.loads(cfg.read_text())
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def folder_kind(config: dict | None) -> str | None:
+    """``"timm"`` for a timm model folder's config (``architecture``), ``"hf"`` for a transformers one
+    (``model_type``), ``"finetune"`` for a vitplast finetune run's, else None."""
+    if config is None:
+        return None
+    if "architecture" in config:
+        return "timm"
+    if "model_type" in config:
+        return "hf"
+    if "model" in config and "train" in config:
+        return "finetune"
+    return None
+
+
+def model_source(name: str) -> ModelSource:
+    """What ``name`` names (see the module docstring); ValueError for an empty ``hf:``."""
+    if name == DIGITS_MODEL:
+        return ModelSource("digits", name, name)
+    if name.startswith(HF_PREFIX):
+        ref = name[len(HF_PREFIX):].strip()
+        if not ref:
+            raise ValueError(f"{name!r}: expected hf:HUB_ID or hf:DIR (a save_pretrained directory)")
+        folder = os.path.expanduser(ref)
+        return ModelSource("hf", name, folder if os.path.isdir(folder) else ref)
+    kind = folder_kind(folder_config(name))
+    if kind == "hf":
+        return ModelSource("hf", name, os.path.expanduser(name))
+    if kind == "timm":
+        return ModelSource("timm", name, f"local-dir:{os.path.expanduser(name)}")
+    if os.path.isdir(os.path.expanduser(name)):
+        raise ValueError(f"{name!r} is a folder without a model's config.json (a timm or transformers model "
+                         "folder holds one; a checkpoint goes to --weights)")
+    if "/" in name and ":" not in name:
+        raise ValueError(f"{name!r} looks like a Hugging Face hub id: say which library loads it, "
+                         f"hf:{name} (transformers) or hf-hub:{name} (timm)")
+    return ModelSource("timm", name, name)
+
+
+def weights_folder_source(weights: str | os.PathLike | None) -> ModelSource | None:
+    """The model a ``--weights`` folder describes: a timm or transformers model folder (a Hugging Face hub
+    snapshot, a ``save_pretrained`` directory), read from its ``config.json``; None otherwise."""
+    if weights is None:
+        return None
+    kind = folder_kind(folder_config(weights))
+    path = os.path.expanduser(os.fspath(weights))
+    if kind == "timm":
+        return ModelSource("timm", f"local-dir:{path}", f"local-dir:{path}")
+    if kind == "hf":
+        return ModelSource("hf", f"{HF_PREFIX}{path}", path)
+    return None
+
+
+def overlay_weights(model_kwargs: dict) -> list[str]:
+    """The keys of ``--model-arg pretrained_cfg_overlay=...`` that name weights (``file``, ``url``, ...)."""
+    overlay = model_kwargs.get("pretrained_cfg_overlay")
+    return [k for k in OVERLAY_WEIGHT_KEYS if isinstance(overlay, dict) and overlay.get(k)]
+
+
+def _named(model: str) -> ModelSource:
+    try:
+        return model_source(model)
+    except ValueError as exc:
+        raise ValueError(f"--model: {exc}") from None
+
+
+def check_weights_source(model: str | None, weights, pretrained: bool, random_init: bool,
+                         model_kwargs: dict) -> None:
+    """ValueError (its message starting with the flag) when the options contradict each other, or would
+    run ``model`` with random weights without ``random_init``. ``model=None`` stands for the command's
+    default (the digits ViT, or the model of a ``weights`` folder)."""
+    if "checkpoint_path" in model_kwargs:
+        raise ValueError("--model-arg checkpoint_path: pass the checkpoint as --weights FILE")
+    if pretrained and random_init:
+        raise ValueError("--random-init: it contradicts --pretrained; pass one of them")
+    if weights is not None and pretrained:
+        raise ValueError("--pretrained: --weights already gives the weights; pass one of them")
+    named = overlay_weights(model_kwargs)
+    if named and not pretrained:
+        raise ValueError(f"--model-arg pretrained_cfg_overlay: its {', '.join(named)} names weights, which "
+                         "timm loads only with --pretrained")
+    source = None if model is None else _named(model)
+    if source is None or weights is not None or pretrained or random_init:
+        return
+    if not source.always_pretrained:
+        raise ValueError(f"--model {model}: no weights would be loaded, so it would run randomly "
+                         f"initialised; {WAYS_OUT}")

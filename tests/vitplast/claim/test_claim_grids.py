@@ -1,0 +1,167 @@
+"""`vitplast claim` as one experiment over a grid, on the embedded digits ViT: every existing run checked
+against the options before anything trains (the dry run names each mismatch), ``--shard I/N`` slices
+plus an ``--analyse-only`` pass give the unsharded result, a run directory another process holds is
+waited for, and several datasets with the baselines full and lora give each dataset's claim and the
+aggregate over them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+from helpers import collecting, quiet
+from vitplast.claim import claim
+from vitplast.cli import main as cli_main
+
+SMALL = dict(components="MHA,FC1,LN1", lr="3e-3", seed="0,1", steps=6, checkpoint_every=3, jobs=1,
+             bootstrap=100, progress=False, reporter=quiet())
+
+
+def _tree(root):
+    return {str(p.relative_to(root)): p.stat().st_mtime_ns for p in root.rglob("*") if p.is_file()}
+
+
+def _metrics(out):
+    return {p.parent.name: p.read_text() for p in sorted((out / "runs").glob("*/metrics.jsonl"))}
+
+
+@pytest.fixture(scope="module")
+def whole(tmp_path_factory):
+    out = tmp_path_factory.mktemp("grid") / "whole"
+    return out, claim(out=str(out), **SMALL)
+
+
+def test_the_dry_run_names_every_run_of_other_options(whole, tmp_path):
+    out, _ = whole
+    before = _tree(out)
+    with pytest.raises(ValueError) as exc:
+        claim(out=str(out), **{**SMALL, "steps": 7}, dry_run=True)
+    text = str(exc.value)
+    assert "8 existing run(s) were trained with options that differ: steps: saved 6, now 7 in 8 run(s)" \
+        in text
+    for name in ("MHA-lr0.003-s0", "FC1-lr0.003-s1", "LN1-lr0.003-s0", "head-lr0.003-s1"):
+        assert f"runs/{name}" in text
+    with pytest.raises(ValueError, match="checkpoint_every: saved 3, now 2"):
+        claim(out=str(out), **{**SMALL, "checkpoint_every": 2})  # the real run: refused before training
+    assert _tree(out) == before  # nothing written, nothing trained
+
+
+def test_two_shards_and_an_analysis_pass_give_the_whole_result(whole, tmp_path, monkeypatch):
+    out, ref = whole
+    sharded = tmp_path / "sharded"
+    said = []
+    first = claim(out=str(sharded), **{**SMALL, "reporter": collecting(said)}, shard="1/2")
+    assert first["plan"]["shard"] == {"shard": "1/2", "runs": 4, "finished": 0, "partial": 0, "new": 4}
+    assert not (sharded / "claim.json").exists() and not (sharded / "plasticity_chunks.json").exists()
+    assert any("without --shard" in s for s in said)
+    with pytest.raises(ValueError, match="--analyse-only: 4 of 8 runs are not finished"):
+        claim(out=str(sharded), **SMALL, analyse_only=True)
+    monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "1")  # the second task of a 0-based array of two
+    monkeypatch.setenv("SLURM_ARRAY_TASK_COUNT", "2")
+    second = claim(out=str(sharded), **SMALL)
+    assert second["plan"]["shard"]["shard"] == "2/2" and len(second["runs"]) == 4
+    assert {(r["train"], r["seed"]) for r in first["runs"]}.isdisjoint((r["train"], r["seed"])
+                                                                       for r in second["runs"])
+    final = claim(out=str(sharded), **SMALL, analyse_only=True)  # the array's variables do not shard it
+    assert final["plan"]["trained"] == 0 and final["plan"]["reused"] == 8
+    assert final["analysis"] == ref["analysis"]
+    assert _metrics(sharded) == _metrics(out)
+    assert json.loads((sharded / "claim.json").read_text())["analysis"] == ref["analysis"]
+
+
+def _holder(run_dir, seconds: float) -> subprocess.Popen:
+    """Another process holding ``run_dir``'s lock for ``seconds``, then dying without releasing it."""
+    code = ("import sys, time, os; from vitplast.runs.lock import RunLock; RunLock(sys.argv[1]).acquire(); "
+            "print('locked', flush=True); time.sleep(float(sys.argv[2])); os._exit(0)")
+    run_dir.mkdir(parents=True)
+    proc = subprocess.Popen([sys.executable, "-c", code, str(run_dir), str(seconds)], stdout=subprocess.PIPE,
+                            text=True)
+    assert proc.stdout.readline().strip() == "locked"
+    return proc
+
+
+@pytest.mark.slow
+def test_a_run_another_process_holds_is_waited_for(whole, tmp_path):
+    out, ref = whole
+    held = tmp_path / "held" / "runs" / "MHA-lr0.003-s0"
+    proc = _holder(held, 4.0)
+    said, t0 = [], time.monotonic()
+    try:
+        res = claim(out=str(tmp_path / "held"), **{**SMALL, "reporter": collecting(said)})
+    finally:
+        proc.wait(timeout=30)
+    assert time.monotonic() - t0 >= 4.0
+    waits = [s for s in said if "is held by process" in s]
+    assert len(waits) == 1 and f"process {proc.pid}" in waits[0] and "MHA lr=0.003 seed=0" in waits[0]
+    assert res["plan"]["trained"] == 8 and res["analysis"] == ref["analysis"]
+
+
+@pytest.mark.slow
+def test_several_datasets_with_the_baselines_and_their_aggregate(tmp_path):
+    out = tmp_path / "paper"
+    kw = {**SMALL, "components": "MHA,FC1,LN1,full,lora", "lr": "3e-2", "seed": "0", "steps": 8,
+          "permutations": 200}
+    res = claim(out=str(out), data=["digits:5-9"], datasets="digits:3-7", **kw)
+    assert set(res["datasets"]) == {"digits_5-9", "digits_3-7"}
+    assert res["plan"]["runs"] == 2 * 6 and res["plan"]["datasets"] == ["digits:5-9", "digits:3-7"]
+    for name, spec in (("digits_5-9", "digits:5-9"), ("digits_3-7", "digits:3-7")):
+        one = out / "datasets" / name
+        saved = json.loads((one / "claim.json").read_text())
+        assert saved["config"]["data"] == spec
+        assert [r["component"] for r in saved["analysis"]["rows"]] == ["MHA", "FC1", "LN1"]
+        assert [b["train"] for b in saved["analysis"]["baselines"]] == ["full", "lora"]
+        assert sorted(p.name for p in (one / "runs").iterdir()) == sorted(
+            f"{t}-lr0.03-s0" for t in ("MHA", "FC1", "LN1", "full", "lora", "head"))
+        text = (one / "claim.txt").read_text()
+        assert "full       (baseline, not ranked)" in text and "lora" in text
+        assert (one / "claim.png").exists() and (one / "plasticity_chunks.json").exists()
+    agg = json.loads((out / "aggregate.json").read_text())["aggregate"]
+    assert set(agg["datasets"]) == {"digits_5-9", "digits_3-7"}
+    assert agg["pooled"]["strata"] == 2 and -1 <= agg["pooled"]["spearman"] <= 1
+    assert 0 < agg["pooled"]["p_greater"] <= 1 and agg["combined"]["method"] == "stouffer"
+    text = (out / "aggregate.txt").read_text()
+    assert "pooled within datasets" in text and "verdict:" in text
+    assert (out / "aggregate.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    again = claim(out=str(out), data=["digits:5-9"], datasets="digits:3-7", **kw)
+    assert again["plan"]["reused"] == 12 and again["aggregate"] == res["aggregate"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--components", "MHA,FC1,full"], "at least 3 components besides the baselines"),
+    (["--components", "MHA,FC1,LN1,full", "--granularity", "layer"], "baselines full, lora and head apply"),
+    (["--data", "digits:5-9", "--datasets", "digits:5-9"], "digits:5-9 given twice"),
+    (["--shard", "3/2"], "--shard: expected I/N with 1 <= I <= N"),
+    (["--shard", "1/2", "--analyse-only"], "--analyse-only analyses the whole grid"),
+    (["--jobs", "2", "--executor", "ray"], "--jobs applies to --executor local"),
+    (["--ray-address", "auto"], "--ray-address only applies to --executor ray"),
+])
+def test_grid_options_bad_input_is_one_line_and_exit_2(args, message, tmp_path, capsys):
+    rc = cli_main(["claim", "--out", str(tmp_path / "o"), "--no-progress", *args])
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert rc == 2 and len(err) == 1 and message in err[0], err
+    assert not (tmp_path / "o").exists()
+
+
+def test_baselines_beside_the_components_get_accuracy_and_gain_not_rank():
+    import numpy as np
+    from vitplast.claim.analysis import analyse
+
+    stats = np.zeros((2, 3, 1, 5))
+    for c, p in enumerate((3.0, 2.0, 1.0)):
+        stats[:, c, 0] = [4, 4 * p, 4 * p * p, 0, 0]
+    measured = {"components": ["MHA", "FC1", "LN1"], "layers": ["0"], "stats": stats.tolist(), "pairs": 8,
+                "chunks": 2}
+    acc = {"MHA": [0.8, 0.9], "FC1": [0.7, 0.7], "LN1": [0.5, 0.6], "full": [0.95, 0.85], "head": [0.5, 0.6]}
+    summaries = [{"train": t, "lr": 1e-3, "seed": s, "final_acc": a[s], "initial_acc": 0.2,
+                  "trainable_params": {"full": 1000}.get(t, 10)} for t, a in acc.items() for s in (0, 1)]
+    an = analyse(measured, summaries, components=["MHA", "FC1", "LN1"], extra=["full"], lrs=[1e-3],
+                 seeds=[0, 1], bootstrap=50)
+    (full,) = an["baselines"]
+    assert full["train"] == "full" and full["trainable_params"] == 1000
+    assert full["gain_per_seed"] == pytest.approx([0.45, 0.25])
+    assert full["accuracy"]["mean"] == pytest.approx(0.9)
+    assert [r["component"] for r in an["rows"]] == ["MHA", "FC1", "LN1"]  # full is not ranked
+    assert an["ranking"]["gain"] == ["MHA", "FC1", "LN1"]
