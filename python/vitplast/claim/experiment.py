@@ -224,7 +224,8 @@ def _analyse(opts: ClaimOptions, ses: Session, g: DatasetGrid, measured: dict, s
             "steps": opts.steps, "trained": len(summaries) - reused, "reused": reused}
     if opts.lr_auto:
         plan["lrs_run"] = lrs
-    measurement = {k: measured[k] for k in ("components", "layers", "pairs", "chunks", "seconds")}
+    kept = ("components", "layers", "pairs", "chunks", "seconds", "provenance")
+    measurement = {k: measured[k] for k in kept if k in measured}
     result = _finite_or_none({"config": {**record, "data": g.dataset.spec}, "plan": plan, "estimate": est,
                               "measurement": measurement, "analysis": analysis,
                               "runs": [_kept(s) for s in summaries]})

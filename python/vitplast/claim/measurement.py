@@ -16,8 +16,9 @@ from .datasets import DatasetPlan
 from .options import ClaimOptions
 from .plasticity import measure_chunks
 
-MEASUREMENT_KEYS = ("model", "weights", "model_kwargs", "img_size", "pretrain_data", "split", "protocol",
-                    "pairs", "pair_batch", "measure_seed", "amp")
+MEASUREMENT_KEYS = ("model", "weights", "model_kwargs", "img_size", "pretrained", "random_init",
+                    "model_transform", "mean", "std", "pretrain_data", "split", "protocol", "pairs",
+                    "pair_batch", "measure_seed", "amp")
 CHUNKS_FILE = "plasticity_chunks.json"
 
 
@@ -49,7 +50,8 @@ def measure_dataset(opts: ClaimOptions, dataset: DatasetPlan, device, reporter: 
     import torch
 
     from ..data.datasets import load_dataset
-    from ..data.transforms import with_overrides
+    from ..data.transforms import transform_record, with_overrides
+    from ..runs.provenance import provenance
 
     saved = saved_measurement(opts, dataset)
     if saved is not None:
@@ -68,6 +70,8 @@ def measure_dataset(opts: ClaimOptions, dataset: DatasetPlan, device, reporter: 
                               pair_batch=opts.pair_batch, seed=opts.measure_seed, device=device,
                               amp=autocast(opts.amp, device), progress=progress)
     measured["config"] = measurement_config(opts, dataset)
+    data = {"pretrain_data": opts.pretrain_data, "data": dataset.spec, "split": opts.split}
+    measured["provenance"] = provenance(built, data, transform_record(transform, built.img_size))
     if write:
         write_json_atomic(dataset.out / CHUNKS_FILE, measured)
     reporter.say(f"plasticity{dataset.tag}: {measured['pairs']} matched pairs in {measured['chunks']} "

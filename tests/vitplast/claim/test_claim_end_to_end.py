@@ -121,6 +121,8 @@ def test_claim_end_to_end_writes_reports(whole):
     out, res = whole
     assert res["plan"]["runs"] == 8 and res["plan"]["trained"] == 8 and res["plan"]["reused"] == 0
     saved = _strict_json(out / "claim.json")
+    record = saved["measurement"]["provenance"]  # versions, the weights and the images' preparation
+    assert record["versions"]["torch"] and record["data"]["data"] and record["transform"]
     assert [r["component"] for r in saved["analysis"]["rows"]] == ["MHA", "FC1", "LN1"]
     for r in saved["analysis"]["rows"]:
         assert r["plasticity"] > 0 and r["plasticity_ci"][0] <= r["plasticity"] <= r["plasticity_ci"][1]
