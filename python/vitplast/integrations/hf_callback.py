@@ -42,7 +42,7 @@ from typing import Any
 
 from transformers import DefaultFlowCallback, Trainer, TrainerCallback
 
-from .step_monitor import StepMonitor
+from .step_monitor import StepMonitor, monitored_module
 
 
 def calling_trainer(callback: TrainerCallback) -> Trainer | None:
@@ -107,13 +107,7 @@ class PlasticityTrainerCallback(TrainerCallback):
     def _target(self, model):
         if model is None:
             raise ValueError("PlasticityTrainerCallback: the trainer passed no model to on_train_begin")
-        if self.module is None:
-            return model
-        try:
-            return model.get_submodule(self.module)
-        except AttributeError as exc:
-            raise ValueError(f"PlasticityTrainerCallback(module={self.module!r}): "
-                             f"{type(model).__name__} has no such submodule") from exc
+        return monitored_module(model, self.module, "PlasticityTrainerCallback")
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         target = self._target(model)

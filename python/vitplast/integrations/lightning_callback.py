@@ -35,7 +35,7 @@ from typing import Any
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 
-from .step_monitor import StepMonitor
+from .step_monitor import StepMonitor, monitored_module
 
 
 class PlasticityCallback(Callback):
@@ -70,13 +70,7 @@ class PlasticityCallback(Callback):
         return self.steps.total
 
     def _target(self, pl_module: LightningModule) -> torch.nn.Module:
-        if self.module is None:
-            return pl_module
-        try:
-            return pl_module.get_submodule(self.module)
-        except AttributeError as exc:
-            raise ValueError(f"PlasticityCallback(module={self.module!r}): {type(pl_module).__name__} "
-                             f"has no such submodule") from exc
+        return monitored_module(pl_module, self.module, "PlasticityCallback")
 
     def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self.files = []

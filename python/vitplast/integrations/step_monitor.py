@@ -53,6 +53,16 @@ def metrics_of(result: PlasticityResult, prefix: str = "plasticity",
     return out
 
 
+def monitored_module(model: torch.nn.Module, name: str | None, who: str) -> torch.nn.Module:
+    """``model``, or its submodule ``name`` (a callback's ``module=``); ValueError naming ``who``."""
+    if name is None:
+        return model
+    try:
+        return model.get_submodule(name)
+    except AttributeError as exc:
+        raise ValueError(f"{who}(module={name!r}): {type(model).__name__} has no such submodule") from exc
+
+
 def model_name(module: torch.nn.Module) -> str:
     """A model's name for reports: timm's architecture name, a transformers config's name, else the
     class name (of the original module under ``torch.compile``)."""
