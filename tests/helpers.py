@@ -75,3 +75,19 @@ def collecting(lines: list):
     from vitplast.outputs.reporter import Reporter
 
     return Reporter(say=lines.append, progress=False)
+
+
+def image_folder(root, height: int, width: int, classes=("a", "b"), per_class: int = 4, seed: int = 0):
+    """An ImageFolder under ``root``: ``per_class`` random ``height x width`` RGB PNGs per class."""
+    from pathlib import Path
+
+    from PIL import Image
+
+    root = Path(root)
+    g = torch.Generator().manual_seed(seed)
+    for c in classes:
+        (root / c).mkdir(parents=True, exist_ok=True)
+        for i in range(per_class):
+            arr = (torch.rand(height, width, 3, generator=g) * 255).to(torch.uint8).numpy()
+            Image.fromarray(arr).save(root / c / f"{i}.png")
+    return root

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 import vitplast.models.builder as model_builder
-from helpers import quiet
+from helpers import image_folder, quiet
 from vitplast.cli import build_parser, main
 from vitplast.measure import measure
 from vitplast.options.groups import ModelOptions
@@ -25,16 +25,7 @@ TIMM = ["--model", "vit_tiny_patch16_224", "--random-init", "--img-size", "32", 
 @pytest.fixture(scope="module")
 def images(tmp_path_factory) -> Path:
     """An ImageFolder of 2 classes x 4 random 20x20 PNGs."""
-    from PIL import Image
-
-    root = tmp_path_factory.mktemp("imgs")
-    g = torch.Generator().manual_seed(0)
-    for c in ("a", "b"):
-        (root / c).mkdir()
-        for i in range(4):
-            arr = (torch.rand(20, 20, 3, generator=g) * 255).to(torch.uint8).numpy()
-            Image.fromarray(arr).save(root / c / f"{i}.png")
-    return root
+    return image_folder(tmp_path_factory.mktemp("imgs"), 20, 20)
 
 
 def _main(argv: list[str], capsys) -> tuple[int, str]:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import image_folder
 from offline_hub import REVISION, add_snapshot, offline_cache
 from vitplast.cli import main
 from vitplast.models.builder import build_model
@@ -38,16 +39,8 @@ def vit_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def images(tmp_path_factory) -> Path:
-    from PIL import Image
-
-    root = tmp_path_factory.mktemp("imgs")
-    g = torch.Generator().manual_seed(0)
-    for c in ("a", "b"):
-        (root / c).mkdir()
-        for i in range(4):
-            Image.fromarray((torch.rand(36, 36, 3, generator=g) * 255).to(torch.uint8).numpy()).save(
-                root / c / f"{i}.png")
-    return root
+    """An ImageFolder of 2 classes x 4 random 36x36 PNGs."""
+    return image_folder(tmp_path_factory.mktemp("imgs"), 36, 36)
 
 
 def _saved(folder: Path) -> dict:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import image_folder
 from offline_hub import REVISION, add_snapshot, offline_cache, timm_config
 from vitplast.cli import main
 from vitplast.models.builder import build_model
@@ -49,16 +50,7 @@ def hub(tmp_path, monkeypatch, weights) -> Path:
 @pytest.fixture(scope="module")
 def images(tmp_path_factory) -> Path:
     """An ImageFolder of 2 classes x 4 random 40x30 PNGs."""
-    from PIL import Image
-
-    root = tmp_path_factory.mktemp("imgs")
-    g = torch.Generator().manual_seed(0)
-    for c in ("a", "b"):
-        (root / c).mkdir()
-        for i in range(4):
-            arr = (torch.rand(30, 40, 3, generator=g) * 255).to(torch.uint8).numpy()
-            Image.fromarray(arr).save(root / c / f"{i}.png")
-    return root
+    return image_folder(tmp_path_factory.mktemp("imgs"), 30, 40)
 
 
 def _same_blocks(net, state) -> bool:
