@@ -91,3 +91,24 @@ def image_folder(root, height: int, width: int, classes=("a", "b"), per_class: i
             arr = (torch.rand(height, width, 3, generator=g) * 255).to(torch.uint8).numpy()
             Image.fromarray(arr).save(root / c / f"{i}.png")
     return root
+
+
+def pid_running(pid: int) -> bool:
+    """Whether process ``pid`` runs (read from /proc: a zombie has ended)."""
+    from pathlib import Path
+
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
+
+
+def file_tree(root) -> dict[str, tuple[int, int]]:
+    """``{relative path: (size, mtime_ns)}`` of every file under ``root``: equal twice = nothing written."""
+    from pathlib import Path
+
+    root = Path(root)
+    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns)
+            for p in root.rglob("*") if p.is_file()}
+

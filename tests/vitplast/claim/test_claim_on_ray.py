@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import collecting, quiet
+from helpers import collecting, file_tree, pid_running, quiet
 from vitplast.claim import claim
 
 ray = pytest.importorskip("ray")
@@ -128,17 +128,6 @@ def test_a_node_removed_mid_run_is_retried_and_resumes(cluster, local, tmp_path)
     cluster.wait_for_nodes()
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state not in ("Z", "X")
-
-
-def _tree(root: Path) -> dict[str, tuple[int, int]]:
-    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*")
-            if p.is_file()}
 
 
 def test_kill_9_of_the_driver_then_the_same_command_reuses_and_resumes(cluster, local, tmp_path):
@@ -161,10 +150,10 @@ def test_kill_9_of_the_driver_then_the_same_command_reuses_and_resumes(cluster, 
     finally:
         if proc.poll() is None:
             proc.kill()
-    _wait_for(lambda: True if not any(_alive(p) for p in holders) else None, 30, "Ray to end the tasks")
-    before = _tree(out)
+    _wait_for(lambda: True if not any(pid_running(p) for p in holders) else None, 30, "Ray to end the tasks")
+    before = file_tree(out)
     time.sleep(1.0)
-    assert _tree(out) == before  # nothing is written once the driver and its tasks are gone
+    assert file_tree(out) == before  # nothing is written once the driver and its tasks are gone
     res = claim(out=str(out), **GRID, executor="ray", ray_address=cluster.address, reporter=quiet())
     assert res["plan"]["reused"] >= 1 and res["plan"]["trained"] + res["plan"]["reused"] == 4
     _same_as_local(res, out, local)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import Killed, kill_after, quiet
+from helpers import Killed, file_tree, kill_after, pid_running, quiet
 from vitplast.cli import main
 from vitplast.finetune import finetune
 
@@ -138,17 +138,6 @@ def _children(pid: int) -> list[int]:
     return out
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state not in ("Z", "X")
-
-
-def _tree(root: Path) -> dict[str, tuple[int, int]]:
-    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns)
-            for p in root.rglob("*") if p.is_file()}
 
 
 @pytest.mark.slow
@@ -173,15 +162,15 @@ def test_kill_9_of_claim_ends_its_workers(tmp_path):
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
         deadline = time.monotonic() + 10
-        while any(_alive(w) for w in workers) and time.monotonic() < deadline:
+        while any(pid_running(w) for w in workers) and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert not any(_alive(w) for w in workers), "workers outlived the killed claim"
-        before = _tree(out)
+        assert not any(pid_running(w) for w in workers), "workers outlived the killed claim"
+        before = file_tree(out)
         time.sleep(1.5)
-        assert _tree(out) == before  # nothing written after the claim died
+        assert file_tree(out) == before  # nothing written after the claim died
     finally:
         if proc.poll() is None:
             proc.kill()
         for w in workers:  # on failure: the orphans this test started
-            if _alive(w):
+            if pid_running(w):
                 os.kill(w, signal.SIGKILL)
