@@ -192,8 +192,8 @@ def _forward_passes(opts: MeasureOptions, subject: Subject, n_run: int) -> int:
 
 def _write_outputs(out_set, opts: MeasureOptions, subject: Subject, res, *, measured: int, bad: list[str],
                    elapsed: float) -> None:
-    """``plasticity.json``, ``plasticity.png``, ``plasticity_heatmap.png`` and ``run.json`` (what was measured,
-    how, and the reproducibility record) as one set."""
+    """``plasticity.json``, ``plasticity.png``, ``plasticity_heatmap.png`` and ``run.json`` (what was
+    measured, how, and the reproducibility record) as one set."""
     from vitplast.data.transforms import transform_record
     from vitplast.runs.provenance import provenance
     from vitplast.runs.rundir import write_json_atomic
