@@ -61,10 +61,26 @@ def test_dataframe(gen):
     assert isinstance(frame, pd.DataFrame) and frame.shape == (15, 10)
     assert frame.attrs["meta"]["preset"] == res.meta["preset"]
     wide = frame.pivot(index="layer", columns="component", values="mean")
-    assert wide.loc["1", "FC1"] == res.mean("FC1")[1].item()
+    assert wide.loc[1, "FC1"] == res.mean("FC1")[1].item()
     heads = res.to_dataframe(heads=True)
     assert list(heads.columns[:3]) == ["component", "layer", "head"] and len(heads) == 3 * 2
     assert heads["mean"].tolist() == res.head_mean().flatten().tolist()
+
+
+def test_dataframe_orders_layers_and_components_as_the_model(gen):
+    pd = pytest.importorskip("pandas")
+    res = _result(gen)
+    stats = torch.rand(2, 12, 5, dtype=torch.float64, generator=gen) + 1
+    deep = vk.PlasticityResult(stats, ["MHA", "FC1"], [str(i) for i in range(12)], meta=res.meta)
+    frame = deep.to_dataframe()
+    assert frame["layer"].dtype == "int64"
+    assert frame.sort_values("layer")["layer"].drop_duplicates().tolist() == list(range(12))
+    assert frame["component"].dtype == pd.CategoricalDtype(["MHA", "FC1"], ordered=True)
+    assert frame.groupby("component", observed=True).size().index.tolist() == ["MHA", "FC1"]
+    swin = vk.PlasticityResult(stats[:, :3], ["MHA", "FC1"], ["0.1", "0.0", "1.0"], meta=res.meta)
+    frame = swin.to_dataframe()
+    assert frame["layer"].dtype == pd.CategoricalDtype(["0.1", "0.0", "1.0"], ordered=True)
+    assert frame.sort_values("layer")["layer"].drop_duplicates().tolist() == ["0.1", "0.0", "1.0"]
 
 
 def test_dataframe_without_pandas_names_the_extra(gen, monkeypatch):

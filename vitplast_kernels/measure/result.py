@@ -329,7 +329,10 @@ class PlasticityResult:
 
     def to_dataframe(self, *, heads: bool = False):
         """:meth:`records` as a ``pandas.DataFrame`` (one row per component and layer; ``heads=True``:
-        per layer and head), the measurement's ``meta`` in ``DataFrame.attrs["meta"]``. Needs pandas
+        per layer and head), the measurement's ``meta`` in ``DataFrame.attrs["meta"]``. ``component`` is an
+        ordered categorical in the model's order; ``layer`` is an integer column when every layer label is
+        an integer, otherwise an ordered categorical in block order, so sorting and grouping keep the
+        model's order. Needs pandas
         (``pip install 'vitplast-kernels[pandas]'``)."""
         try:
             import pandas as pd
@@ -337,6 +340,12 @@ class PlasticityResult:
             raise ImportError("PlasticityResult.to_dataframe needs pandas: pip install "
                               "'vitplast-kernels[pandas]' (or pip install pandas); to_csv does not") from exc
         frame = pd.DataFrame.from_records(self.records(heads=heads))
+        frame["component"] = pd.Categorical(frame["component"], categories=list(self.components),
+                                            ordered=True)
+        if all(label.lstrip("-").isdigit() for label in self.layers):
+            frame["layer"] = frame["layer"].astype("int64")
+        else:  # e.g. Swin's "0.1": kept as text, ordered as the model orders its blocks
+            frame["layer"] = pd.Categorical(frame["layer"], categories=list(self.layers), ordered=True)
         frame.attrs["meta"] = dict(self.meta)
         return frame
 
