@@ -10,7 +10,14 @@ import pytest
 import torch
 
 import vitplast_kernels as vk
-from vitplast_kernels.measure.figures import COMPONENT_COLORS, component_color
+from vitplast_kernels.measure.figures import (
+    COMPONENT_COLORS,
+    component_color,
+    draw_result,
+    layer_ticks,
+    log_axis,
+    new_figure,
+)
 
 timm = pytest.importorskip("timm")
 
@@ -107,3 +114,51 @@ def test_each_label_has_one_colour():
     assert component_color("ATTN") == component_color("ATTN")  # crc32: the same in every process
     assert component_color("MHA+FC1") != component_color("MHA")
     assert all(c.startswith("#") and len(c) == 7 for c in map(component_color, ("x", "y", "MLP")))
+
+
+def _overlap(a, b) -> bool:
+    return a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1
+
+
+def test_curves_legend_outside_the_data_and_the_models_name_in_the_title(gen):
+    res = _result(gen)
+    fig = draw_result(res, kind="curves")
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    legend = ax.get_legend()
+    assert legend is not None
+    assert not _overlap(legend.get_window_extent(), ax.get_window_extent())
+    assert "vit_tiny_patch16_224" in fig._suptitle.get_text() and "VisionTransformer" not in (
+        fig._suptitle.get_text())
+    labels = [t.get_text() for t in ax.get_xticklabels()]
+    assert labels == ["0", "1", "2"]
+
+
+def test_layer_ticks_are_integers_at_a_regular_step():
+    fig, axes = new_figure((6, 3))
+    labels = [str(i) for i in range(40)]
+    layer_ticks(axes[0, 0], labels)
+    ticks = list(axes[0, 0].get_xticks())
+    steps = {b - a for a, b in zip(ticks, ticks[1:], strict=False)}
+    assert len(steps) == 1 and all(float(t).is_integer() for t in ticks) and len(ticks) <= 24
+    assert [t.get_text() for t in axes[0, 0].get_xticklabels()] == [labels[int(t)] for t in ticks]
+
+
+@pytest.mark.parametrize("low, high", [(0.02, 0.06), (3.0, 7.0), (1e-4, 1e2)])
+def test_log_axis_labels_several_ticks_on_any_range(low, high):
+    fig, axes = new_figure((4, 3))
+    ax = axes[0, 0]
+    ax.plot([0, 1], [low, high])
+    log_axis(ax)
+    fig.canvas.draw()
+    lo, hi = ax.get_ylim()
+    shown = [t for t in ax.yaxis.get_major_ticks() if lo <= t.get_loc() <= hi and t.label1.get_text()]
+    assert len(shown) >= 2
+
+
+def test_figures_leave_the_callers_rcparams_alone():
+    import matplotlib
+
+    before = dict(matplotlib.rcParams)
+    new_figure((3, 3))
+    assert dict(matplotlib.rcParams) == before

@@ -362,7 +362,7 @@ class Capture:
             )
         acc = self._acc
         meta = {"protocol": self.protocol, "pairs": self.pairing.name, "tokens": self.tokens,
-                "model": type(getattr(self.model, "_orig_mod", self.model)).__name__,
+                "model": targets.model_name(getattr(self.model, "_orig_mod", self.model)),
                 "preset": self.preset}
         if self._skipped:
             self._warn_skipped()

@@ -35,6 +35,11 @@ _SPARE = ("#bcbd22", "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#31
           "#31a354", "#756bb1")
 KINDS = ("curves", "heatmap")
 MAX_ANNOTATED_CELLS = 400  # a heatmap with more cells is drawn without the values written in
+MAX_LAYER_TICKS = 24  # more layers than this: every k-th layer is labelled, at a regular step
+# the one style of every figure of the package and its commands (applied when a figure is made)
+STYLE = {"axes.grid": True, "grid.alpha": 0.3, "grid.linewidth": 0.6, "axes.spines.top": False,
+         "axes.spines.right": False, "axes.titlesize": 10, "axes.labelsize": 9, "xtick.labelsize": 8,
+         "ytick.labelsize": 8, "legend.fontsize": 8, "legend.frameon": False, "figure.titlesize": 10}
 
 
 def component_color(label: str) -> str:
@@ -56,18 +61,55 @@ def _title(result: PlasticityResult, what: str, title: str | None) -> str:
     return f"{what}\n{meta}" if meta else what
 
 
-def _new_figure(size: tuple[float, float]):
+def new_figure(size: tuple[float, float], nrows: int = 1, ncols: int = 1, **subplots_kw):
+    """``(fig, axes)``: a bare Figure on its own Agg canvas (no pyplot) with an ``nrows x ncols`` array of
+    axes made in the package's one :data:`STYLE`; the importer's rcParams are left as they were."""
+    import matplotlib
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=size)
-    FigureCanvasAgg(fig)
-    return fig
+    with matplotlib.rc_context(STYLE):
+        fig = Figure(figsize=size)
+        FigureCanvasAgg(fig)
+        axes = fig.subplots(nrows, ncols, squeeze=False, **subplots_kw)
+    return fig, axes
+
+
+def legend_outside(ax, handles=None, labels=None, **kwargs):
+    """A legend to the right of ``ax``, outside the data (nothing it covers), in the one style."""
+    args = () if handles is None else (handles, labels if labels is not None else
+                                       [h.get_label() for h in handles])
+    kwargs = {"loc": "upper left", "bbox_to_anchor": (1.02, 1.0), "borderaxespad": 0.0,
+              "fontsize": STYLE["legend.fontsize"], "frameon": False, **kwargs}
+    return ax.legend(*args, **kwargs)
+
+
+def log_axis(ax, axis: str = "y") -> None:
+    """A log scale on ``axis`` whose ticks stay readable on a narrow range: 1-2-5 steps labelled in
+    plain numbers, so a range of less than a decade still shows several labelled ticks."""
+    from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
+
+    which = ax.yaxis if axis == "y" else ax.xaxis
+    (ax.set_yscale if axis == "y" else ax.set_xscale)("log")
+    which.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    formatter = ScalarFormatter()
+    formatter.set_scientific(True)
+    formatter.set_powerlimits((-3, 4))
+    which.set_major_formatter(formatter)
+    which.set_minor_formatter(NullFormatter())
+
+
+def layer_ticks(ax, labels, axis: str = "x", *, max_ticks: int = MAX_LAYER_TICKS) -> None:
+    """Tick positions ``0..L-1`` labelled with the layer labels: every layer up to ``max_ticks``
+    layers, else every k-th at a regular step (the last layer's label is never squeezed in between)."""
+    step = max(1, math.ceil(len(labels) / max_ticks))
+    positions = list(range(0, len(labels), step))
+    (ax.set_xticks if axis == "x" else ax.set_yticks)(positions, [str(labels[i]) for i in positions])
 
 
 def _curves(result: PlasticityResult, title: str | None):
-    fig = _new_figure((11, 4))
-    ax1, ax2 = fig.subplots(1, 2, gridspec_kw={"width_ratios": [3, 2]})
+    fig, axes = new_figure((12, 4), 1, 2, gridspec_kw={"width_ratios": [3, 2]})
+    ax1, ax2 = axes[0]
     x = list(range(result.n_layers))
     boxes = []
     for c in result.components:
@@ -76,11 +118,11 @@ def _curves(result: PlasticityResult, title: str | None):
         ax1.plot(x, m, marker="o", ms=3, color=color, label=c)
         ax1.fill_between(x, ci[:, 0], ci[:, 1], color=color, alpha=0.2)
         boxes.append(m[torch.isfinite(result.mean(c)).numpy()])
-    ax1.set_xticks(x, result.layers if result.n_layers <= 24 else None)
+    layer_ticks(ax1, result.layers)
     ax1.set_xlabel("layer")
     ax1.set_ylabel("plasticity (mean rate, 95% CI band)")
     ax1.axhline(1.0, color="grey", lw=0.8, ls="--")
-    ax1.legend(fontsize=8)
+    legend_outside(ax1)
     parts = ax2.boxplot(boxes, tick_labels=list(result.components), patch_artist=True,
                         medianprops={"color": "black"})
     for box, c in zip(parts["boxes"], result.components, strict=True):
@@ -99,16 +141,16 @@ def _heatmap(result: PlasticityResult, title: str | None):
     low = min(float(finite.min()) if finite.size else 1.0, 0.999)
     high = max(float(finite.max()) if finite.size else 1.0, 1.001)
     n_layers, n_comps = values.shape
-    fig = _new_figure((max(5.0, 1.0 * n_comps + 2.8), max(3.4, 0.34 * n_layers + 1.9)))
-    ax = fig.subplots()
+    fig, axes = new_figure((max(5.0, 1.0 * n_comps + 2.8), max(3.4, 0.34 * n_layers + 1.9)))
+    ax = axes[0, 0]
+    ax.grid(False)
     image = ax.imshow(values, cmap="RdBu_r", norm=TwoSlopeNorm(vmin=low, vcenter=1.0, vmax=high),
                       aspect="auto", interpolation="nearest")
     ax.set_xticks(range(n_comps), result.components)
     for tick, c in zip(ax.get_xticklabels(), result.components, strict=True):
         tick.set_color(component_color(c))
         tick.set_fontweight("bold")
-    step = max(1, math.ceil(n_layers / 32))
-    ax.set_yticks(range(0, n_layers, step), result.layers[::step])
+    layer_ticks(ax, result.layers, axis="y", max_ticks=32)
     ax.set_ylabel("layer")
     if values.size <= MAX_ANNOTATED_CELLS:
         spread = max(high - 1.0, 1.0 - low)
@@ -127,8 +169,14 @@ def _heatmap(result: PlasticityResult, title: str | None):
 def plot_result(result: PlasticityResult, path: str | os.PathLike, *, kind: str = "curves",
                 title: str | None = None) -> None:
     """Saves the ``kind`` figure of ``result`` to ``path`` (format from the suffix), atomically."""
+    fig = draw_result(result, kind=kind, title=title)
+    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=120))
+
+
+def draw_result(result: PlasticityResult, *, kind: str = "curves", title: str | None = None):
+    """The ``kind`` figure of ``result`` as a laid-out ``matplotlib.figure.Figure`` (not saved)."""
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
     fig = _curves(result, title) if kind == "curves" else _heatmap(result, title)
     fig.tight_layout()
-    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=120))
+    return fig

@@ -43,6 +43,19 @@ def resolve_components(model: torch.nn.Module, components: Mapping[str, _presets
     return Components(tuple(order), modules, layer_keys, preset, embedding, proj)
 
 
+def model_name(model: torch.nn.Module) -> str:
+    """The name a figure or table shows for ``model``: timm's architecture name
+    (``pretrained_cfg["architecture"]``), a Hugging Face model's ``name_or_path``, else the class name."""
+    cfg = getattr(model, "pretrained_cfg", None)
+    if isinstance(cfg, Mapping) and isinstance(cfg.get("architecture"), str) and cfg["architecture"]:
+        return cfg["architecture"]
+    name = getattr(model, "name_or_path", None) or getattr(getattr(model, "config", None), "name_or_path",
+                                                             None)
+    if isinstance(name, str) and name:
+        return name
+    return type(model).__name__
+
+
 def device_of(model: torch.nn.Module) -> torch.device:
     """The device of the model's first parameter or buffer (CPU for a model with neither)."""
     for t in model.parameters():

@@ -17,7 +17,7 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..outputs.plots import component_color, figure, save
+from ..outputs.plots import component_color, figure, layer_ticks, legend_outside, log_axis, save
 from .selection import TRAIN_ORDER
 
 STEP_HEATMAP = "plasticity_steps.png"  # written beside curves.png for a monitored run
@@ -42,13 +42,13 @@ def plot_curves(records: Sequence[dict], path, *, title: str = "") -> Path:
     mon = [r for r in records if r.get("kind") == "monitor"]
     evals = [r for r in records if r.get("kind") == "eval"]
     train = [r for r in records if r.get("kind") in ("monitor", "train")]
-    fig, ax = figure(1, 3, (15, 4))
+    fig, ax = figure(1, 3, (17, 4))
     _per_group(ax[0, 0], mon, "plasticity_mean")
     ax[0, 0].set(xlabel="step", ylabel="plasticity (mean over layers)", title="plasticity")
     _per_group(ax[0, 1], mon, "grad_norm")
     ax[0, 1].set(xlabel="step", ylabel="gradient norm", title="gradient norm per component")
     if any(r["grad_norm"] for r in mon):
-        ax[0, 1].set_yscale("log")
+        log_axis(ax[0, 1])
     if train:
         ax[0, 2].plot([r["step"] for r in train], [r["loss"] for r in train], color="0.3", lw=1,
                       label="train loss")
@@ -60,10 +60,12 @@ def plot_curves(records: Sequence[dict], path, *, title: str = "") -> Path:
         acc_ax.set_ylabel("validation accuracy")
         acc_ax.set_ylim(0, 1)
         lines = ax[0, 2].get_legend_handles_labels()[0] + acc_ax.get_legend_handles_labels()[0]
-        ax[0, 2].legend(lines, [line.get_label() for line in lines], fontsize=8, loc="center right")
-    for a in ax[0, :2]:
-        if a.get_legend_handles_labels()[0]:
-            a.legend(fontsize=8)
+        legend_outside(ax[0, 2], lines)
+        acc_ax.grid(False)
+    elif train:
+        legend_outside(ax[0, 2])
+    if ax[0, 0].get_legend_handles_labels()[0]:  # one legend for both component panels
+        legend_outside(ax[0, 1], *ax[0, 0].get_legend_handles_labels())
     if title:
         fig.suptitle(title)
     out = save(fig, path)
@@ -95,7 +97,7 @@ def plot_step_heatmaps(records: Sequence[dict], path, *, title: str = "") -> Pat
         image = a.imshow(cells, cmap="RdBu_r", norm=TwoSlopeNorm(vmin=low, vcenter=1.0, vmax=high),
                          aspect="auto", interpolation="nearest")
         a.set_xticks(ticks, [str(steps[i]) for i in ticks])
-        a.set_yticks(range(layers), [str(l) for l in range(layers)])
+        layer_ticks(a, [str(l) for l in range(layers)], axis="y", max_ticks=32)
         a.set_xlabel("step")
         a.set_title(c, color=component_color(c), fontweight="bold")
     ax[0, 0].set_ylabel("layer")
@@ -138,7 +140,7 @@ def plot_grid(rows: Sequence[dict], folder) -> list[Path]:
     ax[0, 0].set_xticks(list(xs), [_grid_label(r, one_lr) for r in rows])
     ax[0, 0].set(ylabel=f"validation accuracy ({note})", title="accuracy per trained component")
     ax[0, 0].axhline(rows[0]["initial_acc"] if rows else 0, color="grey", ls="--", lw=1, label="before")
-    ax[0, 0].legend(fontsize=8)
+    legend_outside(ax[0, 0])
     out.append(save(fig, folder / "accuracy_per_component.png"))
 
     pts = [r for r in rows if "plasticity" in r]

@@ -17,21 +17,25 @@ import os
 from pathlib import Path
 
 from vitplast_kernels.atomic_io import atomic_write
-from vitplast_kernels.measure.figures import COMPONENT_COLORS, component_color
+from vitplast_kernels.measure.figures import (
+    COMPONENT_COLORS,
+    component_color,
+    layer_ticks,
+    legend_outside,
+    log_axis,
+    new_figure,
+)
 
-__all__ = ["COMPONENT_COLORS", "DPI", "component_color", "figure", "save"]
+__all__ = ["COMPONENT_COLORS", "DPI", "component_color", "figure", "layer_ticks", "legend_outside",
+           "log_axis", "save"]
 
 DPI = 110
 
 
 def figure(nrows: int = 1, ncols: int = 1, size: tuple[float, float] = (6.4, 4.8), **subplots_kw):
-    """``(fig, axes)``: a new Figure with the Agg canvas and an ``nrows x ncols`` array of axes."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=size)
-    FigureCanvasAgg(fig)
-    return fig, fig.subplots(nrows, ncols, squeeze=False, **subplots_kw)
+    """``(fig, axes)``: a new Figure with the Agg canvas and an ``nrows x ncols`` array of axes, in the
+    one style of every figure (``vitplast_kernels.measure.figures.STYLE``)."""
+    return new_figure(size, nrows, ncols, **subplots_kw)
 
 
 def save(fig, path: str | os.PathLike, *, dpi: int = DPI, tight: bool = True) -> Path:
