@@ -24,14 +24,14 @@ def dict_reads(tree: ast.AST) -> list[str]:
     """``cfg["key"]`` reads and ``x["_key"]`` / ``x.get("_key")`` test-hook keys."""
     found = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) \
-                and isinstance(node.slice.value, str):
+        if (isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant)
+                and isinstance(node.slice.value, str)):
             name = node.value.id if isinstance(node.value, ast.Name) else None
             if name == "cfg" or node.slice.value.startswith("_"):
                 found.append(f"{name}[{node.slice.value!r}] at line {node.lineno}")
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get" \
-                and node.args and isinstance(node.args[0], ast.Constant) \
-                and str(node.args[0].value).startswith("_"):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
+                and node.args and isinstance(node.args[0], ast.Constant)
+                and str(node.args[0].value).startswith("_")):
             found.append(f".get({node.args[0].value!r}) at line {node.lineno}")
     return found
 

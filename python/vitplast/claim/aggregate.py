@@ -116,8 +116,8 @@ def format_aggregate(agg: dict) -> str:
         tau = _num(kd["value"], "+.3f")
         lines.append(f"{name:<24} {d['data']:<28} {d['rows']:>4}  {rho:<24} {p:>8}  {tau:>13}")
     pooled, comb = agg["pooled"], agg["combined"]
-    kind = "exact" if pooled.get("exact") else f"{pooled.get('permutations')} random permutations" \
-        if pooled.get("exact") is False else "undefined"
+    kind = ("exact" if pooled.get("exact") else f"{pooled.get('permutations')} random permutations"
+            if pooled.get("exact") is False else "undefined")
     lines += [
         "",
         f"pooled within datasets: Spearman {_num(pooled['spearman'], '+.3f')}, stratified permutation "

@@ -59,8 +59,8 @@ def _jobs(opts: ClaimOptions, device) -> int:
     else 1 (a large model uses the cores, or the GPU, within one run)."""
     if opts.jobs is not None:
         return opts.jobs
-    if opts.executor == "local" and opts.model == DIGITS_MODEL and device.type == "cpu" and \
-            int(os.environ.get("WORLD_SIZE", "1")) == 1:
+    if (opts.executor == "local" and opts.model == DIGITS_MODEL and device.type == "cpu"
+            and int(os.environ.get("WORLD_SIZE", "1")) == 1):
         return max(1, min(2, os.cpu_count() or 1))
     return 1
 

@@ -90,8 +90,8 @@ def format_report(result: dict) -> str:
     """The claim's table, correlations, verdict and per-layer plasticity as plain text."""
     an = result["analysis"]
     base = an["baseline"]
-    over = "the head-only run (linear probing) of the same seed" if base["train"] == "head" else \
-        "the accuracy before finetuning (fresh head)"
+    over = ("the head-only run (linear probing) of the same seed" if base["train"] == "head" else
+            "the accuracy before finetuning (fresh head)")
     lines = [
         "Does plasticity before finetuning predict the gain of finetuning a component alone?",
         *setup_lines(result, "component", "component", f"gain over {over}"),
@@ -116,8 +116,8 @@ def format_report(result: dict) -> str:
     ]
     for name, label in (("spearman", "Spearman rho "), ("kendall", "Kendall tau-b")):
         c = an["correlations"][name]
-        kind = f"exact, {c['permutations']} permutations" if c["exact"] else \
-            f"{c['permutations']} random permutations"
+        kind = (f"exact, {c['permutations']} permutations" if c["exact"] else
+                f"{c['permutations']} random permutations")
         lines.append(f"{label} = {_num(c['value'], '+.3f')}  bootstrap 95% CI {_ci(c['ci'], '+.2f')}  "
                      f"permutation p = {_num(c['p_greater'], '.3g')} (one-sided, > 0), "
                      f"{_num(c['p_two_sided'], '.3g')} (two-sided; {kind})")

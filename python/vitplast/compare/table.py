@@ -62,8 +62,8 @@ def overall_estimate(layers: list[Estimate]) -> Estimate:
     kept = [e for e in layers if math.isfinite(e.mean)]
     if not kept:
         return NAN
-    sem = math.sqrt(sum(e.sem ** 2 for e in kept)) / len(kept) if all(math.isfinite(e.sem) for e in kept) \
-        else math.nan
+    sem = (math.sqrt(sum(e.sem ** 2 for e in kept)) / len(kept) if all(math.isfinite(e.sem) for e in kept)
+           else math.nan)
     return Estimate(sum(e.mean for e in kept) / len(kept), sem)
 
 
@@ -84,8 +84,8 @@ class Comparison:
 
     def difference(self, component: str, run: int, layer: int | None = None) -> Estimate:
         """Run ``run`` minus the first run, for one layer or (``layer=None``) the mean over layers."""
-        pick = (lambda r: self.overall[component][r]) if layer is None else \
-            (lambda r: self.per_layer[component][r][layer])
+        pick = ((lambda r: self.overall[component][r]) if layer is None else
+                (lambda r: self.per_layer[component][r][layer]))
         return pick(run).minus(pick(0))
 
     def records(self) -> list[dict]:

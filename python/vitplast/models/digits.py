@@ -69,8 +69,8 @@ class DigitsConfig:
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise bad(f, "a positive integer")
-        if isinstance(self.warmup_epochs, bool) or not isinstance(self.warmup_epochs, int) or \
-                self.warmup_epochs < 0:
+        if (isinstance(self.warmup_epochs, bool) or not isinstance(self.warmup_epochs, int)
+                or self.warmup_epochs < 0):
             raise bad("warmup_epochs", "an integer >= 0")
         for f, low, high in (("mlp_ratio", 0, None), ("lr", 0, None), ("weight_decay", None, None),
                              ("label_smoothing", None, 1), ("max_rotate_deg", None, None),

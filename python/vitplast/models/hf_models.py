@@ -112,8 +112,8 @@ def create_hf(ref: str, num_classes: int | None = None, *, random_init: bool = F
                 model = AutoModelForImageClassification.from_pretrained(source, revision=revision,
                                                                         **from_pretrained)
         except TypeError as exc:
-            raise ValueError(f"--model-arg: hf:{ref} does not take {sorted(from_pretrained)}: {exc}") \
-                from None
+            raise ValueError(
+                f"--model-arg: hf:{ref} does not take {sorted(from_pretrained)}: {exc}") from None
         except (OSError, ValueError, KeyError) as exc:
             if "Unrecognized configuration class" in str(exc):
                 raise ValueError(f"--model hf:{ref}: not an image-classification model (model_type "
@@ -144,8 +144,9 @@ def _processor(ref: str, config):
             classes = IMAGE_PROCESSOR_MAPPING[type(config)]
         except KeyError:
             return None, f"no image processor for model type {config.model_type!r}"
-        cls = next(iter(classes.values())) if isinstance(classes, dict) else \
-            next(c for c in (classes if isinstance(classes, (list, tuple)) else [classes]) if c is not None)
+        listed = classes if isinstance(classes, (list, tuple)) else [classes]
+        cls = (next(iter(classes.values())) if isinstance(classes, dict) else
+               next(c for c in listed if c is not None))
         return cls(), f"the defaults of {cls.__name__} (no preprocessor_config.json)"
 
 

@@ -82,8 +82,8 @@ def _random_model(opts: ProfileOptions, device):
             check_timm_name(source.ref)
         except ValueError as exc:
             raise ValueError(f"--model: {exc}") from None
-    cuda = [device.index if device.index is not None else torch.cuda.current_device()] \
-        if device.type == "cuda" else []
+    cuda = ([device.index if device.index is not None else torch.cuda.current_device()]
+            if device.type == "cuda" else [])
     # parameters created (and initialised, from seed 0: the run replays) on the device: fast for ViT-H
     with torch.random.fork_rng(devices=cuda), torch.device(device):
         torch.manual_seed(0)

@@ -281,8 +281,8 @@ class RunLock:
                               f"{describe(found[0]) if found else 'nobody'}; this writer stops")
 
     def _mine(self, found: tuple[dict, float] | None) -> bool:
-        return found is not None and found[0].get("token") == self.me["token"] and \
-            found[0].get("pid") == self.me["pid"]
+        return (found is not None and found[0].get("token") == self.me["token"]
+                and found[0].get("pid") == self.me["pid"])
 
     def release(self) -> None:
         if self.me is None:

@@ -50,8 +50,8 @@ def test_analysis_gains_best_lr_and_correlations_by_hand():
     assert rows["FC1"]["gain"]["ci"] == pytest.approx([0.15 - half, 0.15 + half])
     assert rows["FC1"]["accuracy"]["ci"] == pytest.approx([0.7, 0.7])
     assert rows["LN1"]["accuracy"]["ci"][1] == 1.0  # cut to what an accuracy can be
-    assert rows["MHA"]["plasticity"] == pytest.approx(3.0) and rows["MHA"]["plasticity_ci"] == \
-        pytest.approx([3.0, 3.0])
+    assert rows["MHA"]["plasticity"] == pytest.approx(3.0)
+    assert rows["MHA"]["plasticity_ci"] == pytest.approx([3.0, 3.0])
     assert rows["MHA"]["trainable_params"] == 100
     sp, kd = an["correlations"]["spearman"], an["correlations"]["kendall"]
     assert sp["value"] == pytest.approx(1.0) and kd["value"] == pytest.approx(1.0)

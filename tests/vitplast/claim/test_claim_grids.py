@@ -40,8 +40,8 @@ def test_the_dry_run_names_every_run_of_other_options(whole, tmp_path):
     with pytest.raises(ValueError) as exc:
         claim(out=str(out), **{**SMALL, "steps": 7}, dry_run=True)
     text = str(exc.value)
-    assert "8 existing run(s) were trained with options that differ: steps: saved 6, now 7 in 8 run(s)" \
-        in text
+    assert ("8 existing run(s) were trained with options that differ: steps: saved 6, now 7 in 8 run(s)"
+            in text)
     for name in ("MHA-lr0.003-s0", "FC1-lr0.003-s1", "LN1-lr0.003-s0", "head-lr0.003-s1"):
         assert f"runs/{name}" in text
     with pytest.raises(ValueError, match="checkpoint_every: saved 3, now 2"):

@@ -104,8 +104,8 @@ def test_a_node_removed_mid_run_is_retried_and_resumes(cluster, local, tmp_path)
     def run_on_victim():  # a run on the second node, past its first checkpoint, not finished
         for run in sorted(out.glob("runs/*")):
             held = _lock(run)
-            if held and held.get("node") == victim.node_id and (run / "checkpoint.pt").exists() \
-                    and not (run / "summary.json").exists():
+            if (held and held.get("node") == victim.node_id and (run / "checkpoint.pt").exists()
+                    and not (run / "summary.json").exists()):
                 return run, held
         return None
 
@@ -168,5 +168,5 @@ def test_a_finetune_grid_on_ray_gives_the_local_table(cluster, tmp_path):
     there = finetune(out=str(tmp_path / "ray"), **grid, executor="ray", ray_address=cluster.address)
     assert there["table"] == here["table"]
     for run in ("MHA-lr0.03-s0", "head-lr0.03-s0"):
-        assert (tmp_path / "ray" / run / "metrics.jsonl").read_text() == \
-            (tmp_path / "here" / run / "metrics.jsonl").read_text()
+        assert ((tmp_path / "ray" / run / "metrics.jsonl").read_text()
+                == (tmp_path / "here" / run / "metrics.jsonl").read_text())

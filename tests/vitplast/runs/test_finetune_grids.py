@@ -52,8 +52,8 @@ def test_resume_over_runs_of_other_options_names_them_all(here, capsys):
             "7", "--checkpoint-every", "3", "--monitor-every", "0", "--no-plots", "--no-progress", "--resume"]
     assert main(argv) == 2
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
-    assert len(err) == 1 and "4 existing run(s) were trained with options that differ: steps: saved 6, now " \
-        "7" in err[0]
+    assert len(err) == 1
+    assert "4 existing run(s) were trained with options that differ: steps: saved 6, now 7" in err[0]
     for name in ("MHA-lr0.03-s0", "MHA-lr0.03-s1", "head-lr0.03-s0", "head-lr0.03-s1"):
         assert name in err[0]
 

@@ -78,8 +78,8 @@ def test_claim_refuses_a_planted_pickle_in_a_run(tmp_path):
         claim(out=str(out), **opts, after_step=kill_after(3))
     ckpt = out / "runs" / "MHA-lr0.003-s0" / "checkpoint.pt"
     _plant(ckpt, marker)
-    with pytest.raises(ValueError, match="holds Python objects other than tensors") as exc, \
-            warnings.catch_warnings():
+    with (pytest.raises(ValueError, match="holds Python objects other than tensors") as exc,
+          warnings.catch_warnings()):
         warnings.simplefilter("ignore")
         claim(out=str(out), **opts)
     assert str(ckpt) in str(exc.value)
