@@ -40,15 +40,6 @@ def widen(summaries: list[dict], start: list[float]) -> list[tuple[str, float]]:
     return out
 
 
-def train_widening(jobs: list, summaries: list[dict], *, start: list[float], plan, train, say
-                   ) -> tuple[list, list[dict]]:
-    """:func:`widen_groups` for one group: ``plan(train, lr)`` gives the new jobs, ``train(jobs)`` their
-    summaries. Returns all jobs (``jobs`` and the new ones) and all summaries."""
-    added, groups = widen_groups({"": summaries}, start=start, plan=lambda _, t, lr: plan(t, lr), train=train,
-                                 say=say)
-    return list(jobs) + added, groups[""]
-
-
 def widen_groups(groups: dict[str, list[dict]], *, start: list[float], plan, train, say
                  ) -> tuple[list, dict[str, list[dict]]]:
     """Widen until no train's best lr is at an edge (or the rounds are used up), in every group (a

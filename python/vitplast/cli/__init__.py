@@ -37,12 +37,6 @@ SUBCOMMANDS = {
 }
 
 
-def package_version() -> str:
-    from ..runs.provenance import versions
-
-    return versions()["vitplast-kernels"] or "unknown"
-
-
 def help_text(module) -> str | None:
     """What ``vitplast COMMAND --help`` shows above the options: the module's ``HELP`` when it is a
     string, else its docstring."""

@@ -24,7 +24,6 @@ from .selection import (
     labels,
     parse_train,
     part_sizes,
-    trainable_names,
 )
 from .step_recorder import over_ranks, summarize
 
@@ -129,13 +128,6 @@ def choose_units(plasticity: Mapping[str, Sequence[float]], model: nn.Module, bu
             chosen.append(f"{c}@{li}")
             used += sizes[(c, li)]
     return chosen
-
-
-def freeze_list(plasticity, model: nn.Module, budget: int | None = None) -> list[str]:
-    """Parameter names to **freeze** so that only the components :func:`choose_components` picks
-    (plus the head) train: the complement of the trainable set."""
-    keep = set(trainable_names(model, choose_components(plasticity, model, budget)))
-    return [n for n, _ in model.named_parameters() if n not in keep]
 
 
 def choose_auto(kind: str, model: nn.Module, batches, budget: int, *, dist: DistContext | None = None,

@@ -323,7 +323,3 @@ def part_sizes(model: nn.Module, components: Mapping[str, presets.Pattern] | Non
     head = sum(params[n].numel() for n in head_names(model))
     return PartSizes(per_label, units, head, sum(p.numel() for p in params.values()))
 
-
-def unit_spec(units: Iterable[tuple[str, int]]) -> str:
-    """``[("MHA", 3), ("FC1", 0)]`` -> ``"MHA@3+FC1@0"`` (a ``--train`` value)."""
-    return "+".join(f"{c}@{li}" for c, li in units)

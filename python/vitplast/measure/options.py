@@ -39,9 +39,8 @@ class MeasureOptions(RuntimeOptions, DataOptions, ModelOptions):  # fields: the 
         "save_pretrained directory)", metavar="PATH", group="model")
     img_size: int | None = option(None, "image size (default: the model's own; 32 for the digits ViT)",
                                   group="model", kind=optional(integer(1)))
-    # the runtime group's autocast; --dtype (float32, bfloat16, float16 too) is its deprecated spelling
     amp: str = option("none", "autocast precision of the forward passes (default: %(default)s)",
-                      group="runtime", kind=choice(AMP_CHOICES, AMP_ALIASES), deprecated=("--dtype",))
+                      group="runtime", kind=choice(AMP_CHOICES, AMP_ALIASES))
     allow_partial_weights: bool = option(
         False, "load a checkpoint that leaves more than the classifier head at random init, or holds tensors "
         "the model does not have (by default an error)", action="store_true", group="model")

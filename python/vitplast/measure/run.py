@@ -99,11 +99,7 @@ def measure(opts: MeasureOptions | None = None, /, *, reporter: Reporter | None 
 
 def measure_options(opts: MeasureOptions | None, keywords: dict[str, Any]) -> MeasureOptions:
     """The checked options of :func:`measure`: ``keywords`` (over ``opts``' values when given) resolved
-    into a new :class:`MeasureOptions`; the deprecated keyword ``dtype`` (autocast dtype) sets ``amp``."""
-    if "dtype" in keywords:
-        warnings.warn("measure(dtype=...) is deprecated and will be removed in the next release; use amp=",
-                      FutureWarning, stacklevel=3)
-        keywords = {"amp": keywords["dtype"], **{k: v for k, v in keywords.items() if k != "dtype"}}
+    into a new :class:`MeasureOptions`."""
     return options_for(MeasureOptions, opts, keywords)
 
 

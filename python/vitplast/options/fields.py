@@ -57,18 +57,14 @@ class Spec:
     required: bool
     negation: str | None  # a second flag storing False in the same option (--no-progress)
     cli: bool
-    deprecated: tuple[str, ...] = ()  # old spellings of the flag: the same option, with a warning
 
 
 def option(default: Any = None, help: str | None = None, *, kind: Kind | None = None, flag: str | None = None,
            group: str | None = None, metavar: str | None = None, action: str | None = None,
            nargs: str | None = None, const: Any = None, required: bool = False, negation: str | None = None,
-           cli: bool = True, default_factory: Callable[[], Any] | None = None,
-           deprecated: Sequence[str] = ()) -> Any:
-    """A dataclass field describing one option (``cli=False``: a keyword of the Python function only;
-    ``deprecated``: old flags that still set it, with a warning naming the new one)."""
-    spec = Spec(help, kind or Kind(), flag, group, metavar, action, nargs, const, required, negation, cli,
-                tuple(deprecated))
+           cli: bool = True, default_factory: Callable[[], Any] | None = None) -> Any:
+    """A dataclass field describing one option (``cli=False``: a keyword of the Python function only)."""
+    spec = Spec(help, kind or Kind(), flag, group, metavar, action, nargs, const, required, negation, cli)
     if default_factory is not None:
         return dataclasses.field(default_factory=default_factory, metadata={"option": spec})
     return dataclasses.field(default=default, metadata={"option": spec})
@@ -200,34 +196,8 @@ def add_options(parser: argparse.ArgumentParser, cls: type,
             if metavar:
                 kw["metavar"] = metavar
         target.add_argument(flag_of(f), **kw)
-        for old in spec.deprecated:
-            target.add_argument(old, **{**kw, "help": argparse.SUPPRESS, "required": False,
-                                        "action": _deprecated_action(flag_of(f), kw.get("action"))})
         if spec.negation:
             target.add_argument(spec.negation, dest=f.name, action="store_false")
-
-
-def _deprecated_action(new: str, action: str | None) -> type[argparse.Action]:
-    """An argparse action for an old flag: warns once that it is deprecated, then acts as ``new``."""
-    import warnings
-
-    class Deprecated(argparse.Action):
-        def __init__(self, option_strings, dest, **kwargs):
-            self.store = action
-            if action in ("store_true", "store_false"):
-                kwargs["nargs"] = 0
-            super().__init__(option_strings, dest, **kwargs)
-
-        def __call__(self, parser, namespace, values, option_string=None):
-            warnings.warn(f"{option_string} is deprecated and will be removed in the next release; use {new}",
-                          FutureWarning, stacklevel=2)
-            if self.store == "append":
-                values = [*(getattr(namespace, self.dest, None) or []), values]
-            elif self.store in ("store_true", "store_false"):
-                values = self.store == "store_true"
-            setattr(namespace, self.dest, values)
-
-    return Deprecated
 
 
 def values_of(args: argparse.Namespace, cls: type) -> dict:

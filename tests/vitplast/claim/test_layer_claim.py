@@ -13,7 +13,7 @@ from helpers import Killed, collecting, kill_after, quiet
 from vitplast.claim import claim
 from vitplast.claim.analysis import accuracy_cube, lr_edge
 from vitplast.claim.layers import analyse_layers, plan_selections, units_of
-from vitplast.claim.lr_auto import lrs_run, train_widening, widen
+from vitplast.claim.lr_auto import lrs_run, widen, widen_groups
 from vitplast.cli import main as cli_main
 
 
@@ -178,11 +178,12 @@ def test_lr_auto_widens_only_at_edges_and_is_bounded():
     assert widen(s, start) == [("A", 0.03), ("B", 0.00033)]
     # a fake trainer where accuracy keeps rising with lr for A: two steps up, then it stops
     acc_of = {"A": lambda lr: 0.7 + lr, "B": lambda lr: 0.3}  # B: 1e-3 stays best, now interior
-    jobs, out = train_widening(
-        [], s, start=start, say=lambda *a: None,
-        plan=lambda t, lr: [{"train": t, "lr": lr, "seed": k} for k in (0, 1)],
+    jobs, groups = widen_groups(
+        {"": s}, start=start, say=lambda *a: None,
+        plan=lambda _, t, lr: [{"train": t, "lr": lr, "seed": k} for k in (0, 1)],
         train=lambda js: [{**j, "final_acc": acc_of[j["train"]](j["lr"]), "initial_acc": 0.1,
                            "trainable_params": 9} for j in js])
+    out = groups[""]
     assert sorted({(j["train"], j["lr"]) for j in jobs}) == [("A", 0.03), ("A", 0.09), ("B", 0.00033)]
     assert lrs_run(out) == [0.00033, 1e-3, 1e-2, 0.03, 0.09]
     assert widen(out, start) == []  # A still at its top edge, but its two steps up are used

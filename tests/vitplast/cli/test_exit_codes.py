@@ -13,6 +13,7 @@ import warnings
 import pytest
 from vitplast import cli
 from vitplast.cli import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, SUBCOMMANDS, main
+from vitplast.runs.provenance import version_text, versions
 
 COMMANDS = ("measure", "finetune", "claim", "profile")
 
@@ -219,7 +220,8 @@ def test_top_level_help_and_version(capsys):
     for command in COMMANDS:
         assert command in out
     rc, out, lines = _cli(["--version"], capsys)
-    assert rc == EXIT_OK and lines == [] and out.startswith(f"vitplast {cli.package_version()} (python ")
+    assert rc == EXIT_OK and lines == []
+    assert out.startswith(f"vitplast {versions()['vitplast-kernels']} (python ")
     assert all(f"{lib} " in out for lib in ("torch", "timm", "transformers"))
     assert out.split()[1] != ""
 
@@ -231,7 +233,7 @@ def test_version_without_package_metadata(monkeypatch):
         raise metadata.PackageNotFoundError(name)
 
     monkeypatch.setattr(metadata, "version", missing)
-    assert cli.package_version() == "unknown"
+    assert version_text().startswith("vitplast unknown (python ")
 
 
 # ------------------------------------------------------------------------------------------ warnings

@@ -93,9 +93,6 @@ def test_choose_components_greedy_budget(vit):
         auto.choose_components(plast, vit, head - 1)
     chosen = auto.choose_components(plast, vit, head + size["FC2"])
     assert chosen and chosen[0] in ("MHA", "FC1", "FC2")
-    frozen = set(auto.freeze_list(plast, vit, head + size["FC2"]))
-    kept = _matching(vit, *(EXPECTED[c] for c in chosen), HEAD)
-    assert frozen == {n for n, _ in vit.named_parameters()} - kept
 
 
 def test_choose_components_from_plasticity_result(vit):

@@ -63,7 +63,6 @@ def _no_work(monkeypatch):
     (["--batches", "0"], "--batches: must be a positive integer"),
     (["--seed", "-1"], "--seed: must be an integer in 0..4294967295"),
     (["--amp", "int8"], "--amp: must be one of none, bf16, fp16"),
-    (["--dtype", "int8"], "--amp: must be one of none, bf16, fp16"),  # --dtype: the deprecated --amp
     (["--device", "tpu"], "--device"),
     (["--device", "cuda:0"] if not torch.cuda.is_available() else ["--device", "cuda:99"], "--device"),
     (["--protocol", "paper"], "--protocol: must be one of in_situ, decomposition"),

@@ -171,42 +171,6 @@ def test_options_object_keywords_and_overrides_measure_alike(cache):
         measure(opts, bogus=1, reporter=quiet())
 
 
-def test_deprecated_dtype_flag_and_keyword_set_amp():
-    import argparse
-
-    from vitplast.measure import MeasureOptions, command
-    from vitplast.measure.run import measure_options
-    from vitplast.options.fields import resolve, values_of
-
-    parser = argparse.ArgumentParser(prog="vitplast measure")
-    command.add_arguments(parser)
-    for argv, amp in ((["--dtype", "bfloat16"], "bf16"), (["--dtype", "float32"], "none"),
-                      (["--dtype", "fp16"], "fp16"), (["--amp", "bf16"], "bf16"), ([], "none")):
-        with warnings_of(FutureWarning if "--dtype" in argv else None):
-            args = parser.parse_args(argv)
-        assert resolve(MeasureOptions, values_of(args, MeasureOptions)).amp == amp, argv
-    assert "--dtype" not in parser.format_help()
-    with pytest.warns(FutureWarning, match="use amp="):
-        assert measure_options(None, {"dtype": "bfloat16"}).amp == "bf16"
-
-
-def warnings_of(category):
-    """``pytest.warns(category)``, or a block that must warn nothing (``category=None``)."""
-    import contextlib
-    import warnings
-
-    if category is not None:
-        return pytest.warns(category)
-
-    @contextlib.contextmanager
-    def none():
-        with warnings.catch_warnings():
-            warnings.simplefilter("error")
-            yield
-
-    return none()
-
-
 def test_model_arg_reaches_the_model_and_run_json(tmp_path):
     kw = dict(model="vit_tiny_patch16_224", random_init=True, img_size=16, data="synthetic", batches=1,
               batch_size=8, progress=False, reporter=quiet())
