@@ -5,9 +5,8 @@ build the site with ``mkdocs build --strict``.)
 
 ``vitplast`` commands run in this process through :func:`vitplast.cli.main` in the page's own directory,
 with the small settings of :data:`SMALL` that the line does not set itself appended (fewer batches and
-steps: the flags the page shows are checked, the work is cut); the digits ViT comes from a cache filled
-once per session with a one-epoch training of its architecture, filed under the default checkpoint's
-name (the real one takes 45 s). ``make`` targets are checked to exist (``make test`` is this suite),
+steps: the flags the page shows are checked, the work is cut); the digits ViT is the shipped one, the
+model every reader's command uses. ``make`` targets are checked to exist (``make test`` is this suite),
 ``pip install`` lines to name extras and pins the project has, ``python -m bench.*`` lines to name flags
 their ``--help`` lists; ``torchrun`` runs for real, in a subprocess.
 """
@@ -85,13 +84,9 @@ def _pages_end_with_the_module():
 
 @pytest.fixture(scope="session")
 def digits_cache(tmp_path_factory):
-    """``$VITPLAST_CACHE`` holding the default digits ViT's checkpoint name, trained for one epoch."""
-    import vitplast.models.digits as digits
-
+    """An empty ``$VITPLAST_CACHE``: the pages' default model is the shipped digits ViT (the one every
+    reader gets), and nothing a page runs reads or fills the user's cache."""
     cache = tmp_path_factory.mktemp("digits-cache")
-    quick = digits.DigitsConfig(epochs=1, warmup_epochs=0)  # the default architecture, one epoch
-    path = digits.digits_checkpoint(cache, seed=0, progress=False, config=quick)
-    path.rename(cache / f"digits_vit-{digits.DigitsConfig().key(0)}.safetensors")
     before = os.environ.get("VITPLAST_CACHE")
     os.environ["VITPLAST_CACHE"] = str(cache)
     yield cache

@@ -178,7 +178,13 @@ def build_model(opts: ModelOptions, num_classes: int, *, allow_partial: bool = F
 
 def _digits(plan: ModelPlan, allow_partial: bool, cache_dir, seed: int, pretrain_config, progress: bool):
     from ..data.transforms import ImageTransform
-    from .digits import build_digits_vit, checkpoint_info, digits_checkpoint, pretrained_digits_vit
+    from .digits import (
+        SHIPPED_DIR,
+        build_digits_vit,
+        checkpoint_info,
+        digits_checkpoint,
+        pretrained_digits_vit,
+    )
     from .weights import load_weights
 
     check_digits_options(plan.model_kwargs, plan.img_size, pretrain_config)
@@ -194,8 +200,9 @@ def _digits(plan: ModelPlan, allow_partial: bool, cache_dir, seed: int, pretrain
         path = digits_checkpoint(cache_dir, seed=seed, progress=progress, config=cfg)
         acc = float(checkpoint_info(path).get("val_acc", "nan"))
         desc = (f"digits ViT (timm {cfg.model}: img {cfg.img_size}, patch {cfg.patch_size}, dim "
-                f"{cfg.embed_dim}, depth {cfg.depth}), pretrained here on digits {cfg.classes} (val acc "
-                f"{acc:.3f}), cached at {path}")
+                f"{cfg.embed_dim}, depth {cfg.depth}), pretrained on digits {cfg.classes} (val acc "
+                f"{acc:.3f}), " + ("shipped with the package" if path.parent == SHIPPED_DIR
+                                   else f"cached at {path}"))
         origin = {"kind": "digits", "file": str(path)}
     # the digits are scaled to [-1, 1]: mean and std 0.5 of images in [0, 1]
     transform = ImageTransform(cfg.img_size, (0.5,) * 3, (0.5,) * 3, "bilinear", 1.0, "center", "digits-vit")

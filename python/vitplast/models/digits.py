@@ -13,6 +13,11 @@ the components keeps moving with training. At init the LayerNorms rank first and
 with longer training do the non-smooth components (FC1, FC2, MHA) end above the LayerNorms, as on
 pretrained ViTs. This toy model ranks FC1 and FC2 above MHA, where the paper finds MHA first.
 
+The default model (``DigitsConfig()``, seed 0) ships with the package (``models/shipped/``, 0.21 M
+parameters, under 1 MB, its sha256 in :data:`SHIPPED`): it is used as it is, the cache is not consulted
+and nothing is pretrained, so every machine measures the same model. Any other config or seed is
+pretrained on first use and cached.
+
 The checkpoint is cached as ``<cache>/digits_vit-<hash>.safetensors``, where ``<cache>`` is
 ``cache_dir``, else ``$VITPLAST_CACHE``, else ``~/.cache/vitplast``, and ``<hash>`` covers the whole
 ``DigitsConfig`` and the seed. It is written atomically (temporary file + rename), so concurrent or
@@ -98,6 +103,35 @@ class DigitsConfig:
         """16 hex digits identifying (config, seed)."""
         blob = json.dumps({"config": dataclasses.asdict(self), "seed": seed, "v": 1}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+SHIPPED_DIR = Path(__file__).resolve().parent / "shipped"
+# the shipped default checkpoint: the (config, seed) key it was made for, its sha256, its val accuracy
+SHIPPED = {"key": "d615fdcaad975756", "seed": 0,
+           "sha256": "5d9ce3c35b83e56a6339c62aa1b21dbca2ce4a501ef337293d3be78b01474e20",
+           "val_acc": 0.988889}
+_SHIPPED_CHECKED: set[Path] = set()
+
+
+def shipped_checkpoint(config: DigitsConfig | None = None, seed: int = 0) -> Path | None:
+    """The checkpoint shipped with the package for ``(config, seed)``, hash-checked once per process;
+    ``None`` for every other config and seed. A shipped file whose sha256 differs from :data:`SHIPPED`
+    (a damaged install) raises ``ValueError`` naming the file."""
+    cfg = config or DigitsConfig()
+    if seed != SHIPPED["seed"] or cfg.key(seed) != SHIPPED["key"]:
+        return None
+    path = SHIPPED_DIR / f"digits_vit-{SHIPPED['key']}.safetensors"
+    if path not in _SHIPPED_CHECKED:
+        try:
+            digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        except OSError as exc:
+            raise ValueError(f"{path}: the shipped digits ViT cannot be read ({exc.strerror}); "
+                             "reinstall vitplast-kernels") from exc
+        if digest != SHIPPED["sha256"]:
+            raise ValueError(f"{path}: the shipped digits ViT is damaged (sha256 {digest[:12]}..., "
+                             f"expected {SHIPPED['sha256'][:12]}...); reinstall vitplast-kernels")
+        _SHIPPED_CHECKED.add(path)
+    return path
 
 
 def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
@@ -233,8 +267,12 @@ def _write_atomic(model: nn.Module, path: Path, metadata: dict[str, str]) -> Non
 
 def digits_checkpoint(cache_dir: str | os.PathLike | None = None, seed: int = 0, progress: bool = True,
                       config: DigitsConfig | None = None) -> Path:
-    """Path of the cached pretrained checkpoint (``.safetensors``), pretraining it first if absent."""
+    """Path of the pretrained checkpoint (``.safetensors``): the shipped one for the default config and
+    seed (:func:`shipped_checkpoint`), else the cached one, pretraining it first if absent."""
     cfg = config or DigitsConfig()
+    shipped = shipped_checkpoint(cfg, seed)
+    if shipped is not None:
+        return shipped
     path = cache_root(cache_dir) / f"digits_vit-{cfg.key(seed)}.safetensors"
     if path.is_file():
         return path
@@ -261,7 +299,8 @@ def pretrained_digits_vit(cache_dir: str | os.PathLike | None = None, seed: int 
                           config: DigitsConfig | None = None) -> nn.Module:
     """The embedded default model: the digits ViT pretrained on digits 0-4, in eval mode, float32, CPU.
 
-    Pretrains once and caches the checkpoint (see the module docstring); later calls only load it.
+    The default config and seed load the shipped checkpoint; others pretrain once and cache it (see the
+    module docstring); later calls only load it.
     Inputs are images ``(N, 3, 32, 32)`` float32 as given by
     ``vitplast.data.datasets.load_dataset("digits...", img_size=32)``.
     """
@@ -270,6 +309,8 @@ def pretrained_digits_vit(cache_dir: str | os.PathLike | None = None, seed: int 
     try:
         return build_digits_vit(cfg, weights=path)
     except Exception as exc:  # unreadable cache file (e.g. written by an incompatible version): redo
+        if path.parent == SHIPPED_DIR:
+            raise
         warnings.warn(f"cached digits ViT {path} unreadable ({exc}); pretraining again", stacklevel=2)
         path.unlink(missing_ok=True)
         return build_digits_vit(cfg, weights=digits_checkpoint(cache_dir, seed, progress, cfg))
