@@ -10,7 +10,9 @@ must be equal to the bit. Elsewhere the kernels round differently (another SIMD 
 order): there the primary numbers (plasticity statistics, losses, accuracies, parameter counts and every
 string and integer of the files) are compared within tolerances that cover a few steps of float32
 rounding drift, and the derived rank statistics of the claim's analysis, which a near tie may flip, are
-left out.
+left out. Keys that outputs gained since the recording (a new option in a config) are not compared; a
+key that went missing is a difference. Wall times, versions, the model's description and the
+reproducibility record are not results and are left out.
 
 To record them again (after a change that is meant to change results): ``VITPLAST_UPDATE_GOLDEN=1
 pytest tests/vitplast/test_golden_outputs.py``, and say in the commit why the numbers moved.
@@ -35,7 +37,9 @@ from vitplast.cli import main as cli_main
 GOLDEN = Path(__file__).resolve().parent / "golden"
 UPDATE = os.environ.get("VITPLAST_UPDATE_GOLDEN") == "1"
 TINY = {"epochs": 1, "depth": 2, "embed_dim": 32, "num_heads": 2, "batch_size": 256, "warmup_epochs": 0}
-VOLATILE = {"seconds", "train_seconds", "versions"}  # wall times; library versions (in the fingerprint)
+# wall times; library versions (in the fingerprint); the model's description and the reproducibility
+# record (wording and metadata that other changes may extend, not results)
+VOLATILE = {"seconds", "train_seconds", "versions", "model_desc", "provenance"}
 ANALYSIS_DERIVED = {"correlations", "params_correlations", "trend", "ranking", "verdict"}
 TRAINING = ["--random-init", "--optimizer", "adamw", "--steps", "4", "--batch-size", "16", "--eval-limit",
             "64", "--threads", "1", "--no-progress"]
@@ -89,8 +93,8 @@ def differences(got, want, where: str = "", *, exact: bool) -> list[str]:
         if not exact and where.rsplit("/", 1)[-1] == "analysis":
             want = {k: v for k, v in want.items() if k not in ANALYSIS_DERIVED}
             got = {k: v for k, v in got.items() if k not in ANALYSIS_DERIVED}
-        if set(got) != set(want):
-            return [f"{where}: keys {sorted(set(got) ^ set(want))} differ"]
+        if missing := set(want) - set(got):  # keys added since the recording are not compared
+            return [f"{where}: keys {sorted(missing)} are missing"]
         return [d for k in want for d in differences(got[k], want[k], f"{where}/{k}", exact=exact)]
     if isinstance(want, list) and isinstance(got, list):
         if len(got) != len(want):
@@ -114,7 +118,7 @@ def check(name: str, found: dict) -> None:
         return
     recorded = json.loads(path.read_text())
     exact = recorded["fingerprint"] == fingerprint()
-    diffs = differences(found, recorded["outputs"], exact=exact)
+    diffs = differences(found, normalised(recorded["outputs"], {}), exact=exact)
     mode = "bitwise (same machine)" if exact else f"within tolerances (recorded on {recorded['fingerprint']})"
     assert not diffs, f"{name}: {len(diffs)} differences, compared {mode}:\n" + "\n".join(diffs[:20])
 
@@ -177,3 +181,6 @@ def test_the_comparison_can_fail():
     assert not differences(drift, recorded, exact=False)  # rounding drift and a flipped verdict
     moved = {"a.json": {"loss": 1.01, "final_acc": 0.6, "analysis": {"verdict": "x", "rows": [2]}}}
     assert len(differences(moved, recorded, exact=False)) == 3
+    assert differences({"a.json": {"loss": 1.0}}, recorded, exact=True) == [
+        "/a.json: keys ['analysis', 'final_acc'] are missing"]
+    assert not differences({"a.json": {**same["a.json"], "new_option": 1}}, recorded, exact=True)
