@@ -1,0 +1,156 @@
+"""The interface every criterion implements, and what it is given.
+
+A **criterion** scores every (component, layer) **unit** of a model, **higher = finetune first**, from
+a :class:`Setting` (the model as the finetuning run of a seed starts it, a sample of labelled downstream
+images, plasticity's paired images, the component map), and reports what scoring cost (:class:`Cost`:
+seconds, forward and backward passes, peak device memory). A component's score is the mean of its
+units' scores over layers (``size``: the sum).
+
+Subclasses of :class:`Criterion` set ``name``, ``needs`` (what they read: ``"weights"``, ``"images"``,
+``"labels"``, ``"backward"``, ``"pairs"``), ``per_seed`` (loss-based criteria depend on the head a seed
+initialises: scored per seed, the score is the mean over seeds) and ``layer_reduce``, and implement
+:meth:`Criterion.score_units` for one model. :meth:`Criterion.score` does the rest: seeds, timing,
+memory, the :class:`~vitplast.criteria.result.CriterionResult`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from .loop import Batch
+
+
+@dataclasses.dataclass(frozen=True)
+class Units:
+    """The units of a model: ``components`` in report order, ``layers`` (labels, block order) and
+    ``modules[(component, layer index)]``: the module names making the unit (absent: no such unit)."""
+
+    components: tuple[str, ...]
+    layers: tuple[str, ...]
+    modules: dict[tuple[str, int], tuple[str, ...]]
+
+    def parameters(self, net: torch.nn.Module, unit: tuple[str, int]) -> dict[str, torch.nn.Parameter]:
+        """The unit's parameters by their name in ``net`` (each module's, recursively; no duplicates)."""
+        named = dict(net.named_modules())
+        out: dict[str, torch.nn.Parameter] = {}
+        for m in self.modules.get(unit, ()):
+            for n, p in named[m].named_parameters():
+                out.setdefault(f"{m}.{n}", p)
+        return out
+
+
+def resolve_units(net: torch.nn.Module, components: Mapping | None = None) -> Units:
+    """The units of ``net`` under ``components`` (``{label: glob}``; None: the detected preset), from the
+    component map of :mod:`vitplast_kernels.measure.targets` (the capture's)."""
+    from vitplast_kernels.measure.targets import resolve_components
+
+    resolved = resolve_components(net, components, None)
+    index = {k: i for i, k in enumerate(resolved.layer_keys)}
+    modules = {(c, index[k]): tuple(names) for c in resolved.components
+               for k, names in resolved.modules[c].items()}
+    return Units(tuple(resolved.components), tuple(".".join(k) for k in resolved.layer_keys), modules)
+
+
+@dataclasses.dataclass
+class Cost:
+    """What scoring cost: wall ``seconds``, ``forwards`` and ``backwards`` (passes over a batch, or over
+    one sample under ``vmap``, as counted by the criterion), ``peak_memory`` (bytes of device memory at
+    the peak, CUDA only; None on the CPU)."""
+
+    seconds: float = 0.0
+    forwards: int = 0
+    backwards: int = 0
+    peak_memory: int | None = None
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    """What a criterion may read.
+
+    Args:
+        model_for: the network (on ``device``) as the finetuning run of seed ``s`` starts it: pretrained
+            weights, the head that seed initialises. Called once per seed by loss-based criteria, once
+            (with ``seeds[0]``) by the others.
+        seeds: the seeds of loss-based criteria.
+        batches: labelled downstream images (:class:`~vitplast.criteria.loop.Batch`), the criterion's
+            sample (``--criterion-batches`` of them).
+        pair_batches: plasticity's forward inputs in pairing order (a callable returning a fresh
+            iterable), or None.
+        components: the component map (``{label: glob}``; None: the preset).
+        device: where the network runs; ``amp``: a context factory (autocast) or None.
+        options: criterion options (plasticity: ``protocol``, ``pairs``, ``embedding``, ``limit``).
+    """
+
+    model_for: Callable[[int], torch.nn.Module]
+    seeds: tuple[int, ...] = (0,)
+    batches: Sequence[Batch] = ()
+    pair_batches: Callable[[], Iterable] | None = None
+    components: Mapping | None = None
+    device: Any = "cpu"
+    amp: Callable | None = None
+    options: Mapping = dataclasses.field(default_factory=dict)
+    progress: bool = False
+
+
+class Criterion:
+    """Base of the criteria (see the module docstring)."""
+
+    name: str = ""
+    needs: frozenset[str] = frozenset()
+    per_seed: bool = False
+    layer_reduce: str = "mean"  # how a component's score is made from its units': "mean" or "sum"
+
+    def score_units(self, net: torch.nn.Module, units: Units, setting: Setting, cost: Cost
+                    ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """``(values (C, L) float64, extra {name: (C, L)})`` for ``net``: NaN where the criterion is not
+        defined for a unit (or there is no such unit); ``cost``'s passes counted by the criterion."""
+        raise NotImplementedError
+
+    def options(self, setting: Setting) -> dict:
+        """The options that change this criterion's scores (recorded, and part of its cache key)."""
+        return {}
+
+    def score(self, setting: Setting):
+        """The :class:`~vitplast.criteria.result.CriterionResult` of ``setting``: per seed when
+        ``per_seed`` (the score the mean over seeds), with its :class:`Cost`."""
+        from .result import CriterionResult
+
+        cuda = torch.device(setting.device).type == "cuda"
+        if cuda:
+            torch.cuda.synchronize(setting.device)
+            torch.cuda.reset_peak_memory_stats(setting.device)
+        cost = Cost()
+        start = time.perf_counter()
+        seeds = setting.seeds if self.per_seed else setting.seeds[:1]
+        per_seed, extras, units = {}, {}, None
+        for s in seeds:
+            net = setting.model_for(s)
+            units = units or resolve_units(net, setting.components)
+            values, extra = self.score_units(net, units, setting, cost)
+            per_seed[s], extras[s] = values, extra
+            del net
+        if cuda:
+            torch.cuda.synchronize(setting.device)
+            cost.peak_memory = int(torch.cuda.max_memory_allocated(setting.device))
+        cost.seconds = time.perf_counter() - start
+        values = np.mean(np.stack([per_seed[s] for s in seeds]), axis=0)
+        extra = {k: np.mean(np.stack([extras[s][k] for s in seeds]), axis=0) for k in extras[seeds[0]]}
+        return CriterionResult(
+            criterion=self.name, components=units.components, layers=units.layers, values=values,
+            per_seed=per_seed if self.per_seed else None, extra=extra, layer_reduce=self.layer_reduce,
+            cost=cost, meta={"options": self.options(setting), "needs": sorted(self.needs),
+                             "seeds": list(seeds) if self.per_seed else None})
+
+
+def unit_grid(units: Units) -> np.ndarray:
+    """A ``(C, L)`` float64 array of NaN: the values of no unit yet."""
+    return np.full((len(units.components), len(units.layers)), np.nan)

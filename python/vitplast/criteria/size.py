@@ -1,0 +1,28 @@
+"""``size``: a unit's parameter count."""
+
+from __future__ import annotations
+
+from .base import Cost, Criterion, Setting, Units, unit_grid
+
+
+class Size(Criterion):
+    """The number of parameters of the unit: ``size(u) = Σ_{θ ∈ u} numel(θ)``.
+
+    A component's score is the **sum** over its layers (its trainable parameters when it is finetuned
+    alone). Reads only the weights. The rival a plasticity claim must beat first: bigger parts, more
+    capacity (the claim's trainable-parameter comparison).
+    """
+
+    name = "size"
+    needs = frozenset({"weights"})
+    layer_reduce = "sum"
+
+    def score_units(self, net, units: Units, setting: Setting, cost: Cost):
+        values = unit_grid(units)
+        for (c, li) in units.modules:
+            values[units.components.index(c), li] = float(sum(p.numel() for p in
+                                                              units.parameters(net, (c, li)).values()))
+        return values, {}
+
+
+
