@@ -13,17 +13,16 @@ processes**. ``VITPLAST_GPU_BACKEND=cuda|triton|torch`` names the backend outrig
 
 from __future__ import annotations
 
-import os
-
 import torch
 
+from ..environment import AUTOTUNE, GPU_BACKEND, choice, switch
 from ..timing import median_ms
 from .cpu import dispatcher_grouped, dispatcher_pair_sq
 from .extension import cuda_extension_available, require_cuda_extension
 from .registry import BACKENDS, Backend, register_auto, register_backend, usable
 
-ENV_OVERRIDE = "VITPLAST_GPU_BACKEND"
-ENV_AUTOTUNE = "VITPLAST_AUTOTUNE"
+ENV_OVERRIDE = GPU_BACKEND
+ENV_AUTOTUNE = AUTOTUNE
 _CHOICES: dict[int, str] = {}  # CUDA device index -> backend name
 _TIMINGS: dict[int, dict[str, float]] = {}  # CUDA device index -> backend -> median ms (for reports)
 
@@ -58,17 +57,16 @@ def measure(device: int | None = None) -> dict[str, float]:
 
 
 def autotune_enabled() -> bool:
-    """Whether timing-based plans are allowed (``VITPLAST_AUTOTUNE=1``: faster, not bitwise repeatable)."""
-    return os.environ.get(ENV_AUTOTUNE, "").strip() == "1"
+    """Whether timing-based plans are allowed (``VITPLAST_AUTOTUNE=1``: faster, not bitwise repeatable);
+    read at each call, ValueError for a value it does not accept."""
+    return switch(ENV_AUTOTUNE)
 
 
 @torch.compiler.assume_constant_result  # evaluated once while torch.compile traces, not traced
 def choose() -> str:
     """The backend name ``"auto"`` resolves to for CUDA tensors (see module docstring)."""
-    forced = os.environ.get(ENV_OVERRIDE, "").strip().lower()
+    forced = choice(ENV_OVERRIDE)
     if forced:
-        if forced not in ("cuda", "triton", "torch"):
-            raise ValueError(f"{ENV_OVERRIDE} must be 'cuda', 'triton' or 'torch', got {forced!r}")
         return forced
     names = [name for name in ("cuda", "triton") if usable(name)]
     if not names:

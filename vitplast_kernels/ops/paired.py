@@ -23,11 +23,11 @@ require grad (capture detaches what it measures) build no graph and save nothing
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 
 import torch
 
+from .. import environment
 from ..backends import resolve
 from ..backends.dispatch import without_autograd
 from ..backends.extension import cpu_extension_available
@@ -39,19 +39,23 @@ from . import validate
 # kernels. Default: on every device. On CUDA Inductor fuses the reduction into the kernels that produce
 # its inputs; on CPU the compiled step with the reduction left to Inductor is faster than with the custom
 # op too (bench.compile_monitor compares the two).
-# VITPLAST_COMPILED_REDUCTION=inductor|kernel forces one choice on every device.
-COMPILED_REDUCTION = os.environ.get("VITPLAST_COMPILED_REDUCTION", "").strip().lower() or None
-if COMPILED_REDUCTION not in (None, "inductor", "kernel"):
-    raise ValueError(
-        f"VITPLAST_COMPILED_REDUCTION must be 'inductor' or 'kernel', got {COMPILED_REDUCTION!r}")
+# VITPLAST_COMPILED_REDUCTION=inductor|kernel forces one choice on every device (read when a call is
+# traced, never at import); COMPILED_REDUCTION, when set in this process, takes its place.
+COMPILED_REDUCTION: str | None = None
+
+
+@torch.compiler.assume_constant_result  # read once while torch.compile traces, not traced
+def _compiled_reduction_env() -> str:
+    return environment.choice(environment.COMPILED_REDUCTION) or ""
 
 
 def compiler_reduces(backend: str, device: torch.device) -> bool:
     """Whether this call, traced by torch.compile, is left to the compiler (see above)."""
     if backend != "auto" or not torch.compiler.is_compiling():
         return False
-    if COMPILED_REDUCTION is not None:
-        return COMPILED_REDUCTION == "inductor"
+    chosen = COMPILED_REDUCTION or _compiled_reduction_env()
+    if chosen:
+        return chosen == "inductor"
     return True
 
 

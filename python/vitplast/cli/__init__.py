@@ -13,18 +13,24 @@ import sys
 import warnings
 
 from ..options.parsing import setup_parser
+from ..outputs.text import encodable_streams
 from ..runs.provenance import version_text
+from ..runtime.environment import check_environment
+from ..runtime.resources import check_workers
+from ..runtime.stops import stops_as_exceptions
 from .errors import (
     EXIT_FAILURE,
     EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_STATUS_HELP,
+    EXIT_TERMINATED,
     EXIT_USAGE,
     exit_status,
     warning_printer,
 )
 
-__all__ = ["EXIT_FAILURE", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "SUBCOMMANDS", "build_parser", "main"]
+__all__ = ["EXIT_FAILURE", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_TERMINATED", "EXIT_USAGE", "SUBCOMMANDS",
+           "build_parser", "main"]
 
 # subcommand -> (module, one-line help)
 SUBCOMMANDS = {
@@ -85,9 +91,14 @@ def main(argv: list[str] | None = None) -> int:
       memory, a disk error (a full disk, ``OSError`` ENOSPC, included), a bug; ``VITPLAST_TRACEBACK=1``
       raises it instead, to show where;
     - ``EXIT_USAGE`` (2): bad usage or input: an unknown flag (reported by that subcommand's parser), a
-      bad value, ``ValueError`` (``OptionError`` included), ``FileNotFoundError``, ``ImportError``;
+      bad value, ``ValueError`` (``OptionError`` included), ``FileNotFoundError``, ``ImportError``, a bad
+      environment variable;
     - ``EXIT_INTERRUPTED`` (130): Ctrl-C (``KeyboardInterrupt``): the line says what was kept and how to
-      continue.
+      continue; ``EXIT_TERMINATED`` (143) likewise for SIGTERM (129 for SIGHUP), which stop the command
+      the way Ctrl-C does (worker processes stopped, nothing left running).
+
+    Before the command runs, the environment variables it reads and ``--workers`` are checked
+    (:func:`check_start`: a bad value is status 2, one line naming it).
 
     What the parser itself rejects, ``--help`` and ``--version`` end in ``SystemExit`` with that
     status, as argparse ends them; without a command the help is printed and the status is 2. A
@@ -95,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     raise. Warnings, those of parsing included (deprecated flags), are printed as
     ``vitplast COMMAND: warning: ...``, one line each."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    encodable_streams()  # a character the terminal cannot encode is printed in ASCII, never an error
     command = _command_in(argv)
     prog = f"vitplast {command}" if command else "vitplast"
     with warnings.catch_warnings():
@@ -111,9 +123,19 @@ def main(argv: list[str] | None = None) -> int:
             parser.print_help()
             return EXIT_USAGE
         try:
-            return int(args._run(args) or EXIT_OK)
+            with stops_as_exceptions():
+                check_start(args)
+                return int(args._run(args) or EXIT_OK)
         except (Exception, KeyboardInterrupt) as exc:
             return exit_status(prog, args.command, exc, getattr(args, "out", None))
+
+
+def check_start(args: argparse.Namespace) -> None:
+    """What every command checks before it starts anything: the environment variables it reads
+    (:func:`vitplast.runtime.environment.check_environment`) and ``--workers`` against the CPUs this
+    process may use; ValueError naming the variable or the flag."""
+    check_environment()
+    check_workers(getattr(args, "workers", None))
 
 
 if __name__ == "__main__":

@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import argparse
 import errno
-import os
 import sys
 
 from ..options.parsing import fail
+from ..runtime.environment import traceback_wanted
+from ..runtime.stops import Terminated
 
 EXIT_OK = 0  # done
 EXIT_FAILURE = 1  # a failure while working: out of memory, a disk error (a full disk too), a bug
 EXIT_USAGE = 2  # bad usage or input: an unknown flag, a bad value, a missing file or package
 EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT)
+EXIT_TERMINATED = 143  # SIGTERM (128 + SIGTERM; SIGHUP: 129)
 
 # what bad usage or input raises (OptionError, a bad checkpoint, a bad --out are ValueErrors)
 USAGE_ERRORS = (ValueError, FileNotFoundError, ImportError, argparse.ArgumentError,
@@ -25,7 +27,8 @@ exit status:
   {EXIT_FAILURE:<4} a failure while working: out of memory, a disk error (a full disk too), a bug
        (VITPLAST_TRACEBACK=1 shows where)
   {EXIT_USAGE:<4} bad usage or input: an unknown flag, a bad value, a missing file or package
-  {EXIT_INTERRUPTED:<4} interrupted (Ctrl-C): the message says what was kept and how to continue"""
+  {EXIT_INTERRUPTED:<4} interrupted (Ctrl-C): the message says what was kept and how to continue
+  {EXIT_TERMINATED:<4} stopped by SIGTERM (129: SIGHUP), likewise"""
 
 # what an interrupted command leaves behind, and how to continue ({out}: its --out)
 INTERRUPTED = {
@@ -40,16 +43,18 @@ INTERRUPTED = {
 
 def exit_status(prog: str, command: str | None, exc: BaseException, out: str | None = None) -> int:
     """Prints the one line that ``exc``, raised by ``vitplast COMMAND`` (``prog``), ends the command
-    with, and returns its exit status; with ``VITPLAST_TRACEBACK`` set, a failure is raised again
-    instead (call it from the ``except`` block)."""
+    with, and returns its exit status; with ``VITPLAST_TRACEBACK`` on (``1``, ``true``, ``yes``), a
+    failure is raised again instead (call it from the ``except`` block). A stop by SIGTERM or SIGHUP
+    (:class:`vitplast.runtime.stops.Terminated`) ends like Ctrl-C, with status 128 + the signal."""
     if isinstance(exc, KeyboardInterrupt):
         kept = INTERRUPTED.get(command or "", "").format(out=out or "--out")
-        _say(f"{prog}: interrupted{': ' + kept if kept else ''}")
-        return EXIT_INTERRUPTED
+        how = f"stopped by {exc.name}" if isinstance(exc, Terminated) else "interrupted"
+        _say(f"{prog}: {how}{': ' + kept if kept else ''}")
+        return exc.exit_status if isinstance(exc, Terminated) else EXIT_INTERRUPTED
     if isinstance(exc, USAGE_ERRORS):
         fail(prog, _plain(exc) or type(exc).__name__)  # the whole message, on one line
         return EXIT_USAGE
-    if os.environ.get("VITPLAST_TRACEBACK"):
+    if traceback_wanted():
         raise exc
     _say(f"{prog}: error: {_failure(exc)}")
     return EXIT_FAILURE
@@ -81,8 +86,13 @@ def _failure(exc: BaseException) -> str:
 
 
 def _say(line: str) -> None:
+    from ..outputs.text import ascii_text
+
     try:
-        print(line, file=sys.stderr)
+        try:
+            print(line, file=sys.stderr)
+        except UnicodeEncodeError:  # an encoding without the character: its ASCII spelling
+            print(ascii_text(line), file=sys.stderr)
     except (OSError, ValueError):  # stderr closed: the exit status still tells
         pass
 

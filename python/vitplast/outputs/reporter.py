@@ -1,6 +1,7 @@
 """Where a command's messages and progress bars go: a :class:`Reporter` object passed down explicitly.
 
-``Reporter()`` prints each message on stdout; ``Reporter(say=lines.append)`` collects them (tests, a
+``Reporter()`` prints each message on stdout (in ASCII, ``+/-`` for ``±``, where its encoding cannot
+hold a character); ``Reporter(say=lines.append)`` collects them (tests, a
 notebook); ``Reporter.silent()`` drops them (worker processes, ranks other than 0). Progress bars are
 tqdm bars, shown when the reporter's ``progress`` setting says so (None: when stderr is a terminal).
 """
@@ -15,9 +16,19 @@ def _drop(text: str) -> None:
     return None
 
 
+def _print(text: str) -> None:
+    """Prints ``text`` on stdout; what stdout's encoding cannot hold is written in ASCII (``+/-``)."""
+    try:
+        print(text, flush=True)
+    except UnicodeEncodeError:
+        from .text import ascii_text
+
+        print(ascii_text(text), flush=True)
+
+
 class Reporter:
     def __init__(self, say: Callable[[str], None] | None = None, *, progress: bool | None = None) -> None:
-        self._say = say if say is not None else (lambda text: print(text, flush=True))
+        self._say = say if say is not None else _print
         self.progress = progress
 
     @classmethod

@@ -6,12 +6,12 @@ Outside torchrun (no ``WORLD_SIZE`` > 1 in the environment) every helper is a no
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
+from ..runtime import environment
 from ..runtime.device import resolve_device
 
 
@@ -68,11 +68,9 @@ def init_distributed(device: str) -> DistContext:
     """Join the process group torchrun describes (``WORLD_SIZE``, ``RANK``, ``LOCAL_RANK``); ``device``
     is a ``--device`` value (``auto`` included) and picks the backend. A group that exists already is
     joined, and left to whoever created it (:meth:`DistContext.close` closes only its own)."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
+    world, rank, local_rank = environment.world()  # ValueError naming a variable that is not a number
     if world <= 1:
         return DistContext()
-    rank = int(os.environ.get("RANK", "0"))
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if dist.is_initialized():
         return DistContext(dist.get_rank(), dist.get_world_size(), local_rank, False)
     backend = "nccl" if resolve_device(device).type == "cuda" else "gloo"

@@ -1,0 +1,23 @@
+"""Bounds on what a command may start: no more data-loading processes than the CPUs it may use."""
+
+from __future__ import annotations
+
+import os
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask where the platform has one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def check_workers(workers: int | None, flag: str = "--workers") -> None:
+    """ValueError naming ``flag`` when ``workers`` data-loading processes exceed the usable CPUs."""
+    if workers is None:
+        return
+    cpus = usable_cpus()
+    if workers > cpus:
+        raise ValueError(f"{flag} {workers}: this process may use {cpus} CPU(s); use at most {cpus} "
+                         "data-loading processes (0 loads in the main process)")
