@@ -64,18 +64,19 @@ def test_plots_leave_global_matplotlib_state_alone(tmp_path):
         assert not sys.modules["matplotlib.pyplot"].get_fignums()
 
 
-def test_claim_layer_means_are_the_results(gen):
-    from vitplast.claim.plasticity import layer_means, means_over_layers
-
-    stats = torch.rand(3, 4, 5, generator=gen, dtype=torch.float64) * 10
-    stats[..., 0] = torch.randint(0, 3, (3, 4), generator=gen).double()
-    stats[1, :, 0] = 0  # a component without pairs
-    res = PlasticityResult(stats, ["A", "B", "C"], ["0", "1", "2", "3"])
-    per_layer = layer_means(stats.numpy())
-    overall = means_over_layers(per_layer)
+def test_claim_replicates_are_the_results_statistics(gen):
+    chunks = torch.rand(2, 3, 4, 5, generator=gen, dtype=torch.float64) * 10
+    chunks[..., 0] = torch.randint(0, 3, (2, 3, 4), generator=gen).double()
+    chunks[:, 1, :, 0] = 0  # a component without pairs
+    parts = [PlasticityResult(chunks[k], ["A", "B", "C"], ["0", "1", "2", "3"]) for k in range(2)]
+    res = PlasticityResult.from_chunks(parts)
+    assert torch.equal(res.stats, chunks[0] + chunks[1]) and torch.equal(res.chunk_stats, chunks)
+    per_layer, overall = res.replicate_means([[1.0, 1.0], [2.0, 0.0]])  # all chunks; chunk 0 twice
+    twice = PlasticityResult(2 * chunks[0], res.components, res.layers)
     for i, c in enumerate(res.components):
-        np.testing.assert_allclose(per_layer[i], res.mean(c).numpy(), rtol=1e-15, equal_nan=True)
-        np.testing.assert_allclose(overall[i], res.overall(c), rtol=1e-14, equal_nan=True)
+        for row, ref in ((0, res), (1, twice)):
+            np.testing.assert_allclose(per_layer[row, i], ref.mean(c), rtol=1e-15, equal_nan=True)
+            np.testing.assert_allclose(overall[row, i], ref.overall(c), rtol=1e-14, equal_nan=True)
 
 
 def test_step_recorder_follows_the_monitors_schedule():

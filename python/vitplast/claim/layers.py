@@ -35,7 +35,7 @@ from .analysis import (
     by_lr,
     lr_edge,
 )
-from .plasticity import layer_means
+from .plasticity import chunk_result, unit_means
 from .statistics import (
     STATISTICS,
     partial_p_greater,
@@ -65,7 +65,7 @@ def unit_name(unit: tuple[str, int]) -> str:
 
 def unit_plasticity(measured: dict) -> np.ndarray:
     """``(C, L)`` mean rate of every (component, layer) over all pairs (NaN without pairs)."""
-    return layer_means(np.asarray(measured["stats"], dtype=np.float64).sum(0))
+    return unit_means(measured)
 
 
 def _greedy(order: list[tuple[str, int]], sizes: dict, budget: int) -> list[tuple[str, int]]:
@@ -138,11 +138,10 @@ def analyse_layers(measured: dict, summaries: list[dict], *, units: list[tuple[s
     seed_counts = resample_counts(rng, n_s, bootstrap)
     chunk_counts = resample_counts(rng, int(measured["chunks"]), bootstrap)
 
-    stats = np.asarray(measured["stats"], dtype=np.float64)  # (K, C, L, 5)
     ci_of = {c: i for i, c in enumerate(measured["components"])}
     cols = ([ci_of[c] for c, _ in units], [li for _, li in units])
-    p_value = layer_means(stats.sum(0))[cols]  # (U,)
-    p_reps = layer_means(np.tensordot(chunk_counts, stats, axes=(1, 0)))[:, cols[0], cols[1]]  # (B, U)
+    p_value = unit_means(measured)[cols]  # (U,)
+    p_reps = chunk_result(measured).replicate_means(chunk_counts)[0].numpy()[:, cols[0], cols[1]]  # (B, U)
 
     best, best_idx = _best(acc.mean(-1))
     per_seed = acc[np.arange(len(trains)), best_idx]  # (T, S)

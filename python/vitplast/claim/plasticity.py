@@ -4,8 +4,9 @@ X is the pretraining-side dataset, Y the downstream one; pair ``i`` is ``(X[a_i]
 ``a``, ``b`` random orders drawn from ``seed``. The pairs are measured in chunks of ``pair_batch``
 pairs, one forward of ``cat([X chunk, Y chunk])`` each under ``vitplast_kernels.capture(pairs="halves")``,
 and each chunk's sums ``[count, sum, sumsq, identical, nonfinite]`` per (component, layer) are kept
-apart. Chunks are the resampling unit of the bootstrap over pairs (a chunk of one pair resamples
-single pairs); the sums of all chunks are exactly the measurement of all pairs at once.
+apart (``PlasticityResult.chunk_stats``). Chunks are the resampling unit of the bootstrap over pairs (a
+chunk of one pair resamples single pairs, ``PlasticityResult.replicate_means``); the sums of all chunks
+are exactly the measurement of all pairs at once.
 
 The measured model is the one the finetuning runs start from (``vitplast.models.builder``, with
 the same weights).
@@ -13,7 +14,6 @@ the same weights).
 
 from __future__ import annotations
 
-import contextlib
 import math
 import time
 import warnings
@@ -49,14 +49,24 @@ def plan_chunks(n_x: int, n_y: int, pairs: int, pair_batch: int) -> int:
     return min(pairs // pair_batch, fit)
 
 
+def _pair_batches(x_set, y_set, order_x: np.ndarray, order_y: np.ndarray, chunks: int, pair_batch: int,
+                  device):
+    """Each chunk's forward input: ``cat([X chunk, Y chunk])`` (halves pairing)."""
+    import torch
+
+    for k in range(chunks):
+        sl = slice(k * pair_batch, (k + 1) * pair_batch)
+        yield torch.cat([_images(x_set, order_x[sl]), _images(y_set, order_y[sl])]).to(device)
+
+
 def measure_chunks(net, x_set, y_set, *, protocol: str, pairs: int, pair_batch: int, seed: int,
                    device, amp=None, progress: bool = False) -> dict:
-    """Measure ``pairs`` matched pairs in chunks; returns ``{"components", "layers", "stats"
-    (chunks, C, L, 5) float64 list, "pairs", "chunks", "seconds"}``."""
+    """Measure ``pairs`` matched pairs in chunks through the one measuring loop
+    (:func:`vitplast.criteria.loop.measure_plasticity`, one chunk per forward); returns
+    ``{"components", "layers", "stats" (chunks, C, L, 5) float64 list, "pairs", "chunks", "seconds"}``."""
     import torch
-    from tqdm.auto import tqdm
 
-    import vitplast_kernels as vk
+    from ..criteria.loop import measure_plasticity
 
     chunks = plan_chunks(len(x_set), len(y_set), pairs, pair_batch)
     if chunks * pair_batch < pairs:
@@ -65,42 +75,34 @@ def measure_chunks(net, x_set, y_set, *, protocol: str, pairs: int, pair_batch: 
     rng = np.random.default_rng(seed)
     order_x = rng.permutation(len(x_set))[: chunks * pair_batch]
     order_y = rng.permutation(len(y_set))[: chunks * pair_batch]
-    amp = amp or contextlib.nullcontext
     t0 = time.perf_counter()
-    stats, components, layers = [], None, None
     net = net.to(device).eval()
-    for k in tqdm(range(chunks), desc=f"plasticity ({protocol})", unit="chunk", disable=not progress,
-                  leave=False):
-        sl = slice(k * pair_batch, (k + 1) * pair_batch)
-        batch = torch.cat([_images(x_set, order_x[sl]), _images(y_set, order_y[sl])]).to(device)
-        with vk.capture(net, protocol=protocol, pairs="halves") as acts, torch.no_grad(), amp():
-            net(batch)
-        res = vk.pairwise_plasticity(acts)
-        if tuple(res.stat_fields[: len(CHUNK_FIELDS)]) != CHUNK_FIELDS:
-            raise RuntimeError(f"the result's statistics {res.stat_fields} do not start with {CHUNK_FIELDS}")
-        if components is None:
-            components, layers = list(res.components), list(res.layers)
-        stats.append(res.stats[..., : len(CHUNK_FIELDS)].detach().to("cpu", torch.float64).numpy())
-    return {"components": components, "layers": layers, "stats": np.stack(stats).tolist(),
+    batches = _pair_batches(x_set, y_set, order_x, order_y, chunks, pair_batch, device)
+    res = measure_plasticity(net, batches, amp=amp, chunks=True, progress=progress,
+                             desc=f"plasticity ({protocol})", protocol=protocol, pairs="halves").result
+    if tuple(res.stat_fields[: len(CHUNK_FIELDS)]) != CHUNK_FIELDS:
+        raise RuntimeError(f"the result's statistics {res.stat_fields} do not start with {CHUNK_FIELDS}")
+    stats = res.chunk_stats[..., : len(CHUNK_FIELDS)].detach().to("cpu", torch.float64)
+    return {"components": list(res.components), "layers": list(res.layers), "stats": stats.numpy().tolist(),
             "pairs": chunks * pair_batch, "chunks": chunks, "seconds": time.perf_counter() - t0}
 
 
-def layer_means(stats: np.ndarray) -> np.ndarray:
-    """``(..., C, L, 5)`` summed chunk statistics -> ``(..., C, L)`` mean rate (NaN without pairs):
-    ``PlasticityResult.mean``, over any leading axes (the bootstrap's replicates)."""
-    count, total = _field(stats, "count"), _field(stats, "sum")
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(count > 0, total / np.where(count > 0, count, 1.0), np.nan)
+def chunk_result(measured: dict):
+    """The ``PlasticityResult`` of saved chunk statistics (each chunk's sums kept): its statistics, and
+    the bootstrap replicates over chunks (``replicate_means``), are the kernel package's."""
+    import torch
+
+    from vitplast_kernels import PlasticityResult
+
+    stats = torch.tensor(measured["stats"], dtype=torch.float64)  # (K, C, L, 5)
+    return PlasticityResult.from_chunks([
+        PlasticityResult(stats[k], measured["components"], measured["layers"]) for k in range(len(stats))])
 
 
-def means_over_layers(per_layer: np.ndarray) -> np.ndarray:
-    """``(..., C, L)`` -> ``(..., C)``: mean over the layers that have a value
-    (``PlasticityResult.overall``, over any leading axes: the bootstrap's replicates)."""
-    finite = np.isfinite(per_layer)
-    n = finite.sum(-1)
-    total = np.where(finite, per_layer, 0.0).sum(-1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(n > 0, total / np.where(n > 0, n, 1), np.nan)
+def unit_means(measured: dict) -> np.ndarray:
+    """``(C, L)`` mean rate of every (component, layer) over all pairs (NaN without pairs)."""
+    res = chunk_result(measured)
+    return np.stack([res.mean(c).numpy() for c in res.components])
 
 
 def summarize_chunks(measured: dict, counts: np.ndarray, level: float = 0.95) -> dict:
@@ -113,12 +115,11 @@ def summarize_chunks(measured: dict, counts: np.ndarray, level: float = 0.95) ->
     """
     from .statistics import percentile_interval
 
-    stats = np.asarray(measured["stats"], dtype=np.float64)  # (K, C, L, 5)
-    total = stats.sum(0)
-    per_layer = layer_means(total)  # (C, L)
-    value = means_over_layers(per_layer)
-    reps_layer = layer_means(np.tensordot(counts, stats, axes=(1, 0)))  # (B, C, L)
-    reps = means_over_layers(reps_layer)  # (B, C)
+    res = chunk_result(measured)
+    total = res.stats.numpy()  # (C, L, 5)
+    per_layer = np.stack([res.mean(c).numpy() for c in res.components])  # (C, L)
+    value = [res.overall(c) for c in res.components]
+    reps_layer, reps = (t.numpy() for t in res.replicate_means(counts))  # (B, C, L), (B, C)
     out = {}
     for i, c in enumerate(measured["components"]):
         out[c] = {

@@ -66,10 +66,9 @@ def measuring_loop(net: torch.nn.Module, meter: Meter, batches: Iterable, *, amp
 
     amp = amp or contextlib.nullcontext
     steps, closed = 0, []
-    if limit is not None and limit <= 0:
-        return Measured(meter.result(), closed, 0)
     with meter.attach(net), amp():
-        for item in tqdm(batches, total=limit, desc=desc, disable=not progress, unit="batch", leave=False):
+        feed = () if limit is not None and limit <= 0 else batches
+        for item in tqdm(feed, total=limit, desc=desc, disable=not progress, unit="batch", leave=False):
             batch = item if isinstance(item, Batch) else Batch(item)
             try:
                 meter.step(net, batch)
@@ -80,7 +79,7 @@ def measuring_loop(net: torch.nn.Module, meter: Meter, batches: Iterable, *, amp
             steps += 1
             if chunks:
                 closed.append(meter.chunk())
-            if limit is not None and steps == limit:
+            if limit is not None and steps == limit:  # no batch read beyond the last one measured
                 break
         result = meter.result() if not chunks or not closed else None
     if chunks and closed:

@@ -9,11 +9,9 @@ does both steps and returns the run's ``auto`` record.
 
 from __future__ import annotations
 
-import contextlib
 import math
 from collections.abc import Mapping, Sequence
 
-import torch
 from torch import nn
 
 from ..runtime.distributed import DistContext
@@ -31,21 +29,18 @@ from .step_recorder import over_ranks, summarize
 def measure_plasticity(model: nn.Module, batches, *, dist: DistContext | None = None, amp=None,
                        components: Mapping | None = None) -> dict:
     """Plasticity (halves of each batch, in situ) summed over ``batches`` (an iterable of images
-    ``(2B, 3, H, W)``) and over ranks; returns :func:`~.step_recorder.summarize`'s dict.
+    ``(2B, 3, H, W)``; the one measuring loop, :func:`vitplast.criteria.loop.measure_plasticity`) and
+    over ranks; returns :func:`~.step_recorder.summarize`'s dict.
     ``components``: the component map (``{label: glob}``; default: the model's preset)."""
-    from vitplast_kernels import capture, pairwise_plasticity
+    from ..criteria.loop import measure_plasticity as measuring_loop
 
-    total = None
     was_training = model.training
     model.eval()
-    with torch.no_grad():
-        for images in batches:
-            with capture(model, protocol="in_situ", pairs="halves", components=components) as acts:
-                with amp() if amp is not None else contextlib.nullcontext():
-                    model(images)
-            res = pairwise_plasticity(acts)
-            total = res if total is None else total.merge(res)
-    model.train(was_training)
+    try:
+        total = measuring_loop(model, batches, amp=amp, protocol="in_situ", pairs="halves",
+                               components=components).result
+    finally:
+        model.train(was_training)
     if total is None:
         raise ValueError("measure_plasticity: batches is empty")
     return summarize(over_ranks(total, dist))

@@ -66,8 +66,6 @@ def measure(opts: MeasureOptions | None = None, /, *, reporter: Reporter | None 
     directory receiving ``plasticity.json``, ``plasticity.png`` and ``run.json`` as one set.
     ``reporter``: where the summary lines go (default: printed; ``Reporter.silent()``: nowhere).
     """
-    import vitplast_kernels
-
     opts = measure_options(opts, keywords)
     say = (reporter or Reporter()).say
     out_set = _check_out(opts)
@@ -79,14 +77,15 @@ def measure(opts: MeasureOptions | None = None, /, *, reporter: Reporter | None 
     per = opts.batch_size // 2 if opts.pairs == "halves" else opts.batch_size * (opts.batch_size - 1) // 2
     say(f"pairs: {opts.pairs}, {subject.data.describe(opts)}; {opts.batch_size} images per batch "
         f"({per} pairs)")
-    measured = _forward_passes(opts, subject, n_run)
+    loop = _forward_passes(opts, subject, n_run)
+    measured = loop.steps
     bad = subject.data.bad_images()
     if bad:
         warnings.warn(f"skipped {len(bad)} unreadable image(s): {', '.join(bad[:5])}"
                       f"{' ...' if len(bad) > 5 else ''}", stacklevel=2)
     if measured == 0:
         raise ValueError("no batch was measured: every batch lost its images to --skip-bad-images")
-    res = vitplast_kernels.pairwise_plasticity(subject.capture)
+    res = loop.result
     elapsed = time.perf_counter() - start
     say(res.table())  # ends with the ranking line
     say(f"({measured} batches x {opts.batch_size} images, {opts.protocol}, {AUTOCAST_DTYPES[opts.amp]} on "
@@ -161,29 +160,23 @@ def _prepare(opts: MeasureOptions, arch: Architecture) -> Subject:
     return Subject(built, built.net.to(device).eval(), capture, data, device, built.img_size, transform)
 
 
-def _forward_passes(opts: MeasureOptions, subject: Subject, n_run: int) -> int:
-    """Runs up to ``n_run`` forward passes inside the capture; returns how many ran."""
-    import torch
-    from tqdm.auto import tqdm
-
+def _forward_passes(opts: MeasureOptions, subject: Subject, n_run: int):
+    """Runs up to ``n_run`` forward passes inside the capture through the one measuring loop
+    (:func:`vitplast.criteria.loop.measure_plasticity`); returns its :class:`~vitplast.criteria.loop.Measured`
+    (``result`` None when no batch was measured)."""
+    from vitplast.criteria.loop import measure_plasticity
     from vitplast.runtime.precision import autocast
 
-    amp = autocast(opts.amp, subject.device)
-    measured = 0
-    with subject.capture, torch.no_grad(), amp():
-        stream = subject.data.stream(opts.batch_size, opts.seed)
-        for batch in tqdm(stream, total=n_run, desc=f"measuring ({opts.protocol})",
-                          disable=not _shows_progress(opts), unit="batch"):
-            try:
-                subject.net(batch.to(subject.device, non_blocking=True))
-            except (RuntimeError, AssertionError) as exc:
-                text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-                raise ValueError(f"{subject.built.name}: the forward pass failed on {tuple(batch.shape)} "
-                                 f"images (--img-size {subject.img_size}?): {text[:300]}") from None
-            measured += 1
-            if measured == n_run:
-                break
-    return measured
+    def failed(exc: Exception, batch) -> ValueError:
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return ValueError(f"{subject.built.name}: the forward pass failed on {tuple(batch.images.shape)} "
+                          f"images (--img-size {subject.img_size}?): {text[:300]}")
+
+    stream = subject.data.stream(opts.batch_size, opts.seed)
+    batches = (b.to(subject.device, non_blocking=True) for b in stream)
+    return measure_plasticity(subject.net, batches, amp=autocast(opts.amp, subject.device), limit=n_run,
+                              progress=_shows_progress(opts), desc=f"measuring ({opts.protocol})",
+                              on_error=failed, make_capture=lambda net: subject.capture)
 
 
 def _write_outputs(out_set, opts: MeasureOptions, subject: Subject, res, *, measured: int, bad: list[str],
