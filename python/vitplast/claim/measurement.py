@@ -17,8 +17,8 @@ from .options import ClaimOptions
 from .plasticity import measure_chunks
 
 MEASUREMENT_KEYS = ("model", "weights", "model_kwargs", "img_size", "pretrained", "random_init",
-                    "model_transform", "mean", "std", "pretrain_data", "split", "protocol", "pairs",
-                    "pair_batch", "measure_seed", "amp")
+                    "trust_remote_code", "model_transform", "mean", "std", "pretrain_data", "split",
+                    "protocol", "pairs", "pair_batch", "measure_seed", "amp")
 CHUNKS_FILE = "plasticity_chunks.json"
 
 
@@ -36,8 +36,9 @@ def saved_measurement(opts: ClaimOptions, dataset: DatasetPlan) -> dict | None:
         return None
     saved = json.loads(path.read_text())
     config = json.loads(json.dumps(measurement_config(opts, dataset)))
-    if saved.get("config") != config:
-        diffs = [k for k in config if saved.get("config", {}).get(k) != config[k]]
+    saved_config = {"trust_remote_code": False, **saved.get("config", {})}  # written before the option
+    if saved_config != config:
+        diffs = [k for k in config if saved_config.get(k) != config[k]]
         raise ValueError(f"--out {dataset.out} holds a claim measured with other options "
                          f"({', '.join(diffs)}); choose another --out")
     return saved

@@ -26,6 +26,7 @@ ADDED_OPTIONS = {
     "augment": (False, "--no-augment"),
     "layer_decay": (None, "without --layer-decay"),
     "grad_accum": (1, "--grad-accum 1"),
+    "trust_remote_code": (False, "without --trust-remote-code"),
 }
 
 

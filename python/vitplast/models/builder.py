@@ -50,13 +50,15 @@ class BuiltModel:
     timm_kwargs: dict
     transform: ImageTransform | None  # the model's own input preparation, at img_size (None: it has none)
     origin: dict  # where the weights came from: {"kind", and "file" / "hub_id" / "revision" / "dir"}
+    trust_remote_code: bool = False  # whether the model folder's own Python code was allowed to run
 
 
 @dataclasses.dataclass(frozen=True)
 class ModelPlan:
     """What to build, before anything is built: the model's source, the local checkpoint loaded over it
     (``weights``), whether its published weights are loaded (``pretrained``), its constructor arguments
-    and input size (None: the model's own)."""
+    and input size (None: the model's own), whether the model folder's own code may run
+    (``trust_remote_code``, transformers models only)."""
 
     source: ModelSource
     weights: str | None
@@ -64,6 +66,7 @@ class ModelPlan:
     random_init: bool
     model_kwargs: dict
     img_size: int | None
+    trust_remote_code: bool = False
 
 
 def finetune_run_config(weights: str | os.PathLike | None) -> dict | None:
@@ -98,15 +101,16 @@ def resolve_architecture(model: str | None, weights, img_size: int | None) -> tu
 def plan_model(opts: ModelOptions) -> ModelPlan:
     """The :class:`ModelPlan` of the model options (nothing is built; a ``weights`` folder and a finetune
     run directory give the model they hold)."""
+    trust = bool(getattr(opts, "trust_remote_code", False))
     folder = weights_folder_source(opts.weights)
     if folder is not None and _same_architecture(opts.model, folder):  # a model folder: the model it holds
         source = ModelSource(folder.kind, opts.model or folder.name, folder.ref)
-        return ModelPlan(source, None, True, False, dict(opts.model_kwargs), opts.img_size)
+        return ModelPlan(source, None, True, False, dict(opts.model_kwargs), opts.img_size, trust)
     name, run_kwargs, img_size = resolve_architecture(opts.model, opts.weights, opts.img_size)
     source = model_source(name)
     pretrained = bool(opts.pretrained) or (source.kind == "hf" and not opts.random_init)
     kwargs = {**run_kwargs, **opts.model_kwargs}
-    return ModelPlan(source, opts.weights, pretrained, bool(opts.random_init), kwargs, img_size)
+    return ModelPlan(source, opts.weights, pretrained, bool(opts.random_init), kwargs, img_size, trust)
 
 
 def _same_architecture(model: str | None, folder: ModelSource) -> bool:
@@ -236,7 +240,8 @@ def _transformers(plan: ModelPlan, num_classes: int, allow_partial: bool) -> Bui
     from .hf_models import create_hf, hf_data_config, hf_origin
     from .weights import load_weights
 
-    net = create_hf(plan.source.ref, random_init=plan.random_init, **plan.model_kwargs)
+    net = create_hf(plan.source.ref, random_init=plan.random_init, trust_remote_code=plan.trust_remote_code,
+                    **plan.model_kwargs)
     own = net.image_size
     if plan.img_size is not None and own is not None and plan.img_size != own:
         raise ValueError(f"--img-size {plan.img_size}: {plan.source.name} takes {own}x{own} images (its "
@@ -252,7 +257,8 @@ def _transformers(plan: ModelPlan, num_classes: int, allow_partial: bool) -> Bui
     else:
         origin, how = {"kind": "pretrained", **hf_origin(plan.source.ref)}, "its pretrained weights"
     size = input_size(net, plan.img_size)
-    config, source = hf_data_config(plan.source.ref, net)
+    config, source = hf_data_config(plan.source.ref, net, trust_remote_code=plan.trust_remote_code)
     transform = from_data_config(config, f"{plan.source.name}: {source}").resized(size)
     desc = f"{plan.source.name} (transformers {type(net.model).__name__}, {how})"
-    return BuiltModel(net.eval(), size, desc, plan.source.name, dict(plan.model_kwargs), transform, origin)
+    return BuiltModel(net.eval(), size, desc, plan.source.name, dict(plan.model_kwargs), transform, origin,
+                      plan.trust_remote_code)

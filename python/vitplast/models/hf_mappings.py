@@ -57,6 +57,6 @@ def load_minilm():
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    model = AutoModel.from_pretrained(path)
+    tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False)  # no code of the folder runs
+    model = AutoModel.from_pretrained(path, trust_remote_code=False)
     return model.eval(), tokenizer

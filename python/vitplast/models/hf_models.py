@@ -78,6 +78,25 @@ def _quiet_transformers():
             hf_logging.enable_progress_bar()
 
 
+class RemoteCodeRefused(ValueError):
+    """A transformers model (or its image processor) that needs the Python code its folder or hub
+    repository ships, asked for without ``--trust-remote-code``: nothing of that code was run."""
+
+
+def _needs_remote_code(exc: BaseException) -> bool:
+    """Whether transformers refused ``exc``'s load because it would have to run the model's own code."""
+    return isinstance(exc, ValueError) and "trust_remote_code" in str(exc)
+
+
+def remote_code_refused(ref: str, what: str = "") -> RemoteCodeRefused:
+    """The refusal of ``hf:REF``, whose ``what`` (its config, its image processor) needs its own code."""
+    where = f"folder {ref}" if os.path.isdir(os.path.expanduser(ref)) else f"hub repository {ref}"
+    return RemoteCodeRefused(
+        f"--model hf:{ref}: {what or 'its config.json'} asks to run Python code shipped with the model "
+        f"({where}; an auto_map entry), which vitplast never runs unless told to; read that code, then pass "
+        "--trust-remote-code (trust_remote_code=True) to allow it")
+
+
 def _failure(ref: str, exc: BaseException) -> ValueError:
     """A failed load as one line; offline, it says that only the local cache was read, and which."""
     from huggingface_hub import constants
@@ -91,30 +110,43 @@ def _failure(ref: str, exc: BaseException) -> ValueError:
 
 
 def create_hf(ref: str, num_classes: int | None = None, *, random_init: bool = False,
-              **from_pretrained) -> HFImageClassifier:
+              trust_remote_code: bool = False, **from_pretrained) -> HFImageClassifier:
     """The transformers image classifier ``ref`` (a hub id or a directory), in eval mode, float32, on the
     CPU: its published weights, or its config alone with ``random_init`` (drawn from the torch RNG).
     ``num_classes``: a fresh head for that many classes (None: the model's own head). ValueError for a
-    model that cannot be had or is no image classifier."""
+    model that cannot be had or is no image classifier.
+
+    Every transformers call gets ``trust_remote_code`` (False by default): no Python code of the model's
+    folder or repository runs, and no prompt reads standard input; a model that needs its own code
+    raises :class:`RemoteCodeRefused`. ``from_pretrained`` may not hold ``trust_remote_code``."""
     try:
         from transformers import AutoConfig, AutoModelForImageClassification
     except ImportError as exc:
         raise ImportError("hf: models need transformers: pip install transformers") from exc
     from .hub import split_revision
 
+    if "trust_remote_code" in from_pretrained:
+        raise ValueError("--model-arg trust_remote_code: pass --trust-remote-code instead "
+                         "(create_hf(trust_remote_code=...))")
+    trust = bool(trust_remote_code)
     source, revision = (ref, None) if os.path.isdir(os.path.expanduser(ref)) else split_revision(ref)
+    config = None
     with _quiet_transformers():
         try:
-            config = AutoConfig.from_pretrained(source, revision=revision)
+            config = AutoConfig.from_pretrained(source, revision=revision, trust_remote_code=trust)
             if random_init:
-                model = AutoModelForImageClassification.from_config(config, **from_pretrained)
+                model = AutoModelForImageClassification.from_config(config, trust_remote_code=trust,
+                                                                    **from_pretrained)
             else:
-                model = AutoModelForImageClassification.from_pretrained(source, revision=revision,
-                                                                        **from_pretrained)
+                model = AutoModelForImageClassification.from_pretrained(
+                    source, revision=revision, trust_remote_code=trust, **from_pretrained)
         except TypeError as exc:
             raise ValueError(
                 f"--model-arg: hf:{ref} does not take {sorted(from_pretrained)}: {exc}") from None
         except (OSError, ValueError, KeyError) as exc:
+            if not trust and _needs_remote_code(exc):
+                raise remote_code_refused(ref, "its config.json" if config is None else
+                                          "its model class") from None
             if "Unrecognized configuration class" in str(exc):
                 raise ValueError(f"--model hf:{ref}: not an image-classification model (model_type "
                                  f"{getattr(config, 'model_type', '?')!r})") from None
@@ -125,9 +157,10 @@ def create_hf(ref: str, num_classes: int | None = None, *, random_init: bool = F
     return net.eval()
 
 
-def _processor(ref: str, config):
+def _processor(ref: str, config, trust_remote_code: bool = False):
     """``(image processor, where it came from)``: the model's own, else its model type's defaults, else
-    ``(None, reason)``."""
+    ``(None, reason)``; :class:`RemoteCodeRefused` when its own needs code of the model's folder and
+    ``trust_remote_code`` is False."""
     from transformers import AutoImageProcessor
 
     from .hub import split_revision
@@ -135,9 +168,12 @@ def _processor(ref: str, config):
     source, revision = (ref, None) if os.path.isdir(os.path.expanduser(ref)) else split_revision(ref)
     with _quiet_transformers():
         try:
-            return AutoImageProcessor.from_pretrained(source, revision=revision), "its image processor"
-        except (OSError, ValueError, KeyError):
-            pass
+            return (AutoImageProcessor.from_pretrained(source, revision=revision,
+                                                       trust_remote_code=bool(trust_remote_code)),
+                    "its image processor")
+        except (OSError, ValueError, KeyError) as exc:
+            if not trust_remote_code and _needs_remote_code(exc):
+                raise remote_code_refused(ref, "its image processor (preprocessor_config.json)") from None
         from transformers.models.auto.image_processing_auto import IMAGE_PROCESSOR_MAPPING
 
         try:
@@ -155,11 +191,11 @@ def _size_of(size, key: str) -> int | None:
     return int(value) if value else None
 
 
-def hf_data_config(ref: str, net: HFImageClassifier) -> tuple[dict, str]:
+def hf_data_config(ref: str, net: HFImageClassifier, *, trust_remote_code: bool = False) -> tuple[dict, str]:
     """``(data config, where it came from)``: the model's input preparation in timm's data-config form
     (``input_size``, ``interpolation``, ``mean``, ``std``, ``crop_pct``, ``crop_mode``), read from its
     image processor; the input size is the model config's ``image_size``."""
-    processor, source = _processor(ref, net.model.config)
+    processor, source = _processor(ref, net.model.config, trust_remote_code)
     side = net.image_size or 224
     mean, std, interpolation, crop_pct, crop_mode = (0.5,) * 3, (0.5,) * 3, "bilinear", 1.0, "squash"
     if processor is not None:

@@ -29,6 +29,12 @@ DIGITS_MODEL = "digits-vit"  # the embedded default of every command's --model
 HF_PREFIX = "hf:"
 # keys of timm's pretrained_cfg_overlay that name the weights to load (used only with pretrained=True)
 OVERLAY_WEIGHT_KEYS = ("file", "url", "hf_hub_id", "state_dict")
+# --model-arg keys that another flag gives (what to pass instead)
+REFUSED_MODEL_ARGS = {
+    "checkpoint_path": "pass the checkpoint as --weights FILE",
+    "trust_remote_code": "pass --trust-remote-code instead (it runs the Python code a model folder or hub "
+                         "repository ships; only for a model whose code you trust)",
+}
 WAYS_OUT = "pass --pretrained (the model's published weights), --weights FILE, or --random-init"
 
 
@@ -130,8 +136,9 @@ def check_weights_source(model: str | None, weights, pretrained: bool, random_in
     """ValueError (its message starting with the flag) when the options contradict each other, or would
     run ``model`` with random weights without ``random_init``. ``model=None`` stands for the command's
     default (the digits ViT, or the model of a ``weights`` folder)."""
-    if "checkpoint_path" in model_kwargs:
-        raise ValueError("--model-arg checkpoint_path: pass the checkpoint as --weights FILE")
+    for key, instead in REFUSED_MODEL_ARGS.items():
+        if key in model_kwargs:
+            raise ValueError(f"--model-arg {key}: {instead}")
     if pretrained and random_init:
         raise ValueError("--random-init: it contradicts --pretrained; pass one of them")
     if weights is not None and pretrained:

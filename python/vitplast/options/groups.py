@@ -4,8 +4,9 @@ same, reads the same in ``--help`` and is checked the same everywhere, and a fun
 group is typed with it (``build_model(opts: ModelOptions, ...)``) and accepts any command's options.
 
 - :class:`ModelOptions`: which model and weights (``--model``, ``--model-arg``, ``--weights``,
-  ``--pretrained``, ``--random-init``, ``--img-size``). It checks itself when it is made (whatever
-  composes it): nothing runs random weights without ``--random-init`` (:mod:`vitplast.models.sources`);
+  ``--pretrained``, ``--random-init``, ``--img-size``, ``--trust-remote-code``). It checks itself when it
+  is made (whatever composes it): nothing runs random weights without ``--random-init``
+  (:mod:`vitplast.models.sources`), no code of a model folder runs without ``--trust-remote-code``;
 - :class:`DataOptions`: the downstream data and how its images become the model's input (``--data``,
   ``--workers``, ``--mean``, ``--std``, ``--no-model-transform``, ``--no-augment``);
 - :class:`OptimOptions`: how one finetuning run optimises (timm's optimisers and schedulers: optimiser,
@@ -27,6 +28,9 @@ from .fields import Kind, OptionError, checked, choice, csv, integer, number, op
 # own "sgd" is Nesterov's)
 OPTIMIZERS = {"sgd": "momentum", "adamw": "adamw", "adam": "adam"}
 SCHEDULES = ("constant", "cosine")
+# the largest --img-size: 4096x4096 images (ViT-Huge/14 at 4096: 85 000 tokens a sequence, beyond any
+# model's trained position embeddings); a larger value would only exhaust memory
+MAX_IMG_SIZE = 4096
 GROUP_TITLES = {"model": "model", "data": "data", "optim": "optimisation", "runtime": "runtime"}
 
 
@@ -87,8 +91,13 @@ class ModelOptions:
     random_init: bool = option(
         False, "run randomly initialised weights (without it, a model with no weights to load is refused)",
         action="store_true", group="model")
-    img_size: int | None = option(None, "input size (default: the model's)", group="model",
-                                  kind=optional(integer(1)))
+    img_size: int | None = option(
+        None, "input size (default: the model's)", group="model",
+        kind=optional(integer(1, MAX_IMG_SIZE, what=f"must be in 1..{MAX_IMG_SIZE} (pixels a side)")))
+    trust_remote_code: bool = option(
+        False, "run the Python code a transformers model folder or hub repository ships (its config.json's "
+        "auto_map); without it such a model is refused and no code of a model folder ever runs. Only for a "
+        "model whose code you have read and trust", action="store_true", group="model")
 
     def __post_init__(self) -> None:
         """``--model-arg pretrained=true`` is ``--pretrained``; then the weights rule of

@@ -100,6 +100,8 @@ def provenance(built: BuiltModel, data: dict[str, Any], transform: dict[str, Any
     """The record of ``built`` (a :class:`vitplast.models.builder.BuiltModel`) run on ``data`` (what the
     command says of its data: specs, split, sizes), its images prepared as ``transform`` says (the record
     of :func:`vitplast.data.transforms.transform_record`; None: no images were prepared):
-    ``{"versions", "model", "model_kwargs", "weights", "data", "transform"}``."""
+    ``{"versions", "model", "model_kwargs", "trust_remote_code", "weights", "data", "transform"}``
+    (``trust_remote_code``: whether the model's own code was allowed to run, ``--trust-remote-code``)."""
     return {"versions": versions(), "model": built.name, "model_kwargs": dict(built.timm_kwargs),
+            "trust_remote_code": bool(getattr(built, "trust_remote_code", False)),
             "weights": weights_record(built.origin), "data": dict(data), "transform": transform}
