@@ -11,7 +11,7 @@ SITE   := build/site
 # no mkdocs-material banner about its successor on every build
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: install test test-fast demo bench lint docs gpu-check clean
+.PHONY: install test test-fast demo bench lint docs docs-data gpu-check clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -57,6 +57,10 @@ lint: install
 # the documentation site into build/site (git ignores build/); --strict: a broken link or reference fails
 docs: install
 	$(BIN)/mkdocs build --strict --site-dir $(SITE)
+
+# every table and figure the pages show from a command, rerun into docs/generated/ (about 3 min on 2 cores)
+docs-data: install
+	$(BIN)/python docs/generate.py
 
 clean:
 	rm -rf build *.egg-info vitplast_kernels/*.so $(VENV)/.build-stamp

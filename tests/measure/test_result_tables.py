@@ -144,7 +144,7 @@ def test_layer_ticks_are_integers_at_a_regular_step():
     assert [t.get_text() for t in axes[0, 0].get_xticklabels()] == [labels[int(t)] for t in ticks]
 
 
-@pytest.mark.parametrize("low, high", [(0.02, 0.06), (3.0, 7.0), (1e-4, 1e2)])
+@pytest.mark.parametrize("low, high", [(0.02, 0.06), (3.0, 7.0), (0.4, 1.9), (1e-4, 1e2)])
 def test_log_axis_labels_several_ticks_on_any_range(low, high):
     fig, axes = new_figure((4, 3))
     ax = axes[0, 0]

@@ -87,15 +87,12 @@ def legend_outside(ax, handles=None, labels=None, **kwargs):
 def log_axis(ax, axis: str = "y") -> None:
     """A log scale on ``axis`` whose ticks stay readable on a narrow range: 1-2-5 steps labelled in
     plain numbers, so a range of less than a decade still shows several labelled ticks."""
-    from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     which = ax.yaxis if axis == "y" else ax.xaxis
     (ax.set_yscale if axis == "y" else ax.set_xscale)("log")
     which.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-    formatter = ScalarFormatter()
-    formatter.set_scientific(True)
-    formatter.set_powerlimits((-3, 4))
-    which.set_major_formatter(formatter)
+    which.set_major_formatter(FuncFormatter(lambda value, _: f"{value:.3g}"))
     which.set_minor_formatter(NullFormatter())
 
 

@@ -60,7 +60,7 @@ def plot_curves(records: Sequence[dict], path, *, title: str = "") -> Path:
         acc_ax.set_ylabel("validation accuracy")
         acc_ax.set_ylim(0, 1)
         lines = ax[0, 2].get_legend_handles_labels()[0] + acc_ax.get_legend_handles_labels()[0]
-        legend_outside(ax[0, 2], lines)
+        legend_outside(ax[0, 2], lines, bbox_to_anchor=(1.16, 1.0))  # right of the accuracy axis
         acc_ax.grid(False)
     elif train:
         legend_outside(ax[0, 2])

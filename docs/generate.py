@@ -1,0 +1,179 @@
+"""Makes every table, figure and number the documentation shows from a command, by running that
+command: ``make docs-data`` (= ``python docs/generate.py``, from the repository root). Pages include
+the files it writes (tables through ``--8<--`` snippets, figures as images); none is copied by hand.
+
+    python docs/generate.py               # every part (about 3 min on 2 CPU cores)
+    python docs/generate.py demo compare  # some parts
+
+Parts and what they write under ``docs/generated/``:
+
+- ``demo``: ``vitplast measure`` of the shipped digits ViT -> ``demo/`` (its JSON, figures and the
+  printed table, ``table.txt``); the same on every machine up to float rounding (the weights ship);
+- ``compare``: a finetuning run of MHA, its measurement and ``vitplast compare`` against the demo ->
+  ``finetune/`` (the run's figures), ``after/`` and ``compare/`` (table and figure). Training makes
+  these numbers depend on the machine: ``SOURCES.json`` names the machine, date and command;
+- ``grid``: a one-seed finetuning grid -> ``grid/`` (its two figures);
+- ``charts``: the benchmark charts and the claims' figures, redrawn from the raw runs kept in
+  ``bench/measured/`` (each file there names its machine, date and command).
+
+``tests/docs/test_generated.py`` reruns the cheap parts (the demo, the comparison of committed runs) and
+compares them with the committed files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import io
+import json
+import os
+import platform
+import shutil
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = Path("docs/generated")  # relative to ROOT, where every command runs: the files name no machine path
+WORK = Path("build/docs-data")  # the runs the figures come from (git ignores build/)
+MEASURED = ROOT / "bench" / "measured"
+
+DEMO = ["measure", "--out", "{out}/demo", "--no-progress"]
+FINETUNE = ["finetune", "--train", "MHA", "--out", "{tmp}/runs/mha", "--no-progress"]
+AFTER = ["measure", "--weights", "{tmp}/runs/mha", "--out", "{out}/after", "--no-progress"]
+COMPARE = ["compare", "{out}/demo", "{out}/after", "--labels", "pretrained,finetuned-MHA", "--out",
+           "{out}/compare"]
+GRID = ["finetune", "--train", "head,MHA,FC1", "--steps", "60", "--out", "{tmp}/runs/grid", "--no-progress"]
+# benchmark chart -> (raw run under bench/measured, title)
+CHARTS = {
+    "bench_cpu_paired.png": ("cpu-2026-12-02-eager-hooks/paired_auto_1.json",
+                             "paired op, 2-core CPU VM (AVX-512), 2026-12-02, --quick"),
+    "bench_gpu_all_pairs.png": ("h200-2026-11-30/bench_gpu_compare.json",
+                                "all pairs, one H200, 2026-11-30, --quick"),
+}
+CLAIMS = {"claim_layer.png": "cpu-2026-12-01-claim-layer/claim.json",
+          "claim_component.png": "cpu-2026-12-02-claim-default/claim.json"}
+TABLE_START, TABLE_END = " layer ", "ranking:"
+
+
+def machine() -> dict:
+    """The machine and versions a generated number came from."""
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    return {"cpu": cpu, "threads": torch.get_num_threads(), "python": platform.python_version(),
+            "torch": torch.__version__, "date": datetime.date.today().isoformat()}
+
+
+def run(argv: list[str], **paths: Path) -> str:
+    """Runs one ``vitplast`` command in this process; returns what it printed (it must succeed)."""
+    from vitplast.cli import main
+
+    args = [a.format(**{k: str(v) for k, v in paths.items()}) for a in argv]
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        code = main(args)
+    if code:
+        raise SystemExit(f"vitplast {' '.join(args)} failed with exit status {code}:\n{buffer.getvalue()}")
+    return buffer.getvalue()
+
+
+def printed_table(printed: str) -> str:
+    """The table lines of ``vitplast measure``'s output, from its header to the ranking."""
+    lines = printed.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(TABLE_START))
+    end = next(i for i, line in enumerate(lines) if line.startswith(TABLE_END))
+    return "\n".join(lines[start:end + 1]) + "\n"
+
+
+def compare_table(printed: str) -> str:
+    """The first table of ``vitplast compare``'s output: the mean over layers per component and run."""
+    return printed.strip().split("\n\n", 1)[0] + "\n"
+
+
+def fresh(folder: Path) -> Path:
+    shutil.rmtree(folder, ignore_errors=True)
+    return folder
+
+
+def demo(out: Path, tmp: Path) -> list[str]:
+    fresh(out / "demo")
+    printed = run(DEMO, out=out, tmp=tmp)
+    (out / "demo" / "table.txt").write_text(printed_table(printed))
+    return [DEMO]
+
+
+def compare(out: Path, tmp: Path) -> list[str]:
+    run(FINETUNE, out=out, tmp=tmp)
+    fresh(out / "finetune").mkdir(parents=True)
+    for name in ("curves.png", "plasticity_steps.png"):
+        shutil.copy(tmp / "runs" / "mha" / "plots" / name, out / "finetune" / name)
+    fresh(out / "after")
+    run(AFTER, out=out, tmp=tmp)
+    fresh(out / "compare")
+    printed = run(COMPARE, out=out, tmp=tmp)
+    (out / "compare" / "table.txt").write_text(compare_table(printed))
+    return [FINETUNE, AFTER, COMPARE]
+
+
+def grid(out: Path, tmp: Path) -> list[str]:
+    run(GRID, out=out, tmp=tmp)
+    fresh(out / "grid").mkdir(parents=True)
+    for name in ("accuracy_per_component.png", "plasticity_vs_gain.png"):
+        shutil.copy(tmp / "runs" / "grid" / "plots" / name, out / "grid" / name)
+    return [GRID]
+
+
+def charts(out: Path, tmp: Path) -> list[str]:
+    sys.path.insert(0, str(ROOT))
+    from vitplast.claim.layer_report import plot_layer_claim
+    from vitplast.claim.report import plot_claim
+
+    from bench.compare import plot
+
+    folder = out / "charts"
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, (raw, title) in CHARTS.items():
+        plot(json.loads((MEASURED / raw).read_text())["sections"], folder / name, title)
+    gpu = json.loads((MEASURED / "h200-2026-11-30" / "bench_gpu.json").read_text())
+    plot({"gpu paired and grouped": {"rows": gpu["rows"]}}, folder / "bench_gpu_paired.png",
+         "paired and grouped, one H200, 2026-11-30 (bench.gpu_paired --quick)")
+    for name, raw in CLAIMS.items():
+        draw = plot_layer_claim if "layer" in name else plot_claim
+        draw(json.loads((MEASURED / raw).read_text()), folder / name)
+    return [f"from bench/measured/{raw}" for raw, _ in CHARTS.values()] + [
+        f"from bench/measured/{raw}" for raw in CLAIMS.values()]
+
+
+PARTS = {"demo": demo, "compare": compare, "grid": grid, "charts": charts}
+
+
+def main(argv: list[str]) -> int:
+    parts = argv or list(PARTS)
+    unknown = [p for p in parts if p not in PARTS]
+    if unknown:
+        print(f"docs/generate.py: unknown part {unknown[0]!r}; parts: {', '.join(PARTS)}", file=sys.stderr)
+        return 2
+    if "compare" in parts and "demo" not in parts and not (OUT / "demo" / "plasticity.json").is_file():
+        parts.insert(0, "demo")
+    os.chdir(ROOT)
+    sources_path = OUT / "SOURCES.json"
+    sources = json.loads(sources_path.read_text()) if sources_path.is_file() else {}
+    OUT.mkdir(parents=True, exist_ok=True)
+    fresh(WORK).mkdir(parents=True)
+    for part in parts:
+        print(f"docs/generate.py: {part} ...", file=sys.stderr, flush=True)
+        commands = PARTS[part](OUT, WORK)
+        sources[part] = {"commands": [c if isinstance(c, str) else
+                                      "vitplast " + " ".join(a.format(out=OUT, tmp=WORK) for a in c)
+                                      for c in commands], **machine()}
+    sources_path.write_text(json.dumps(dict(sorted(sources.items())), indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
