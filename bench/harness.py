@@ -260,7 +260,7 @@ ALLOCATORS = ("pinned", "default")  # the --allocator choices of the CPU benchma
 
 
 def set_allocator(choice: str) -> str:
-    """``--allocator``: ``"pinned"`` calls :func:`pin_allocator`, ``"default"`` leaves malloc as it is;
+    """``--allocator``: ``"pinned"`` calls `pin_allocator`, ``"default"`` leaves malloc as it is;
     returns the line saying which."""
     return pin_allocator() if choice == "pinned" else "allocator: default"
 

@@ -1,6 +1,6 @@
 """Where a monitored compiled step spends its extra time: ``python -m bench.profile_monitor``.
 
-The training step of :mod:`bench.compile_monitor` (timm model, forward under ``torch.compile``,
+The training step of `bench.compile_monitor` (timm model, forward under ``torch.compile``,
 backward, SGD step), plain and monitored, examined two ways:
 
 - **Inductor's output code**: the Python modules Inductor generates for each variant are copied to

@@ -50,7 +50,7 @@ def free_port() -> int:
 
 
 class Killed(BaseException):
-    """Raised by :func:`kill_after`: a run stops as if its process were killed (nothing more written)."""
+    """Raised by `kill_after`: a run stops as if its process were killed (nothing more written)."""
 
 
 def kill_after(steps: int):

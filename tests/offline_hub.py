@@ -1,11 +1,11 @@
 """A Hugging Face hub cache built by the tests, offline: timm's ``pretrained=True`` and transformers'
 ``from_pretrained`` really run, reading files the test wrote, and nothing is downloaded.
 
-- :func:`offline_cache`: an empty cache under a test's tmp dir, the hub switched offline and pointed at it
+- `offline_cache`: an empty cache under a test's tmp dir, the hub switched offline and pointed at it
   (the environment for subprocesses, the already imported ``huggingface_hub`` constants for this one);
-- :func:`add_snapshot`: a repository snapshot as the hub client lays it out
+- `add_snapshot`: a repository snapshot as the hub client lays it out
   (``models--ORG--NAME/snapshots/<revision>/<files>``, ``refs/main`` naming the revision);
-- :func:`timm_config`: the ``config.json`` a timm hub repository holds.
+- `timm_config`: the ``config.json`` a timm hub repository holds.
 """
 
 from __future__ import annotations

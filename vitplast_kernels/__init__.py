@@ -2,7 +2,7 @@
 
 Paired reductions (``pair_sq_distances``, ``pair_distances``, ``pair_ratios``) and all-pairs reductions
 run on the C++ CPU kernels, Triton or CUDA kernels on GPUs, or a PyTorch path (``backend=``); capture,
-pairings and results live in :mod:`vitplast_kernels.measure`. This module only re-exports.
+pairings and results live in `vitplast_kernels.measure`. This module only re-exports.
 """
 
 from __future__ import annotations

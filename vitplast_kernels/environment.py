@@ -2,11 +2,11 @@
 accepts. A value outside that raises ``ValueError`` naming the variable and what it accepts.
 
 - ``VITPLAST_COMPILED_REDUCTION``: ``inductor`` or ``kernel`` (unset: the default choice of
-  :func:`vitplast_kernels.ops.paired.compiler_reduces`);
+  `vitplast_kernels.ops.paired.compiler_reduces`);
 - ``VITPLAST_GPU_BACKEND``: ``cuda``, ``triton`` or ``torch`` (unset: the fastest measured);
 - ``VITPLAST_AUTOTUNE``: on for ``1``, ``true``, ``yes``; off for ``0``, ``false``, ``no`` or unset.
 
-:func:`check_environment` checks all of them at once (the ``vitplast`` commands call it when they start).
+`check_environment` checks all of them at once (the ``vitplast`` commands call it when they start).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ def _value(name: str, env: Mapping[str, str] | None) -> str:
 
 
 def choice(name: str, env: Mapping[str, str] | None = None) -> str | None:
-    """The value of the choice variable ``name`` (one of :data:`CHOICES`), None when unset or empty."""
+    """The value of the choice variable ``name`` (one of `CHOICES`), None when unset or empty."""
     value = _value(name, env)
     if not value:
         return None

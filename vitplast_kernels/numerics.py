@@ -3,7 +3,7 @@
 ``KERNEL_DTYPES`` are the input dtypes the hand-written kernels take (float64 runs on the PyTorch path).
 The Gram identity ``S_ij = n_i + n_j - 2 G_ij`` cancels when two rows are close; these functions give
 the estimated Gram error of a split-K product and the threshold below which a Gram-derived distance is
-not trusted (see :mod:`vitplast_kernels.ops.all_pairs` for the design).
+not trusted (see `vitplast_kernels.ops.all_pairs` for the design).
 """
 
 from __future__ import annotations

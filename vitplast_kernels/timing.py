@@ -132,7 +132,7 @@ def mark(device: torch.device | None = None) -> torch.cuda.Event | float:
 
 
 def elapsed_ms(start: torch.cuda.Event | float, end: torch.cuda.Event | float) -> float:
-    """Milliseconds between two :func:`mark` results (CUDA events: once ``end`` has completed)."""
+    """Milliseconds between two `mark` results (CUDA events: once ``end`` has completed)."""
     if isinstance(start, float):
         return (end - start) * 1e3
     end.synchronize()

@@ -9,7 +9,7 @@ may use what an earlier one made (a run directory, a variable). What runs:
   order (``...`` stands for anything; ``$ echo $?`` prints the previous command's exit status).
 
 Other languages (``text``, ``yaml``, ...) are not run. An HTML comment right before a block tells the
-runner more (it is invisible on the rendered page)::
+runner more (it is invisible on the rendered page):
 
     <!-- docs-test
     slow                                  run it only with the slow tests

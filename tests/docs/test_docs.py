@@ -1,10 +1,10 @@
 """Documentation that cannot go stale: every Python, bash and console block of README.md and docs/ runs
-here, with small settings (:mod:`docs_blocks` says what runs and how a block is annotated); the
+here, with small settings (`docs_blocks` says what runs and how a block is annotated); the
 README stays a front door and relative links point to files that exist. (``make test`` and ``make docs``
 build the site with ``mkdocs build --strict``.)
 
-``vitplast`` commands run in this process through :func:`vitplast.cli.main` in the page's own directory,
-with the small settings of :data:`SMALL` that the line does not set itself appended (fewer batches and
+``vitplast`` commands run in this process through `vitplast.cli.main` in the page's own directory,
+with the small settings of `SMALL` that the line does not set itself appended (fewer batches and
 steps: the flags the page shows are checked, the work is cut); the digits ViT is the shipped one, the
 model every reader's command uses. ``make`` targets are checked to exist (``make test`` is this suite),
 ``pip install`` lines to name extras and pins the project has, ``python -m bench.*`` lines to name flags

@@ -108,7 +108,7 @@ torch.save(run_all({device!r}, {backends!r}, {sizes!r}), {out!r})
 
 def run_in_fresh_processes(tmp_path: Path, device: str, backends: list[str], env: dict[str, str],
                            sizes: dict | None = None, timeout: float = 300) -> list[dict]:
-    """The outputs of :func:`run_all` in two fresh Python processes (started together)."""
+    """The outputs of `run_all` in two fresh Python processes (started together)."""
     child_env = {k: v for k, v in os.environ.items()
                  if k not in ("VITPLAST_AUTOTUNE", "VITPLAST_GPU_BACKEND", "TRITON_INTERPRET")}
     child_env.update(env)

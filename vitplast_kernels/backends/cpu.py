@@ -1,10 +1,10 @@
 """``backend="cpu"``: the C++ CPU kernels (``vitplast_kernels._C``, OpenMP) for the paired ops, and the
-split-K BLAS Gram for all pairs (design and error model: :mod:`vitplast_kernels.ops.all_pairs`). Both
+split-K BLAS Gram for all pairs (design and error model: `vitplast_kernels.ops.all_pairs`). Both
 return float64 sums.
 
 Range of the all-pairs Gram: products of float32 rows overflow float32 above about 2^64 and lose
 precision below 2^-63. When the Gram's diagonal shows it (a norm not finite, or under
-:func:`~vitplast_kernels.numerics.underflow_floor`), rows whose largest magnitude lies outside
+`underflow_floor`), rows whose largest magnitude lies outside
 ``[2^-30, 2^40]`` are scaled by the power of two (exact) that brings it into ``[0.5, 1)``, the Gram is
 redone and unscaled in float64: one extra Gram for such batches, nothing for the others. Pairs whose
 float32 Gram is still out of range are recomputed directly, like the cancelling ones.
@@ -54,7 +54,7 @@ SAFE_MAX_ABS = (2.0**-30, 2.0**40)  # rows whose max |x| lies outside are scaled
 
 
 def _row_scaled(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """``(x', u)``: ``x`` with each row whose max magnitude is outside :data:`SAFE_MAX_ABS` multiplied by
+    """``(x', u)``: ``x`` with each row whose max magnitude is outside `SAFE_MAX_ABS` multiplied by
     the power of two ``2^-e`` that brings it into ``[0.5, 1)`` (exact), and ``u = 2^e`` per row in
     float64; ``(x, None)`` when no row needs it."""
     m = torch.maximum(x.amax(1), -x.amin(1))  # two vectorised reductions: faster than the inf-norm
@@ -129,7 +129,7 @@ def _probe_wants_centring(x: torch.Tensor, chunk: int) -> bool:
 
 
 def _all_pairs_cpu(a: torch.Tensor, chunk: int = CPU_CHUNK) -> torch.Tensor:
-    """``(N, K)`` -> ``(N, N)`` float64 via the split-K BLAS Gram (see :mod:`vitplast_kernels.ops.all_pairs`).
+    """``(N, K)`` -> ``(N, N)`` float64 via the split-K BLAS Gram (see `vitplast_kernels.ops.all_pairs`).
     Runs on torch's intra-op threads as the caller configured them (no process-wide setting changes)."""
     n = a.shape[0]
     x = a.to(torch.float32)

@@ -3,7 +3,7 @@
 A backend computes ``pair_sq(a, b) -> (B,) float64``, ``grouped(as_, bs) -> (G, B) float64`` and, when it
 has one, ``all_pairs(x (N, K)) -> (N, N) float64``; ``dtypes`` are the input dtypes it takes (float64 only on
 the PyTorch path). Backend modules register themselves here; choosing
-one for a call (``"auto"`` included) is :mod:`vitplast_kernels.backends.select`'s job.
+one for a call (``"auto"`` included) is `vitplast_kernels.backends.select`'s job.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Choosing the backend of a call: ``backend="auto"`` or a name, checked against the tensors' device.
 
-``"auto"`` resolves by device: CUDA -> the GPU choice of :mod:`vitplast_kernels.backends.cuda` (a fixed
+``"auto"`` resolves by device: CUDA -> the GPU choice of `vitplast_kernels.backends.cuda` (a fixed
 plan unless autotuning is asked for), CPU -> the C++ extension, anything else -> the PyTorch path;
 float64 inputs -> the PyTorch path on every device (the kernels take float32, float16 and bfloat16).
 For the all-pairs op (``op="all_pairs"``) only backends with an all-pairs kernel count; ``"auto"`` on

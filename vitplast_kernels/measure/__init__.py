@@ -1,5 +1,5 @@
 """The measurement layer: capture (hooks), presets (component maps), pairings, results, distributed
-combination and :func:`pairwise_plasticity`. It knows the kernels only through :mod:`vitplast_kernels.ops`."""
+combination and `pairwise_plasticity`. It knows the kernels only through `vitplast_kernels.ops`."""
 
 from .capture import Capture, capture
 from .forward_check import MissedForwardError

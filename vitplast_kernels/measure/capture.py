@@ -1,7 +1,6 @@
 """``capture(model, ...)``: forward hooks that measure plasticity while the model runs, streaming.
 
-Usage::
-
+Usage:
     with vitplast_kernels.capture(model, protocol="in_situ", pairs="halves") as acts:
         model(images)                      # (2B, ...) images; any number of forward passes
     res = vitplast_kernels.pairwise_plasticity(acts)
@@ -15,7 +14,7 @@ when the capture is attached, on the model's device. No activation outlives the 
 host-device synchronisation happens until a value of the result is asked for. Matched pairs (``X[i]``
 from one dataset with ``Y[i]`` from another, as in the paper) are measured as ``model(torch.cat([X, Y]))``.
 
-Protocols (strategy objects in :mod:`.protocols`): ``"in_situ"`` (the real forward; a tensor seen by
+Protocols (strategy objects in `.protocols`): ``"in_situ"`` (the real forward; a tensor seen by
 two hooks of one layer, e.g. LN1's output that *is* MHA's input in a pre-norm block, is reduced once)
 and ``"decomposition"`` (the paper's: every component applied to the embedding output ``e``; FC2 gets
 ``e`` zero-padded to its input width). In train mode the decomposition's extra calls run on forked
@@ -23,18 +22,18 @@ random generators in eager mode, so the real forward's dropout masks are unchang
 
 Finer views: ``per_head=True`` adds per-head MHA rates (head ``h``'s slice of the input of the
 attention's output projection against the MHA input; for ``nn.MultiheadAttention``, which never calls
-its projection as a module, that input is recomputed from the call, :mod:`.mha_heads`);
+its projection as a module, that input is recomputed from the call, `.mha_heads`);
 ``tokens="cls" | "patches" | "all"`` restricts every distance to the class token, the tokens after the
 prefix, or all tokens.
 
 ``torch.compile``: the hooks are traceable and trace into the model's graph with no graph break
 (``fullgraph=True`` works): per-forward bookkeeping is Python structure resolved when a forward is
 traced, sums and counters live in device tensors updated in place. Attach the capture (or a
-:func:`~vitplast_kernels.monitor`) *before* compiling: the hooks are part of the compiled code. A model
+`monitor`) *before* compiling: the hooks are part of the compiled code. A model
 compiled without the hooks (another instance of the model, or this one before attaching) is not reused
-for it: while a capture is attached, code compiled guards on module hooks (:mod:`.hook_guards`, the one
+for it: while a capture is attached, code compiled guards on module hooks (`.hook_guards`, the one
 ``torch._dynamo`` setting it changes, restored when the last capture detaches), and where hook-less
-code runs anyway (compiled before attaching) :mod:`.forward_check` raises at the first check that sees
+code runs anyway (compiled before attaching) `.forward_check` raises at the first check that sees
 a forward that was not measured (``torch._dynamo.reset()`` after attaching makes it recompile).
 Under compile, the decomposition's extra calls do not fork the random generators.
 
@@ -74,7 +73,7 @@ FORWARD_ROW = (0, 0)  # (component, layer)
 
 
 class Capture:
-    """The state of one measurement: hooks, accumulators; use through :func:`capture`.
+    """The state of one measurement: hooks, accumulators; use through `capture`.
 
     Attributes: ``components`` (labels), ``layers`` (layer labels, block order), ``modules``
     (``{label: {layer: module names}}``), ``enabled`` (hooks measure when True; a disabled capture
@@ -260,8 +259,8 @@ class Capture:
         return out
 
     def counts_forward(self, ci: int, li: int) -> bool:
-        """Whether the hook of component ``ci``, layer ``li`` counts its forward (:data:`FORWARD_ROW`):
-        what a protocol passes as ``counts_skip`` to :meth:`reduce`."""
+        """Whether the hook of component ``ci``, layer ``li`` counts its forward (`FORWARD_ROW`):
+        what a protocol passes as ``counts_skip`` to `reduce`."""
         return (ci, li) == FORWARD_ROW
 
     def _row(self, ci: int, li: int) -> int:
@@ -346,7 +345,7 @@ class Capture:
 
     def result(self) -> PlasticityResult:
         """The accumulated statistics. Raises when nothing was measured, or when a forward ran unmeasured
-        (:mod:`.forward_check`: reads two device counters; no other sync unless batches were skipped)."""
+        (`.forward_check`: reads two device counters; no other sync unless batches were skipped)."""
         self._flush()  # rows of a forward whose root hooks did not run (a submodule called directly)
         self.forward_check.verify()  # raises when a forward ran unmeasured (reads two counters)
         if not self._fired:
@@ -401,7 +400,7 @@ def capture(
     backend: str = "auto",
     strict: bool = False,
 ) -> Capture:
-    """A :class:`Capture` of ``model``'s components; hooks attach when the with-block is entered.
+    """A `Capture` of ``model``'s components; hooks attach when the with-block is entered.
 
     Args:
         model: any ``nn.Module``; inputs are ``(N, ...)`` with ``N`` sequences first.
@@ -411,7 +410,7 @@ def capture(
         components: ``{label: module-name glob or tuple of globs}`` (``*`` = layer index, ``**`` = any
             prefix, ``?`` and ``[...]`` inside a segment as in fnmatch); default: detected from the
             presets (timm ViT/DeiT/Eva/DINOv2/DINOv3, SwiGLU, hybrid and parallel-block ViTs, HF ViT,
-            BERT, GPT-2; see :mod:`vitplast_kernels.measure.presets`).
+            BERT, GPT-2; see `vitplast_kernels.measure.presets`).
         embedding: decomposition only: the module whose output is ``e`` or ``"<name>:input"``.
         per_head: also measure per-head MHA rates (see the module docstring).
         tokens: ``"all"``, ``"cls"`` (token 0) or ``"patches"`` (after ``prefix_tokens``).

@@ -1,6 +1,6 @@
 """Combining results across ranks: the sums (count, sum and sum of squares of the rates, identical and
 non-finite pair counts) are all-reduced, so the combined mean is over all pairs of all ranks, not a
-mean of per-rank means. :meth:`PlasticityResult.all_reduce` is the public entry point."""
+mean of per-rank means. `PlasticityResult.all_reduce` is the public entry point."""
 
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
-"""Figures of a :class:`~vitplast_kernels.PlasticityResult`, and the one colour of each component label.
+"""Figures of a `PlasticityResult`, and the one colour of each component label.
 
-- :func:`component_color`: the fixed colour of a label (``MHA`` is the same red in every figure of the
+- `component_color`: the fixed colour of a label (``MHA`` is the same red in every figure of the
   package and its applications; ``MHA@3`` takes its component's colour; any other label a colour of
   its own, the same in every run);
-- :func:`plot_result`: ``kind="curves"`` (per-layer mean rate with its 95% CI band, and a box plot per
+- `plot_result`: ``kind="curves"`` (per-layer mean rate with its 95% CI band, and a box plot per
   component of its per-layer means) or ``kind="heatmap"`` (layers x components, the mean rate in each
   cell, coloured on a scale centred at 1, the rate that keeps distances).
 
@@ -63,7 +63,7 @@ def _title(result: PlasticityResult, what: str, title: str | None) -> str:
 
 def new_figure(size: tuple[float, float], nrows: int = 1, ncols: int = 1, **subplots_kw):
     """``(fig, axes)``: a bare Figure on its own Agg canvas (no pyplot) with an ``nrows x ncols`` array of
-    axes made in the package's one :data:`STYLE`; the importer's rcParams are left as they were."""
+    axes made in the package's one `STYLE`; the importer's rcParams are left as they were."""
     import matplotlib
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure

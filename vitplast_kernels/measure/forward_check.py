@@ -8,11 +8,11 @@ attached, or before a detach and re-attach) is reused for the captured model and
 
 Two measures:
 
-1. **Guard on hooks** (:mod:`.hook_guards`): while a capture is attached, ``skip_nnmodule_hook_guards``
+1. **Guard on hooks** (`.hook_guards`): while a capture is attached, ``skip_nnmodule_hook_guards``
    is ``False``, so code compiled in that time checks that the hooks it was traced with are still the
    module's: a captured model recompiles instead of reusing hook-less code (one guard per hook dict per
    call, microseconds). Importing the package changes no setting.
-2. **Count and compare** (:class:`ForwardCheck`), for code compiled before the capture was attached (or
+2. **Count and compare** (`ForwardCheck`), for code compiled before the capture was attached (or
    with the flag set back): a forward pre-hook on the model's root counts, on the host, the outermost
    root calls made while the capture was enabled wherever the root's hooks run outside a compiled graph
    (a compiled ``model.forward`` or submodule: the root's hooks run eagerly around hook-less compiled
@@ -27,7 +27,7 @@ Two measures:
    ``result()``); on CPU at once.
 
 Errors raised by a hook inside a compiled graph surface as Dynamo's ``Unsupported: Observed exception``;
-so under compile, a batch that breaks ``strict=True`` is recorded (:attr:`Capture.strict_error`, a host
+so under compile, a batch that breaks ``strict=True`` is recorded (`Capture.strict_error`, a host
 attribute that the compiled code sets on every call) and raised here with the package's text, outside the
 graph: right after the forward when the root's hooks run eagerly, else at ``step()`` / ``result()``.
 """
@@ -63,7 +63,7 @@ REMEDY = (
 
 
 class MissedForwardError(RuntimeError):
-    """A forward of a captured model ran without being measured (see :mod:`.forward_check`)."""
+    """A forward of a captured model ran without being measured (see `.forward_check`)."""
 
 
 @dataclass

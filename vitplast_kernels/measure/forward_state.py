@@ -58,7 +58,7 @@ class ForwardState:
         return None
 
     def keep(self, li: int, reduced: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
-        """Records ``(tensor, sums)`` pairs reduced in layer ``li``, for :meth:`reduced`. Only the
+        """Records ``(tensor, sums)`` pairs reduced in layer ``li``, for `reduced`. Only the
         layer's own are kept: holding every layer's activations to the end of the forward kept the
         whole forward's activations alive in eager mode (memory, and fresh pages for every layer
         instead of the allocator's reused ones); a tensor shared across layers is reduced again."""

@@ -16,7 +16,7 @@ hook-less code.
 - A capture that is never detached counts as attached until it is garbage collected.
 
 Code compiled *before* the first attach (or after the last detach) was compiled without these guards;
-:mod:`.forward_check` raises :class:`~vitplast_kernels.MissedForwardError` where such code runs a
+`.forward_check` raises `MissedForwardError` where such code runs a
 monitored model without its hooks.
 """
 

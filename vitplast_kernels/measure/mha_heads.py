@@ -2,7 +2,7 @@
 module (it passes ``out_proj.weight`` to ``F.multi_head_attention_forward``), so no hook can see the
 concatenated heads that projection reads.
 
-:func:`head_outputs` recomputes them from the call's own arguments: ``F.multi_head_attention_forward``
+`head_outputs` recomputes them from the call's own arguments: ``F.multi_head_attention_forward``
 with the module's input projections, biases and masks, the identity as output projection,
 ``need_weights=False`` and dropout off (``training=False``: the recomputation draws no random numbers,
 so the real forward's dropout masks are unchanged; the per-head values are those of attention without

@@ -42,7 +42,7 @@ def input_of(args: tuple, kwargs: dict) -> torch.Tensor | None:
 
 
 def num_heads(module: torch.nn.Module) -> int | None:
-    """The attention head count found on ``module`` or a submodule (one of :data:`HEAD_ATTRS`)."""
+    """The attention head count found on ``module`` or a submodule (one of `HEAD_ATTRS`)."""
     for m in module.modules():
         for a in HEAD_ATTRS:
             v = getattr(m, a, None)

@@ -1,7 +1,6 @@
 """``monitor(model, every=k)``: a capture attached once, before ``torch.compile``, measuring every k-th step.
 
-Usage::
-
+Usage:
     mon = vitplast_kernels.monitor(model, every=10)      # hooks registered now, before compiling
     step_fn = torch.compile(train_step)                    # or torch.compile(model)
     for images, labels in loader:
@@ -15,8 +14,8 @@ variant's graph holds none of the capture's work. Nothing is synchronised with t
 (sums and counters are device tensors updated in place at fixed addresses), so CUDA graphs
 (``mode="reduce-overhead"``) replay the monitored variant too.
 
-Every forward of a monitored step is measured, or ``step()`` raises :class:`MissedForwardError` naming
-the step, the cause and the remedy (:mod:`.forward_check`): compiled code without the hooks (another
+Every forward of a monitored step is measured, or ``step()`` raises `MissedForwardError` naming
+the step, the cause and the remedy (`.forward_check`): compiled code without the hooks (another
 instance of the model compiled first, the model compiled and run before the monitor was attached) is
 never reused silently. On CUDA the check reads a counter copied asynchronously, so it may raise one
 ``step()`` later; ``result()`` always checks everything. A due step that runs no forward of the model
@@ -37,7 +36,7 @@ from .result import PlasticityResult
 
 
 class Monitor:
-    """A persistent :class:`Capture` that measures the forwards of every ``every``-th step.
+    """A persistent `Capture` that measures the forwards of every ``every``-th step.
 
     ``step()`` advances the step counter (call it once per training step, after the forward);
     ``active`` says whether the forwards of the current step are measured; ``measuring()`` measures a
@@ -70,7 +69,7 @@ class Monitor:
 
     def step(self) -> bool:
         """Ends the current training step; returns whether the next one is measured. Raises
-        :class:`MissedForwardError` when a forward of a measured step was not measured (see above)."""
+        `MissedForwardError` when a forward of a measured step was not measured (see above)."""
         due = (self.steps % self.every == 0 and self.capture.enabled and self.capture.attached
                and not self._paused)
         self._paused = False
@@ -112,9 +111,9 @@ class Monitor:
 
 
 def monitor(model: torch.nn.Module, *, every: int = 1, start: int = 0, **capture_kwargs) -> Monitor:
-    """A :class:`Monitor` of ``model`` measuring the steps numbered ``0, every, 2 * every, ...``; the
+    """A `Monitor` of ``model`` measuring the steps numbered ``0, every, 2 * every, ...``; the
     first step is numbered ``start`` (a resumed run's step, or 1 for a trainer counting from 1). Hooks
     are attached now, so create it before ``torch.compile``. ``capture_kwargs`` are
-    :func:`~vitplast_kernels.capture`'s (``protocol``, ``pairs``, ``components``, ``embedding``,
+    `capture`'s (``protocol``, ``pairs``, ``components``, ``embedding``,
     ``per_head``, ``tokens``, ``backend``, ``strict``)."""
     return Monitor(model, every=every, start=start, **capture_kwargs)

@@ -72,7 +72,7 @@ def pairwise_plasticity(
     """Per component and layer statistics of the pair rates ``||f(x) - f(y)||_F / ||x - y||_F``.
 
     Args:
-        acts: a :func:`~vitplast_kernels.capture` (after its forward passes), or a mapping
+        acts: a `capture` (after its forward passes), or a mapping
             ``{name: (input, output)}`` of ``(N, ...)`` tensors (``N`` sequences first; one layer), or
             ``{name: [(input, output), ...]}`` (one pair per layer), paired by ``pairs``
             (``"halves"``: sequence ``i`` with ``i + N/2``).
@@ -81,11 +81,11 @@ def pairwise_plasticity(
         distributed: sum the statistics over the ranks of ``group`` (``torch.distributed``).
         group: the ``torch.distributed`` process group for ``distributed=True`` (default: the world).
         pairs: the pairing of a plain mapping (``"halves"``, the default, or ``"all"``); a capture
-            uses the one given to :func:`capture` (passing ``pairs`` with a capture raises).
+            uses the one given to `capture` (passing ``pairs`` with a capture raises).
         backend: the paired op's backend for a plain mapping (default ``"auto"``); a capture uses the
-            one given to :func:`capture` (passing ``backend`` with a capture raises).
+            one given to `capture` (passing ``backend`` with a capture raises).
     Returns:
-        a :class:`PlasticityResult`; its sums stay on the device until a value is asked for.
+        a `PlasticityResult`; its sums stay on the device until a value is asked for.
     """
     if isinstance(acts, Capture):
         if pairs is not None or backend is not None:

@@ -8,7 +8,7 @@ module names segment by segment:
 - ``**`` is any number of whole segments (``**.blocks.*.attn`` matches ``blocks.3.attn`` and
   ``_orig_mod.blocks.3.attn``);
 - ``*`` is one or more characters inside a segment; ``?`` one character and ``[...]`` one character of
-  a set (``[0-5]``, ``[!0]``), as in :mod:`fnmatch`. None of them matches a ``.``.
+  a set (``[0-5]``, ``[!0]``), as in `fnmatch`. None of them matches a ``.``.
 
 The *layer* of a matched name is what the wildcards matched: each ``*`` of a segment holding only
 ``*`` wildcards gives its own part (``blocks.*.attn``: ``blocks.3.attn`` is layer ``3``), and a segment
@@ -18,7 +18,7 @@ The embedding (the input ``e`` of the decomposition protocol) is a module name w
 or ``"<name>:input"`` for a module's first input (``"**.blocks.0:input"``: the tokens entering the
 first block, i.e. the output of timm's ``patch_drop``/``norm_pre``).
 
-:func:`detect` tries the presets below in order. A preset's leading ``**`` must stand for one prefix
+`detect` tries the presets below in order. A preset's leading ``**`` must stand for one prefix
 shared by all its patterns (one transformer): the prefixes where every pattern matches are tried,
 shortest first, so the ``blocks`` of a hybrid ViT's ResNet stem (``patch_embed.backbone.stages.0.
 blocks.0.norm1``) do not collide with the transformer's own ``blocks.0.norm1``. The preset returned has

@@ -1,15 +1,15 @@
 """Capture protocols as strategy objects: which hooks a protocol registers and what each one reduces.
 
-- :class:`InSitu` (``"in_situ"``): forward hooks on every component module. Component ``c`` of layer
+- `InSitu` (``"in_situ"``): forward hooks on every component module. Component ``c`` of layer
   ``l`` has rate ``||c(x) - c(y)|| / ||x - y||`` for the tensors it really receives and returns.
-- :class:`Decomposition` (``"decomposition"``, the paper's): every component of every layer is applied
+- `Decomposition` (``"decomposition"``, the paper's): every component of every layer is applied
   to the same input ``e``, the embedding output. A forward pre-hook on each component calls it once more
   on ``e`` (FC2: ``e`` zero-padded to its input width), reduces the output, drops it.
 
 Hook bodies are plain tensor code over per-forward Python structure held by the capture, so
 ``torch.compile`` traces them into the model's graph (no graph break); the capture's ``enabled`` flag
 is read first, so a disabled capture adds nothing to the traced graph. A protocol sees the capture only
-through :class:`CaptureView`.
+through `CaptureView`.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from .module_io import first_tensor, in_width, input_of
 
 
 class CaptureView(_Interface):
-    """What a protocol uses of a :class:`~vitplast_kernels.measure.capture.Capture` (which imports this
+    """What a protocol uses of a `Capture` (which imports this
     module, hence an interface rather than the class)."""
 
     components: tuple[str, ...]
@@ -41,7 +41,7 @@ class CaptureView(_Interface):
         """The model's submodule called ``name``."""
 
     def counts_forward(self, ci: int, li: int) -> bool:
-        """Whether the hook of row ``(ci, li)`` counts its forward (``counts_skip`` of :meth:`reduce`)."""
+        """Whether the hook of row ``(ci, li)`` counts its forward (``counts_skip`` of `reduce`)."""
 
     def reduce(self, li: int, items: list[tuple[int, str, torch.Tensor]], where: str, *,
                share: bool = True, counts_skip: bool = False) -> list[torch.Tensor | None]:

@@ -2,7 +2,7 @@
 
 What is stored are *sums*, exactly combinable across batches and ranks: per component ``c`` and
 layer ``l``, float64 ``[count, sum, sumsq, identical, nonfinite]`` (see
-:data:`vitplast_kernels.measure.pairings.fields.STAT_FIELDS`): pairs used, sum and sum of squares of their
+`vitplast_kernels.measure.pairings.fields.STAT_FIELDS`): pairs used, sum and sum of squares of their
 rates, pairs excluded because their input distance is 0, pairs with a non-finite value (never averaged in).
 The sums stay on the device they were computed on until a value is asked for.
 
@@ -13,13 +13,13 @@ Derived values (float64 CPU tensors, NaN where undefined):
 - 95% CI: normal approximation ``mean +- 1.96 * sem``, ``sem`` (standard error of the mean) =
   ``std / sqrt(count)`` for disjoint pairs (``halves``). With ``pairs="all"`` the pairs of a batch
   share sequences and are not independent: the stats carry a sixth field ``var_w`` (jackknife over
-  sequences of each batch's U-statistic, see :mod:`vitplast_kernels.measure.pairings.all_pairs`) and
+  sequences of each batch's U-statistic, see `vitplast_kernels.measure.pairings.all_pairs`) and
   ``sem = sqrt(var_w) / count``.
 
-Reports: :meth:`PlasticityResult.table` (text), :meth:`~PlasticityResult.to_json` (the sums, exact),
-:meth:`~PlasticityResult.records`, :meth:`~PlasticityResult.to_dataframe` (pandas, optional) and
-:meth:`~PlasticityResult.to_csv` (one row per component and layer), :meth:`~PlasticityResult.plot`
-(curves or a heatmap, :mod:`.figures`).
+Reports: `PlasticityResult.table` (text), `to_json` (the sums, exact),
+`records`, `to_dataframe` (pandas, optional) and
+`to_csv` (one row per component and layer), `plot`
+(curves or a heatmap, `.figures`).
 """
 
 from __future__ import annotations
@@ -53,8 +53,8 @@ class PlasticityResult:
         heads: optional ``(L, H, 5)`` float64 sums of the per-head MHA rates (``per_head=True``).
         meta: JSON-serialisable facts about the measurement (protocol, pairs, tokens, model, ...).
         chunks: optional ``(K, C, L, F)`` float64 sums of ``K`` separately measured chunks whose sum is
-            ``stats`` (:meth:`from_chunks`): the resampling units of a bootstrap over pairs
-            (:meth:`replicate_means`).
+            ``stats`` (`from_chunks`): the resampling units of a bootstrap over pairs
+            (`replicate_means`).
     """
 
     def __init__(
@@ -104,13 +104,13 @@ class PlasticityResult:
 
     @property
     def chunk_stats(self) -> torch.Tensor | None:
-        """``(K, C, L, F)`` float64 sums of each chunk (None unless made by :meth:`from_chunks`)."""
+        """``(K, C, L, F)`` float64 sums of each chunk (None unless made by `from_chunks`)."""
         return self._chunks
 
     @classmethod
     def from_chunks(cls, chunks: Sequence[PlasticityResult]) -> PlasticityResult:
         """One result from separately measured chunks of the same components and layers: their sums added
-        in chunk order, each chunk's sums kept (:attr:`chunk_stats`) for :meth:`replicate_means`."""
+        in chunk order, each chunk's sums kept (`chunk_stats`) for `replicate_means`."""
         if not chunks:
             raise ValueError("from_chunks: no chunk")
         first = chunks[0]
@@ -129,7 +129,7 @@ class PlasticityResult:
     def replicate_means(self, counts) -> tuple[torch.Tensor, torch.Tensor]:
         """Bootstrap replicates over chunks: ``counts`` ``(B, K)`` multiplicities of the chunks (each
         row a resample) -> ``(per-layer mean (B, C, L), mean over layers (B, C))`` float64 CPU, computed
-        as :meth:`mean` and :meth:`overall` compute them from the resampled sums (NaN where undefined)."""
+        as `mean` and `overall` compute them from the resampled sums (NaN where undefined)."""
         if self._chunks is None:
             raise ValueError("replicate_means needs per-chunk sums: build the result with from_chunks")
         chunks = self._chunks.to("cpu", torch.float64)
@@ -307,7 +307,7 @@ class PlasticityResult:
                 f"meta={self.meta})")
 
     def to_dict(self) -> dict:
-        """JSON-ready dict: the raw sums (exact, for :meth:`from_dict`) and the derived values."""
+        """JSON-ready dict: the raw sums (exact, for `from_dict`) and the derived values."""
         out: dict = {"format": "vitplast-plasticity/1", "meta": self.meta, "layers": list(self.layers),
                      "stat_fields": list(self.stat_fields), "components": {}}
         for i, c in enumerate(self.components):
@@ -332,7 +332,7 @@ class PlasticityResult:
 
     @classmethod
     def from_dict(cls, d: Mapping) -> PlasticityResult:
-        """Inverse of :meth:`to_dict` (rebuilt from the raw sums)."""
+        """Inverse of `to_dict` (rebuilt from the raw sums)."""
         comps = list(d["components"])
         stats = torch.tensor([d["components"][c]["sums"] for c in comps], dtype=torch.float64)
         stats = stats.reshape(len(comps), len(d["layers"]), len(d.get("stat_fields", STAT_FIELDS)))
@@ -341,7 +341,7 @@ class PlasticityResult:
         return cls(stats, comps, d["layers"], heads=heads, meta=d.get("meta"), chunks=chunks)
 
     def to_json(self, path: str | os.PathLike) -> None:
-        """Writes :meth:`to_dict` as JSON atomically (temporary file + ``os.replace``)."""
+        """Writes `to_dict` as JSON atomically (temporary file + ``os.replace``)."""
         text = json.dumps(self.to_dict(), indent=1)
 
         def write(tmp: str) -> None:
@@ -383,7 +383,7 @@ class PlasticityResult:
                 for r, (keys, s) in enumerate(keyed)]
 
     def to_dataframe(self, *, heads: bool = False):
-        """:meth:`records` as a ``pandas.DataFrame`` (one row per component and layer; ``heads=True``:
+        """`records` as a ``pandas.DataFrame`` (one row per component and layer; ``heads=True``:
         per layer and head), the measurement's ``meta`` in ``DataFrame.attrs["meta"]``. ``component`` is an
         ordered categorical in the model's order; ``layer`` is an integer column when every layer label is
         an integer, otherwise an ordered categorical in block order, so sorting and grouping keep the
@@ -405,7 +405,7 @@ class PlasticityResult:
         return frame
 
     def to_csv(self, path: str | os.PathLike, *, heads: bool = False) -> None:
-        """Writes :meth:`records` as CSV atomically (a header row, then one row per component and layer;
+        """Writes `records` as CSV atomically (a header row, then one row per component and layer;
         an undefined value is an empty cell). Needs nothing beyond the standard library."""
         rows = self.records(heads=heads)
 
@@ -424,7 +424,7 @@ class PlasticityResult:
         rate of each component with its 95% CI band, beside a box plot per component of its per-layer
         means; ``kind="heatmap"``: layers x components, each cell the mean rate, coloured on a scale
         centred at 1. Every component keeps its one colour
-        (:func:`~vitplast_kernels.measure.figures.component_color`)."""
+        (`component_color`)."""
         from .figures import plot_result
 
         plot_result(self, path, kind=kind, title=title)

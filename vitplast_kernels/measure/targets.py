@@ -107,7 +107,7 @@ def find_heads(modules: dict, named: dict[str, torch.nn.Module], layer_index: di
     """Per layer index: the module whose call shows the heads and the head count. That module is the
     MHA's output projection (its input is the heads' outputs, concatenated), or an
     ``nn.MultiheadAttention`` inside the MHA component (its per-head outputs are recomputed from its
-    call, :mod:`.mha_heads`)."""
+    call, `.mha_heads`)."""
     if "MHA" not in modules:
         raise ValueError("per_head=True needs an 'MHA' component")
     heads_of: dict[int, tuple[str, int]] = {}

@@ -6,7 +6,7 @@ strides; float64 runs on the ``"torch"`` path and gives float64 results) returns
 ``S[i, j] = sum_k (a[i, k] - a[j, k])^2`` (differences taken after up-casting). ``all_pair_ratios(fx,
 x)`` returns ``sqrt(S_fx / S_x)`` with NaN on the diagonal and wherever ``S_x == 0`` (identical
 sequences: no rate). These are what ``pairs="all"`` (the U-statistic over the N(N-1)/2 distinct pairs)
-is built on: it takes the float64 matrix of :func:`all_pair_sq_sums`, which every backend computes
+is built on: it takes the float64 matrix of `all_pair_sq_sums`, which every backend computes
 (distances and rates are formed from it in float64, then cast: right wherever their true value is a
 finite float32 number, even when ``S`` is not). The op is differentiable: with ``G = g + g^T`` the
 symmetrised upstream gradient, ``grad_a = 2 (diag(rowsum(G)) - G) a`` (formed in float64, returned in
@@ -37,7 +37,7 @@ against float64) for float32, float16 and bfloat16 inputs:
    plus the truncation bias of the tensor-core accumulator, see ``backends/triton/all_pairs.py``) a pair is
    *unreliable* when ``S_ij < eps / eta * (n_i + n_j)`` with ``eta = 5e-6`` (half the budget), or
    when the float32 Gram left its range (``n_i + n_j`` not finite, or under
-   :func:`~vitplast_kernels.numerics.underflow_floor`; the CPU path first rescales such rows by powers
+   `underflow_floor`; the CPU path first rescales such rows by powers
    of two, see ``backends/cpu.py``). Unreliable pairs are
    recomputed directly from the original rows: on CPU through ``pair_sq_distances`` on gathered
    rows (one host sync, CPU only); on GPU by a masked direct kernel launched over every pair of

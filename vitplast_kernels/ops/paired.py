@@ -12,7 +12,7 @@ vanishes below 2^-75, far inside float32's range), and distances and rates are f
 float64 before the cast to float32: they are right wherever their true value is a finite float32 number
 (activations scaled by 1e30 or by 1e-38 included). ``pair_sq_distances`` returns the squares as
 float32 (inf above 3.4e38, 0 below 1.4e-45, as float32 has it); the measurement layer takes the float64
-sums from :func:`pair_sq_sums` and :func:`grouped_sq_sums`.
+sums from `pair_sq_sums` and `grouped_sq_sums`.
 
 Gradients: the outputs are differentiable in ``a`` and ``b`` (autograd formulas registered below for the
 C++ and Triton ops; the ``torch`` backend differentiates through torch itself):
@@ -68,7 +68,7 @@ def decomposed_sq_sums(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def call_backend(fn, a, b, tensors: Sequence[torch.Tensor]) -> torch.Tensor:
-    """``fn(a, b)``, below the autograd dispatch key when :func:`without_autograd` allows it (the result
+    """``fn(a, b)``, below the autograd dispatch key when `without_autograd` allows it (the result
     is the same tensor the autograd path returns for inputs that need no gradient)."""
     if without_autograd(tensors):
         with torch._C._AutoDispatchBelowAutograd():
@@ -137,7 +137,7 @@ def sqrt0(s: torch.Tensor) -> torch.Tensor:
 def grouped_sq_sums(
     a: Sequence[torch.Tensor], b: Sequence[torch.Tensor], *, backend: str = "auto"
 ) -> torch.Tensor:
-    """G pairs of ``(B, ...)`` tensors -> ``(G, B)`` float64 sums (see :func:`pair_sq_distances_grouped`)."""
+    """G pairs of ``(B, ...)`` tensors -> ``(G, B)`` float64 sums (see `pair_sq_distances_grouped`)."""
     for name, group in (("a", a), ("b", b)):
         if isinstance(group, torch.Tensor):
             raise TypeError(

@@ -1,4 +1,4 @@
-"""``vitplast claim``: does plasticity predict which component to finetune? (:func:`claim`)"""
+"""``vitplast claim``: does plasticity predict which component to finetune? (`claim`)"""
 
 from .experiment import claim, claim_options
 from .options import ClaimOptions

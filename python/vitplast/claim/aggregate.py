@@ -5,7 +5,7 @@ reports them), then what they say together.
   intervals and one-sided permutation p-values (from that dataset's analysis);
 - pooled: the within-dataset Spearman, each dataset's rho weighted by its number of components (or
   units), tested by a **stratified** permutation test that permutes the gains only among the rows of
-  the same dataset (:func:`vitplast.claim.statistics.stratified_permutation_test`: what differs
+  the same dataset (`vitplast.claim.statistics.stratified_permutation_test`: what differs
   between datasets, their accuracy level, cannot make p small);
 - combined: the per-dataset one-sided p-values combined by Stouffer's method weighted by the square
   root of each dataset's number of rows (``scipy.stats.combine_pvalues``), and how many datasets

@@ -1,5 +1,5 @@
-"""``vitplast claim``: the command line of :func:`vitplast.claim.claim` (its flags come from
-:class:`vitplast.claim.options.ClaimOptions`)."""
+"""``vitplast claim``: the command line of `vitplast.claim.claim` (its flags come from
+`vitplast.claim.options.ClaimOptions`)."""
 
 from __future__ import annotations
 

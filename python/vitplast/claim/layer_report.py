@@ -2,7 +2,7 @@
 and in words what the data can and cannot tell) and the figure (gain against plasticity per unit,
 coloured by component; plasticity and gain per layer; the selection comparison).
 
-Drawn in the commands' one plotting style (:mod:`vitplast.outputs.plots`: no global pyplot state,
+Drawn in the commands' one plotting style (`vitplast.outputs.plots`: no global pyplot state,
 one colour per component, written atomically); gains get error bars only with at least two seeds."""
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ statistics that can separate plasticity from size.
 A unit ``MHA@3`` is one component of one layer (``vitplast finetune --train MHA@3``: its parameters +
 the head). Its plasticity is that layer's (matched X-Y pairs before finetuning, chunks resampled by
 the bootstrap); its gain the paired difference from the head-only run of the same seed at each
-train's best learning rate, as in :mod:`.analysis`. Inside a component type every unit has the same
+train's best learning rate, as in `.analysis`. Inside a component type every unit has the same
 trainable size, so the association **within** types is free of the size confound:
 
 - rank correlations over all units (Spearman, Kendall tau-b) with the joint bootstrap and sampled

@@ -21,7 +21,7 @@ def _round(v: float) -> float:
 
 def widen(summaries: list[dict], start: list[float]) -> list[tuple[str, float]]:
     """``(train, lr)`` pairs to run next: one step beyond the edge where a train's best lr sits, while
-    fewer than :data:`LR_AUTO_ROUNDS` steps were taken on that side."""
+    fewer than `LR_AUTO_ROUNDS` steps were taken on that side."""
     acc: dict[str, dict[float, list[float]]] = {}
     for s in summaries:
         acc.setdefault(s["train"], {}).setdefault(float(s["lr"]), []).append(float(s["final_acc"]))

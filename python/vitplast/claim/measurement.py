@@ -1,6 +1,6 @@
 """The plasticity a claim measures before finetuning, per dataset: loaded from the dataset's
 ``plasticity_chunks.json`` when it was measured with the same options, else measured
-(:func:`vitplast.claim.plasticity.measure_chunks`) on the model the finetuning runs start from, its
+(`vitplast.claim.plasticity.measure_chunks`) on the model the finetuning runs start from, its
 images prepared as theirs are."""
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def saved_measurement(opts: ClaimOptions, dataset: DatasetPlan) -> dict | None:
 
 def measure_dataset(opts: ClaimOptions, dataset: DatasetPlan, device, reporter: Reporter, *, progress: bool,
                     write: bool) -> dict:
-    """The dataset's chunks: saved ones (:func:`saved_measurement`), else measured now (and written when
+    """The dataset's chunks: saved ones (`saved_measurement`), else measured now (and written when
     ``write``)."""
     import torch
 

@@ -1,6 +1,6 @@
-"""Options of `vitplast claim`, declared once (:class:`ClaimOptions`): the model, data, optimisation and
-runtime groups it shares with finetune (:mod:`vitplast.options.groups`), the executor group
-(:class:`vitplast.runs.executors.ExecutorOptions`: ``--executor``, ``--jobs``, ``--shard``, ...) and its
+"""Options of `vitplast claim`, declared once (`ClaimOptions`): the model, data, optimisation and
+runtime groups it shares with finetune (`vitplast.options.groups`), the executor group
+(`vitplast.runs.executors.ExecutorOptions`: ``--executor``, ``--jobs``, ``--shard``, ...) and its
 own. The CLI flags, defaults, checks and error wording all come from it.
 
 Every problem is a ``ValueError`` whose message names the option (the CLI prints it on one line and

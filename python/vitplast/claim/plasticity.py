@@ -62,7 +62,7 @@ def _pair_batches(x_set, y_set, order_x: np.ndarray, order_y: np.ndarray, chunks
 def measure_chunks(net, x_set, y_set, *, protocol: str, pairs: int, pair_batch: int, seed: int,
                    device, amp=None, progress: bool = False) -> dict:
     """Measure ``pairs`` matched pairs in chunks through the one measuring loop
-    (:func:`vitplast.criteria.loop.measure_plasticity`, one chunk per forward); returns
+    (`vitplast.criteria.loop.measure_plasticity`, one chunk per forward); returns
     ``{"components", "layers", "stats" (chunks, C, L, 5) float64 list, "pairs", "chunks", "seconds"}``."""
     import torch
 

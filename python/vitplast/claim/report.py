@@ -2,7 +2,7 @@
 
 The figure is drawn on a bare ``matplotlib.figure.Figure`` with the Agg canvas (no pyplot, so no
 global figure state is created or left behind), with each component in its one colour
-(:func:`vitplast.outputs.plots.component_color`), and written atomically. Gains get error bars only
+(`vitplast.outputs.plots.component_color`), and written atomically. Gains get error bars only
 where there are at least two seeds.
 """
 

@@ -3,7 +3,7 @@
 - ranks, Spearman's rho, Kendall's tau-b: ``rankdata``, ``pearsonr`` of the ranks (vectorised over
   bootstrap replicates), ``kendalltau(variant="b")``;
 - permutation p-values: ``permutation_test(permutation_type="pairings")``, every permutation
-  enumerated up to :data:`EXACT_PERMUTATION_LIMIT` items, else sampled;
+  enumerated up to `EXACT_PERMUTATION_LIMIT` items, else sampled;
 - Student-t intervals: ``t``; the trend line: ``theilslopes``.
 
 What scipy lacks is here: the **stratified** permutation test (gains permuted only among rows of the
@@ -80,7 +80,7 @@ def _nan_result(observed: float, n_perm: int = 0) -> dict:
 def permutation_test(x, y, statistic, *, permutations: int = 10000, seed: int = 0) -> dict:
     """p-values of ``statistic(x, y)`` under "y's order is exchangeable" (y unrelated to x), through
     ``scipy.stats.permutation_test(permutation_type="pairings")`` on y alone. Up to
-    :data:`EXACT_PERMUTATION_LIMIT` items every permutation is enumerated, beyond ``permutations``
+    `EXACT_PERMUTATION_LIMIT` items every permutation is enumerated, beyond ``permutations``
     random ones. Returns ``{"observed", "greater", "two_sided", "exact", "permutations"}``."""
     x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
     n = y.shape[-1]
@@ -137,10 +137,10 @@ def _pooled_null(x: np.ndarray, y_perm: np.ndarray, groups: list[np.ndarray], st
 
 def stratified_permutation_test(x, y, strata, *, statistic=spearman, permutations: int = 10000,
                                 seed: int = 0) -> dict:
-    """Permutation test of the pooled within-stratum ``statistic`` (:func:`within_strata`), ``y``
+    """Permutation test of the pooled within-stratum ``statistic`` (`within_strata`), ``y``
     permuted **only among rows of the same stratum**: between-stratum differences (e.g. of size) are
     held fixed, so only the association inside each stratum can make p small. Every combination of
-    within-stratum permutations is enumerated when there are at most :data:`EXACT_STRATIFIED_LIMIT`
+    within-stratum permutations is enumerated when there are at most `EXACT_STRATIFIED_LIMIT`
     (p = hits / count), else ``permutations`` are drawn (p = (1 + hits) / (1 + permutations)).
     ``two_sided``: twice the smaller one-sided p, as scipy's."""
     x, y, strata = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64), np.asarray(strata)

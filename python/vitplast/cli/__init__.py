@@ -2,7 +2,7 @@
 
 Each subcommand is a module (``SUBCOMMANDS``) defining ``add_arguments(parser)`` and ``run(args)``, and
 optionally ``HELP``, the text its ``--help`` shows above the options (else its docstring). This package
-parses and routes; :func:`main` is the one place where an exception becomes an exit status.
+parses and routes; `main` is the one place where an exception becomes an exit status.
 """
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
       the way Ctrl-C does (worker processes stopped, nothing left running).
 
     Before the command runs, the environment variables it reads and ``--workers`` are checked
-    (:func:`check_start`: a bad value is status 2, one line naming it).
+    (`check_start`: a bad value is status 2, one line naming it).
 
     What the parser itself rejects, ``--help`` and ``--version`` end in ``SystemExit`` with that
     status, as argparse ends them; without a command the help is printed and the status is 2. A
@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def check_start(args: argparse.Namespace) -> None:
     """What every command checks before it starts anything: the environment variables it reads
-    (:func:`vitplast.runtime.environment.check_environment`) and ``--workers`` against the CPUs this
+    (`vitplast.runtime.environment.check_environment`) and ``--workers`` against the CPUs this
     process may use; ValueError naming the variable or the flag."""
     check_environment()
     check_workers(getattr(args, "workers", None))

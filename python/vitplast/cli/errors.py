@@ -45,7 +45,7 @@ def exit_status(prog: str, command: str | None, exc: BaseException, out: str | N
     """Prints the one line that ``exc``, raised by ``vitplast COMMAND`` (``prog``), ends the command
     with, and returns its exit status; with ``VITPLAST_TRACEBACK`` on (``1``, ``true``, ``yes``), a
     failure is raised again instead (call it from the ``except`` block). A stop by SIGTERM or SIGHUP
-    (:class:`vitplast.runtime.stops.Terminated`) ends like Ctrl-C, with status 128 + the signal."""
+    (`vitplast.runtime.stops.Terminated`) ends like Ctrl-C, with status 128 + the signal."""
     if isinstance(exc, KeyboardInterrupt):
         kept = INTERRUPTED.get(command or "", "").format(out=out or "--out")
         how = f"stopped by {exc.name}" if isinstance(exc, Terminated) else "interrupted"

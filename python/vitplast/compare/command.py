@@ -1,5 +1,5 @@
-"""``vitplast compare`` on the command line: :data:`HELP`, :func:`add_arguments`, :func:`run`; the work is
-:func:`vitplast.compare.compare`."""
+"""``vitplast compare`` on the command line: `HELP`, `add_arguments`, `run`; the work is
+`vitplast.compare.compare`."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""The options of ``vitplast compare``: :class:`CompareOptions` (flags, defaults, checks and wording:
-:mod:`vitplast.options.fields`). The command reads saved results only, so it takes none of the model,
-data, optimisation or runtime groups of :mod:`vitplast.options.groups`."""
+"""The options of ``vitplast compare``: `CompareOptions` (flags, defaults, checks and wording:
+`vitplast.options.fields`). The command reads saved results only, so it takes none of the model,
+data, optimisation or runtime groups of `vitplast.options.groups`."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def _name(value) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class CompareOptions:
-    """Every option of ``vitplast compare`` (a keyword of :func:`vitplast.compare.compare` each)."""
+    """Every option of ``vitplast compare`` (a keyword of `vitplast.compare.compare` each)."""
 
     runs: list = option(
         None, "two or more measurements: plasticity.json files, or directories holding one (what "

@@ -1,4 +1,4 @@
-"""The figure of ``vitplast compare``: per component its one colour (:func:`vitplast.outputs.plots.
+"""The figure of ``vitplast compare``: per component its one colour (`vitplast.outputs.plots.
 component_color`), per run one line style and marker. The first panel holds each run's mean over layers
 with its 95% CI; then one panel per component: the per-layer means with their 95% CI bands."""
 

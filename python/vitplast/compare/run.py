@@ -1,8 +1,8 @@
-"""``compare(...)``: the work of ``vitplast compare`` (its options: :class:`CompareOptions`).
+"""``compare(...)``: the work of ``vitplast compare`` (its options: `CompareOptions`).
 
 Order of work: the options are checked, then ``out`` (it must be able to receive the output set), then
 every run is read; the table is printed and, with ``out``, ``compare.txt``, ``compare.csv``,
-``compare.json`` and ``compare.png`` are written as one set (:mod:`vitplast.runs.output_set`).
+``compare.json`` and ``compare.png`` are written as one set (`vitplast.runs.output_set`).
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ OUTPUT_FILES = ("compare.txt", "compare.csv", "compare.json", "compare.png")
 
 def compare(opts: CompareOptions | None = None, /, *, reporter: Reporter | None = None,
             **keywords: Any) -> Comparison:
-    """Compares the plasticity of two or more saved measurements; returns the :class:`Comparison`.
+    """Compares the plasticity of two or more saved measurements; returns the `Comparison`.
 
-    ``opts``: a :class:`CompareOptions`, or its fields as keywords, e.g.
+    ``opts``: a `CompareOptions`, or its fields as keywords, e.g.
     ``compare(runs=["before/", "after/"], labels=["before", "after"], out="cmp/")``. ``runs``:
     ``plasticity.json`` files or directories holding one (``vitplast measure --out``, the trainer
     callbacks); the first is the reference of the differences. ``reporter``: where the table goes

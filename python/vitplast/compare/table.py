@@ -1,7 +1,7 @@
 """What ``vitplast compare`` computes from the measurements: per component, each run's plasticity (mean
 over layers, and per layer) with its 95% CI, and its difference from the first run (the reference).
 
-- A layer's CI is the measurement's own (:meth:`vitplast_kernels.PlasticityResult.ci`: its standard
+- A layer's CI is the measurement's own (`vitplast_kernels.PlasticityResult.ci`: its standard
   error ``sem``).
 - The mean over layers is the mean of the per-layer means; its standard error ``sqrt(sum sem_l^2) / L``
   treats the layers' estimates as independent.
@@ -119,7 +119,7 @@ class Comparison:
 
 
 def compare_measurements(runs: list[Measurement], components: list[str] | None = None) -> Comparison:
-    """The :class:`Comparison` of ``runs`` (their first is the reference); ValueError when they do not
+    """The `Comparison` of ``runs`` (their first is the reference); ValueError when they do not
     have the same layers, or share no component."""
     layers = runs[0].result.layers
     for m in runs[1:]:

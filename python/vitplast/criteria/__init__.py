@@ -1,6 +1,6 @@
 """Criteria that score every (component, layer) unit of a model, higher = finetune first, behind one
-interface (:class:`Criterion`), by name (:data:`CRITERIA`), and the one measuring loop
-(:func:`measuring_loop`) they and the commands measure with."""
+interface (`Criterion`), by name (`CRITERIA`), and the one measuring loop
+(`measuring_loop`) they and the commands measure with."""
 
 from .base import Cost, Criterion, Setting, Units, resolve_units
 from .loop import Batch, Measured, measure_plasticity, measuring_loop

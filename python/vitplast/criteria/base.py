@@ -1,16 +1,16 @@
 """The interface every criterion implements, and what it is given.
 
 A **criterion** scores every (component, layer) **unit** of a model, **higher = finetune first**, from
-a :class:`Setting` (the model as the finetuning run of a seed starts it, a sample of labelled downstream
-images, plasticity's paired images, the component map), and reports what scoring cost (:class:`Cost`:
+a `Setting` (the model as the finetuning run of a seed starts it, a sample of labelled downstream
+images, plasticity's paired images, the component map), and reports what scoring cost (`Cost`:
 seconds, forward and backward passes, peak device memory). A component's score is the mean of its
 units' scores over layers (``size``: the sum).
 
-Subclasses of :class:`Criterion` set ``name``, ``needs`` (what they read: ``"weights"``, ``"images"``,
+Subclasses of `Criterion` set ``name``, ``needs`` (what they read: ``"weights"``, ``"images"``,
 ``"labels"``, ``"backward"``, ``"pairs"``), ``per_seed`` (loss-based criteria depend on the head a seed
 initialises: scored per seed, the score is the mean over seeds) and ``layer_reduce``, and implement
-:meth:`Criterion.score_units` for one model. :meth:`Criterion.score` does the rest: seeds, timing,
-memory, the :class:`~vitplast.criteria.result.CriterionResult`.
+`Criterion.score_units` for one model. `Criterion.score` does the rest: seeds, timing,
+memory, the `CriterionResult`.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ class Units:
 
 def resolve_units(net: torch.nn.Module, components: Mapping | None = None) -> Units:
     """The units of ``net`` under ``components`` (``{label: glob}``; None: the detected preset), from the
-    component map of :mod:`vitplast_kernels.measure.targets` (the capture's)."""
+    component map of `vitplast_kernels.measure.targets` (the capture's)."""
     from vitplast_kernels.measure.targets import resolve_components
 
     resolved = resolve_components(net, components, None)
@@ -81,7 +81,7 @@ class Setting:
             weights, the head that seed initialises. Called once per seed by loss-based criteria, once
             (with ``seeds[0]``) by the others.
         seeds: the seeds of loss-based criteria.
-        batches: labelled downstream images (:class:`~vitplast.criteria.loop.Batch`), the criterion's
+        batches: labelled downstream images (`Batch`), the criterion's
             sample (``--criterion-batches`` of them).
         pair_batches: plasticity's forward inputs in pairing order (a callable returning a fresh
             iterable), or None.
@@ -120,8 +120,8 @@ class Criterion:
         return {}
 
     def score(self, setting: Setting):
-        """The :class:`~vitplast.criteria.result.CriterionResult` of ``setting``: per seed when
-        ``per_seed`` (the score the mean over seeds), with its :class:`Cost`."""
+        """The `CriterionResult` of ``setting``: per seed when
+        ``per_seed`` (the score the mean over seeds), with its `Cost`."""
         from .result import CriterionResult
 
         cuda = torch.device(setting.device).type == "cuda"

@@ -21,7 +21,7 @@ class Fisher(Criterion):
     of the criterion's batches (labelled downstream images), ``|u|`` the unit's parameter count (so the
     score does not just follow size); the sum over parameters (``F(u) · |u|``) is reported beside it as
     the extra value ``sum``. Per-sample gradients with ``torch.func`` (``vmap`` over ``grad`` of a
-    ``functional_call`` on one sample), one unit at a time and :data:`CHUNK` samples per call, so that
+    ``functional_call`` on one sample), one unit at a time and `CHUNK` samples per call, so that
     only one unit's per-sample gradients exist at once (ViT-B fits). At the pretrained weights, the head
     initialised as the finetuning run of the seed initialises it, eval mode; per seed, the score the
     mean over seeds. (Kirkpatrick et al., *Overcoming catastrophic forgetting in neural networks*, PNAS

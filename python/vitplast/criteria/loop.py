@@ -1,15 +1,15 @@
 """The one measuring loop of the commands: capture -> reduce -> result.
 
-A :class:`Meter` is what a criterion measures with. It is attached to the model for the whole loop
-(:meth:`Meter.attach`, e.g. plasticity's forward hooks), then fed one **unit of work** at a time, a
-:class:`Batch` (images and, for criteria that need them, labels): :meth:`Meter.step` runs what the
+A `Meter` is what a criterion measures with. It is attached to the model for the whole loop
+(`Meter.attach`, e.g. plasticity's forward hooks), then fed one **unit of work** at a time, a
+`Batch` (images and, for criteria that need them, labels): `Meter.step` runs what the
 criterion needs on it (a forward under ``no_grad``, or a forward and a backward), reducing what it
-captured to running sums. :meth:`Meter.chunk` closes the sums of the batches since the last chunk (the
-resampling units of a bootstrap) and :meth:`Meter.result` gives the result. A criterion that needs only
+captured to running sums. `Meter.chunk` closes the sums of the batches since the last chunk (the
+resampling units of a bootstrap) and `Meter.result` gives the result. A criterion that needs only
 the weights feeds no batch: the loop runs zero steps and its result is read from the weights.
 
-:func:`measuring_loop` is that loop, used by ``vitplast measure``, ``vitplast claim`` (one chunk per
-batch) and ``vitplast finetune --train auto``; :class:`PlasticityMeter` is plasticity's meter.
+`measuring_loop` is that loop, used by ``vitplast measure``, ``vitplast claim`` (one chunk per
+batch) and ``vitplast finetune --train auto``; `PlasticityMeter` is plasticity's meter.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ class Meter(Protocol):
 
 @dataclasses.dataclass(frozen=True)
 class Measured:
-    """What :func:`measuring_loop` returns: the meter's ``result``, its ``chunks`` (one per batch with
+    """What `measuring_loop` returns: the meter's ``result``, its ``chunks`` (one per batch with
     ``chunks=True``, else empty) and the number of batches ``steps`` it was fed."""
 
     result: Any
@@ -58,9 +58,9 @@ def measuring_loop(net: torch.nn.Module, meter: Meter, batches: Iterable, *, amp
                    limit: int | None = None, chunks: bool = False, progress: bool = False,
                    desc: str = "measuring", on_error: Callable[[Exception, Batch], Exception] | None = None
                    ) -> Measured:
-    """Feeds ``batches`` (:class:`Batch` or image tensors) to ``meter`` attached to ``net``, up to
+    """Feeds ``batches`` (`Batch` or image tensors) to ``meter`` attached to ``net``, up to
     ``limit`` of them, under ``amp`` (a context factory; None: full precision); with ``chunks`` the
-    meter's :meth:`Meter.chunk` closes each batch's sums. ``on_error(exc, batch)``: the exception to
+    meter's `Meter.chunk` closes each batch's sums. ``on_error(exc, batch)``: the exception to
     raise instead of a ``RuntimeError`` or ``AssertionError`` of a step (None: raised as it is)."""
     from tqdm.auto import tqdm
 
@@ -134,7 +134,7 @@ def measure_plasticity(net: torch.nn.Module, batches: Iterable, *, amp: Callable
                        desc: str = "plasticity", on_error=None, make_capture: Callable | None = None,
                        **capture_kw: Any) -> Measured:
     """Plasticity of ``net`` on ``batches`` (forward inputs in pairing order) through
-    :func:`measuring_loop` and a :class:`PlasticityMeter` (``capture_kw``: ``vitplast_kernels.capture``'s
+    `measuring_loop` and a `PlasticityMeter` (``capture_kw``: ``vitplast_kernels.capture``'s
     keywords, or ``make_capture(net)`` building the capture). With ``chunks`` the result keeps each
     batch's sums (``PlasticityResult.chunk_stats``)."""
     meter = PlasticityMeter(make_capture=make_capture, **capture_kw)

@@ -13,7 +13,7 @@ class Plasticity(Criterion):
     either protocol: ``in_situ`` (each unit sees its real input) or ``decomposition`` (every unit
     applied to the embedding output, the paper's). Pairs from the setting's ``pair_batches``
     (``halves`` or ``all``), measured through the one measuring loop
-    (:func:`vitplast.criteria.loop.measure_plasticity`). Odonnat, Chapel, Tavenard & Redko, *Vision
+    (`vitplast.criteria.loop.measure_plasticity`). Odonnat, Chapel, Tavenard & Redko, *Vision
     Transformer Finetuning Benefits from Non-Smooth Components*, 2026. Forward only. Extra value:
     ``pairs`` (pairs used per unit).
     """

@@ -1,5 +1,5 @@
-"""The criteria by name: :data:`CRITERIA` (one line each), :func:`get_criterion`, :func:`parse_criteria`.
-Adding a criterion is one module with a :class:`~vitplast.criteria.base.Criterion` subclass and one
+"""The criteria by name: `CRITERIA` (one line each), `get_criterion`, `parse_criteria`.
+Adding a criterion is one module with a `Criterion` subclass and one
 line here."""
 
 from __future__ import annotations

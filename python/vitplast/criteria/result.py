@@ -37,7 +37,7 @@ def _array(rows) -> np.ndarray:
 class CriterionResult:
     """Scores of ``criterion``: ``values`` ``(C, L)`` float64 (NaN: not defined), ``per_seed``
     ``{seed: (C, L)}`` (loss-based criteria), ``extra`` ``{name: (C, L)}``, ``layer_reduce`` (how
-    :meth:`overall` is made), ``cost`` and ``meta``."""
+    `overall` is made), ``cost`` and ``meta``."""
 
     criterion: str
     components: tuple[str, ...]
@@ -121,7 +121,7 @@ class CriterionResult:
         return rows
 
     def to_csv(self, path: str | os.PathLike) -> None:
-        """:meth:`records` as CSV (an undefined value is an empty cell), atomically."""
+        """`records` as CSV (an undefined value is an empty cell), atomically."""
         rows = self.records()
 
         def write(tmp: str) -> None:

@@ -1,4 +1,4 @@
-"""How images become a model's input: :class:`ImageTransform`, one description of a model's input
+"""How images become a model's input: `ImageTransform`, one description of a model's input
 preparation (size, mean, std, interpolation, crop), whoever declares it (timm's data config, a
 transformers image processor, the digits ViT, or the fixed transform of ``--no-model-transform``).
 
@@ -6,13 +6,13 @@ transformers image processor, the digits ViT, or the fixed transform of ``--no-m
   resize and centre crop (``crop_pct``, ``crop_mode``) then normalisation; when finetuning, on the train
   split, timm's train-time augmentation (random resized crop, horizontal flip, colour jitter);
 - in-memory images in ``[0, 1]`` (the digits) are normalised with its mean and std
-  (:meth:`ImageTransform.normalise`);
+  (`ImageTransform.normalise`);
 - no transform (None) is each dataset's own, fixed preparation (``--no-model-transform``): image files
-  get :func:`fixed_transform` (a bilinear resize of the shorter side to the input size, a centre crop,
+  get `fixed_transform` (a bilinear resize of the shorter side to the input size, a centre crop,
   ImageNet mean and std), the digits are scaled to ``[-1, 1]``;
-- :func:`with_overrides`: ``--mean``/``--std`` and ``--no-model-transform`` applied
-  (:class:`vitplast.options.groups.DataOptions`);
-- :func:`transform_record`: the JSON-ready description the output files record.
+- `with_overrides`: ``--mean``/``--std`` and ``--no-model-transform`` applied
+  (`vitplast.options.groups.DataOptions`);
+- `transform_record`: the JSON-ready description the output files record.
 """
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ def transform_record(transform: ImageTransform | None, size: int) -> dict:
 
 
 def from_data_config(config: dict, source: str) -> ImageTransform:
-    """An :class:`ImageTransform` from a timm data config (``input_size``, ``interpolation``, ``mean``,
+    """An `ImageTransform` from a timm data config (``input_size``, ``interpolation``, ``mean``,
     ``std``, ``crop_pct``, ``crop_mode``; what ``timm.data.resolve_model_data_config`` returns)."""
     size = config.get("input_size") or (3, 224, 224)
     mean = tuple(float(v) for v in config.get("mean") or IMAGENET_MEAN)

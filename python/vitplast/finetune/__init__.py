@@ -1,7 +1,7 @@
 """``vitplast finetune``: finetune chosen components, monitoring plasticity every step.
 
-Python users call :func:`finetune` with a :class:`FinetuneOptions` (or its keywords) for a grid, or
-:func:`train_run` with a :class:`RunSpec` and what :func:`prepare` found for one run (claim does)."""
+Python users call `finetune` with a `FinetuneOptions` (or its keywords) for a grid, or
+`train_run` with a `RunSpec` and what `prepare` found for one run (claim does)."""
 
 from .grid import config_mismatches, finetune, finetune_options, grid_specs, mismatch_message
 from .loop import train_run

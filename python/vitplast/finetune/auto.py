@@ -1,9 +1,9 @@
 """``--train auto`` and ``--train auto@layer``: what to train, chosen by plasticity under a budget.
 
 Plasticity is measured first (protocol ``in_situ``, the halves of the first training batches paired,
-:func:`measure_plasticity`); then the highest-plasticity components (``auto``,
-:func:`choose_components`) or (component, layer) units (``auto@layer``, :func:`choose_units`) whose
-parameters, with the head's, fit a budget of trainable parameters are trained. :func:`choose_auto`
+`measure_plasticity`); then the highest-plasticity components (``auto``,
+`choose_components`) or (component, layer) units (``auto@layer``, `choose_units`) whose
+parameters, with the head's, fit a budget of trainable parameters are trained. `choose_auto`
 does both steps and returns the run's ``auto`` record.
 """
 
@@ -29,8 +29,8 @@ from .step_recorder import over_ranks, summarize
 def measure_plasticity(model: nn.Module, batches, *, dist: DistContext | None = None, amp=None,
                        components: Mapping | None = None) -> dict:
     """Plasticity (halves of each batch, in situ) summed over ``batches`` (an iterable of images
-    ``(2B, 3, H, W)``; the one measuring loop, :func:`vitplast.criteria.loop.measure_plasticity`) and
-    over ranks; returns :func:`~.step_recorder.summarize`'s dict.
+    ``(2B, 3, H, W)``; the one measuring loop, `vitplast.criteria.loop.measure_plasticity`) and
+    over ranks; returns `summarize`'s dict.
     ``components``: the component map (``{label: glob}``; default: the model's preset)."""
     from ..criteria.loop import measure_plasticity as measuring_loop
 
@@ -48,7 +48,7 @@ def measure_plasticity(model: nn.Module, batches, *, dist: DistContext | None = 
 
 def component_means(record: Mapping) -> dict[str, float]:
     """``{component: plasticity}`` (mean over layers) of a monitor record: the preset components in
-    :data:`~.selection.TRAIN_ORDER`, then any others (``--component`` labels) in the record's order;
+    `TRAIN_ORDER`, then any others (``--component`` labels) in the record's order;
     undefined (NaN) values are left out."""
     means = record.get("plasticity_mean", {})
     order = [c for c in TRAIN_ORDER if c in means] + [c for c in means if c not in TRAIN_ORDER]
@@ -104,7 +104,7 @@ def choose_components(
 def choose_units(plasticity: Mapping[str, Sequence[float]], model: nn.Module, budget: int, *,
                  components: Mapping | None = None, include_head: bool = True) -> list[str]:
     """(component, layer) units to train, highest plasticity first, whose parameters (plus the
-    head's) fit ``budget``: greedy like :func:`choose_components` over every unit. ``plasticity``:
+    head's) fit ``budget``: greedy like `choose_components` over every unit. ``plasticity``:
     ``{component: [value per layer]}`` (a monitor record's ``"plasticity"``; NaN layers skipped).
     Returns ``--train`` parts such as ``["MHA@3", "FC1@2"]``."""
     if not isinstance(budget, int) or budget <= 0:
@@ -127,7 +127,7 @@ def choose_units(plasticity: Mapping[str, Sequence[float]], model: nn.Module, bu
 
 def choose_auto(kind: str, model: nn.Module, batches, budget: int, *, dist: DistContext | None = None,
                 amp=None, components: Mapping | None = None) -> dict:
-    """The ``auto`` record of a run: plasticity measured on ``batches`` (:func:`measure_plasticity`) and
+    """The ``auto`` record of a run: plasticity measured on ``batches`` (`measure_plasticity`) and
     what fits ``budget``. ``kind``: ``"auto"`` -> ``{"plasticity": {component: mean}, "chosen":
     [components]}``; ``"auto@layer"`` -> ``{"plasticity": {component: [value per layer]}, "chosen":
     ["MHA@3", ...]}``."""

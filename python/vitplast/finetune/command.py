@@ -1,5 +1,5 @@
-"""``vitplast finetune``: the command line of :func:`vitplast.finetune.finetune` (its flags come from
-:class:`vitplast.finetune.options.FinetuneOptions`)."""
+"""``vitplast finetune``: the command line of `vitplast.finetune.finetune` (its flags come from
+`vitplast.finetune.options.FinetuneOptions`)."""
 
 from __future__ import annotations
 

@@ -113,7 +113,7 @@ def evaluate(model, dataset, device, *, limit=0, batch_size=256, dctx=None, amp=
 
 def load_data(opts: DataOptions, seed: int, img_size: int, transform=None):
     """``(train, val)`` datasets of ``--data`` at ``img_size``, prepared by ``transform`` (a
-    :class:`vitplast.data.transforms.ImageTransform`; None: the fixed preparation), the training images
+    `vitplast.data.transforms.ImageTransform`; None: the fixed preparation), the training images
     augmented unless ``--no-augment``."""
     from ..data.datasets import load_dataset
 

@@ -1,7 +1,7 @@
 """``--export``: the finetuned weights of a run as files other tools load.
 
 - ``RUN/model.safetensors``: the plain model's state dict (names as in the timm model), with peft LoRA
-  adapters merged into the weights they adapt (:func:`vitplast.models.checkpoints.merge_lora`, the reading
+  adapters merged into the weights they adapt (`vitplast.models.checkpoints.merge_lora`, the reading
   ``vitplast measure --weights`` does) and peft's copy of the head in place of the original;
 - ``RUN/adapter/``: for ``--train lora``, the peft adapter itself (``save_pretrained``), when the peft
   model is at hand (a run that trains now, not one exported later from its checkpoint).
@@ -34,7 +34,7 @@ def plain_state_dict(state: dict[str, torch.Tensor], alpha: float = LORA_ALPHA) 
 
 def export_weights(run_path: Path, state: dict[str, torch.Tensor], *, peft_model=None,
                    metadata: dict[str, str] | None = None) -> list[Path]:
-    """Writes :data:`MODEL_FILE` (and the adapter of ``peft_model``) into ``run_path``; returns the paths."""
+    """Writes `MODEL_FILE` (and the adapter of ``peft_model``) into ``run_path``; returns the paths."""
     from safetensors.torch import save_file
 
     is_peft = peft_model is not None and hasattr(peft_model, "peft_config")

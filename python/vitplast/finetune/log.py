@@ -1,4 +1,4 @@
-"""Where a finetuning run's rows go: metrics.jsonl and TensorBoard (:class:`RunLog`).
+"""Where a finetuning run's rows go: metrics.jsonl and TensorBoard (`RunLog`).
 
 Every row goes to both: the training loss of every step, the monitor (plasticity per component, mean
 over layers and per layer; gradient norms), evaluation and ``auto`` rows.

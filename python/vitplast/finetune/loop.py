@@ -1,8 +1,8 @@
-"""One finetuning run (:class:`RunSpec`) trained into its run directory, resumable from its checkpoint.
+"""One finetuning run (`RunSpec`) trained into its run directory, resumable from its checkpoint.
 
-The run directory (:class:`vitplast.runs.rundir.RunDir`) holds config.json, metrics.jsonl (monitor,
+The run directory (`vitplast.runs.rundir.RunDir`) holds config.json, metrics.jsonl (monitor,
 eval and train records: the training loss of every step), checkpoint.pt (atomic) and summary.json (the
-finished marker, with the reproducibility record of :func:`vitplast.runs.provenance.provenance`); with
+finished marker, with the reproducibility record of `vitplast.runs.provenance.provenance`); with
 ``--export``, model.safetensors (and adapter/ for LoRA). Everything a resumed run needs to continue
 exactly is in the checkpoint: model, optimiser, RNG states, running accuracies and, for ``--train
 auto``, the components it chose; the data order (and each image's augmentation) is a function of the
@@ -73,7 +73,7 @@ def _saved_config(rd: RunDir) -> dict | None:
 def train_run(spec: RunSpec, prepared: Prepared, *, dctx: DistContext | None = None,
               reporter: Reporter | None = None, after_step: AfterStep | None = None) -> dict:
     """Train (or load, when finished) the run ``spec`` describes; returns its summary dict.
-    ``prepared``: what :func:`vitplast.finetune.preflight.prepare` found for ``spec.settings``;
+    ``prepared``: what `vitplast.finetune.preflight.prepare` found for ``spec.settings``;
     ``after_step``: called after every step (a test may raise there to stop as if killed)."""
     dctx = dctx or DistContext()
     reporter = reporter or Reporter()
@@ -101,7 +101,7 @@ def _export_meta(spec: RunSpec) -> dict[str, str]:
 
 @dataclasses.dataclass
 class Training:
-    """The state of a run being trained: what :func:`_setup` builds and the step loop uses."""
+    """The state of a run being trained: what `_setup` builds and the step loop uses."""
 
     model: torch.nn.Module
     wrapped: torch.nn.Module  # DDP and/or torch.compile around model

@@ -1,8 +1,8 @@
 """``--train lora``: peft LoRA adapters on the linear layers of chosen components, the head kept trainable.
 
 The adapted layers are those of the component map (a detected preset, or ``{LABEL: GLOB}``) that
-:mod:`.selection` resolves: ``--lora-targets`` is a ``--train``-style spec (``"MHA@2-3+FC1"``), by
-default every layer's attention (:data:`LORA_DEFAULT`). peft is an optional dependency:
+`.selection` resolves: ``--lora-targets`` is a ``--train``-style spec (``"MHA@2-3+FC1"``), by
+default every layer's attention (`LORA_DEFAULT`). peft is an optional dependency:
 ``pip install 'vitplast-kernels[lora]'``.
 """
 
@@ -35,7 +35,7 @@ def import_peft():
 
 def lora_target_parts(spec: str | None, components: Mapping | None = None) -> tuple[str, ...]:
     """The parts ``--lora-targets`` names (``"MHA@2-3+FC1"`` -> ``("MHA@2-3", "FC1")``), or
-    :data:`LORA_DEFAULT` for None."""
+    `LORA_DEFAULT` for None."""
     return LORA_DEFAULT if spec is None else parse_train(spec, components)
 
 
@@ -73,7 +73,7 @@ def lora_config(
     """A peft ``LoraConfig`` targeting the chosen components' linear layers, the head kept trainable.
 
     ``plasticity_or_components``: a PlasticityResult / ``{component: plasticity}`` mapping (the top
-    components are chosen with :func:`~.auto.choose_components` and ``budget``), or a list of
+    components are chosen with `choose_components` and ``budget``), or a list of
     component names such as ``["MHA"]`` or ``["MHA@-2--1"]``. ``components``: the component map
     (``{label: glob}``; default: the model's preset). ValueError when the model has no classifier head.
     """

@@ -15,7 +15,7 @@ from ..runtime.distributed import DistContext
 
 
 def built_model(opts: ModelOptions, num_classes: int) -> BuiltModel:
-    """The model ``opts`` names (:func:`vitplast.models.builder.build_model`) with a ``num_classes`` head:
+    """The model ``opts`` names (`vitplast.models.builder.build_model`) with a ``num_classes`` head:
     the digits ViT's pretraining head is replaced by a fresh one (drawn from the torch RNG); timm and
     transformers models get a fresh head when their own has another number of classes."""
     built = build(opts, num_classes)
@@ -25,7 +25,7 @@ def built_model(opts: ModelOptions, num_classes: int) -> BuiltModel:
 
 
 def fresh_model(opts: ModelOptions, num_classes: int) -> torch.nn.Module:
-    """The network of :func:`built_model`."""
+    """The network of `built_model`."""
     return built_model(opts, num_classes).net
 
 

@@ -1,8 +1,8 @@
-"""Options of ``vitplast finetune``, declared once: :class:`RunSettings` (what every run of a grid
-shares: the model, data, optimisation and runtime groups of :mod:`vitplast.options.groups`, plus what
-to monitor and write) and :class:`FinetuneOptions` (the settings plus the grid: ``--train``, ``--lr``,
+"""Options of ``vitplast finetune``, declared once: `RunSettings` (what every run of a grid
+shares: the model, data, optimisation and runtime groups of `vitplast.options.groups`, plus what
+to monitor and write) and `FinetuneOptions` (the settings plus the grid: ``--train``, ``--lr``,
 ``--seed``, ``--out``, ``--resume``). The CLI flags, defaults, checks and error wording all come from
-these classes (:mod:`vitplast.options.fields`).
+these classes (`vitplast.options.fields`).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ GROUPS = {**GROUP_TITLES, "train": "what to train (comma-separated values form a
 
 @dataclasses.dataclass(frozen=True)
 class RunSettings(RuntimeOptions, OptimOptions, DataOptions, ModelOptions):  # fields: model first
-    """What one finetuning run needs besides its (train, lr, seed) and directory (:class:`RunSpec`)."""
+    """What one finetuning run needs besides its (train, lr, seed) and directory (`RunSpec`)."""
 
     components: dict | None = option(
         None, "a component as a glob over module names ('*' = the layer index, '**' = any prefix; repeat a "
@@ -77,7 +77,7 @@ class RunSettings(RuntimeOptions, OptimOptions, DataOptions, ModelOptions):  # f
     plots: bool = option(True, flag="--no-plots", group="out", action="store_false")
 
     def validate(self) -> None:
-        """The checks of the settings alone (:meth:`FinetuneOptions.validate` adds the grid's)."""
+        """The checks of the settings alone (`FinetuneOptions.validate` adds the grid's)."""
         if self.amp not in TRAIN_AMP:
             raise OptionError(f"--amp {self.amp}: finetuning takes {' or '.join(TRAIN_AMP)} (fp16 autocast "
                               "needs loss scaling)")
@@ -94,8 +94,8 @@ class RunSettings(RuntimeOptions, OptimOptions, DataOptions, ModelOptions):  # f
 
 @dataclasses.dataclass(frozen=True)
 class FinetuneOptions(ExecutorOptions, RunSettings):
-    """The options of ``vitplast finetune`` (and of :func:`vitplast.finetune.finetune`): the settings
-    every run shares, the grid, and where its runs train (:class:`ExecutorOptions`)."""
+    """The options of ``vitplast finetune`` (and of `vitplast.finetune.finetune`): the settings
+    every run shares, the grid, and where its runs train (`ExecutorOptions`)."""
 
     train: list = option(",".join(TRAIN_ORDER), f"one or more of {', '.join(TRAIN_CHOICES)}, auto@layer; "
                          "join components with +; LABEL@LAYERS trains only those layers (MHA@3, FC1@0-2, "

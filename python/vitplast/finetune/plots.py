@@ -1,12 +1,12 @@
-"""Figures of a finetuning run or grid (:mod:`vitplast.outputs.plots`: PNG files written atomically, one
+"""Figures of a finetuning run or grid (`vitplast.outputs.plots`: PNG files written atomically, one
 colour per component label in every figure).
 
-- :func:`plot_curves` — one run: per-step plasticity per component (mean over layers) and gradient
+- `plot_curves` — one run: per-step plasticity per component (mean over layers) and gradient
   norm per component, from its ``metrics.jsonl`` records, plus loss and validation accuracy (points
-  when there are few); for a monitored run, also :func:`plot_step_heatmaps` beside it;
-- :func:`plot_step_heatmaps` — one run: per component, plasticity per layer (rows) at every
+  when there are few); for a monitored run, also `plot_step_heatmaps` beside it;
+- `plot_step_heatmaps` — one run: per component, plasticity per layer (rows) at every
   monitored step (columns), on one colour scale centred at 1;
-- :func:`plot_grid` — a grid: accuracy per trained component (mean, with the std over seeds where
+- `plot_grid` — a grid: accuracy per trained component (mean, with the std over seeds where
   there are at least two seeds: ``n = 1`` is written instead of a bar of zero height), and plasticity at
   the start vs accuracy gain.
 """
@@ -38,7 +38,7 @@ def _per_group(ax, mon: Sequence[dict], field: str) -> None:
 
 def plot_curves(records: Sequence[dict], path, *, title: str = "") -> Path:
     """Per-step curves of one run from its metrics records -> PNG at ``path``; a monitored run's steps x
-    layer heatmaps go beside it (:data:`STEP_HEATMAP`)."""
+    layer heatmaps go beside it (`STEP_HEATMAP`)."""
     mon = [r for r in records if r.get("kind") == "monitor"]
     evals = [r for r in records if r.get("kind") == "eval"]
     train = [r for r in records if r.get("kind") in ("monitor", "train")]
@@ -121,7 +121,7 @@ def seed_note(rows: Sequence[dict]) -> tuple[str, bool]:
 
 
 def plot_grid(rows: Sequence[dict], folder) -> list[Path]:
-    """Grid figures from :func:`vitplast.finetune.aggregate` rows -> PNGs in ``folder``."""
+    """Grid figures from `vitplast.finetune.aggregate` rows -> PNGs in ``folder``."""
     folder = Path(folder)
     out = []
     one_lr = len({x["lr"] for x in rows}) == 1

@@ -4,7 +4,7 @@
 ``--budget``, the component map). The option classes have checked every value on its own; these checks
 need the model or the data, so they build both once (the caller's RNG state is left as it was). A bad
 value stops the command with nothing written. What they find (the classes, the input size, the images'
-preparation, the reproducibility record) is kept in a :class:`Prepared` that every run of the grid
+preparation, the reproducibility record) is kept in a `Prepared` that every run of the grid
 receives.
 """
 
@@ -29,7 +29,7 @@ CHECK_SIZE = 8  # the images' size while the data is checked, before the model s
 class Prepared:
     """What the checks found, for every run of the same settings: the number of classes of ``--data``,
     the model's input size, how its images are prepared (None: the fixed preparation) and the
-    reproducibility record (:func:`vitplast.runs.provenance.provenance`) of the summaries."""
+    reproducibility record (`vitplast.runs.provenance.provenance`) of the summaries."""
 
     num_classes: int
     img_size: int

@@ -10,8 +10,8 @@ A spec is one or more parts joined with ``+``:
   ``LN1@-2--1``: the last two. A layer is an index into the map's layers in block order (what
   ``vitplast measure`` prints as layer 0, 1, ...);
 - ``head``: the classifier only (linear probing), which every component selection also trains;
-- ``full``: every parameter; ``lora``: LoRA adapters (:mod:`.lora`); ``auto`` and ``auto@layer``:
-  chosen by plasticity under a parameter budget (:mod:`.auto`). These four stand alone.
+- ``full``: every parameter; ``lora``: LoRA adapters (`.lora`); ``auto`` and ``auto@layer``:
+  chosen by plasticity under a parameter budget (`.auto`). These four stand alone.
 
 A parameter belongs to the component whose module is the **innermost** one holding it: in the
 ``hf-bert`` preset MHA is the whole ``attention`` block, which contains LN1 (``attention.output.
@@ -60,7 +60,7 @@ def layer_range(text: str) -> tuple[int, int]:
 
 def labels(components: Mapping | None = None) -> tuple[str, ...]:
     """The component labels ``--train`` may name: the map's (``--component LABEL=GLOB``), else the
-    presets' (:data:`TRAIN_ORDER`)."""
+    presets' (`TRAIN_ORDER`)."""
     return tuple(components) if components else TRAIN_ORDER
 
 
@@ -68,8 +68,8 @@ def parse_train(spec: str, components: Mapping | None = None, *, any_label: bool
     """Canonical parts of ``spec`` (``"mha@3+head"`` -> ``("MHA@3", "head")``), duplicates dropped.
     Errors do not name the option: the caller's error style adds ``--train: ``.
 
-    Component labels are checked (case-insensitive) against :func:`labels` of ``components``;
-    ``any_label`` accepts any label (checked later against the model's map, :func:`resolve`)."""
+    Component labels are checked (case-insensitive) against `labels` of ``components``;
+    ``any_label`` accepts any label (checked later against the model's map, `resolve`)."""
     allowed = None if any_label else labels(components)
     choices = ", ".join([*(allowed or ("LABEL",)), *SPECIAL, AUTO_LAYER])
     if not isinstance(spec, str) or not spec.strip():
@@ -208,7 +208,7 @@ def resolve_selection(model: nn.Module, train: str | Sequence[str],
             components: Mapping[str, presets.Pattern] | None = None,
             cmap: ComponentMap | None = None) -> Selection:
     """The parameters ``train`` selects on ``model`` (nothing is changed). ``lora``, ``auto`` and
-    ``auto@layer`` are not plain selections: resolve them first (:mod:`.lora`, :mod:`.auto`)."""
+    ``auto@layer`` are not plain selections: resolve them first (`.lora`, `.auto`)."""
     parts = parse_train(train, any_label=True) if isinstance(train, str) else tuple(train)
     all_names = [n for n, _ in model.named_parameters()]
     if "full" in parts:
@@ -311,7 +311,7 @@ class PartSizes:
 
 
 def part_sizes(model: nn.Module, components: Mapping[str, presets.Pattern] | None = None) -> PartSizes:
-    """The :class:`PartSizes` of ``model`` under its component map (``components``: ``--component``)."""
+    """The `PartSizes` of ``model`` under its component map (``components``: ``--component``)."""
     cmap = component_map(model, components)
     params = dict(model.named_parameters())
     units = {(c, li): 0 for c, per in cmap.modules.items() for li in per}

@@ -1,10 +1,10 @@
 """The run spec: one finetuning run, fully described by typed values (what ``vitplast finetune``'s grid
-makes for each (train, lr, seed), what claim hands to :func:`vitplast.finetune.train_run`, and what an
+makes for each (train, lr, seed), what claim hands to `vitplast.finetune.train_run`, and what an
 executor ships to a worker: it pickles, and it is what the run directory's config.json records).
 
-A resumed run's options are compared with its config.json (:meth:`RunSpec.resume_config`). Options added
+A resumed run's options are compared with its config.json (`RunSpec.resume_config`). Options added
 after that file was written are absent from it: each is compared with the value that does what a run
-without the option did (:data:`ADDED_OPTIONS`), and a resume with another value is refused, naming the
+without the option did (`ADDED_OPTIONS`), and a resume with another value is refused, naming the
 flags that resume it."""
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ class RunSpec:
                 "lr": self.lr, "seed": self.seed}
 
     def resume_config(self, saved: dict | None) -> dict:
-        """:meth:`config` as it is compared with ``saved`` (the run directory's config.json; None: a new
+        """`config` as it is compared with ``saved`` (the run directory's config.json; None: a new
         run): the added options ``saved`` lacks are left out when they hold the value of a run written
         without them; RunDirError naming the flags to pass otherwise."""
         config = self.config()

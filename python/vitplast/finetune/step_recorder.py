@@ -1,5 +1,5 @@
-"""What a finetuning run records per step (:class:`StepRecorder`), on the steps the schedule of
-:func:`vitplast_kernels.monitor` measures (every ``every``-th: ``it % every == 0``), for the model
+"""What a finetuning run records per step (`StepRecorder`), on the steps the schedule of
+`vitplast_kernels.monitor` measures (every ``every``-th: ``it % every == 0``), for the model
 being trained:
 
 - plasticity per component and layer (protocol ``in_situ``): on the **training batch** itself (pairs =
@@ -11,7 +11,7 @@ being trained:
 - the loss and the learning rate.
 
 The monitor's capture is attached once, when the recorder is made (before the model is compiled),
-and paused and resumed by :class:`~vitplast.integrations.step_monitor.StepMonitor` as the trainer
+and paused and resumed by `StepMonitor` as the trainer
 callbacks' is:
 iterations between recorded ones run the plain variant of a compiled model (the hooks read one flag
 and return), and nothing is synchronised. Under DistributedDataParallel the result's sums are
@@ -53,7 +53,7 @@ def over_ranks(result: PlasticityResult, dist: DistContext | None) -> Plasticity
 
 
 class StepRecorder:
-    """Records, on the steps :func:`vitplast_kernels.monitor`'s schedule measures (every ``every``-th),
+    """Records, on the steps `vitplast_kernels.monitor`'s schedule measures (every ``every``-th),
     the plasticity per component and layer, the gradient norm per component, the loss and the lr.
 
     ``model`` is the unwrapped model (not the DDP wrapper). ``probe``: ``None`` (the training batch,

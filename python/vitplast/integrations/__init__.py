@@ -1,10 +1,10 @@
 """Plasticity monitoring inside the training loops of other libraries.
 
-- :class:`PlasticityCallback` — a Lightning ``Callback`` (extra ``lightning``);
-- :class:`PlasticityTrainerCallback` — a Hugging Face ``transformers.TrainerCallback`` (extra ``hf``).
+- `PlasticityCallback` — a Lightning ``Callback`` (extra ``lightning``);
+- `PlasticityTrainerCallback` — a Hugging Face ``transformers.TrainerCallback`` (extra ``hf``).
 
 Both measure the optimizer steps whose number (in the trainer's own numbering) is a multiple of
-``every`` through :func:`vitplast_kernels.monitor`, log the per-component plasticity (mean over layers,
+``every`` through `vitplast_kernels.monitor`, log the per-component plasticity (mean over layers,
 and per layer) through the trainer's own logging at the step it was measured, combine ranks under
 DDP, and write ``plasticity.json`` at the end of training. The frameworks are imported only when
 one of the callbacks is asked for; a missing one gives an ``ImportError`` naming the extra to install.

@@ -1,6 +1,6 @@
 """``PlasticityTrainerCallback``: plasticity monitoring in a Hugging Face ``transformers.Trainer``.
 
-Usage (either way of registering it works the same)::
+Usage (either way of registering it works the same):
 
     from vitplast.integrations import PlasticityTrainerCallback
 
@@ -81,7 +81,7 @@ class PlasticityTrainerCallback(TrainerCallback):
         prefix: metric name prefix; ``per_layer``: also log per-layer values (5 per layer for a ViT,
             printed on the console line too).
         plot: also write ``plasticity.png`` and ``plasticity_heatmap.png``.
-        capture_kwargs: :func:`vitplast_kernels.capture`'s options (``protocol``, ``pairs``,
+        capture_kwargs: `vitplast_kernels.capture`'s options (``protocol``, ``pairs``,
             ``components``, ``embedding``, ``tokens``, ...).
     """
 

@@ -1,7 +1,6 @@
 """``PlasticityCallback``: plasticity monitoring in a Lightning ``Trainer``.
 
-Usage::
-
+Usage:
     from vitplast.integrations import PlasticityCallback
 
     trainer = lightning.Trainer(callbacks=[PlasticityCallback(every=50)], ...)
@@ -49,7 +48,7 @@ class PlasticityCallback(Callback):
         dirpath: where ``plasticity.json`` is written (default ``trainer.log_dir``).
         prefix: metric name prefix; ``per_layer``: also log per-layer values.
         plot: also write ``plasticity.png`` and ``plasticity_heatmap.png``.
-        capture_kwargs: :func:`vitplast_kernels.capture`'s options (``protocol``, ``pairs``,
+        capture_kwargs: `vitplast_kernels.capture`'s options (``protocol``, ``pairs``,
             ``components``, ``embedding``, ``tokens``, ...).
     """
 

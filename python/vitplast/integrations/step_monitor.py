@@ -1,8 +1,8 @@
-"""The framework-free part of the trainer callbacks: one :func:`vitplast_kernels.monitor` driven by
+"""The framework-free part of the trainer callbacks: one `vitplast_kernels.monitor` driven by
 training-step events, its results turned into logger metrics, combined across ranks, accumulated
 over the run and written at the end.
 
-Event order a callback follows::
+Event order a callback follows:
 
     start(model, step)    hooks attached (before the first forward, so torch.compile traces them),
                           the current step numbered ``step`` (a resumed run's, or the trainer's own
@@ -15,7 +15,7 @@ Event order a callback follows::
     write(dir)            plasticity.json (all measured steps merged) and optionally the figures
     stop()                hooks removed
 
-Under ``torch.distributed`` every rank must call :meth:`end_step` on the same steps (trainers do);
+Under ``torch.distributed`` every rank must call `end_step` on the same steps (trainers do);
 a measured step whose batch some rank skipped (e.g. an odd batch with ``pairs="halves"``) is dropped
 on every rank and counted in ``skipped_steps``, so no rank waits on a collective the others skip.
 """
@@ -93,18 +93,18 @@ def _device_of(model: torch.nn.Module) -> torch.device:
 
 
 class StepMonitor:
-    """Drives a :class:`vitplast_kernels.Monitor` from trainer events (see the module docstring).
+    """Drives a `vitplast_kernels.Monitor` from trainer events (see the module docstring).
 
     Args:
         every: measure every ``every``-th optimizer step (steps 0, k, 2k, ...).
         prefix: metric name prefix.
         per_layer: also log one metric per layer and component.
-        capture_kwargs: :func:`vitplast_kernels.capture`'s options (``protocol``, ``pairs``,
+        capture_kwargs: `vitplast_kernels.capture`'s options (``protocol``, ``pairs``,
             ``components``, ``embedding``, ``tokens``, ``backend``, ...).
 
     Attributes: ``total`` (all measured steps merged, ranks combined; None before the first),
     ``measured_steps``, ``skipped_steps``, ``monitor`` (the underlying Monitor while started),
-    ``model_name`` (of the model measured: :func:`model_name`, recorded in the written result).
+    ``model_name`` (of the model measured: `model_name`, recorded in the written result).
     """
 
     def __init__(self, every: int = 10, *, prefix: str = "plasticity", per_layer: bool = True,
@@ -129,7 +129,7 @@ class StepMonitor:
         """Attaches the hooks to ``model`` (paused), the current step numbered ``step`` (measured when it
         is a multiple of ``every``: the step a resumed run continues at, or the trainer's number of its
         first step); a previous run's state is dropped. ``wrapper``: ``model`` wraps the network
-        measured (a LightningModule), which names the result (:func:`measured_model`)."""
+        measured (a LightningModule), which names the result (`measured_model`)."""
         self.stop()
         self.total, self.measured_steps, self.skipped_steps = None, 0, 0
         self._device = _device_of(model)
@@ -141,7 +141,7 @@ class StepMonitor:
         self.pause()
 
     def set_step(self, step: int) -> None:
-        """Numbers the current step ``step`` (a run restored from a checkpoint after :meth:`start`)."""
+        """Numbers the current step ``step`` (a run restored from a checkpoint after `start`)."""
         paused = self._pause is not None
         self.resume()
         self.monitor.set_step(step)
@@ -162,7 +162,7 @@ class StepMonitor:
             self.monitor = None
 
     def pause(self) -> None:
-        """No forward is measured until :meth:`resume` (held open across trainer events)."""
+        """No forward is measured until `resume` (held open across trainer events)."""
         if self.monitor is not None and self._pause is None:
             self._pause = self.monitor.measuring(False)
             self._pause.__enter__()
@@ -180,7 +180,7 @@ class StepMonitor:
         return self.monitor is not None and self._due
 
     def advance(self) -> bool:
-        """Moves the schedule to the next step, leaving the pause as it was; returns :attr:`due`."""
+        """Moves the schedule to the next step, leaving the pause as it was; returns `due`."""
         paused = self._pause is not None
         self.resume()  # the monitor's step counter runs on its own flag, not the paused one
         self._due = self.monitor.step()

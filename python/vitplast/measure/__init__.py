@@ -1,5 +1,5 @@
-"""``vitplast measure``: the plasticity of every component of a model (:func:`measure`, its options
-:class:`MeasureOptions`)."""
+"""``vitplast measure``: the plasticity of every component of a model (`measure`, its options
+`MeasureOptions`)."""
 
 from .options import MeasureOptions
 from .run import measure

@@ -1,5 +1,5 @@
 """The capture ``vitplast measure`` attaches to its model: the presets, or the components and embedding
-its options name (any model); the model itself comes from :mod:`vitplast.models.builder`."""
+its options name (any model); the model itself comes from `vitplast.models.builder`."""
 
 from __future__ import annotations
 

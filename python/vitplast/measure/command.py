@@ -1,5 +1,5 @@
-"""``vitplast measure`` on the command line: :data:`HELP`, :func:`add_arguments`, :func:`run`; the work is
-:func:`vitplast.measure.measure`."""
+"""``vitplast measure`` on the command line: `HELP`, `add_arguments`, `run`; the work is
+`vitplast.measure.measure`."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""The images ``vitplast measure`` pairs: the datasets its options name (:func:`open_data`), the forward
-passes' inputs in pairing order (:meth:`MeasureData.stream`) and how many full batches they hold
-(:func:`batches_to_run`)."""
+"""The images ``vitplast measure`` pairs: the datasets its options name (`open_data`), the forward
+passes' inputs in pairing order (`MeasureData.stream`) and how many full batches they hold
+(`batches_to_run`)."""
 
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ class MeasureData:
                 yield torch.cat([xb[:k], yb[:k]])
 
     def check_images(self, batches: int, batch_size: int, seed: int) -> None:
-        """Decodes the image files the first ``batches`` batches of :meth:`stream` read."""
+        """Decodes the image files the first ``batches`` batches of `stream` read."""
         from vitplast.data.datasets import check_images
 
         if self.y is None:
@@ -79,7 +79,7 @@ class MeasureData:
 
 def open_data(opts: MeasureOptions, img_size: int, transform=None, *, check: bool = True) -> MeasureData:
     """The datasets of ``opts`` at ``img_size``, prepared by ``transform`` (a
-    :class:`vitplast.data.transforms.ImageTransform`; None: the fixed preparation); with ``check`` (and
+    `vitplast.data.transforms.ImageTransform`; None: the fixed preparation); with ``check`` (and
     without ``--skip-bad-images``) the image files the run reads are decoded first, so a bad one stops it
     before any work."""
     from vitplast.data.datasets import load_dataset

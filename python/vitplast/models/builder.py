@@ -1,26 +1,26 @@
 """The one model builder of the commands: ``build_model(opts, num_classes)`` builds the model the model
-options (:class:`vitplast.options.groups.ModelOptions`) name, with its weights, its input size, its own
-input preparation (an :class:`vitplast.data.transforms.ImageTransform`) and where its weights came from.
+options (`vitplast.options.groups.ModelOptions`) name, with its weights, its input size, its own
+input preparation (an `vitplast.data.transforms.ImageTransform`) and where its weights came from.
 
-What ``opts.model`` names (:mod:`vitplast.models.sources`):
+What ``opts.model`` names (`vitplast.models.sources`):
 
-- ``DIGITS_MODEL`` (``"digits-vit"``): the embedded ViT (:mod:`vitplast.models.digits`); without
+- ``DIGITS_MODEL`` (``"digits-vit"``): the embedded ViT (`vitplast.models.digits`); without
   ``weights`` the one pretrained here on digits 0-4 (cached; pretrained first when absent), with
   ``weights`` that architecture loaded from them, with ``random_init`` its random init. Its head keeps
   the pretraining classes (a finetune run replaces it); its architecture is fixed, so ``model_kwargs``
   and another ``img_size`` are errors. It declares its own transform (digits in [-1, 1]);
 - a timm name (tags, ``hf-hub:``, ``local-dir:``, a timm model folder): the timm model with a
-  ``num_classes`` head (:func:`vitplast.models.timm_models.create_vit`): timm's published weights with
+  ``num_classes`` head (`vitplast.models.timm_models.create_vit`): timm's published weights with
   ``pretrained``, a local checkpoint with ``weights``, random init with ``random_init``; its transform
   is timm's data config;
 - ``hf:ID_OR_DIR`` (or a transformers model folder): the transformers image classifier
-  (:mod:`vitplast.models.hf_models`) with its weights (its config alone with ``random_init``), the head
+  (`vitplast.models.hf_models`) with its weights (its config alone with ``random_init``), the head
   replaced when ``num_classes`` differs from its own; its transform is its image processor's.
 
 ``weights`` may also be a model folder (a hub snapshot, a ``save_pretrained`` directory: its
 ``config.json`` gives the model when ``opts.model`` is None or the same architecture), or a ``vitplast
 finetune`` run directory (or its ``checkpoint.pt`` / ``model.safetensors``), whose ``config.json`` gives
-the model, its constructor arguments and its image size (:func:`resolve_architecture`).
+the model, its constructor arguments and its image size (`resolve_architecture`).
 """
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ def resolve_architecture(model: str | None, weights, img_size: int | None) -> tu
 
 
 def plan_model(opts: ModelOptions) -> ModelPlan:
-    """The :class:`ModelPlan` of the model options (nothing is built; a ``weights`` folder and a finetune
+    """The `ModelPlan` of the model options (nothing is built; a ``weights`` folder and a finetune
     run directory give the model they hold)."""
     trust = bool(getattr(opts, "trust_remote_code", False))
     folder = weights_folder_source(opts.weights)

@@ -6,7 +6,7 @@
 - ``*.pth`` / ``*.pt`` / ``*.bin`` / ``*.ckpt``: a state dict, or one wrapped as ``{"state_dict": ..}``
   (Lightning's ``.ckpt``), ``{"model": ..}`` or ``{"module": ..}`` (EMA weights, ``state_dict_ema``/
   ``model_ema``, first, as timm's ``load_checkpoint`` reads its training checkpoints), read by
-  :func:`load_weights_only` (``torch.load(weights_only=True)``, also what reads a run's
+  `load_weights_only` (``torch.load(weights_only=True)``, also what reads a run's
   ``checkpoint.pt``): nothing but tensors and plain containers is unpickled (plus numpy arrays, which
   random-number-generator states may hold, and the ``argparse.Namespace`` of timm's training arguments);
 - a ``vitplast finetune`` run directory (its ``model.safetensors`` export when present, else its
@@ -14,10 +14,10 @@
 
 Prefixes of wrappers are removed (``module.`` from DDP, with timm's ``clean_state_dict``; ``_orig_mod.``
 from ``torch.compile``, ``base_model.model.`` from peft; a LightningModule's attribute, such as
-``model.``, by :func:`align_prefix` once the model's own names are known), and peft LoRA adapters are
+``model.``, by `align_prefix` once the model's own names are known), and peft LoRA adapters are
 merged into the weights they adapt (``W + B @ A * alpha / r``; peft's copies of ``modules_to_save``
 replace the originals). Every problem — a missing, truncated or corrupt file, a pickle holding other
-objects — raises :class:`CheckpointError` (a ``ValueError``) naming the file.
+objects — raises `CheckpointError` (a ``ValueError``) naming the file.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def load_weights_only(path: str | os.PathLike, what: str, *, error: type[ValueEr
                       objects_advice: str = "save a state dict (model.state_dict()) or a .safetensors file",
                       unreadable_advice: str = "") -> object:
     """``torch.load(path, weights_only=True)`` on the CPU: the one weights-only loader. Nothing but
-    tensors, plain values and containers is unpickled (plus the types of :func:`weights_only_globals`).
+    tensors, plain values and containers is unpickled (plus the types of `weights_only_globals`).
 
     Raises ``error`` whose message starts with ``what`` (the file as the caller names it) and ends with
     the caller's advice: the pickle holds other objects (the refused global named), or the file is not a
@@ -142,7 +142,7 @@ def _is_state_dict(d: dict) -> bool:
 
 
 def strip_prefixes(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """``state`` with wrapper prefixes (:data:`PREFIXES`) removed from every name."""
+    """``state`` with wrapper prefixes (`PREFIXES`) removed from every name."""
     from timm.models import clean_state_dict
 
     out = {}

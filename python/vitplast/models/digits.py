@@ -6,7 +6,7 @@ here, once: a timm VisionTransformer (``vit_tiny_patch16_224`` architecture resi
 8x8 patches = 16 tokens + CLS, width 64, depth 4, 2 heads, MLP ratio 4) trained on scikit-learn's
 digits 0-4 (the "pretraining" classes; digits 5-9 play the downstream data) with AdamW, a cosine
 schedule, label smoothing and random affine augmentation. Its validation accuracy is stored with the
-checkpoint (:func:`checkpoint_info`) and shown in the model's description.
+checkpoint (`checkpoint_info`) and shown in the model's description.
 
 Why ``epochs`` goes well past the point where the validation accuracy stops improving: the ranking of
 the components keeps moving with training. At init the LayerNorms rank first and attention last; only
@@ -14,7 +14,7 @@ with longer training do the non-smooth components (FC1, FC2, MHA) end above the 
 pretrained ViTs. This toy model ranks FC1 and FC2 above MHA, where the paper finds MHA first.
 
 The default model (``DigitsConfig()``, seed 0) ships with the package (``models/shipped/``, 0.21 M
-parameters, under 1 MB, its sha256 in :data:`SHIPPED`): it is used as it is, the cache is not consulted
+parameters, under 1 MB, its sha256 in `SHIPPED`): it is used as it is, the cache is not consulted
 and nothing is pretrained, so every machine measures the same model. Any other config or seed is
 pretrained on first use and cached.
 
@@ -115,7 +115,7 @@ _SHIPPED_CHECKED: set[Path] = set()
 
 def shipped_checkpoint(config: DigitsConfig | None = None, seed: int = 0) -> Path | None:
     """The checkpoint shipped with the package for ``(config, seed)``, hash-checked once per process;
-    ``None`` for every other config and seed. A shipped file whose sha256 differs from :data:`SHIPPED`
+    ``None`` for every other config and seed. A shipped file whose sha256 differs from `SHIPPED`
     (a damaged install) raises ``ValueError`` naming the file."""
     cfg = config or DigitsConfig()
     if seed != SHIPPED["seed"] or cfg.key(seed) != SHIPPED["key"]:
@@ -143,7 +143,7 @@ def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
 
 
 def check_cache_dir(cache_dir: str | os.PathLike | None = None) -> Path:
-    """The cache directory (:func:`cache_root`), checked before any pretraining: a directory this process
+    """The cache directory (`cache_root`), checked before any pretraining: a directory this process
     can write into, or one it can create (ValueError naming ``--cache-dir`` otherwise)."""
     from vitplast.runs.paths import check_out_dir
 
@@ -268,7 +268,7 @@ def _write_atomic(model: nn.Module, path: Path, metadata: dict[str, str]) -> Non
 def digits_checkpoint(cache_dir: str | os.PathLike | None = None, seed: int = 0, progress: bool = True,
                       config: DigitsConfig | None = None) -> Path:
     """Path of the pretrained checkpoint (``.safetensors``): the shipped one for the default config and
-    seed (:func:`shipped_checkpoint`), else the cached one, pretraining it first if absent."""
+    seed (`shipped_checkpoint`), else the cached one, pretraining it first if absent."""
     cfg = config or DigitsConfig()
     shipped = shipped_checkpoint(cfg, seed)
     if shipped is not None:

@@ -1,16 +1,16 @@
 """Hugging Face transformers image models (``--model hf:ID_OR_DIR``): built with the Auto classes, run as
 the commands run every model (images in, logits out), prepared as their image processor says.
 
-- :func:`create_hf`: ``AutoModelForImageClassification`` from a hub id (the hub and its local cache,
+- `create_hf`: ``AutoModelForImageClassification`` from a hub id (the hub and its local cache,
   ``HF_HUB_OFFLINE`` honoured) or a ``save_pretrained`` directory, with its weights, or from its config
-  alone (``random_init``), wrapped in :class:`HFImageClassifier`;
-- :func:`hf_data_config`: the model's input preparation from its ``AutoImageProcessor`` (or, for a folder
+  alone (``random_init``), wrapped in `HFImageClassifier`;
+- `hf_data_config`: the model's input preparation from its ``AutoImageProcessor`` (or, for a folder
   without ``preprocessor_config.json``, the defaults of the processor class of its model type), in the
   form of timm's data config, so one transform builder serves both;
-- :func:`hf_origin`: where the weights came from (hub id and revision, or the folder; the weights file).
+- `hf_origin`: where the weights came from (hub id and revision, or the folder; the weights file).
 
 The components of a transformers ViT come from the ``hf-vit``/``hf-vit-layers`` presets of
-:mod:`vitplast_kernels.measure.presets` (their leading ``**`` takes the wrapper's ``model.`` prefix).
+`vitplast_kernels.measure.presets` (their leading ``**`` takes the wrapper's ``model.`` prefix).
 """
 
 from __future__ import annotations
@@ -118,7 +118,7 @@ def create_hf(ref: str, num_classes: int | None = None, *, random_init: bool = F
 
     Every transformers call gets ``trust_remote_code`` (False by default): no Python code of the model's
     folder or repository runs, and no prompt reads standard input; a model that needs its own code
-    raises :class:`RemoteCodeRefused`. ``from_pretrained`` may not hold ``trust_remote_code``."""
+    raises `RemoteCodeRefused`. ``from_pretrained`` may not hold ``trust_remote_code``."""
     try:
         from transformers import AutoConfig, AutoModelForImageClassification
     except ImportError as exc:
@@ -159,7 +159,7 @@ def create_hf(ref: str, num_classes: int | None = None, *, random_init: bool = F
 
 def _processor(ref: str, config, trust_remote_code: bool = False):
     """``(image processor, where it came from)``: the model's own, else its model type's defaults, else
-    ``(None, reason)``; :class:`RemoteCodeRefused` when its own needs code of the model's folder and
+    ``(None, reason)``; `RemoteCodeRefused` when its own needs code of the model's folder and
     ``trust_remote_code`` is False."""
     from transformers import AutoImageProcessor
 

@@ -1,6 +1,6 @@
 """The Hugging Face hub's local cache, as the model loaders read it: which file of a repository is cached
-(:func:`cached_hub_file`, with the snapshot's revision), the revision of a snapshot folder
-(:func:`snapshot_revision`), and what a failed hub lookup means, in one line (:func:`hub_error`).
+(`cached_hub_file`, with the snapshot's revision), the revision of a snapshot folder
+(`snapshot_revision`), and what a failed hub lookup means, in one line (`hub_error`).
 Nothing here reaches the network."""
 
 from __future__ import annotations

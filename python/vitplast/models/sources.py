@@ -2,8 +2,8 @@
 
 A name is one of:
 
-- :data:`DIGITS_MODEL` (``"digits-vit"``): the embedded ViT, whose weights the package builds and
-  caches (:mod:`vitplast.models.digits`);
+- `DIGITS_MODEL` (``"digits-vit"``): the embedded ViT, whose weights the package builds and
+  caches (`vitplast.models.digits`);
 - ``hf:ID_OR_DIR``: a Hugging Face transformers image model, by hub id (``hf:google/vit-base-patch16-224``)
   or ``save_pretrained`` directory; it always comes with its weights;
 - a directory holding a ``config.json``: a timm model folder (the file has an ``architecture``: read as
@@ -12,7 +12,7 @@ A name is one of:
   (``vit_tiny_patch16_224.augreg_in21k``), ``hf-hub:ORG/NAME[@REVISION]`` or ``local-dir:DIR``. Its
   pretrained weights are loaded only when asked (``--pretrained``), as in timm.
 
-:func:`check_weights_source` is the rule "nothing random by accident": a model whose weights would stay
+`check_weights_source` is the rule "nothing random by accident": a model whose weights would stay
 at random init needs ``--random-init``; the way out of a refusal is ``--pretrained``, ``--weights FILE`` or
 ``--random-init``. ``--random-init`` builds the architecture at random init, which ``--weights`` (when
 given too) then loads over; it contradicts ``--pretrained``.

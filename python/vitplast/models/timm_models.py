@@ -1,13 +1,13 @@
-"""A timm model by name: :func:`create_vit`, the one function that creates a timm model (the digits ViT
-and every timm model of :mod:`vitplast.models.builder` come from it), and what the model says of itself
-afterwards: its data config (:func:`timm_data_config`) and where its pretrained weights came from
-(:func:`pretrained_origin`).
+"""A timm model by name: `create_vit`, the one function that creates a timm model (the digits ViT
+and every timm model of `vitplast.models.builder` come from it), and what the model says of itself
+afterwards: its data config (`timm_data_config`) and where its pretrained weights came from
+(`pretrained_origin`).
 
 ``create_vit(name, num_classes, img_size=None, weights=None, pretrained=False, allow_partial=False,
 **timm_kwargs)``: ``name`` is any name ``timm.create_model`` takes (a registry name, with a pretrained
 tag, ``hf-hub:ORG/NAME``, ``local-dir:DIR``). ``pretrained=True`` is timm's own loading: the Hugging Face
 hub and its local cache (``HF_HUB_OFFLINE`` honoured), or the file of a ``pretrained_cfg_overlay``;
-``weights`` is a local checkpoint loaded by :func:`vitplast.models.weights.load_weights`; with neither,
+``weights`` is a local checkpoint loaded by `vitplast.models.weights.load_weights`; with neither,
 random init, with a ``UserWarning`` (random-init ViTs rank components almost opposite to pretrained
 ones). ``img_size`` is passed to timm only when the model's constructor takes it (ViTs do; ResNets do
 not: the images are then simply resized to ``img_size``).

@@ -3,13 +3,13 @@
 ``load_weights(model, weights, allow_partial=False)``:
 
 - a state-dict checkpoint (``.safetensors`` / ``.pth`` / ``.pt`` / ``.bin`` / ``.ckpt``, or a
-  ``vitplast finetune`` run directory; read by :mod:`vitplast.models.checkpoints`: wrappers, prefixes and LoRA
+  ``vitplast finetune`` run directory; read by `vitplast.models.checkpoints`: wrappers, prefixes and LoRA
   adapters handled, a wrapper's prefix fitted to the model's names) is passed through the model family's
   timm ``checkpoint_filter_fn`` when it has one (resamples position embeddings to the model's input size,
   converts patch embeddings), then loaded. Only the classifier head
-  (:func:`vitplast.models.heads.head_prefixes`) may stay at its random init (typically when the number of
+  (`vitplast.models.heads.head_prefixes`) may stay at its random init (typically when the number of
   classes differs); a checkpoint that leaves any other tensor at random init, or holds
-  tensors the model does not have, does not fit the architecture: :class:`WeightsError`, unless
+  tensors the model does not have, does not fit the architecture: `WeightsError`, unless
   ``allow_partial=True`` (then a warning lists them);
 - ``*.npz`` -> timm's loader for big_vision / JAX checkpoints (``model.load_pretrained``), for the models
   that have one (VisionTransformer and relatives).
@@ -59,8 +59,8 @@ def _npz(model: nn.Module, path: str) -> None:
 def load_weights(model: nn.Module, weights: str | os.PathLike, *, allow_partial: bool = False) -> nn.Module:
     """Load a local checkpoint into ``model`` in place (see the module docstring); returns ``model``.
 
-    Raises ``FileNotFoundError`` when ``weights`` does not exist, :class:`CheckpointError` for an unknown,
-    unreadable or corrupt file, :class:`WeightsError` when it does not fit (see ``allow_partial``).
+    Raises ``FileNotFoundError`` when ``weights`` does not exist, `CheckpointError` for an unknown,
+    unreadable or corrupt file, `WeightsError` when it does not fit (see ``allow_partial``).
     """
     path = resolve_path(weights)
     if path.suffix.lower() in NPZ_SUFFIXES:

@@ -1,22 +1,22 @@
 """One description of a command's options, from which its CLI flags, defaults, validation and error
 wording all come.
 
-A command declares its options once, as a dataclass whose fields are made by :func:`option`::
+A command declares its options once, as a dataclass whose fields are made by `option`::
 
     @dataclasses.dataclass
     class Options:
         steps: int = option(150, "optimiser steps", kind=integer(1))
         lr: list = option("1e-3", "learning rate(s), comma-separated", kind=csv(number(positive=True)))
 
-- :func:`add_options` adds one argparse argument per field (flag ``--steps``, the default shown in
+- `add_options` adds one argparse argument per field (flag ``--steps``, the default shown in
   ``--help``); argparse only collects the text: it converts and checks nothing;
-- :func:`resolve` turns the collected values, or the keywords of the command's Python function, into
+- `resolve` turns the collected values, or the keywords of the command's Python function, into
   the dataclass: text is parsed by the field's kind (``Kind.parse``), every value checked
   (``Kind.check``, which may normalise it), ``None`` means the default; then the dataclass's
   ``validate()`` checks what involves several options;
-- every problem is an :class:`OptionError` (a ``ValueError``) worded ``--flag: what is wrong``, which
+- every problem is an `OptionError` (a ``ValueError``) worded ``--flag: what is wrong``, which
   the command prints as one line ``vitplast CMD: error: --flag: ...`` with exit status 2
-  (:func:`vitplast.options.parsing.fail`), the same from the CLI and from Python.
+  (`vitplast.options.parsing.fail`), the same from the CLI and from Python.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ class Kind:
 
 @dataclasses.dataclass(frozen=True)
 class Spec:
-    """The CLI side of an option (see :func:`option`)."""
+    """The CLI side of an option (see `option`)."""
 
     help: str | None
     kind: Kind
@@ -159,7 +159,7 @@ def csv(item: Kind, *, unique: bool = False) -> Kind:
 
 
 def checked(fn: Callable[[Any], Any], parse: Callable[[str], Any] = str) -> Kind:
-    """A kind whose check is ``fn`` (e.g. :func:`vitplast.runtime.device.check_device`)."""
+    """A kind whose check is ``fn`` (e.g. `vitplast.runtime.device.check_device`)."""
     return Kind(parse, fn)
 
 
@@ -201,7 +201,7 @@ def add_options(parser: argparse.ArgumentParser, cls: type,
 
 
 def values_of(args: argparse.Namespace, cls: type) -> dict:
-    """The options ``cls`` describes, as collected by :func:`add_options` (text, not yet checked)."""
+    """The options ``cls`` describes, as collected by `add_options` (text, not yet checked)."""
     out = {}
     for f in dataclasses.fields(cls):
         if f.metadata["option"].cli and hasattr(args, f.name):
@@ -213,7 +213,7 @@ def values_of(args: argparse.Namespace, cls: type) -> dict:
 # ---------------------------------------------------------------------------------------------- checks
 def resolve(cls: type, values: Mapping[str, Any]):
     """``cls`` filled from ``values`` (defaults for what is absent or None), every field parsed and
-    checked, then ``validate()`` if the class has one; :class:`OptionError` names the option."""
+    checked, then ``validate()`` if the class has one; `OptionError` names the option."""
     fields = {f.name: f for f in dataclasses.fields(cls)}
     unknown = sorted(k for k in values if k not in fields)
     if unknown:
@@ -240,7 +240,7 @@ def resolve(cls: type, values: Mapping[str, Any]):
 
 
 def fail_on(flag: str, check: Callable[[], Any]):
-    """``check()``, its ValueError reworded ``flag: reason`` (an :class:`OptionError`)."""
+    """``check()``, its ValueError reworded ``flag: reason`` (an `OptionError`)."""
     try:
         return check()
     except OptionError:
@@ -274,6 +274,6 @@ def options_for(cls: type, opts: Any, keywords: Mapping[str, Any]):
 
 
 def parse_options(cls: type, args: argparse.Namespace):
-    """The options ``cls`` describes, from what :func:`add_options` collected, checked."""
+    """The options ``cls`` describes, from what `add_options` collected, checked."""
     return resolve(cls, values_of(args, cls))
 

@@ -3,15 +3,15 @@
 same, reads the same in ``--help`` and is checked the same everywhere, and a function that needs one
 group is typed with it (``build_model(opts: ModelOptions, ...)``) and accepts any command's options.
 
-- :class:`ModelOptions`: which model and weights (``--model``, ``--model-arg``, ``--weights``,
+- `ModelOptions`: which model and weights (``--model``, ``--model-arg``, ``--weights``,
   ``--pretrained``, ``--random-init``, ``--img-size``, ``--trust-remote-code``). It checks itself when it
   is made (whatever composes it): nothing runs random weights without ``--random-init``
-  (:mod:`vitplast.models.sources`), no code of a model folder runs without ``--trust-remote-code``;
-- :class:`DataOptions`: the downstream data and how its images become the model's input (``--data``,
+  (`vitplast.models.sources`), no code of a model folder runs without ``--trust-remote-code``;
+- `DataOptions`: the downstream data and how its images become the model's input (``--data``,
   ``--workers``, ``--mean``, ``--std``, ``--no-model-transform``, ``--no-augment``);
-- :class:`OptimOptions`: how one finetuning run optimises (timm's optimisers and schedulers: optimiser,
+- `OptimOptions`: how one finetuning run optimises (timm's optimisers and schedulers: optimiser,
   weight and layer decay, schedule, warm-up, clipping, accumulation, steps, batch);
-- :class:`RuntimeOptions`: where and how it computes (``--device``, ``--amp``, progress bars).
+- `RuntimeOptions`: where and how it computes (``--device``, ``--amp``, progress bars).
 """
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ class ModelOptions:
 
     def __post_init__(self) -> None:
         """``--model-arg pretrained=true`` is ``--pretrained``; then the weights rule of
-        :func:`vitplast.models.sources.check_weights_source` (an :class:`OptionError` naming the flag)."""
+        `vitplast.models.sources.check_weights_source` (an `OptionError` naming the flag)."""
         kwargs = self.model_kwargs if isinstance(self.model_kwargs, dict) else {}
         if "pretrained" in kwargs:
             flag = kwargs["pretrained"]

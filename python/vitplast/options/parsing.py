@@ -1,15 +1,15 @@
 """The argparse side the ``vitplast`` subcommands share; what their options are, and how each value
-is checked, is declared in :mod:`vitplast.options.fields`.
+is checked, is declared in `vitplast.options.fields`.
 
-- :func:`setup_parser`: a subcommand's parser prints every default in ``--help``
-  (:class:`HelpFormatter`) and reports bad usage as one line ``prog: error: ...`` with exit status 2;
-- :func:`fail`: the same one line for an error found after parsing;
+- `setup_parser`: a subcommand's parser prints every default in ``--help``
+  (`HelpFormatter`) and reports bad usage as one line ``prog: error: ...`` with exit status 2;
+- `fail`: the same one line for an error found after parsing;
 - the text parsers of option kinds, each raising ``argparse.ArgumentTypeError`` with the reason, which
-  :func:`vitplast.options.fields.resolve` rewords as ``--flag: reason``: :func:`component`
-  (``LABEL=GLOB``), :func:`component_option` (repeated ``--component`` values or a mapping),
-  :func:`model_arg` (``KEY=VALUE``), :func:`json_object` (a JSON object);
-- the names and short forms of ``--dtype`` (:data:`DTYPES`, :data:`DTYPE_ALIASES`) and the limits of
-  ``--seed`` and ``--steps`` (:data:`MAX_SEED`, :data:`MAX_STEPS`).
+  `vitplast.options.fields.resolve` rewords as ``--flag: reason``: `component`
+  (``LABEL=GLOB``), `component_option` (repeated ``--component`` values or a mapping),
+  `model_arg` (``KEY=VALUE``), `json_object` (a JSON object);
+- the names and short forms of ``--dtype`` (`DTYPES`, `DTYPE_ALIASES`) and the limits of
+  ``--seed`` and ``--steps`` (`MAX_SEED`, `MAX_STEPS`).
 """
 
 from __future__ import annotations

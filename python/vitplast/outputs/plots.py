@@ -1,11 +1,10 @@
 """The one plotting style of the commands: a bare ``matplotlib.figure.Figure`` on its own Agg canvas,
-saved atomically, and one colour per component label (:func:`component_color`: ``MHA`` is the same red
+saved atomically, and one colour per component label (`component_color`: ``MHA`` is the same red
 in every figure of every command and of ``PlasticityResult.plot``). No pyplot and no
 ``matplotlib.use``: the importer's backend, rcParams and open figures stay untouched, and nothing needs
 closing (the figure is freed with its last reference).
 
-Usage::
-
+Usage:
     fig, axes = figure(1, 2, (12, 4))        # axes: a 2-D array, like plt.subplots(squeeze=False)
     axes[0, 0].plot(steps, values, color=component_color("MHA"), label="MHA")
     save(fig, "out/curves.png")              # tight layout, PNG (or the suffix's format), atomic

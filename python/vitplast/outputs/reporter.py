@@ -1,4 +1,4 @@
-"""Where a command's messages and progress bars go: a :class:`Reporter` object passed down explicitly.
+"""Where a command's messages and progress bars go: a `Reporter` object passed down explicitly.
 
 ``Reporter()`` prints each message on stdout (in ASCII, ``+/-`` for ``±``, where its encoding cannot
 hold a character); ``Reporter(say=lines.append)`` collects them (tests, a
@@ -49,7 +49,7 @@ class Reporter:
 
     def bar(self, *, total: int, desc: str, unit: str = "it", initial: int = 0, wanted: bool | None = None,
             leave: bool = False):
-        """A tqdm bar (disabled when :meth:`shows_progress` says no)."""
+        """A tqdm bar (disabled when `shows_progress` says no)."""
         from tqdm.auto import tqdm
 
         return tqdm(total=total, initial=initial, desc=desc, unit=unit, dynamic_ncols=True, leave=leave,

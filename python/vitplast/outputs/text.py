@@ -1,7 +1,7 @@
 """Terminal-safe text: what the commands print of a message they did not write (an exception's, a
 warning's, a file's) has no escape sequences or control characters and fits on one line; a stream whose
 encoding cannot hold a character (``PYTHONIOENCODING=ascii``, ``LC_ALL=C``) gets an ASCII spelling of it
-(``+/-`` for ``±``) instead of an error (:func:`encodable_streams`)."""
+(``+/-`` for ``±``) instead of an error (`encodable_streams`)."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ ERRORS = "vitplast-ascii"  # the codec error handler writing ASCII_FALLBACK
 
 
 def ascii_text(text: str) -> str:
-    """``text`` with every non-ASCII character replaced by its :data:`ASCII_FALLBACK` (else ``?``)."""
+    """``text`` with every non-ASCII character replaced by its `ASCII_FALLBACK` (else ``?``)."""
     return "".join(ch if ord(ch) < 128 else ASCII_FALLBACK.get(ch, "?") for ch in str(text))
 
 

@@ -1,5 +1,5 @@
-"""``vitplast profile``: time and size a plasticity measurement on a large model (:func:`profile`, its
-options :class:`ProfileOptions`)."""
+"""``vitplast profile``: time and size a plasticity measurement on a large model (`profile`, its
+options `ProfileOptions`)."""
 
 from .options import DEVICE_DEFAULTS, ProfileOptions
 from .run import profile

@@ -1,5 +1,5 @@
-"""``vitplast profile`` on the command line: :data:`HELP`, :func:`add_arguments`, :func:`run`; the work is
-:func:`vitplast.profile.profile`."""
+"""``vitplast profile`` on the command line: `HELP`, `add_arguments`, `run`; the work is
+`vitplast.profile.profile`."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The options of ``vitplast profile``: :class:`ProfileOptions`, composed from the runtime group of
-:mod:`vitplast.options.groups` (flags, defaults, checks and wording: :mod:`vitplast.options.fields`)."""
+"""The options of ``vitplast profile``: `ProfileOptions`, composed from the runtime group of
+`vitplast.options.groups` (flags, defaults, checks and wording: `vitplast.options.fields`)."""
 
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ _GPU, _CPU = DEVICE_DEFAULTS["cuda"], DEVICE_DEFAULTS["cpu"]
 
 @dataclasses.dataclass(frozen=True)
 class ProfileOptions(RuntimeOptions):
-    """Every option of ``vitplast profile`` (a keyword of :func:`vitplast.profile.profile` each). Once
+    """Every option of ``vitplast profile`` (a keyword of `vitplast.profile.profile` each). Once
     checked, ``device`` is the resolved device (``auto`` becomes ``cuda`` or ``cpu``) and ``model``,
-    ``batch_size`` and ``dtype`` hold that device type's :data:`DEVICE_DEFAULTS` where they were None."""
+    ``batch_size`` and ``dtype`` hold that device type's `DEVICE_DEFAULTS` where they were None."""
 
     model: str | None = option(
         None, f"timm name (tags, hf-hub:ORG/NAME too) or hf:ID_OR_DIR, with random weights (default: "

@@ -1,5 +1,5 @@
-"""What ``vitplast profile`` shows of a :func:`vitplast.profile.profile` record: the printed table
-(:func:`report`) and the plot of time per layer and component (:func:`plot_layers`)."""
+"""What ``vitplast profile`` shows of a `vitplast.profile.profile` record: the printed table
+(`report`) and the plot of time per layer and component (`plot_layers`)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def precision(rec: dict[str, Any]) -> str:
 
 
 def report(rec: dict[str, Any]) -> str:
-    """The printed table of a :func:`profile` record."""
+    """The printed table of a `profile` record."""
     lines = [f"{'variant':<12} {'s/batch':>9} {'images/s':>9} {'x forward':>9} {'peak GB':>8} "
              f"{'+GB':>7}"]
     names = {"forward": "forward", "capture": f"+capture ({rec['protocol']})", "naive_hooks": "naive hooks",

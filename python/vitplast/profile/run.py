@@ -1,11 +1,11 @@
 """``profile(opts)``: what a plasticity measurement costs on a (large) timm model, behind ``vitplast
-profile`` (its options: :class:`ProfileOptions`; what is timed: the command's HELP).
+profile`` (its options: `ProfileOptions`; what is timed: the command's HELP).
 
 The model is any name the other commands take (a timm name with its tags, ``hf-hub:ORG/NAME``,
 ``local-dir:DIR``, ``hf:ID_OR_DIR`` for a transformers model), always with random weights (timing does
 not depend on them; no flag is needed), created from seed 0 on the device in ``--dtype``; with ``--amp``
 every timed forward runs under that autocast. ``--out`` is checked before anything is built or timed.
-``profile.json`` carries the reproducibility record (:func:`vitplast.runs.provenance.provenance`).
+``profile.json`` carries the reproducibility record (`vitplast.runs.provenance.provenance`).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def profile(opts: ProfileOptions | None = None, /, *, reporter: Reporter | None 
     """Profile a measurement: the record of the module docstring, printed as a table (on ``reporter``;
     default: stdout) and written to ``out`` as one set; returns the record.
 
-    ``opts``: a :class:`ProfileOptions`, checked again here; or the options as keywords (each the option
+    ``opts``: a `ProfileOptions`, checked again here; or the options as keywords (each the option
     of ``vitplast profile`` with that name, None: its default); keywords given with ``opts`` replace its
     values.
     """
@@ -53,8 +53,8 @@ def profile(opts: ProfileOptions | None = None, /, *, reporter: Reporter | None 
 
 
 def profile_options(opts: ProfileOptions | None, keywords: dict[str, Any]) -> ProfileOptions:
-    """The checked options of :func:`profile`: ``keywords`` (over ``opts``' values when given) resolved
-    into a new :class:`ProfileOptions`."""
+    """The checked options of `profile`: ``keywords`` (over ``opts``' values when given) resolved
+    into a new `ProfileOptions`."""
     return options_for(ProfileOptions, opts, keywords)
 
 
@@ -139,7 +139,7 @@ def _memory_bytes(device) -> int | None:
 
 
 def _structure(model, opts: ProfileOptions):
-    """The model's components (:func:`vitplast.profile.profiler.structure`), or ValueError saying which
+    """The model's components (`vitplast.profile.profiler.structure`), or ValueError saying which
     models profile covers."""
     from . import profiler as pf
 

@@ -5,19 +5,19 @@ time, an attempt token, the node) into a file of its own and hard-links that fil
 fails when ``.lock`` exists, on a local disk as on NFS or Lustre (where hard links are refused,
 ``O_CREAT | O_EXCL`` does the same). Nothing depends on ``flock``, which shared filesystems emulate,
 ignore or refuse. While it holds the lock, a thread of the writer touches the file every
-:data:`HEARTBEAT_S` seconds; release removes it.
+`HEARTBEAT_S` seconds; release removes it.
 
 A lock file whose writer is gone (a killed process, a dead node) is taken over:
 
 - a holder on this host (same host name and boot) is gone when its PID no longer runs the process that
   wrote the file (PID and start time compared, so a reused PID does not count);
-- a holder on another host is gone when its file has not been touched for :data:`STALE_AFTER_S`;
+- a holder on another host is gone when its file has not been touched for `STALE_AFTER_S`;
 - an executor that retries a run after its worker or node died names the attempts it replaces
-  (:func:`attempt`): locks those attempts hold are taken over at once, wherever they ran.
+  (`attempt`): locks those attempts hold are taken over at once, wherever they ran.
 
 A takeover is atomic too: the stale file is renamed to a name of the taker's own and removed, or put
 back when it turns out not to be the file judged stale (someone else took over in between). A writer
-confirms it still holds its lock before each checkpoint (:meth:`RunLock.confirm`), so a writer whose
+confirms it still holds its lock before each checkpoint (`RunLock.confirm`), so a writer whose
 lock was taken over stops instead of writing beside the new one.
 """
 
@@ -173,7 +173,7 @@ _HEARTBEAT = _Heartbeat()
 class RunLock:
     """The lock of one run directory (``DIR/.lock``), naming its holder (see the module docstring).
 
-    ``acquire()`` raises :class:`RunBusy` while a live writer (another process, or another ``RunLock``
+    ``acquire()`` raises `RunBusy` while a live writer (another process, or another ``RunLock``
     of this one) holds it; a lock file left by a writer that is gone is taken over, and ``stale`` then
     holds what that file said (``{"pid", "host", "since", ..., "alive"}``).
     """
@@ -272,7 +272,7 @@ class RunLock:
         aside.unlink()
 
     def confirm(self) -> None:
-        """Raises :class:`RunDirError` when this lock was taken over (its file names another writer)."""
+        """Raises `RunDirError` when this lock was taken over (its file names another writer)."""
         if self.me is None:
             return
         found = self.read()

@@ -1,7 +1,6 @@
 """An output directory written as a unit: a run's files appear together or not at all.
 
-Usage::
-
+Usage:
     out = OutputSet("res/", owned=("plasticity.json", "plasticity.png", "run.json"))
     out.check()                          # before any work: ValueError naming the problem
     ...                                  # the measurement

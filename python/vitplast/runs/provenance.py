@@ -1,12 +1,12 @@
 """The reproducibility record every output carries (``run.json``, ``summary.json``, ``profile.json``,
 ``claim.json``): what software computed it, which model with which weights, on which data, prepared how.
 
-- :func:`versions`: the versions of the package, Python, torch, timm and transformers (None for one not
-  installed); ``vitplast --version`` prints them (:func:`version_text`);
-- :func:`weights_record`: where a built model's weights came from (its ``origin``: a local file, timm's
+- `versions`: the versions of the package, Python, torch, timm and transformers (None for one not
+  installed); ``vitplast --version`` prints them (`version_text`);
+- `weights_record`: where a built model's weights came from (its ``origin``: a local file, timm's
   hub weights, a transformers folder, the digits ViT's cache, random init), with the sha256 of the file
   they were read from and the hub revision when there is one;
-- :func:`provenance`: the whole record of one model on one data set.
+- `provenance`: the whole record of one model on one data set.
 
 Hashes are computed once per file and process (keyed by the file's path, size and modification time).
 """
@@ -97,9 +97,9 @@ def weights_record(origin: dict) -> dict[str, Any]:
 
 
 def provenance(built: BuiltModel, data: dict[str, Any], transform: dict[str, Any] | None) -> dict[str, Any]:
-    """The record of ``built`` (a :class:`vitplast.models.builder.BuiltModel`) run on ``data`` (what the
+    """The record of ``built`` (a `vitplast.models.builder.BuiltModel`) run on ``data`` (what the
     command says of its data: specs, split, sizes), its images prepared as ``transform`` says (the record
-    of :func:`vitplast.data.transforms.transform_record`; None: no images were prepared):
+    of `vitplast.data.transforms.transform_record`; None: no images were prepared):
     ``{"versions", "model", "model_kwargs", "trust_remote_code", "weights", "data", "transform"}``
     (``trust_remote_code``: whether the model's own code was allowed to run, ``--trust-remote-code``)."""
     return {"versions": versions(), "model": built.name, "model_kwargs": dict(built.timm_kwargs),

@@ -8,7 +8,7 @@ Layout of ``DIR``::
     summary.json     written last: its presence marks the run finished
     model.safetensors, adapter/   the finetuned weights (``--export``)
     plots/, tb/      figures and optional TensorBoard logs
-    .lock            names the process writing the run (see :class:`RunLock`)
+    .lock            names the process writing the run (see `RunLock`)
 
 Every file but ``metrics.jsonl`` is written to a temporary file in the same directory and moved into
 place with ``os.replace``, so a killed run leaves either the old or the new version, never a torn one.
@@ -17,8 +17,8 @@ the log back to the checkpoint's step so that the steps replayed are not logged 
 checkpoint, to nothing: the run starts over).
 
 One process writes a run directory at a time: the writer creates ``.lock`` atomically
-(:class:`vitplast.runs.lock.RunLock`, no ``flock``: it works on shared filesystems), so a live writer
-makes ``open`` fail with its PID and host (:class:`RunBusy`), while a lock left by a killed run is taken
+(`vitplast.runs.lock.RunLock`, no ``flock``: it works on shared filesystems), so a live writer
+makes ``open`` fail with its PID and host (`RunBusy`), while a lock left by a killed run is taken
 over (the dead process it names is reported). The writer confirms it still holds the lock before each
 checkpoint and before the summary.
 """
@@ -64,7 +64,7 @@ def guard_writes(parent_pid: int | None) -> None:
 
 
 def check_parent() -> None:
-    """Ends this process when :func:`guard_writes` named a parent that is gone (a no-op otherwise)."""
+    """Ends this process when `guard_writes` named a parent that is gone (a no-op otherwise)."""
     if _PARENT_PID is not None and os.getppid() != _PARENT_PID:
         os._exit(1)
 
@@ -143,9 +143,9 @@ def set_rng_state(state: dict) -> None:
 
 
 def load_checkpoint(path: str | os.PathLike) -> dict:
-    """A run's ``checkpoint.pt``, read weights-only (:func:`vitplast.models.checkpoints.load_weights_only`):
+    """A run's ``checkpoint.pt``, read weights-only (`vitplast.models.checkpoints.load_weights_only`):
     tensors and plain values only (and numpy arrays, which RNG states may hold); nothing in it can run
-    code. Raises :class:`RunDirError` naming the file when it holds anything else or cannot be read."""
+    code. Raises `RunDirError` naming the file when it holds anything else or cannot be read."""
     path = Path(path)
     ckpt = load_weights_only(path, str(path), error=RunDirError,
                              objects_advice="vitplast finetune did not write it: remove it to restart the "
@@ -159,7 +159,7 @@ def load_checkpoint(path: str | os.PathLike) -> dict:
 
 def config_differences(saved: dict, config: dict) -> list[str]:
     """``"key: saved A, now B"`` for every option in which a run directory's ``config.json`` (``saved``)
-    differs from ``config`` (the options that do not change results, :data:`RESUME_FREE_KEYS`, aside)."""
+    differs from ``config`` (the options that do not change results, `RESUME_FREE_KEYS`, aside)."""
     config = json.loads(json.dumps(config, default=_json_default))  # as it would be saved: tuples -> lists
     return [f"{k}: saved {saved.get(k)!r}, now {config.get(k)!r}" for k in sorted(set(saved) | set(config))
             if k not in RESUME_FREE_KEYS and saved.get(k) != config.get(k)]
@@ -196,7 +196,7 @@ class RunDir:
 
     def open(self, config: dict, *, resume: bool = False) -> RunDir:
         """Prepare the directory for ``config``; refuse rather than overwrite another run's files, or
-        while another process writes it. A writer holds the directory's lock until :meth:`close`."""
+        while another process writes it. A writer holds the directory's lock until `close`."""
         if self.writer and self.state() != "foreign":  # a foreign directory is refused untouched
             self.path.mkdir(parents=True, exist_ok=True)
             self.lock.acquire()

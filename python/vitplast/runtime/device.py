@@ -1,6 +1,6 @@
 """The one device resolution of the commands: ``--device`` is ``auto`` (CUDA when available, else the
-CPU), ``cpu``, ``cuda`` or ``cuda:N``; :func:`check_device` validates it (one wording for every
-command), :func:`resolve_device` turns it into a ``torch.device``."""
+CPU), ``cpu``, ``cuda`` or ``cuda:N``; `check_device` validates it (one wording for every
+command), `resolve_device` turns it into a ``torch.device``."""
 
 from __future__ import annotations
 

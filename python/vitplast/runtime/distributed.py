@@ -1,5 +1,5 @@
 """The one distributed context of the commands: torchrun / DistributedDataParallel plumbing (gloo on
-CPU, nccl on GPU) for finetune and claim, and :func:`world_size` for the trainer callbacks.
+CPU, nccl on GPU) for finetune and claim, and `world_size` for the trainer callbacks.
 
 Outside torchrun (no ``WORLD_SIZE`` > 1 in the environment) every helper is a no-op on one process.
 """
@@ -67,7 +67,7 @@ def world_size() -> int:
 def init_distributed(device: str) -> DistContext:
     """Join the process group torchrun describes (``WORLD_SIZE``, ``RANK``, ``LOCAL_RANK``); ``device``
     is a ``--device`` value (``auto`` included) and picks the backend. A group that exists already is
-    joined, and left to whoever created it (:meth:`DistContext.close` closes only its own)."""
+    joined, and left to whoever created it (`DistContext.close` closes only its own)."""
     world, rank, local_rank = environment.world()  # ValueError naming a variable that is not a number
     if world <= 1:
         return DistContext()

@@ -1,10 +1,10 @@
-"""The environment variables a ``vitplast`` command reads, checked when it starts (:func:`check_environment`):
+"""The environment variables a ``vitplast`` command reads, checked when it starts (`check_environment`):
 a value it does not accept raises ``ValueError`` naming the variable and what it accepts, which the CLI
 ends with exit status 2 and one line.
 
 - ``VITPLAST_TRACEBACK``: on for ``1``, ``true``, ``yes``; off for ``0``, ``false``, ``no`` or unset;
 - ``VITPLAST_COMPILED_REDUCTION``, ``VITPLAST_GPU_BACKEND``, ``VITPLAST_AUTOTUNE``: the kernel library's
-  (:mod:`vitplast_kernels.environment`);
+  (`vitplast_kernels.environment`);
 - ``VITPLAST_CPU_KERNEL``: ``auto``, ``avx512``, ``avx2`` or ``generic``; ``VITPLAST_CUDA_CHUNK``: a
   positive integer; ``VITPLAST_CACHE``: a directory (checked where it is used);
 - ``WORLD_SIZE`` (an integer >= 1), ``RANK`` (0 <= RANK < WORLD_SIZE), ``LOCAL_RANK`` (>= 0): torchrun's;
@@ -46,7 +46,7 @@ def integer(name: str, default: int, minimum: int = 0, env: Mapping[str, str] | 
 
 def traceback_wanted(env: Mapping[str, str] | None = None) -> bool:
     """Whether ``VITPLAST_TRACEBACK`` asks for tracebacks (``1``/``true``/``yes``); a value it does not
-    accept counts as off here (:func:`check_environment` reports it)."""
+    accept counts as off here (`check_environment` reports it)."""
     try:
         return kernel_environment.switch(TRACEBACK, env)
     except ValueError:

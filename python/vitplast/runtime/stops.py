@@ -1,5 +1,5 @@
 """Clean stops: SIGTERM and SIGHUP end a command the way Ctrl-C does, by an exception
-(:class:`Terminated`, a ``KeyboardInterrupt``) raised in the main thread, so every ``finally`` and
+(`Terminated`, a ``KeyboardInterrupt``) raised in the main thread, so every ``finally`` and
 ``with`` on the way out runs: worker processes and data loaders are stopped, files closed, semaphores
 released. A second signal of the same kind ends the process at once (the default action).
 """
@@ -37,7 +37,7 @@ def _raise(signum: int, frame) -> None:
 
 @contextlib.contextmanager
 def stops_as_exceptions() -> Iterator[None]:
-    """Inside, SIGTERM and SIGHUP raise :class:`Terminated` in the main thread (outside the main
+    """Inside, SIGTERM and SIGHUP raise `Terminated` in the main thread (outside the main
     thread, where handlers cannot be set, nothing changes); the previous handlers come back after."""
     if threading.current_thread() is not threading.main_thread():
         yield

@@ -1,6 +1,6 @@
 """Every `vitplast` command ends alike: the same bad input gives the same exit status and one
 line on stderr naming the command; 0 done, 1 a failure while working (a full disk included), 2 bad usage
-or input, 130 Ctrl-C. Run in this process through :func:`vitplast.cli.main`; where a case needs no real
+or input, 130 Ctrl-C. Run in this process through `vitplast.cli.main`; where a case needs no real
 work, only the ``run`` that main dispatches to is replaced."""
 
 from __future__ import annotations

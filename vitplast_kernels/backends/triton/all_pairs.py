@@ -23,7 +23,7 @@ processes (the split count changes the summation order).
 
 Indexing: the large grid dimension (tiles, rows) is on axis 0 (up to 2^31 - 1 programs), the small ones
 (splits, tile rows, row blocks) on axis 1 (at most 65535); every element offset is int64 (the workspace
-and the output pass 2^31 elements near N = 65,000). :func:`launch_grids` and :func:`index_extents`
+and the output pass 2^31 elements near N = 65,000). `launch_grids` and `index_extents`
 give both for a shape; a launch past the limits raises ``ValueError``.
 
 Inputs: ``x`` of shape ``(N, K)`` float32/float16/bfloat16 with unit inner stride; output ``(N, N)``
@@ -371,7 +371,7 @@ def _plan_for(x: torch.Tensor, splits: int | None,
 def all_pair_sq_distances_triton(x: torch.Tensor, *, splits: int | None = None,
                                  config: tuple[int, int, int, int] | None = None,
                                  tau: float | None = None) -> torch.Tensor:
-    """``(N, K) -> (N, N)`` float32: :func:`all_pair_sq_sums_triton` rounded to float32."""
+    """``(N, K) -> (N, N)`` float32: `all_pair_sq_sums_triton` rounded to float32."""
     return all_pair_sq_sums_triton(x, splits=splits, config=config, tau=tau).to(torch.float32)
 
 

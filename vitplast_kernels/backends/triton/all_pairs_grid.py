@@ -27,7 +27,7 @@ def _finish_rows(bm: int) -> int:
 
 def launch_grids(n: int, bm: int, splits: int, jb: int) -> dict[str, tuple[int, int]]:
     """The three launches' grids for ``n`` rows (large dimensions on axis 0, small ones on axis 1);
-    ``ValueError`` past CUDA's per-axis limits (:data:`GRID_AXIS_MAX`)."""
+    ``ValueError`` past CUDA's per-axis limits (`GRID_AXIS_MAX`)."""
     num_tiles = num_tiles_of(n, bm)
     grids = {"partial": (num_tiles, splits), "finish": (num_tiles, bm // _finish_rows(bm)),
              "recompute": (n, -(-n // jb))}

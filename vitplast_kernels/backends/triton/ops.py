@@ -5,7 +5,7 @@ float64; ``vitplast::pair_sq_distances_grouped_triton(Tensor[] a, Tensor[] b) ->
 float64 (the float64 sums, as the C++ ops return them). Their fakes and autograd formulas are the C++
 ops', registered in ``ops/paired.py`` (the one place for every op's), so ``torch.compile(fullgraph=True)``
 traces through them and ``torch.library.opcheck`` passes. Eager calls on plain tensors
-that need no gradient (:func:`~vitplast_kernels.backends.dispatch.without_autograd`) skip the op's
+that need no gradient (`without_autograd`) skip the op's
 dispatch and call the launchers directly (same kernels, same results); traced calls and calls on
 tensors requiring grad go through the ops. The backend runs on CUDA tensors, and on CPU tensors too
 when ``TRITON_INTERPRET=1`` (Triton's interpreter: how CI tests the kernels without a GPU).
@@ -62,7 +62,7 @@ def pair_sq_distances_grouped_triton(a: list[torch.Tensor], b: list[torch.Tensor
 
 
 def _direct(*tensors: torch.Tensor) -> bool:
-    """True when a call can skip the custom-op machinery: it needs no autograd (:func:`without_autograd`:
+    """True when a call can skip the custom-op machinery: it needs no autograd (`without_autograd`:
     eager, no gradient asked of any input) and its tensors are plain ones (not FakeTensors or other
     subclasses, which need the op's fake implementation; the first one stands for all)."""
     return without_autograd(tensors) and type(tensors[0]) is torch.Tensor

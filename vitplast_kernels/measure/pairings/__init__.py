@@ -1,11 +1,11 @@
 """Pairing schemes: which sequences of a batch are compared, and the statistics kept per pair set.
 
-- :mod:`.base`: the :class:`Pairing` interface, the per-pair statistics every scheme shares
-  (:func:`pair_stats`) and the registry (:func:`register_pairing`, :func:`get_pairing`);
-- :mod:`.halves`: ``"halves"`` (a batch of ``2B``, ``i`` with ``i + B``; matched pairs as
+- `.base`: the `Pairing` interface, the per-pair statistics every scheme shares
+  (`pair_stats`) and the registry (`register_pairing`, `get_pairing`);
+- `.halves`: ``"halves"`` (a batch of ``2B``, ``i`` with ``i + B``; matched pairs as
   ``torch.cat([X, Y])``);
-- :mod:`.all_pairs`: ``"all"`` (every pair ``i < j``: the U-statistic, with its jackknife variance);
-- :mod:`.fields`: the names of the accumulated statistics.
+- `.all_pairs`: ``"all"`` (every pair ``i < j``: the U-statistic, with its jackknife variance);
+- `.fields`: the names of the accumulated statistics.
 
 Importing this package registers ``"halves"`` and ``"all"``.
 """

@@ -1,11 +1,11 @@
 """``pairs="all"``: every distinct pair ``i < j`` of a batch of ``N`` sequences (the U-statistic).
 
-Per captured tensor the ``(N, N)`` float64 squared-distance matrix comes from :func:`all_pair_sq_sums`
-(Gram matrices, exact to 1e-5 per pair, see :mod:`vitplast_kernels.ops.all_pairs`); the scheme hands
+Per captured tensor the ``(N, N)`` float64 squared-distance matrix comes from `all_pair_sq_sums`
+(Gram matrices, exact to 1e-5 per pair, see `vitplast_kernels.ops.all_pairs`); the scheme hands
 capture the strict upper triangle in row-major order, ``P = N (N - 1) / 2`` sums per tensor. Several
 forward passes each contribute their own pairs (pairs never straddle two batches).
 
-Statistics: the five sums of :func:`~vitplast_kernels.measure.pairings.base.pair_stats` (pairs used, sum
+Statistics: the five sums of `pair_stats` (pairs used, sum
 and sum of squares of their rates, identical pairs excluded, non-finite pairs) plus a sixth, ``var_w``:
 
     var_w = count_b^2 * Var_jack(U_b)            (summed over batches b, and over ranks)
@@ -18,7 +18,7 @@ order ``sqrt(N)``; to first order ``Var_jack = 4 zeta_1 / N`` (Hoeffding's decom
 U-statistic of order 2, ``zeta_1 = Var_x E_y[rate(x, y)]``), and the jackknife handles the excluded
 pairs (identical, non-finite) without further assumptions. The overall mean is
 ``sum_b sum_rates_b / sum_b count_b = sum_b (count_b / count) U_b`` and, batches being independent,
-its variance is ``sum_b var_w_b / count^2``: :class:`~vitplast_kernels.measure.result.PlasticityResult` uses
+its variance is ``sum_b var_w_b / count^2``: `PlasticityResult` uses
 it for the standard error and the 95% CI (``mean +- 1.96 sqrt(var_w) / count``) when the result has
 this sixth field. A batch where some ``U_(-i)`` is undefined (e.g. ``N = 2``: one pair) makes the
 variance NaN: one pair carries no information on its own spread.

@@ -4,21 +4,21 @@ A scheme turns captured tensors ``(N, ...)`` (``N`` sequences first) into per-pa
 differences ``S[p] = sum_k (T[i_p, k] - T[j_p, k])^2``, float64 (the kernels' sums: right where a
 float32 square would overflow or vanish, e.g. activations scaled by 1e30 or 1e-30), and turns a
 component's input and output sums ``(S_in, S_out)`` into the five statistics a
-:class:`~vitplast_kernels.measure.result.PlasticityResult` accumulates. Capture knows nothing of pairs
+`PlasticityResult` accumulates. Capture knows nothing of pairs
 beyond this interface.
 
 Schemes:
 
-- ``"halves"`` (:class:`~vitplast_kernels.measure.pairings.halves.Halves`): a batch of ``N = 2B``
+- ``"halves"`` (`Halves`): a batch of ``N = 2B``
   sequences, sequence ``i`` paired with ``i + B``.
   **Matched pairs** (the paper: ``X`` from the pretraining data, ``Y`` from the downstream data, ``X[i]``
   paired with ``Y[i]``) are the halves of ``torch.cat([X, Y])``.
 - ``"all"``: every distinct pair ``i < j`` of one batch:
-  :class:`~vitplast_kernels.measure.pairings.all_pairs.AllPairs` (it carries a sixth statistic, the
+  `AllPairs` (it carries a sixth statistic, the
   U-statistic's variance).
 
-Each scheme's module registers it (:func:`register_pairing`); importing
-:mod:`vitplast_kernels.measure.pairings` registers both.
+Each scheme's module registers it (`register_pairing`); importing
+`vitplast_kernels.measure.pairings` registers both.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from .fields import STAT_FIELDS
 
 
 class Pairing:
-    """Interface of a pairing scheme (subclass it; register with :func:`register_pairing`)."""
+    """Interface of a pairing scheme (subclass it; register with `register_pairing`)."""
 
     name: str = "?"
     stat_fields: tuple[str, ...] = STAT_FIELDS  # what stats() returns along its last dim
@@ -42,13 +42,13 @@ class Pairing:
         raise NotImplementedError
 
     def check(self, n: int, where: str) -> None:
-        """Raises ValueError (:meth:`problem`'s text) when a batch of ``n`` sequences cannot be paired."""
+        """Raises ValueError (`problem`'s text) when a batch of ``n`` sequences cannot be paired."""
         msg = self.problem(n, where)
         if msg is not None:
             raise ValueError(msg)
 
     def fits(self, n: int) -> bool:
-        """Whether a batch of ``n`` sequences can be paired (what :meth:`check` checks, without raising)."""
+        """Whether a batch of ``n`` sequences can be paired (what `check` checks, without raising)."""
         raise NotImplementedError
 
     def n_pairs(self, n: int) -> int:
@@ -61,7 +61,7 @@ class Pairing:
         raise NotImplementedError
 
     def stats(self, s_in: torch.Tensor, s_out: torch.Tensor) -> torch.Tensor:
-        """``(..., P)`` input and output sums -> ``(..., 5)`` float64 statistics (see :func:`pair_stats`)."""
+        """``(..., P)`` input and output sums -> ``(..., 5)`` float64 statistics (see `pair_stats`)."""
         return pair_stats(s_in, s_out)
 
 
@@ -70,7 +70,7 @@ def used_rates(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """float64 per-pair sums of squares (same shape; >= 0, NaN or +inf) -> ``(r, used, identical,
     nonfinite)``: the rates ``sqrt(s_out / s_in)`` of the used pairs (0 elsewhere) and the three masks,
-    by the rules of :func:`pair_stats` (shared by every pairing scheme)."""
+    by the rules of `pair_stats` (shared by every pairing scheme)."""
     identical = s_in == 0
     rate = (s_out / s_in).sqrt()
     # sums of squares and their rates are >= 0, NaN or +inf, so `x < inf` is isfinite for them (NaN
@@ -98,7 +98,7 @@ def pair_stats(s_in: torch.Tensor, s_out: torch.Tensor) -> torch.Tensor:
 
 def stats_of(r: torch.Tensor, used: torch.Tensor, identical: torch.Tensor, nonfinite: torch.Tensor
              ) -> torch.Tensor:
-    """The outputs of :func:`used_rates` -> ``(..., 5)`` float64 ``[count, sum, sumsq, identical,
+    """The outputs of `used_rates` -> ``(..., 5)`` float64 ``[count, sum, sumsq, identical,
     nonfinite]`` over the last dim."""
     return torch.stack(
         [used.sum(-1, dtype=torch.float64), r.sum(-1), (r * r).sum(-1),
@@ -111,13 +111,13 @@ _PAIRINGS: dict[str, type[Pairing]] = {}  # filled by the scheme modules (halves
 
 
 def register_pairing(name: str, cls: type[Pairing]) -> None:
-    """Installs (or replaces) the scheme called ``name`` (:mod:`.halves` and :mod:`.all_pairs` use it)."""
+    """Installs (or replaces) the scheme called ``name`` (`.halves` and `.all_pairs` use it)."""
     _PAIRINGS[name] = cls
 
 
 def get_pairing(pairs: str | Pairing) -> Pairing:
     """The scheme called ``pairs`` (``"halves"``, ``"all"``, or any registered name), or ``pairs``
-    itself when it already is a :class:`Pairing`."""
+    itself when it already is a `Pairing`."""
     if isinstance(pairs, Pairing):
         return pairs
     cls = _PAIRINGS.get(pairs)
