@@ -30,9 +30,13 @@ resized to ``img_size``, bilinear; centre crop; ImageNet mean and std).
 
 ``split`` is ``"train"``, ``"val"`` or ``"all"`` (train + val).
 
-Image files are decoded when an item is read; a file that cannot be decoded (corrupt, truncated, not an
-image) raises :class:`BadImageError` naming it, or, with ``skip_bad_images=True``, the item is ``None``,
-its path is added to the dataset's ``.bad_images``, and :func:`make_loader`'s batches leave it out.
+An ImageFolder's files are found by :class:`vitplast.data.folders.ImageFolder` (regular files only, each
+once, no folder loop: what it skips is named in a warning) and decoded by
+:func:`vitplast.data.images.open_image` (16-bit images scaled by 65535; modes without a defined range
+refused by name) when an item is read; a file that cannot be decoded (corrupt, truncated, not an
+image, not a regular file) raises :class:`BadImageError` naming it, or, with ``skip_bad_images=True``,
+the item is ``None``, its path is added to the dataset's ``.bad_images``, and :func:`make_loader`'s
+batches leave it out.
 """
 
 from __future__ import annotations
@@ -45,7 +49,10 @@ from collections.abc import Sequence
 import torch
 from torch.utils.data import ConcatDataset, DataLoader, Dataset, Subset
 
+from .images import BadImageError, open_image
 from .transforms import ImageTransform, fixed_transform
+
+__all__ = ["BadImageError", "TensorImageDataset", "check_images", "load_dataset", "make_loader", "open_image"]
 
 SPLITS = ("train", "val", "all")
 VAL_FRACTION = 0.2
@@ -72,29 +79,6 @@ class TensorImageDataset(Dataset):
 
     def __getitem__(self, idx: int) -> tuple[torch.Tensor, int]:
         return self.images[idx], int(self.labels[idx])
-
-
-class BadImageError(ValueError):
-    """An image file that cannot be decoded; ``.path`` names it."""
-
-    def __init__(self, path: str, reason: str):
-        super().__init__(f"cannot read image {path!r} ({reason}): fix or remove it, or skip such files "
-                         "(--skip-bad-images / skip_bad_images=True)")
-        self.path = path
-
-
-def open_image(path: str):
-    """The image at ``path`` decoded in full, as RGB; :class:`BadImageError` when it cannot be."""
-    from PIL import Image
-
-    try:
-        with open(path, "rb") as f:
-            img = Image.open(f)
-            img.load()  # decodes now: a truncated file fails here, not later inside a transform
-            return img.convert("RGB")
-    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
-        raise BadImageError(path, str(exc).strip().splitlines()[0] if str(exc).strip() else
-                            type(exc).__name__) from None
 
 
 @contextlib.contextmanager
@@ -260,20 +244,20 @@ def _cifar(kind: str, root: str, split: str, img_size: int, transform: ImageTran
 
 def _image_folder(root: str, split: str, img_size: int, seed: int, skip_bad: bool = False,
                   transform: ImageTransform | None = None, augment: bool = False) -> Dataset:
-    from torchvision import datasets
+    from .folders import ImageFolder
 
     tf = _file_transform(img_size, transform, augment)
     train_dir, val_dir = os.path.join(root, "train"), os.path.join(root, "val")
     if os.path.isdir(train_dir) and os.path.isdir(val_dir):
         dirs = {"train": [train_dir], "val": [val_dir], "all": [train_dir, val_dir]}[split]
-        parts = [datasets.ImageFolder(d, transform=tf, loader=open_image) for d in dirs]
+        parts = [ImageFolder(d, transform=tf, loader=open_image) for d in dirs]
         if len(parts) == 2 and parts[0].classes != parts[1].classes:
             raise ValueError(f"{train_dir} and {val_dir} hold different class folders: "
                              f"{parts[0].classes} vs {parts[1].classes}")
         ds = parts[0] if len(parts) == 1 else ConcatDataset(parts)
         return _Labelled(ds, parts[0].classes, skip_bad, augment)
     try:
-        full = datasets.ImageFolder(root, transform=tf, loader=open_image)
+        full = ImageFolder(root, transform=tf, loader=open_image)
     except FileNotFoundError as exc:
         raise FileNotFoundError(f"no images found in {root!r}: an ImageFolder needs DIR/<class>/<image> "
                                 f"(or DIR/train/<class>/... and DIR/val/<class>/...)") from exc

@@ -1,0 +1,164 @@
+"""Hostile inputs and situations of the runtime (issue 33, items 3-8, 10-13): special files and link
+loops in data folders, 16-bit and float images, validation before any file is written, runs that never
+trained, stale temporaries, environment variables, unbounded workers, stops by signal, terminals that
+cannot encode a character. One test per case; each failed on the code before the fix."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from vitplast.cli import main
+from vitplast.data.datasets import BadImageError, load_dataset
+
+ROOT = Path(__file__).resolve().parents[2]
+PY = sys.executable
+
+
+def _images(root: Path, classes=("a", "b"), per_class: int = 4, size: int = 10) -> None:
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for c in classes:
+        (root / c).mkdir(parents=True, exist_ok=True)
+        for i in range(per_class):
+            Image.fromarray(rng.integers(0, 256, (size, size, 3), dtype=np.uint8)).save(root / c / f"{i}.png")
+
+
+def _load(root: Path, **kw):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ds = load_dataset(str(root), "all", img_size=8, **kw)
+    return ds, [str(w.message) for w in caught]
+
+
+def _cli(argv, capsys):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            rc = main(argv)
+        except SystemExit as exc:
+            rc = exc.code
+    cap = capsys.readouterr()
+    return rc, cap.out, [ln for ln in cap.err.splitlines() if ln.strip()]
+
+
+def _env(**extra) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VITPLAST_", "SLURM_"))
+           and k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK")}
+    env.update(CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT / "python"), **extra)
+    return env
+
+
+# -- item 3: special files are never opened ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("skip_bad", [False, True], ids=["plain", "skip-bad-images"])
+def test_fifo_in_image_folder_is_skipped_never_opened(tmp_path, skip_bad):
+    _images(tmp_path)
+    os.mkfifo(tmp_path / "a" / "blocks.png")
+    os.mkfifo(tmp_path / "b" / "also.jpg")
+    ds, said = _load(tmp_path, skip_bad_images=skip_bad)
+    assert len(ds) == 8  # the FIFOs are not items: nothing will open them
+    line = next(s for s in said if "not regular files" in s)
+    assert "skipped 2 file(s)" in line and "blocks.png" in line and "FIFO" in line
+    assert all(ds[i] is not None for i in range(len(ds)))
+
+
+def _unblock(fifo: Path, seconds: float = 1.0) -> None:
+    """A thread that, should a reader open ``fifo`` within ``seconds``, connects and closes it (the
+    reader sees an empty file) instead of leaving it blocked forever."""
+    import threading
+
+    def connect() -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            try:
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+                return
+            except OSError:  # no reader yet
+                time.sleep(0.01)
+
+    threading.Thread(target=connect, daemon=True).start()
+
+
+def test_fifo_given_to_open_image_is_refused_unopened(tmp_path):
+    from vitplast.data.datasets import open_image
+
+    os.mkfifo(tmp_path / "x.png")  # opening it for reading would block until a writer comes
+    _unblock(tmp_path / "x.png")
+    with pytest.raises(BadImageError, match="FIFO, not a regular file"):
+        open_image(str(tmp_path / "x.png"))
+
+
+# -- item 4: links are followed once, loops never ------------------------------------------------------
+
+
+def test_symlink_loop_in_data_folder_is_not_entered(tmp_path):
+    _images(tmp_path)
+    os.symlink("..", tmp_path / "a" / "up")
+    ds, said = _load(tmp_path)
+    assert len(ds) == 8 and ds.classes == ["a", "b"]
+    assert any("did not follow 1 link(s)" in s and str(tmp_path / "a" / "up") in s for s in said), said
+
+
+def test_file_reached_twice_through_a_link_is_read_once(tmp_path):
+    _images(tmp_path)
+    os.symlink(tmp_path / "b" / "0.png", tmp_path / "a" / "zz.png")  # b's image, linked into a
+    os.symlink(tmp_path / "b", tmp_path / "bee")  # a class folder that is a link to another
+    ds, said = _load(tmp_path)
+    assert len(ds) == 8 and ds.classes == ["a", "b"]
+    labels = sorted(int(ds[i][1]) for i in range(len(ds)))
+    assert labels == [0] * 4 + [1] * 4  # the linked image keeps its own class
+    assert any("zz.png" in s for s in said) and any("bee" in s for s in said), said
+
+
+# -- item 5: 16-bit and float images -------------------------------------------------------------------
+
+
+def test_sixteen_bit_png_measures_like_the_eight_bit_picture(tmp_path):
+    from PIL import Image
+
+    rng = np.random.default_rng(1)
+    for kind in ("eight", "sixteen"):
+        for c in ("a", "b"):
+            (tmp_path / kind / c).mkdir(parents=True)
+    for c in ("a", "b"):
+        for i in range(3):
+            grey = rng.integers(0, 256, (12, 12), dtype=np.uint8)
+            Image.fromarray(grey, mode="L").save(tmp_path / "eight" / c / f"{i}.png")
+            Image.fromarray(grey.astype(np.uint16) * 257).save(tmp_path / "sixteen" / c / f"{i}.png")
+    eight, _ = _load(tmp_path / "eight")
+    sixteen, _ = _load(tmp_path / "sixteen")
+    x8 = torch.stack([eight[i][0] for i in range(len(eight))])
+    x16 = torch.stack([sixteen[i][0] for i in range(len(sixteen))])
+    assert float(x16.std()) > 0.1  # not a solid image
+    torch.testing.assert_close(x16, x8, rtol=1e-3, atol=1e-3)
+
+
+def test_float_tiff_is_refused_by_mode(tmp_path):
+    from PIL import Image
+
+    _images(tmp_path)
+    Image.fromarray(np.random.default_rng(2).random((10, 10), dtype=np.float32), mode="F").save(
+        tmp_path / "a" / "float.tif")
+    ds, _ = _load(tmp_path)
+    samples = ds.inner.dataset.samples
+    idx = next(i for i in range(len(ds)) if samples[ds.inner.indices[i]][0].endswith("float.tif"))
+    with pytest.raises(BadImageError, match="float.tif.*mode F"):
+        ds[idx]
+
+
+def test_mode_i_beyond_sixteen_bits_is_refused(tmp_path):
+    from PIL import Image
+    from vitplast.data.datasets import open_image
+
+    Image.fromarray(np.full((6, 6), 70000, dtype=np.int32), mode="I").save(tmp_path / "big.tif")
+    with pytest.raises(BadImageError, match="beyond 16 bits"):
+        open_image(str(tmp_path / "big.tif"))
