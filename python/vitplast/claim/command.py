@@ -14,8 +14,8 @@ HELP = """Does plasticity predict which component to finetune? The paper's claim
 
 For a model, a pretraining-side dataset X and a downstream dataset Y:
 
-1. measure every component's plasticity *before* finetuning on matched X-Y pairs (``--protocol
-   in_situ`` or ``decomposition``), in chunks that the bootstrap resamples;
+1. measure every component's plasticity *before* finetuning on matched X-Y pairs (--protocol
+   in_situ or decomposition), in chunks that the bootstrap resamples;
 2. finetune each component alone (plus the head) on Y under one budget: the same steps, batch,
    optimiser, learning-rate grid and seeds for every component, through `vitplast finetune`'s driver
    (one run directory per run under OUT/runs/), and the head alone as the baseline;
@@ -26,9 +26,9 @@ For a model, a pretraining-side dataset X and a downstream dataset Y:
 Per layer the claim is plasticity-only: the finetune driver trains a component in every block, so
 gains exist per component type; plasticity is reported per layer too.
 
-``--components`` also takes the baselines ``full``, ``lora`` and ``head``: trained and reported beside
-the components (accuracy, gain), not ranked. Several downstream datasets (``--data`` repeated, or
-``--datasets A,B``) make one experiment: each dataset analysed as above (OUT/datasets/NAME/), then
+--components also takes the baselines full, lora and head: trained and reported beside
+the components (accuracy, gain), not ranked. Several downstream datasets (--data repeated, or
+--datasets A,B) make one experiment: each dataset analysed as above (OUT/datasets/NAME/), then
 together (OUT/aggregate.*): the rank correlation per dataset, a stratified permutation test of the
 pooled within-dataset Spearman (gains permuted within each dataset), the per-dataset p-values combined
 (Stouffer), and a figure with one panel per dataset.
@@ -38,10 +38,10 @@ A killed claim continues where it stopped when run again with the same options (
 loaded, partial ones resume from their last checkpoint); an existing run trained with other options is
 named before anything is trained (the dry run too). Writes OUT/claim.json, claim.txt, claim.png.
 
-Where the runs train: ``--jobs N`` processes on this machine; ``--executor ray`` one Ray task per run on
-a Ray cluster (``--ray-address auto`` after ``ray start``; a run whose worker or node dies is retried
-elsewhere and resumes from its checkpoint); ``--shard I/N`` one slice of the run list (a SLURM array
-sets it), then a final run without ``--shard`` (or ``--analyse-only``) writes the analysis. With Ray or
+Where the runs train: --jobs N processes on this machine; --executor ray one Ray task per run on
+a Ray cluster (--ray-address auto after ray start; a run whose worker or node dies is retried
+elsewhere and resumes from its checkpoint); --shard I/N one slice of the run list (a SLURM array
+sets it), then a final run without --shard (or --analyse-only) writes the analysis. With Ray or
 shards, OUT must be on storage every node reaches; this process alone writes the reports. A run
 directory another process is writing is waited for, not trained twice.
 

@@ -16,13 +16,13 @@ __all__ = ["HELP", "add_arguments", "run"]
 HELP = """\
 Measure the plasticity of every component (LN1, MHA, LN2, FC1, FC2) of every block of a model.
 
-With no arguments: the embedded default, a small timm ViT pretrained by this package on scikit-learn's
-digits 0-4 (one-time CPU pretraining, cached), measured with matched pairs X = digits 0-4 (pretraining
-classes) and Y = digits 5-9 (unseen classes): the paper's pretraining-vs-downstream pairing in
-miniature. Otherwise: a timm model by name with its published weights (--model NAME[.TAG] --pretrained,
-or hf-hub:ORG/NAME; from the Hugging Face hub or its local cache, HF_HUB_OFFLINE honoured), a
-transformers image model (--model hf:ID_OR_DIR), or any architecture with local weights (--weights), on an
-ImageFolder (--data), each image prepared as the model's own config says (mean, std, interpolation,
+With no arguments: the embedded default, a small timm ViT pretrained on scikit-learn's digits 0-4 and
+shipped with the package (the same weights on every machine), measured with matched pairs X = digits 0-4
+(pretraining classes) and Y = digits 5-9 (unseen classes): the paper's pretraining-vs-downstream pairing
+in miniature. Otherwise: a timm model by name with its published weights (--model NAME[.TAG]
+--pretrained, or hf-hub:ORG/NAME; from the Hugging Face hub or its local cache, HF_HUB_OFFLINE honoured),
+a transformers image model (--model hf:ID_OR_DIR), or any architecture with local weights (--weights), on
+an ImageFolder (--data), each image prepared as the model's own config says (mean, std, interpolation,
 crop; --mean/--std or --no-model-transform override it). A model with no weights to load is refused
 unless --random-init says so. Pairs are drawn within one batch (--pairs halves: image i with i + B/2) or
 across two datasets (--pair-data: X from --data, Y from --pair-data; each batch is half X, half Y, X[i]

@@ -1,0 +1,49 @@
+"""The built documentation site reads right: no raw reST markup (roles such as ``:func:``, ``Usage::``
+blocks) reaches the rendered API reference, and help texts are plain words. Builds the site with
+``mkdocs build --strict`` into a temporary folder (``make test`` builds it too, before the tests)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+RAW_ROLE = re.compile(r":(mod|func|meth|class|attr|data|obj|exc):(<code>|`)")
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    mkdocs = shutil.which("mkdocs", path=str(Path(sys.executable).parent)) or shutil.which("mkdocs")
+    if mkdocs is None:
+        pytest.skip("mkdocs is not installed (the docs extra)")
+    out = tmp_path_factory.mktemp("site")
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    subprocess.run([mkdocs, "build", "--strict", "--quiet", "--site-dir", str(out)], cwd=ROOT, check=True,
+                   env=env, capture_output=True, text=True)
+    return out
+
+
+@pytest.mark.slow
+def test_no_raw_rest_markup_in_the_built_site(site):
+    found = []
+    for page in site.rglob("*.html"):
+        text = page.read_text(errors="replace")
+        found += [f"{page.relative_to(site)}: {m.group(0)}" for m in RAW_ROLE.finditer(text)]
+        found += [f"{page.relative_to(site)}: Usage::" for _ in re.finditer(r"Usage::", text)]
+    assert not found, f"{len(found)} raw reST markups, e.g. {found[:5]}"
+
+
+@pytest.mark.parametrize("command", ["measure", "finetune", "claim", "profile", "compare"])
+def test_help_texts_are_plain_words(command, capsys):
+    from vitplast.cli import main
+
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    text = capsys.readouterr().out
+    assert "``" not in text and not RAW_ROLE.search(text), text
