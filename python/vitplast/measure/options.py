@@ -8,7 +8,7 @@ import dataclasses
 
 from ..models.builder import DIGITS_MODEL
 from ..options import parsing as T
-from ..options.fields import Kind, OptionError, choice, integer, option, optional, settle
+from ..options.fields import Kind, OptionError, choice, csv, integer, option, optional, settle
 from ..options.groups import DataOptions, ModelOptions, RuntimeOptions
 from ..runtime.precision import AMP_ALIASES, AMP_CHOICES
 
@@ -16,6 +16,8 @@ PROTOCOLS = ("in_situ", "decomposition")
 PAIRS = ("halves", "all")
 DEFAULT_DATA = "digits:0-4"
 DEFAULT_PAIR_DATA = "digits:5-9"
+# vitplast.criteria.CRITERIA's names (listed here so that parsing options imports no torch; a test checks)
+CRITERION_NAMES = ("plasticity", "rgn", "fisher", "cka", "spectral", "size")
 
 
 def _json_object(value):
@@ -76,6 +78,18 @@ class MeasureOptions(RuntimeOptions, DataOptions, ModelOptions):  # fields: the 
         kind=integer(2, what="images per batch must be >= 2 (one pair)"))
     seed: int = option(0, "data order, random initialisation and digits pretraining seed",
                        kind=integer(0, T.MAX_SEED))
+    criterion: list = option(
+        "plasticity", "what scores every (component, layer) unit, higher = finetune first; comma-separated "
+        "for several: plasticity, rgn (relative gradient norm), fisher (empirical Fisher per parameter), cka "
+        "(1 - linear CKA of a unit's input and output), spectral (power-law alpha of W^T W's eigenvalues), "
+        "size (parameters); each writes NAME.json, .csv, .txt and figures beside run.json (see the criteria "
+        "guide)", metavar="NAME[,NAME]", kind=csv(choice(CRITERION_NAMES), unique=True))
+    criterion_batches: int = option(
+        4, "rgn, fisher, cka: labelled batches of --batch-size images of the downstream data (--pair-data, "
+        "else --data) they read", kind=integer(1))
+    criterion_seeds: list | None = option(
+        None, "rgn, fisher: the seeds whose finetuning head they score with (the score: the mean over "
+        "seeds; default: --seed)", metavar="S[,S]", kind=optional(csv(integer(0, T.MAX_SEED), unique=True)))
     out: str | None = option(
         None, "write plasticity.json, plasticity.png and run.json here, as one set (a new directory, or "
         "one a previous measure wrote; checked before measuring)", metavar="DIR")

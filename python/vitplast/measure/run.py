@@ -73,6 +73,32 @@ def measure(opts: MeasureOptions | None = None, /, *, reporter: Reporter | None 
     subject = _prepare(opts, _architecture(opts))
     say(f"model: {subject.built.description}, "
         f"{sum(p.numel() for p in subject.net.parameters()) / 1e6:.2f} M parameters")
+    names = tuple(opts.criterion)
+    res, measured, bad = None, 0, []
+    if "plasticity" in names:
+        res, measured, bad = _plasticity(opts, subject, say, start)
+    elapsed = time.perf_counter() - start
+    scored = _criteria(opts, subject, [n for n in names if n != "plasticity"], say)
+    if out_set is not None:
+        _write_outputs(out_set, opts, subject, res, scored, measured=measured, bad=bad, elapsed=elapsed)
+        say(f"wrote {', '.join(str(out_set.target / f) for f in _files(names))}")
+    if len(names) == 1:
+        return res if res is not None else scored[names[0]][0]
+    return {n: res if n == "plasticity" else scored[n][0] for n in names}
+
+
+def _plasticity(opts: MeasureOptions, subject: Subject, say, start: float) -> tuple[Any, int, list[str]]:
+    """``(PlasticityResult, batches measured, bad images)``: read back from ``--out`` when its run.json
+    records the same model, data and options (:func:`.criteria.saved_plasticity`), else the forward
+    passes inside the capture."""
+    from .criteria import saved_plasticity
+
+    saved = saved_plasticity(opts, _provenance(opts, subject), subject.device, subject.img_size)
+    if saved is not None:
+        res, measured, bad = saved
+        say(f"plasticity: reused {opts.out}/plasticity.json (same model, data and options)")
+        say(res.table())
+        return res, measured, bad
     n_run = batches_to_run(opts, subject.data)
     per = opts.batch_size // 2 if opts.pairs == "halves" else opts.batch_size * (opts.batch_size - 1) // 2
     say(f"pairs: {opts.pairs}, {subject.data.describe(opts)}; {opts.batch_size} images per batch "
@@ -82,18 +108,49 @@ def measure(opts: MeasureOptions | None = None, /, *, reporter: Reporter | None 
     bad = subject.data.bad_images()
     if bad:
         warnings.warn(f"skipped {len(bad)} unreadable image(s): {', '.join(bad[:5])}"
-                      f"{' ...' if len(bad) > 5 else ''}", stacklevel=2)
+                      f"{' ...' if len(bad) > 5 else ''}", stacklevel=3)
     if measured == 0:
         raise ValueError("no batch was measured: every batch lost its images to --skip-bad-images")
     res = loop.result
-    elapsed = time.perf_counter() - start
     say(res.table())  # ends with the ranking line
+    skipped = f"; {len(bad)} bad images skipped" if bad else ""
     say(f"({measured} batches x {opts.batch_size} images, {opts.protocol}, {AUTOCAST_DTYPES[opts.amp]} on "
-        f"{subject.device}, {elapsed:.1f} s{f'; {len(bad)} bad images skipped' if bad else ''})")
-    if out_set is not None:
-        _write_outputs(out_set, opts, subject, res, measured=measured, bad=bad, elapsed=elapsed)
-        say(f"wrote {', '.join(str(out_set.target / f) for f in OUTPUT_FILES)}")
-    return res
+        f"{subject.device}, {time.perf_counter() - start:.1f} s{skipped})")
+    return res, measured, bad
+
+
+def _criteria(opts: MeasureOptions, subject: Subject, names: list[str], say
+              ) -> dict[str, tuple[Any, str, bool]]:
+    """``{name: (CriterionResult, cache key, reused)}`` of the criteria other than plasticity: read back
+    from ``--out`` when their cache key matches, else scored now."""
+    if not names:
+        return {}
+    from vitplast.criteria import get_criterion
+
+    from .criteria import cache_key, reusable, setting_for
+
+    record = _provenance(opts, subject)
+    keys = {n: cache_key(n, opts, record, subject.device) for n in names}
+    scored, setting = {}, None
+    for n in names:
+        saved = reusable(opts.out, n, keys[n])
+        if saved is not None:
+            say(f"{n}: reused {opts.out}/{n}.json (same model, data and options)")
+            scored[n] = (saved, keys[n], True)
+            continue
+        setting = setting or setting_for(opts, subject, tuple(names), _shows_progress(opts))
+        result = get_criterion(n).score(setting)
+        result.meta.update(cache_key=keys[n], model=subject.built.name)
+        scored[n] = (result, keys[n], False)
+        say(result.table())
+    return scored
+
+
+def _files(names) -> list[str]:
+    """The files of the output set: each criterion's, then run.json."""
+    from .criteria import criterion_files
+
+    return [f for n in names for f in criterion_files(n)] + ["run.json"]
 
 
 def measure_options(opts: MeasureOptions | None, keywords: dict[str, Any]) -> MeasureOptions:
@@ -108,7 +165,9 @@ def _check_out(opts: MeasureOptions):
         return None
     from vitplast.runs.output_set import OutputSet
 
-    out_set = OutputSet(opts.out, OUTPUT_FILES)
+    from .criteria import every_criterion_file
+
+    out_set = OutputSet(opts.out, (*OUTPUT_FILES, *every_criterion_file()))
     out_set.check()
     return out_set
 
@@ -179,17 +238,28 @@ def _forward_passes(opts: MeasureOptions, subject: Subject, n_run: int):
                               on_error=failed, make_capture=lambda net: subject.capture)
 
 
-def _write_outputs(out_set, opts: MeasureOptions, subject: Subject, res, *, measured: int, bad: list[str],
-                   elapsed: float) -> None:
-    """``plasticity.json``, ``plasticity.png``, ``plasticity_heatmap.png`` and ``run.json`` (what was
-    measured, how, and the reproducibility record) as one set."""
+def _provenance(opts: MeasureOptions, subject: Subject) -> dict:
+    """The reproducibility record of the measured model, data and transform."""
     from vitplast.data.transforms import transform_record
     from vitplast.runs.provenance import provenance
+
+    data = dict(data=opts.data, pair_data=opts.pair_data, split=opts.split, images=subject.data.sizes())
+    return provenance(subject.built, data, transform_record(subject.transform, subject.img_size))
+
+
+def _write_outputs(out_set, opts: MeasureOptions, subject: Subject, res, scored: dict, *, measured: int,
+                   bad: list[str], elapsed: float) -> None:
+    """The criteria's files (``plasticity.json``, ``plasticity.png``, ``plasticity_heatmap.png``; for
+    any other criterion ``NAME.json``, ``.csv``, ``.txt``, ``.png``, ``_heatmap.png``) and ``run.json``
+    (what was measured, how, and the reproducibility record) as one set."""
+    from vitplast.data.transforms import transform_record
     from vitplast.runs.rundir import write_json_atomic
 
+    from .criteria import write_criterion
+
     built = subject.built
-    data = dict(data=opts.data, pair_data=opts.pair_data, split=opts.split, images=subject.data.sizes())
     transform = transform_record(subject.transform, subject.img_size)
+    names = tuple(opts.criterion)
     run_info = dict(model=built.name, model_kwargs=built.timm_kwargs, weights=opts.weights,
                     pretrained=opts.pretrained, random_init=opts.random_init, data=opts.data,
                     pair_data=opts.pair_data, protocol=opts.protocol, pairs=opts.pairs, batches=measured,
@@ -197,9 +267,17 @@ def _write_outputs(out_set, opts: MeasureOptions, subject: Subject, res, *, meas
                     dtype=AUTOCAST_DTYPES[opts.amp], amp=opts.amp, img_size=subject.img_size, seed=opts.seed,
                     split=opts.split, seconds=round(elapsed, 3), model_desc=built.description,
                     components=opts.components, embedding=opts.embedding, bad_images=bad, transform=transform,
-                    provenance=provenance(built, data, transform), files=list(OUTPUT_FILES))
+                    provenance=_provenance(opts, subject), files=_files(names))
+    if names != ("plasticity",):  # the default's run.json stays as it was
+        run_info["criteria"] = {n: {"cache_key": key, "reused": reused, "seconds": r.cost.seconds}
+                                for n, (r, key, reused) in scored.items()}
+        run_info.update(criterion=list(names), criterion_batches=opts.criterion_batches,
+                        criterion_seeds=opts.criterion_seeds)
     with out_set.writing() as tmp:
-        res.to_json(tmp / "plasticity.json")
-        res.plot(tmp / "plasticity.png")
-        res.plot(tmp / "plasticity_heatmap.png", kind="heatmap")  # layers x components
+        if res is not None:
+            res.to_json(tmp / "plasticity.json")
+            res.plot(tmp / "plasticity.png")
+            res.plot(tmp / "plasticity_heatmap.png", kind="heatmap")  # layers x components
+        for result, _, _ in scored.values():
+            write_criterion(tmp, result)
         write_json_atomic(tmp / "run.json", run_info)
