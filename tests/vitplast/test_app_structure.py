@@ -13,6 +13,8 @@ import pytest
 APP = Path(__file__).resolve().parents[2] / "python" / "vitplast"
 COMMANDS = ("measure", "finetune", "claim", "profile", "compare")
 FACES = {"add_arguments", "run"}  # what every command.py defines, by design
+# what every module of a registry defines, by design: folder -> the functions of its interface
+REGISTRY_FACES = {"runs/executors": {"from_options", "check_options"}}
 MAX_FUNCTION_LINES = 80
 
 
@@ -43,8 +45,30 @@ def duplicate_public_functions(trees: dict) -> dict[str, list[str]]:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and not node.name.startswith("_"):
                 if path.name == "command.py" and node.name in FACES:
                     continue
+                if node.name in REGISTRY_FACES.get(str(path.parent.relative_to(APP)), ()):
+                    continue
                 where[node.name].append(str(path.relative_to(APP)))
     return {name: paths for name, paths in where.items() if len(paths) > 1}
+
+
+def executor_checks(trees: dict) -> list[str]:
+    """Code outside runs/executors/ that asks which executor it holds: compares ``X.executor`` (the
+    option naming it) or an executor's ``.name``, or calls ``isinstance(x, SomethingExecutor)``."""
+    found = []
+    for path, tree in trees.items():
+        if "runs/executors" in str(path.parent.relative_to(APP)):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Compare):
+                for side in (node.left, *node.comparators):
+                    if isinstance(side, ast.Attribute) and (side.attr == "executor" or (
+                            side.attr == "name" and "executor" in ast.unparse(side.value).lower())):
+                        found.append(f"{path.relative_to(APP)}:{node.lineno} {ast.unparse(node)}")
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                    and node.func.id == "isinstance" and len(node.args) == 2
+                    and "Executor" in ast.unparse(node.args[1])):
+                found.append(f"{path.relative_to(APP)}:{node.lineno} {ast.unparse(node)}")
+    return found
 
 
 def long_functions(trees: dict, limit: int = MAX_FUNCTION_LINES) -> list[str]:
@@ -60,6 +84,10 @@ def test_options_are_never_read_back_from_a_dict():
 
 def test_no_public_function_is_defined_twice():
     assert not (dups := duplicate_public_functions(_trees())), f"one job, one name: {dups}"
+
+
+def test_no_code_outside_the_executors_asks_which_executor_it_holds():
+    assert not (found := executor_checks(_trees())), f"use the Executor interface instead: {found}"
 
 
 def test_functions_are_short():
@@ -83,5 +111,9 @@ def test_the_checks_find_planted_problems():
     assert len(dict_reads(planted)) == 3
     twice = {APP / "a.py": ast.parse("def g(): pass"), APP / "b.py": ast.parse("def g(): pass")}
     assert duplicate_public_functions(twice) == {"g": ["a.py", "b.py"]}
+    asks = ast.parse("if opts.executor == 'ray': pass\nif executor.name != 'local': pass\n"
+                     "isinstance(e, RayExecutor)\nif opts.jobs == 1: pass\n")
+    assert len(executor_checks({APP / "claim" / "x.py": asks})) == 3
+    assert not executor_checks({APP / "runs" / "executors" / "x.py": asks})
     body = "\n".join(f"    x{i} = {i}" for i in range(MAX_FUNCTION_LINES))
     assert long_functions({APP / "c.py": ast.parse(f"def h():\n{body}\n")})

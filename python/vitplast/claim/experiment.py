@@ -17,10 +17,11 @@ from pathlib import Path
 from ..models.builder import DIGITS_MODEL
 from ..options.fields import options_for
 from ..outputs.reporter import Reporter
-from ..runs.executors import make_executor
+from ..runs.executors import Executor
+from ..runs.grid import GridSession, refuse_unfinished, runs_of_this_process
 from ..runs.rundir import write_json_atomic
 from ..runtime.device import resolve_device
-from ..runtime.distributed import DistContext, init_distributed
+from ..runtime.distributed import DistContext
 from .aggregate import aggregate_claims, format_aggregate, plot_aggregate
 from .analysis import analyse
 from .datasets import dataset_plans
@@ -36,14 +37,20 @@ from .runs import PlannedRun, check_plan, plan_runs, train_all
 
 @dataclasses.dataclass(frozen=True)
 class Session:
-    """Where a claim runs: its process group, device, reporter, and how runs share the machine."""
+    """Where a claim runs: its grid session (process group, threads, reporter), device, executor, and
+    how many runs share this machine."""
 
-    dist: DistContext
+    grid: GridSession
     device: object  # torch.device
     reporter: Reporter
     progress: bool
     threads: int | None
-    n_procs: int  # runs at once on this machine (--executor local)
+    executor: Executor
+    n_procs: int  # runs at once on this machine (1 where a cluster places them)
+
+    @property
+    def dist(self) -> DistContext:
+        return self.grid.dist
 
 
 def _threads(opts: ClaimOptions, device) -> int | None:
@@ -56,11 +63,11 @@ def _threads(opts: ClaimOptions, device) -> int | None:
 
 def _jobs(opts: ClaimOptions, device) -> int:
     """``--jobs``, else one process per core up to 2 for the digits ViT on CPU (one thread each),
-    else 1 (a large model uses the cores, or the GPU, within one run)."""
+    else 1 (a large model uses the cores, or the GPU, within one run). Executors that place runs on a
+    cluster do not use it."""
     if opts.jobs is not None:
         return opts.jobs
-    if (opts.executor == "local" and opts.model == DIGITS_MODEL and device.type == "cpu"
-            and int(os.environ.get("WORLD_SIZE", "1")) == 1):
+    if opts.model == DIGITS_MODEL and device.type == "cpu" and int(os.environ.get("WORLD_SIZE", "1")) == 1:
         return max(1, min(2, os.cpu_count() or 1))
     return 1
 
@@ -83,54 +90,46 @@ def claim(opts: ClaimOptions | None = None, /, *, reporter: Reporter | None = No
     (default: printed); ``after_step(done)`` is called after every step of every run trained in this
     process (a test may raise there to stop as if killed).
     """
-    import torch
-
     opts = claim_options(opts, **keywords)
-    dist = init_distributed(opts.device)  # the claim's process group: each finetune run joins it
-    reporter = (reporter or Reporter()) if dist.is_main else Reporter.silent()
-    device = resolve_device(opts.device, dist.local_rank if dist.enabled else None)
-    ses = Session(dist, device, reporter, reporter.shows_progress(opts.progress) and dist.is_main,
-                  _threads(opts, device), _jobs(opts, device))
-    saved_threads = torch.get_num_threads()
-    if ses.threads:
-        torch.set_num_threads(ses.threads)
-    try:
+    with GridSession(opts.device, None, reporter) as grid:  # the process group each finetune run joins
+        device = resolve_device(opts.device, grid.dist.local_rank if grid.dist.enabled else None)
+        grid.use_threads(_threads(opts, device))
+        executor = grid.executor(opts, jobs=_jobs(opts, device), device_type=device.type)
+        progress = grid.reporter.shows_progress(opts.progress) and grid.dist.is_main
+        ses = Session(grid, device, grid.reporter, progress, grid.threads, executor,
+                      executor.runs_at_once or 1)
         return _run(opts, ses, after_step)
-    finally:
-        torch.set_num_threads(saved_threads)
-        dist.close()
 
 
 def _run(opts: ClaimOptions, ses: Session, after_step) -> dict:
     """Plan, estimate, measure, train, analyse and write: each a function of its own."""
     t0 = time.perf_counter()
-    run_bars = ses.progress and ses.n_procs == 1 and opts.executor == "local"
+    run_bars = ses.progress and ses.executor.in_process
     grids = [plan_dataset(opts, d, device=ses.device, reporter=ses.reporter, progress=ses.progress)
              for d in dataset_plans(opts, progress=run_bars)]
     runs = [r for g in grids for r in g.runs]
     check_plan(runs, Path(opts.out))
     plan = plan_summary(opts, grids, ses.reporter)
-    mine = [] if opts.analyse_only else runs if opts.shard is None else opts.shard.select(runs)
+    mine = runs_of_this_process(opts, runs)
     est = None
     if opts.dry_run or opts.time_budget is not None:
-        est = estimate(opts, grids, mine, threads=ses.threads, n_procs=ses.n_procs if opts.executor == "local"
-                       else 1, progress=ses.progress, reporter=ses.reporter)
+        est = estimate(opts, grids, mine, threads=ses.threads, n_procs=ses.n_procs,
+                       on_cluster=ses.executor.runs_at_once is None, progress=ses.progress,
+                       reporter=ses.reporter)
     record = opts.record(jobs=ses.n_procs, data=opts.data if len(grids) > 1 else opts.data[0])
     if opts.dry_run:
         return {"config": record, "plan": plan, "estimate": est}
     if opts.analyse_only:
         _require_finished(runs)
-    executor = make_executor(opts, jobs=ses.n_procs, threads=ses.threads, device_type=ses.device.type,
-                             lockstep=ses.dist.enabled)
-    with executor:  # connected (Ray) before any file is written
-        if opts.executor == "ray":
-            ses.reporter.say(f"executor: {executor.describe()}")
+    with ses.executor as executor:  # connected (a cluster) before any file is written
+        if (where := executor.describe()) is not None:
+            ses.reporter.say(f"executor: {where}")
         measured = _measure(opts, ses, grids)
         t_train = time.perf_counter()
         if opts.shard is not None:
             summaries = train_all(mine, _prepared(grids), executor, ses.reporter, progress=ses.progress,
                                   after_step=after_step)
-            return _shard_done(opts, record, plan, mine, summaries, ses.reporter)
+            return _shard_done(opts, ses, record, plan, (len(mine), len(runs)), summaries)
         groups = _train(opts, ses, executor, grids, after_step)
     train_s = time.perf_counter() - t_train
     results = {g.key: _analyse(opts, ses, g, measured[g.key], groups[g.key], record, est)
@@ -150,11 +149,8 @@ def _prepared(grids: list[DatasetGrid]) -> dict:
 
 
 def _require_finished(runs: list[PlannedRun]) -> None:
-    unfinished = [str(r.spec.directory) for r in runs if r.state != "finished"]
-    if unfinished:
-        raise ValueError(f"--analyse-only: {len(unfinished)} of {len(runs)} runs are not finished "
-                         f"({', '.join(unfinished[:10])}{' ...' if len(unfinished) > 10 else ''}); train "
-                         "them first (every --shard, or a run without --analyse-only)")
+    refuse_unfinished([r.spec.directory for r in runs],
+                      then="train them first (every --shard, or a run without --analyse-only)")
 
 
 def _measure(opts: ClaimOptions, ses: Session, grids: list[DatasetGrid]) -> dict[str, dict]:
@@ -172,10 +168,10 @@ def _measure(opts: ClaimOptions, ses: Session, grids: list[DatasetGrid]) -> dict
     return out
 
 
-def _shard_done(opts, record, plan, mine, summaries, reporter: Reporter) -> dict:
-    reporter.say(f"shard {opts.shard}: {len(mine)} runs done ({sum(s['reused'] for s in summaries)} were "
-                 f"finished before); when every shard is done, run the same command without --shard (or "
-                 "with --analyse-only) for the analysis")
+def _shard_done(opts, ses: Session, record, plan, counts: tuple[int, int], summaries) -> dict:
+    ses.grid.shard_done(opts, *counts, reused=sum(s["reused"] for s in summaries),
+                        then="when every shard is done, run the same command without --shard (or with "
+                        "--analyse-only) for the analysis")
     return {"config": record, "plan": plan, "runs": [_kept(s) for s in summaries]}
 
 

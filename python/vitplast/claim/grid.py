@@ -96,9 +96,10 @@ def plan_summary(opts: ClaimOptions, grids: Sequence[DatasetGrid], reporter: Rep
 
 
 def estimate(opts: ClaimOptions, grids: Sequence[DatasetGrid], runs: Sequence[PlannedRun], *, threads,
-             n_procs: int, progress: bool, reporter: Reporter) -> dict:
+             n_procs: int, on_cluster: bool, progress: bool, reporter: Reporter) -> dict:
     """Short timed runs (on the first dataset, in this process), the wall time of ``runs`` still to
-    train, and ``--time-budget``'s refusal."""
+    train (``n_procs`` at once; ``on_cluster``: a cluster decides how many), and ``--time-budget``'s
+    refusal."""
     if opts.model == DIGITS_MODEL:  # its one-time pretraining is not a finetuning cost
         from ..models.digits import pretrained_digits_vit
 
@@ -108,8 +109,8 @@ def estimate(opts: ClaimOptions, grids: Sequence[DatasetGrid], runs: Sequence[Pl
                       probe_steps=min(opts.calibrate_steps, opts.steps), threads=threads)
     seconds = estimate_seconds(runs, calib, opts.steps, n_procs)
     procs = f" over {n_procs} processes (if the cores are free)" if n_procs > 1 else ""
-    if opts.executor == "ray":
-        procs = " of run time in all (a Ray cluster divides it by the runs it trains at once)"
+    if on_cluster:
+        procs = " of run time in all (the cluster divides it by the runs it trains at once)"
     note = "; --lr auto may add runs" if opts.lr_auto else ""
     note += "; timed on the first dataset" if len(grids) > 1 else ""
     if opts.granularity == "layer" and opts.steps == LAYER_STEPS:

@@ -31,7 +31,7 @@ from ..finetune import (
     train_run,
 )
 from ..outputs.reporter import Reporter
-from ..runs.executors import GridProgress, Job
+from ..runs.grid import GridRun, train_grid
 from ..runs.rundir import RunDir
 
 
@@ -77,24 +77,12 @@ def train_one_run(spec: RunSpec, prepared: Prepared, after_step: Callable[[int],
 
 def train_all(runs: Sequence[PlannedRun], prepared: Mapping[str, Prepared], executor, reporter: Reporter, *,
               progress: bool, after_step: Callable[[int], None] | None = None) -> list[dict]:
-    """Train (or load) every run; returns the summaries in run order, each with ``"reused"`` (True when
-    the run was finished before this call). ``prepared``: per dataset name; ``after_step`` is passed to
-    every run trained in this process."""
-    out: dict[int, dict] = {}
-    for i, r in enumerate(runs):
-        if r.state == "finished":  # checked against the options by check_plan: read, not locked
-            out[i] = {**RunDir(r.spec.directory).summary(), "reused": True}
-    todo = [i for i in range(len(runs)) if i not in out]
-    here = executor.in_process
-    jobs = [Job(train_one_run, (runs[i].spec, prepared[runs[i].dataset]) + ((after_step,) if here else ()),
-                runs[i].spec.directory, _label(runs[i])) for i in todo]
-    bar = GridProgress(reporter, total=len(runs), done=len(out), wanted=progress, desc="finetuning runs")
-    try:
-        results = executor.run(jobs, bar)
-    finally:
-        bar.close()
-    out.update({i: {**s, "reused": False} for i, s in zip(todo, results, strict=True)})
-    return [out[i] for i in range(len(runs))]
+    """Train (or load) every run through the grid driver; returns the summaries in run order, each with
+    ``"reused"`` (True when it was finished before). ``after_step`` is passed to every run trained in
+    this process."""
+    grid = [GridRun(r.spec.directory, _label(r), train_one_run, (r.spec, prepared[r.dataset]),
+                    local_args=(after_step,), state=r.state) for r in runs]
+    return train_grid(grid, executor, reporter, progress=progress, reuse_finished=True)
 
 
 def _label(run: PlannedRun) -> str:

@@ -15,13 +15,11 @@ import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 
-import torch
-
 from ..options.fields import options_for
 from ..outputs.reporter import Reporter
-from ..runs.executors import GridProgress, Job, make_executor
+from ..runs.grid import GridRun, GridSession, refuse_unfinished, runs_of_this_process, train_grid
 from ..runs.rundir import RunDir, RunDirError, config_differences, write_json_atomic
-from ..runtime.distributed import DistContext, init_distributed
+from ..runtime.distributed import DistContext
 from .loop import AfterStep, train_run
 from .options import FinetuneOptions
 from .preflight import Prepared, prepare
@@ -79,8 +77,8 @@ def mismatch_message(mismatches: Sequence[tuple[RunSpec, str]], root: Path | Non
 
 def train_grid_run(spec: RunSpec, prepared: Prepared, dctx: DistContext | None = None,
                    reporter: Reporter | None = None, after_step: AfterStep | None = None) -> dict:
-    """One run of a grid: :func:`train_run` with its options as positional arguments (an executor's job;
-    a worker passes none of the last three: its reporter is silent)."""
+    """One run of a grid: :func:`train_run` with its options as positional arguments (the grid driver's
+    job; a worker passes none of the last three: its reporter is silent)."""
     return train_run(spec, prepared, dctx=dctx, reporter=reporter or Reporter.silent(), after_step=after_step)
 
 
@@ -96,58 +94,37 @@ def finetune(opts: FinetuneOptions | None = None, /, *, reporter: Reporter | Non
     opts = finetune_options(opts, **keywords)
     prepared = prepare(opts.settings(), opts.train, opts.seed[0])  # before any file is created
     specs = grid_specs(opts)
-    out = Path(opts.out)
-    reporter = reporter or Reporter()
-    dctx = init_distributed(opts.device)
-    if not dctx.is_main:
-        reporter = Reporter.silent()
-    saved_threads = torch.get_num_threads()
-    if opts.threads:
-        torch.set_num_threads(opts.threads)  # the runs of this process (workers set their own)
-    try:
-        if len(specs) > 1 and (out / "grid_summary.json").exists() and not specs[0].resume:
-            raise RunDirError(f"--out {out} already holds a finished grid (grid_summary.json); refusing to "
-                              "overwrite it: choose another --out (or pass --resume to load its results)")
-        if specs[0].resume and (mismatches := config_mismatches(specs)):
-            raise RunDirError(mismatch_message(mismatches))
-        if len(specs) == 1 and opts.executor == "local" and opts.shard is None:
-            summaries = [train_run(specs[0], prepared, dctx=dctx, reporter=reporter, after_step=after_step)]
+    with GridSession(opts.device, opts.threads, reporter) as session:
+        _check_existing(opts, specs)
+        runs = [GridRun(s.directory, s.label, train_grid_run, (s, prepared),
+                        retry_args=(dataclasses.replace(s, resume=True), prepared),
+                        local_args=(session.dist, session.reporter, after_step)) for s in specs]
+        if opts.analyse_only:
+            refuse_unfinished([r.directory for r in runs],
+                              then="train them first (the shards, or without --analyse-only)")
+            summaries = [RunDir(s.directory).summary() for s in specs]
         else:
-            summaries = _train_grid(opts, specs, prepared, dctx, reporter, after_step)
+            device_type = "cuda" if opts.device.startswith("cuda") else "cpu"
+            todo = runs_of_this_process(opts, runs)
+            jobs = min(opts.jobs or 1, max(1, len(todo)))
+            with session.executor(opts, jobs=jobs, device_type=device_type) as executor:
+                summaries = train_grid(todo, executor, session.reporter, progress=opts.progress,
+                                       alone_here=opts.shard is None)
         if opts.shard is not None:
-            source = " (from SLURM_ARRAY_TASK_ID; --shard none: every run)" if opts.shard_env else ""
-            reporter.say(f"shard {opts.shard}{source}: {len(summaries)} of {len(specs)} runs done; run the "
-                         "grid without --shard (with --resume, or --analyse-only) to aggregate it")
+            session.shard_done(opts, len(summaries), len(specs), then="run the grid without --shard (with "
+                               "--resume, or --analyse-only) to aggregate it")
             return {"runs": summaries, "shard": str(opts.shard)}
-        return _aggregate(opts, specs, summaries, dctx, reporter)
-    finally:
-        torch.set_num_threads(saved_threads)
-        dctx.close()
+        return _aggregate(opts, specs, summaries, session.dist, session.reporter)
 
 
-def _train_grid(opts: FinetuneOptions, specs: list[RunSpec], prepared: Prepared, dctx: DistContext,
-                reporter: Reporter, after_step: AfterStep | None) -> list[dict]:
-    """The runs of this process (its ``--shard``; none with ``--analyse-only``, which loads them)."""
-    if opts.analyse_only:
-        unfinished = [s.directory.name for s in specs if RunDir(s.directory).state() != "finished"]
-        if unfinished:
-            raise RunDirError(f"--analyse-only: {len(unfinished)} of {len(specs)} runs are not finished "
-                              f"({', '.join(unfinished)}); train them first (the shards, or without "
-                              "--analyse-only)")
-        return [RunDir(s.directory).summary() for s in specs]
-    mine = opts.shard.select(specs) if opts.shard is not None else specs
-    executor = make_executor(opts, jobs=opts.jobs or 1, threads=opts.threads, lockstep=dctx.enabled,
-                             device_type="cuda" if opts.device.startswith("cuda") else "cpu")
-    with executor:
-        here = executor.in_process
-        grid = [Job(train_grid_run, (s, prepared, dctx, reporter, after_step) if here else (s, prepared),
-                    s.directory, s.label, retry_args=None if here else (dataclasses.replace(s, resume=True),
-                                                                        prepared)) for s in mine]
-        progress = GridProgress(reporter, total=len(grid), wanted=opts.progress, desc="finetuning runs")
-        try:
-            return executor.run(grid, progress)
-        finally:
-            progress.close()
+def _check_existing(opts: FinetuneOptions, specs: list[RunSpec]) -> None:
+    """Refuses a finished grid's --out without --resume, and existing runs of other options."""
+    out = Path(opts.out)
+    if len(specs) > 1 and (out / "grid_summary.json").exists() and not specs[0].resume:
+        raise RunDirError(f"--out {out} already holds a finished grid (grid_summary.json); refusing to "
+                          "overwrite it: choose another --out (or pass --resume to load its results)")
+    if specs[0].resume and (mismatches := config_mismatches(specs)):
+        raise RunDirError(mismatch_message(mismatches))
 
 
 def _aggregate(opts: FinetuneOptions, specs: list[RunSpec], summaries: list[dict], dctx: DistContext,

@@ -18,8 +18,9 @@ from vitplast.runs.executors import (
     GridFailed,
     GridProgress,
     GridRefused,
+    InProcessExecutor,
     Job,
-    LocalExecutor,
+    ProcessExecutor,
     Shard,
     shard_from_env,
 )
@@ -59,7 +60,7 @@ def test_in_process_results_in_order_and_failures_named_after_the_others(tmp_pat
     said = []
     jobs = _jobs(tmp_path, [square, refuse, square])
     with pytest.raises(GridRefused) as exc:
-        LocalExecutor().run(jobs, _progress(said))
+        InProcessExecutor().run(jobs, _progress(said))
     text = str(exc.value)
     assert "1 of 3 runs failed: run 1" in text and str(tmp_path / "r1") in text
     assert str(tmp_path / "r1.log") in text and "ValueError: job 1: bad input" in text
@@ -67,7 +68,7 @@ def test_in_process_results_in_order_and_failures_named_after_the_others(tmp_pat
     assert (tmp_path / "r2").is_dir()  # the grid went on
     assert any(s.startswith("failed: run 1") for s in said)
     assert isinstance(exc.value, ValueError) and isinstance(exc.value, GridFailed)  # exit status 2
-    assert LocalExecutor().run(_jobs(tmp_path, [square, square, square]), _progress()) == [0, 1, 4]
+    assert InProcessExecutor().run(_jobs(tmp_path, [square, square, square]), _progress()) == [0, 1, 4]
 
 
 def test_a_directory_another_writer_holds_is_waited_for(tmp_path):
@@ -76,7 +77,7 @@ def test_a_directory_another_writer_holds_is_waited_for(tmp_path):
     held.acquire()  # another writer (here: this process) holds run 0
     threading.Timer(1.5, held.release).start()
     said, t0 = [], time.monotonic()
-    assert LocalExecutor().run(_jobs(tmp_path, [square, square, square]), _progress(said)) == [0, 1, 4]
+    assert InProcessExecutor().run(_jobs(tmp_path, [square, square, square]), _progress(said)) == [0, 1, 4]
     assert time.monotonic() - t0 >= 1.5
     assert any("run 0: " in s and "is held by process" in s and "waiting" in s for s in said)
     assert (tmp_path / "r1").is_dir() and (tmp_path / "r2").is_dir()
@@ -87,11 +88,11 @@ def test_processes_give_the_same_results_and_retry_a_dead_worker(tmp_path):
     said = []
     progress = _progress(said)
     jobs = _jobs(tmp_path, [square, die_once, square])
-    assert LocalExecutor(jobs=2, threads=1).run(jobs, progress) == [0, 1, 4]
+    assert ProcessExecutor(jobs=2, threads=1).run(jobs, progress) == [0, 1, 4]
     assert progress.retries >= 1 and any(s.startswith("retrying run 1") for s in said)
     assert not (tmp_path / "r1.log").exists()  # trained in the end: no failure left to read
     with pytest.raises(GridFailed, match="its worker died 1 times"):
-        LocalExecutor(jobs=2, retries=0).run(_jobs(tmp_path / "again", [die_once, square, square]),
+        ProcessExecutor(jobs=2, retries=0).run(_jobs(tmp_path / "again", [die_once, square, square]),
                                              _progress())
 
 

@@ -1,15 +1,17 @@
-"""Executors of a grid of runs: local processes (:class:`LocalExecutor`), Ray tasks on a cluster
-(:class:`RayExecutor`, the ``ray`` extra), and ``--shard I/N`` slices of the run list
-(:class:`Shard`) for schedulers such as SLURM arrays. Each takes :class:`Job` objects (a function,
-its arguments, a run directory) and knows nothing of what they train."""
+"""Executors of a grid of runs, behind one interface (:class:`Executor`): local processes
+(:mod:`.local`), Ray tasks on a cluster (:mod:`.ray_tasks`, the ``ray`` extra), chosen by name through
+:mod:`.registry`; and ``--shard I/N`` slices of the run list (:class:`Shard`) for schedulers such as
+SLURM arrays. Each takes :class:`Job` objects (a function, its arguments, a run directory) and knows
+nothing of what they train."""
 
-from .factory import make_executor
+from .base import Executor, ExecutorBase, Resources, run_jobs
 from .jobs import Failure, GridFailed, GridRefused, Job
-from .local import LocalExecutor
+from .local import InProcessExecutor, ProcessExecutor
 from .options import GRID_TITLE, ExecutorOptions
 from .progress import GridProgress
-from .ray_tasks import RayExecutor, require_ray
+from .registry import EXECUTORS, make_executor
 from .shards import Shard, shard_from_env
 
-__all__ = ["GRID_TITLE", "ExecutorOptions", "Failure", "GridFailed", "GridProgress", "GridRefused", "Job",
-           "LocalExecutor", "RayExecutor", "Shard", "make_executor", "require_ray", "shard_from_env"]
+__all__ = ["EXECUTORS", "GRID_TITLE", "Executor", "ExecutorBase", "ExecutorOptions", "Failure", "GridFailed",
+           "GridProgress", "GridRefused", "InProcessExecutor", "Job", "ProcessExecutor", "Resources", "Shard",
+           "make_executor", "run_jobs", "shard_from_env"]

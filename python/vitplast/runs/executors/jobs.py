@@ -30,15 +30,17 @@ BUSY_POLL_S = (1.0, 15.0)  # first and longest wait between two looks at a direc
 class Job:
     """One run of a grid: ``fn(*args)`` trains it into ``directory`` and returns its summary.
 
-    ``fn`` must be a module-level function (it pickles by reference) unless the executor runs jobs in
-    this process; ``retry_args`` are the arguments of a retry (e.g. the spec with ``resume=True``), by
-    default ``args``."""
+    ``fn`` must be a module-level function and ``args`` must pickle (an executor may ship them to
+    another process); ``retry_args`` are the arguments of a retry (e.g. the spec with ``resume=True``),
+    by default ``args``; ``local_args`` are appended when the job runs in this process (objects that
+    cannot travel, such as a reporter or a callback)."""
 
     fn: Callable[..., Any]
     args: tuple
     directory: Path
     label: str
     retry_args: tuple | None = None
+    local_args: tuple = ()
 
     @property
     def log(self) -> Path:

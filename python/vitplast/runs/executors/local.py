@@ -1,5 +1,7 @@
-"""The local executor: a grid's runs on this machine, one after another in this process (``jobs=1``)
-or ``jobs`` at a time in spawned worker processes (each with ``threads`` intra-op threads).
+"""The local executor: a grid's runs on this machine, one after another in this process (``jobs=1``,
+:class:`InProcessExecutor`) or ``jobs`` at a time in spawned worker processes (each with ``threads``
+intra-op threads, :class:`ProcessExecutor`); under torchrun, every rank runs the same runs in order
+(:class:`LockstepExecutor`). :func:`from_options` picks one.
 
 The workers die with the driver: on Linux the kernel kills them when it dies (``PR_SET_PDEATHSIG``),
 everywhere a thread of theirs exits when their parent changes, and every write to a run directory
@@ -20,8 +22,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..rundir import check_parent, guard_writes
-from .jobs import Job, Schedule, run_attempt
-from .progress import GridProgress
+from .base import Attempt, Ended, ExecutorBase, Resources
+from .jobs import run_attempt
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
@@ -55,92 +57,136 @@ def _stop_workers(pool) -> None:
     pool.shutdown(wait=True, cancel_futures=True)
 
 
-class LocalExecutor:
-    """Runs on this machine: in this process when ``jobs == 1`` (a job may then carry closures), else
-    in ``jobs`` spawned processes. ``lockstep``: this process is one rank of a process group (torchrun)
-    whose every rank runs the same jobs together: one after another, in order, nothing waited for or
-    caught (an error ends the grid on every rank alike)."""
+def from_options(opts, *, jobs: int, threads: int | None, device_type: str, lockstep: bool = False):
+    """The local executor of ``jobs`` processes (``lockstep``: this process is one rank of a torchrun
+    group)."""
+    if lockstep:
+        return LockstepExecutor()
+    if jobs <= 1:
+        return InProcessExecutor(retries=opts.retries)
+    return ProcessExecutor(jobs=jobs, threads=threads, retries=opts.retries)
 
-    name = "local"
 
-    def __init__(self, jobs: int = 1, threads: int | None = None, retries: int = 3,
-                 lockstep: bool = False) -> None:
-        self.jobs, self.threads, self.retries, self.lockstep = jobs, threads, retries, lockstep
+def check_options(opts) -> None:
+    """This executor takes none of Ray's options."""
+    from ...options.fields import OptionError
 
-    @property
-    def in_process(self) -> bool:
-        return self.jobs <= 1
+    for name, flag in (("ray_address", "--ray-address"), ("cpus_per_run", "--cpus-per-run"),
+                       ("gpus_per_run", "--gpus-per-run")):
+        if getattr(opts, name) is not None:
+            raise OptionError(f"{flag} only applies to --executor ray")
 
-    def __enter__(self) -> LocalExecutor:
-        return self
 
-    def __exit__(self, *exc) -> None:
+class Finished:
+    """The handle of an attempt that ran in this process: how it ended."""
+
+    def __init__(self, ended: Ended) -> None:
+        self.ended = ended
+
+
+class InProcessExecutor(ExecutorBase):
+    """One run at a time, in this process (a job's ``local_args``, such as callbacks, reach it)."""
+
+    in_process = True
+    runs_at_once = 1
+
+    def __init__(self, retries: int = 3) -> None:
+        self.retries, self.resources = retries, Resources()
+
+    def slots(self) -> int:
+        return 1
+
+    def submit(self, attempt: Attempt) -> Finished:
+        """Runs the attempt now; its handle holds how it ended (a KeyboardInterrupt, or a test's stop
+        that is no Exception, ends the grid)."""
+        job = attempt.job
+        try:
+            kind, value = run_attempt(job.fn, attempt.args + job.local_args, attempt.token,
+                                      attempt.supersedes)
+        except Exception as exc:  # the grid goes on
+            return Finished(Ended("failed", exc))
+        return Finished(Ended(kind, value))
+
+    def wait(self, handles: Sequence[Finished], timeout: float) -> list[tuple[Finished, Ended]]:
+        return [(h, h.ended) for h in handles]
+
+    def cancel(self, handle: Finished) -> None:
         return None
 
-    def run(self, jobs: Sequence[Job], progress: GridProgress) -> list[Any]:
-        """Every job's result in order; :class:`~.jobs.GridFailed` after the others when some failed."""
-        sched = Schedule(jobs, progress, self.retries)
-        if self.lockstep:
-            for i, job in enumerate(sched.jobs):
-                sched.done(i, job.fn(*job.args))
-        elif self.in_process:
-            self._run_here(sched)
-        else:
-            self._run_in_processes(sched)
-        return sched.result()
+    def nodes(self, handles: Sequence[Any]) -> list[str]:
+        return []
 
-    def _run_here(self, sched: Schedule) -> None:
-        while not sched.finished:
-            i = sched.take()
-            if i is None:
-                time.sleep(sched.wake_in())
-                continue
-            sched.progress.update(1, ["local"])
-            job = sched.jobs[i]
-            try:
-                kind, value = run_attempt(job.fn, sched.args(i), sched.token(i), sched.supersedes(i))
-            except Exception as exc:  # the grid goes on; KeyboardInterrupt (and a test's stop) end it
-                sched.failed(i, exc)
-            else:
-                sched.outcome(i, kind, value)
-            sched.progress.update(0, ["local"])
 
-    def _run_in_processes(self, sched: Schedule) -> None:
-        import multiprocessing
-        from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+class LockstepExecutor(InProcessExecutor):
+    """One rank of a process group (torchrun) whose every rank runs the same jobs together: one after
+    another, in order, nothing waited for or caught (an error ends the grid on every rank alike)."""
+
+    lockstep = True
+
+    def submit(self, attempt: Attempt) -> Finished:
+        return Finished(Ended("done", attempt.job.fn(*attempt.args, *attempt.job.local_args)))
+
+
+class ProcessExecutor(ExecutorBase):
+    """``jobs`` runs at a time in spawned worker processes of this machine, each with ``threads``
+    intra-op threads. A worker that dies breaks the pool: the runs it held end as crashed (the loop
+    retries them) and the next submit starts a new pool."""
+
+    in_process = False
+
+    def __init__(self, jobs: int = 2, threads: int | None = None, retries: int = 3) -> None:
+        self.jobs, self.threads, self.retries = jobs, threads, retries
+        self.resources = Resources(threads=threads)
+        self.runs_at_once = jobs
+        self.pool = None
+
+    def __exit__(self, *exc) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True)
+            self.pool = None
+
+    def slots(self) -> int:
+        return self.jobs
+
+    def _pool(self):
+        if self.pool is None:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
+            self.pool = ProcessPoolExecutor(max_workers=self.jobs,
+                                            mp_context=multiprocessing.get_context("spawn"),
+                                            initializer=_worker_init, initargs=(os.getpid(),))
+        return self.pool
+
+    def submit(self, attempt: Attempt):
+        return self._pool().submit(run_attempt, attempt.job.fn, attempt.args, attempt.token,
+                                   attempt.supersedes, attempt.resources.threads)
+
+    def wait(self, handles: Sequence[Any], timeout: float) -> list[tuple[Any, Ended]]:
+        from concurrent.futures import FIRST_COMPLETED, wait
         from concurrent.futures.process import BrokenProcessPool
 
-        ctx = multiprocessing.get_context("spawn")
-        while not sched.finished:
-            pool = ProcessPoolExecutor(max_workers=self.jobs, mp_context=ctx, initializer=_worker_init,
-                                       initargs=(os.getpid(),))
-            flying: dict = {}
+        done, _ = wait(handles, timeout=timeout, return_when=FIRST_COMPLETED)
+        ended, broken = [], False
+        for fut in done:
             try:
-                while not sched.finished:
-                    while len(flying) < self.jobs and (i := sched.take()) is not None:
-                        job = sched.jobs[i]
-                        flying[pool.submit(run_attempt, job.fn, sched.args(i), sched.token(i),
-                                           sched.supersedes(i), self.threads)] = i
-                    if not flying:
-                        time.sleep(sched.wake_in())
-                        continue
-                    done, _ = wait(flying, timeout=sched.wake_in(), return_when=FIRST_COMPLETED)
-                    sched.progress.update(sum(f.running() for f in flying), ["local"])
-                    for fut in done:
-                        i = flying.pop(fut)
-                        try:
-                            sched.outcome(i, *fut.result())
-                        except BrokenProcessPool:
-                            flying[fut] = i
-                            raise
-                        except Exception as exc:
-                            sched.failed(i, exc)
-            except BrokenProcessPool:  # a worker died: retry what the pool held, in a new one
-                for i in flying.values():
-                    sched.crashed(i, "a worker process of this machine died")
-                pool.shutdown(wait=True, cancel_futures=True)
-                continue
-            except BaseException:
-                _stop_workers(pool)
-                raise
-            pool.shutdown(wait=True)
+                ended.append((fut, Ended(*fut.result())))
+            except BrokenProcessPool:
+                broken = True
+            except Exception as exc:
+                ended.append((fut, Ended("failed", exc)))
+        if broken:  # a worker died: every run the pool held ends, and is retried in a new pool
+            ended += [(fut, Ended("crashed", text="a worker process of this machine died"))
+                      for fut in handles if all(fut is not h for h, _ in ended)]
+            self.pool.shutdown(wait=True, cancel_futures=True)
+            self.pool = None
+        return ended
+
+    def cancel(self, handle) -> None:
+        """Ends the worker processes now (each run keeps its last checkpoint) and the pool."""
+        if self.pool is not None:
+            _stop_workers(self.pool)
+            self.pool = None
+
+    def nodes(self, handles: Sequence[Any]) -> list[str]:
+        return ["local"] * sum(fut.running() for fut in handles)

@@ -9,10 +9,10 @@ import dataclasses
 import os
 
 from ...options.fields import Kind, OptionError, choice, integer, number, option, optional, settle
-from .ray_tasks import RAY_EXTRA, require_ray
+from .ray_tasks import RAY_EXTRA
+from .registry import EXECUTORS, executor_module
 from .shards import Shard, shard_from_env
 
-EXECUTORS = ("local", "ray")
 GRID_TITLE = {"grid": "where the runs train (with Ray or --shard, every node must reach --out: shared "
                        "storage)"}
 
@@ -31,7 +31,7 @@ class ExecutorOptions:
     executor: str = option(
         "local", "local: the runs train on this machine (--jobs processes at once); ray: one Ray task per "
         f"run on a Ray cluster ({RAY_EXTRA}), retried elsewhere when its worker or node dies", group="grid",
-        kind=choice(EXECUTORS))
+        kind=choice(tuple(EXECUTORS)))
     jobs: int | None = option(None, "runs trained at once on this machine, in processes (--executor local; "
                               "default: 1)", group="grid", kind=optional(integer(1)))
     threads: int | None = option(None, "intra-op threads of every run, whichever executor trains it "
@@ -67,19 +67,7 @@ class ExecutorOptions:
             settle(self, shard_env=self.shard is not None)
         if self.analyse_only and self.shard is not None:
             raise OptionError("--analyse-only analyses the whole grid: drop --shard")
-        if self.executor != "ray":
-            for name, flag in (("ray_address", "--ray-address"), ("cpus_per_run", "--cpus-per-run"),
-                               ("gpus_per_run", "--gpus-per-run")):
-                if getattr(self, name) is not None:
-                    raise OptionError(f"{flag} only applies to --executor ray")
-        else:
-            if self.jobs is not None:
-                raise OptionError("--jobs applies to --executor local; Ray trains as many runs at once as "
-                                  "the cluster has room for (--cpus-per-run, --gpus-per-run)")
-            if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-                raise OptionError("--executor ray: not under torchrun (each run would be data-parallel over "
-                                  "the torchrun processes); run it from a plain process")
-            require_ray()
+        executor_module(self.executor).check_options(self)
         if self.jobs is not None and self.jobs > (os.cpu_count() or 1):
             raise OptionError(f"--jobs {self.jobs}: at most one run per core ({os.cpu_count() or 1} on this "
                               "machine)")

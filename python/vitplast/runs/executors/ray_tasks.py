@@ -2,7 +2,7 @@
 (``ray start --head`` on one node, ``ray start --address HEAD:6379`` on the others) or a Ray started
 here. Ray is imported only when this executor is chosen (the ``ray`` extra).
 
-The driver keeps the schedule (:class:`~.jobs.Schedule`), as Ray Tune does: it keeps as many tasks in
+The driver keeps the schedule (:func:`~.base.run_jobs`), as Ray Tune does: it keeps as many tasks in
 flight as the live nodes hold, plus one queued, and its tasks are never retried by Ray itself
 (``max_retries=0``). A task whose worker or node died (a Ray system error) is
 submitted again, up to ``retries`` times, and resumes from the run's last checkpoint; it names the
@@ -15,6 +15,7 @@ reaches; the driver alone writes the experiment's summaries.
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import time
 from collections.abc import Sequence
@@ -22,8 +23,8 @@ from typing import Any
 
 from ...options.fields import OptionError
 from ..lock import RunLock
-from .jobs import Job, Schedule, run_attempt
-from .progress import GridProgress
+from .base import Attempt, Ended, ExecutorBase, Resources
+from .jobs import run_attempt
 
 POLL_S = 1.0  # how often the driver looks at the tasks in flight
 SHOW_S = 2.0  # how often it reads their lock files for the progress bar
@@ -58,20 +59,43 @@ def _check_reachable(address: str) -> None:
                           "start one with `ray start --head`") from None
 
 
-class RayExecutor:
-    """Runs as Ray tasks of ``cpus`` CPUs and ``gpus`` GPUs each, ``threads`` torch threads per task."""
+def from_options(opts, *, jobs: int, threads: int | None, device_type: str, lockstep: bool = False):
+    """A :class:`RayExecutor` whose tasks reserve ``--cpus-per-run`` (default: ``threads``, else 1) and
+    ``--gpus-per-run`` (default: 1 when ``device_type`` is cuda); ``jobs`` does not apply (the cluster
+    decides how many runs train at once)."""
+    if getattr(opts, "device", "auto").startswith("cuda:"):
+        raise OptionError(f"--device {opts.device}: with --executor ray each run gets its GPU from Ray; pass "
+                          "--device cuda")
+    cpus = opts.cpus_per_run if opts.cpus_per_run is not None else float(threads or 1)
+    gpus = opts.gpus_per_run if opts.gpus_per_run is not None else (1.0 if device_type == "cuda" else 0.0)
+    return RayExecutor(opts.ray_address, cpus=cpus, gpus=gpus, retries=opts.retries, threads=threads)
 
-    name = "ray"
-    in_process = False
+
+def check_options(opts) -> None:
+    """Ray places the runs itself (no ``--jobs``), not under torchrun, and must be installed."""
+    if opts.jobs is not None:
+        raise OptionError("--jobs applies to --executor local; Ray trains as many runs at once as "
+                          "the cluster has room for (--cpus-per-run, --gpus-per-run)")
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise OptionError("--executor ray: not under torchrun (each run would be data-parallel over "
+                          "the torchrun processes); run it from a plain process")
+    require_ray()
+
+
+class RayExecutor(ExecutorBase):
+    """Runs as Ray tasks of ``cpus`` CPUs and ``gpus`` GPUs each, ``threads`` torch threads per task."""
 
     def __init__(self, address: str | None, *, cpus: float, gpus: float, retries: int,
                  threads: int | None) -> None:
-        self.address, self.cpus, self.gpus, self.retries = address, cpus, gpus, retries
-        self.threads = threads or max(1, int(cpus))
+        self.address, self.retries = address, retries
+        self.resources = Resources(cpus, gpus, threads or max(1, int(cpus)))
         self.started_here = False
         self.ray = None
+        self.tasks: dict[tuple[float, float], Any] = {}  # (cpus, gpus) -> the remote function
         self.shown = self.counted = 0.0
-        self.slots = 0
+        self.slots_seen = 0
+        self.attempts: dict[Any, Attempt] = {}  # handle -> its attempt
+        self.running: list[str] = []
 
     # -- the cluster ---------------------------------------------------------------------------------
     def __enter__(self) -> RayExecutor:
@@ -99,11 +123,12 @@ class RayExecutor:
             self.started_here = False
 
     def _check_resources(self) -> None:
+        need = self.resources
         nodes = [n.get("Resources", {}) for n in self.ray.nodes() if n.get("Alive")]
-        if not any(r.get("CPU", 0) >= self.cpus and r.get("GPU", 0) >= self.gpus for r in nodes):
+        if not any(r.get("CPU", 0) >= need.cpus and r.get("GPU", 0) >= need.gpus for r in nodes):
             most_cpu = max((r.get("CPU", 0) for r in nodes), default=0)
             most_gpu = max((r.get("GPU", 0) for r in nodes), default=0)
-            raise OptionError(f"--cpus-per-run {self.cpus:g} / --gpus-per-run {self.gpus:g}: no node of the "
+            raise OptionError(f"--cpus-per-run {need.cpus:g} / --gpus-per-run {need.gpus:g}: no node of the "
                               f"Ray cluster has that much (at most {most_cpu:g} CPUs, {most_gpu:g} GPUs on a "
                               "node)")
 
@@ -111,68 +136,69 @@ class RayExecutor:
         nodes = sum(1 for n in self.ray.nodes() if n.get("Alive"))
         total = self.ray.cluster_resources()
         return (f"Ray cluster of {nodes} node(s), {total.get('CPU', 0):g} CPUs, {total.get('GPU', 0):g} "
-                f"GPUs; {self.cpus:g} CPU(s) and {self.gpus:g} GPU(s) per run")
+                f"GPUs; {self.resources.cpus:g} CPU(s) and {self.resources.gpus:g} GPU(s) per run")
 
-    # -- the grid ------------------------------------------------------------------------------------
-    def run(self, jobs: Sequence[Job], progress: GridProgress) -> list[Any]:
-        """Every job's result in order; :class:`~.jobs.GridFailed` after the others when some failed."""
-        ray = self.ray
-        task = ray.remote(_ray_attempt).options(num_cpus=self.cpus, num_gpus=self.gpus, max_retries=0,
-                                                retry_exceptions=False)
-        sched = Schedule(jobs, progress, self.retries)
-        flying: dict = {}
-        try:
-            while not sched.finished:
-                while len(flying) < self._capacity() + 1 and (i := sched.take()) is not None:
-                    job = sched.jobs[i]
-                    flying[task.remote(job.fn, sched.args(i), sched.token(i), sched.supersedes(i),
-                                       self.threads)] = i
-                if not flying:
-                    time.sleep(sched.wake_in())
-                    continue
-                ready, _ = ray.wait(list(flying), num_returns=1, timeout=min(POLL_S, sched.wake_in()))
-                for ref in ready:
-                    self._collect(sched, flying.pop(ref), ref)
-                self._show(sched, flying, now=bool(ready))
-        except BaseException:
-            for ref in flying:
-                ray.cancel(ref, force=True)
-            raise
-        return sched.result()
-
-    def _capacity(self) -> int:
-        """How many runs the live nodes hold at once (looked at every :data:`SHOW_S` seconds). The driver
-        keeps that many tasks in flight and one more queued (demand an autoscaler sees), so a retry, put
-        first in line, starts as soon as a slot frees rather than after every run not yet started."""
+    # -- the attempts --------------------------------------------------------------------------------
+    def slots(self) -> int:
+        """How many runs the live nodes hold at once (looked at every :data:`SHOW_S` seconds), plus one
+        queued (demand an autoscaler sees), so a retry, put first in line, starts as soon as a slot
+        frees rather than after every run not yet started."""
         if time.monotonic() - self.counted >= SHOW_S:
             self.counted, slots = time.monotonic(), 0
+            need = self.resources
             for node in self.ray.nodes():
                 r = node.get("Resources", {}) if node.get("Alive") else {}
-                fits = [r.get("CPU", 0) / self.cpus] if self.cpus else []
-                fits += [r.get("GPU", 0) / self.gpus] if self.gpus else []
+                fits = [r.get("CPU", 0) / need.cpus] if need.cpus else []
+                fits += [r.get("GPU", 0) / need.gpus] if need.gpus else []
                 slots += int(min(fits)) if fits else 1
-            self.slots = slots
-        return self.slots
+            self.slots_seen = slots
+        return self.slots_seen + 1
 
-    def _collect(self, sched: Schedule, i: int, ref) -> None:
+    def submit(self, attempt: Attempt):
+        need = attempt.resources
+        if (need.cpus, need.gpus) not in self.tasks:
+            self.tasks[need.cpus, need.gpus] = self.ray.remote(_ray_attempt).options(
+                num_cpus=need.cpus, num_gpus=need.gpus, max_retries=0, retry_exceptions=False)
+        ref = self.tasks[need.cpus, need.gpus].remote(attempt.job.fn, attempt.args, attempt.token,
+                                                       attempt.supersedes, need.threads)
+        self.attempts[ref] = attempt
+        return ref
+
+    def wait(self, handles: Sequence[Any], timeout: float) -> list[tuple[Any, Ended]]:
+        ready, _ = self.ray.wait(list(handles), num_returns=1, timeout=min(POLL_S, timeout))
+        ended = []
+        for ref in ready:
+            self.attempts.pop(ref, None)
+            ended.append((ref, self._ended(ref)))
+        if ready:
+            self.shown = 0.0  # look at the nodes again now
+        return ended
+
+    def _ended(self, ref) -> Ended:
         exceptions = self.ray.exceptions
         try:
-            sched.outcome(i, *self.ray.get(ref))
+            return Ended(*self.ray.get(ref))
         except exceptions.RayTaskError as exc:  # the run itself raised
             cause = exc.cause if isinstance(getattr(exc, "cause", None), BaseException) else exc
-            sched.failed(i, cause, text=str(exc))
+            return Ended("failed", cause, text=str(exc))
         except exceptions.RayError as exc:  # its worker or node died: retried
-            sched.crashed(i, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300])
+            return Ended("crashed", text=f"{type(exc).__name__}: "
+                         f"{str(exc).splitlines()[0] if str(exc) else ''}"[:300])
 
-    def _show(self, sched: Schedule, flying: dict, now: bool = False) -> None:
+    def cancel(self, handle) -> None:
+        self.attempts.pop(handle, None)
+        self.ray.cancel(handle, force=True)
+
+    def nodes(self, handles: Sequence[Any]) -> list[str]:
         """Runs whose lock names their current attempt are running; their nodes are in use (looked at
-        every :data:`SHOW_S` seconds, and ``now``)."""
-        if not now and time.monotonic() - self.shown < SHOW_S:
-            return
+        every :data:`SHOW_S` seconds, and after an attempt ended)."""
+        if time.monotonic() - self.shown < SHOW_S:
+            return self.running
         self.shown = time.monotonic()
-        nodes = []
-        for i in flying.values():
-            found = RunLock(sched.jobs[i].directory).read()
-            if found is not None and found[0].get("token") == sched.token(i):
-                nodes.append(found[0].get("node") or found[0].get("host") or "?")
-        sched.progress.update(len(nodes), nodes)
+        self.running = []
+        for ref in handles:
+            attempt = self.attempts.get(ref)
+            found = RunLock(attempt.job.directory).read() if attempt is not None else None
+            if found is not None and found[0].get("token") == attempt.token:
+                self.running.append(found[0].get("node") or found[0].get("host") or "?")
+        return self.running

@@ -1,0 +1,138 @@
+"""The one driver of a grid of runs, used by ``vitplast finetune`` and ``vitplast claim``: plan (the
+command lists its :class:`GridRun` objects) -> filter (this process's ``--shard``, the runs finished
+before, which are loaded; a directory another process holds is waited for by the executor's loop) ->
+execute (through the executor the options name) -> collect (every summary in run order).
+
+Where a grid runs is a :class:`GridSession`: its process group (torchrun: every rank takes the same
+steps), the intra-op threads of the runs trained in this process, and its reporter (silent on ranks
+other than 0). The refusals and messages every grid shares live here: ``--analyse-only`` with runs not
+finished, and the line a ``--shard`` ends with. The driver knows nothing of what a run trains: a run
+is a module-level function, its arguments and its directory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..outputs.reporter import Reporter
+from ..runtime.distributed import DistContext, init_distributed
+from .executors import GridProgress, Job, make_executor
+from .executors.options import ExecutorOptions
+from .rundir import RunDir
+
+
+@dataclasses.dataclass(frozen=True)
+class GridRun:
+    """One run of a grid: ``job(*args)`` trains it into ``directory`` and returns its summary (a
+    retry calls ``job(*retry_args)``; in this process ``local_args`` are appended: callbacks, a
+    reporter). ``state`` is its directory's when planned (``RunDir.state``)."""
+
+    directory: Path
+    label: str
+    job: Callable[..., dict]
+    args: tuple
+    retry_args: tuple | None = None
+    local_args: tuple = ()
+    state: str = "new"
+
+
+class GridSession:
+    """A context in which a grid runs: the process group (``device``: where its runs train), the
+    threads of the runs trained here (``threads``, restored at the end) and the reporter (``None``:
+    printed; silent on ranks other than 0)."""
+
+    def __init__(self, device: str, threads: int | None, reporter: Reporter | None = None) -> None:
+        self.device, self.threads = device, threads
+        self.reporter = reporter or Reporter()
+        self.dist = DistContext()
+        self._saved_threads: int | None = None
+
+    def __enter__(self) -> GridSession:
+        import torch
+
+        self.dist = init_distributed(self.device)
+        if not self.dist.is_main:
+            self.reporter = Reporter.silent()
+        self._saved_threads = torch.get_num_threads()
+        if self.threads:
+            torch.set_num_threads(self.threads)  # the runs of this process (workers set their own)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        import torch
+
+        if self._saved_threads is not None:
+            torch.set_num_threads(self._saved_threads)
+        self.dist.close()
+
+    def use_threads(self, threads: int | None) -> None:
+        """The intra-op threads of the runs trained here, once the session has found them (restored at
+        its end)."""
+        import torch
+
+        self.threads = threads
+        if threads:
+            torch.set_num_threads(threads)
+
+    def executor(self, opts: ExecutorOptions, *, jobs: int, device_type: str):
+        """The executor ``opts`` name for this session (a context manager; under torchrun every rank
+        runs the same runs in lockstep)."""
+        return make_executor(opts, jobs=jobs, threads=self.threads, device_type=device_type,
+                             lockstep=self.dist.enabled)
+
+    def shard_done(self, opts: ExecutorOptions, done: int, total: int, *, reused: int | None = None,
+                   then: str) -> None:
+        """The line a ``--shard`` pass ends with: its runs done out of the grid's, and ``then`` (what
+        to run once every shard is done)."""
+        source = " (from SLURM_ARRAY_TASK_ID; --shard none: every run)" if opts.shard_env else ""
+        before = f" ({reused} were finished before)" if reused is not None else ""
+        self.reporter.say(f"shard {opts.shard}{source}: {done} of {total} runs done{before}; {then}")
+
+
+def refuse_unfinished(directories: Sequence[Path], *, then: str) -> None:
+    """``--analyse-only``: ValueError naming the run directories not finished (``then``: how to finish
+    them)."""
+    unfinished = [str(d) for d in directories if RunDir(d).state() != "finished"]
+    if unfinished:
+        shown = ", ".join(unfinished[:10]) + (" ..." if len(unfinished) > 10 else "")
+        raise ValueError(f"--analyse-only: {len(unfinished)} of {len(directories)} runs are not finished "
+                         f"({shown}); {then}")
+
+
+def runs_of_this_process(opts: ExecutorOptions, runs: Sequence) -> list:
+    """The runs this process trains: none with ``--analyse-only``, its ``--shard``'s slice, else all."""
+    if opts.analyse_only:
+        return []
+    return opts.shard.select(list(runs)) if opts.shard is not None else list(runs)
+
+
+def train_grid(runs: Sequence[GridRun], executor, reporter: Reporter, *, progress: bool | None,
+               reuse_finished: bool = False, alone_here: bool = False) -> list[dict]:
+    """Every run trained (or loaded) through ``executor``; the summaries in run order. With
+    ``reuse_finished`` a run finished when planned is read, not submitted, and every summary says
+    ``"reused"``. With ``alone_here``, a grid of one run that the executor would train in this process
+    is called directly (its messages, its errors and a lock another process holds are the command's,
+    as for a single ``vitplast finetune`` run)."""
+    out: dict[int, dict] = {}
+    if reuse_finished:
+        for i, r in enumerate(runs):
+            if r.state == "finished":
+                out[i] = {**RunDir(r.directory).summary(), "reused": True}
+    todo = [i for i in range(len(runs)) if i not in out]
+    if alone_here and len(runs) == 1 and todo and executor.in_process:
+        run = runs[0]
+        summaries = [run.job(*run.args, *run.local_args)]
+    else:
+        jobs = [Job(runs[i].job, runs[i].args, runs[i].directory, runs[i].label, runs[i].retry_args,
+                    runs[i].local_args) for i in todo]
+        bar = GridProgress(reporter, total=len(runs), done=len(out), wanted=progress, desc="finetuning runs")
+        try:
+            summaries = executor.run(jobs, bar)
+        finally:
+            bar.close()
+    extra: dict[str, Any] = {"reused": False} if reuse_finished else {}
+    out.update({i: {**s, **extra} for i, s in zip(todo, summaries, strict=True)})
+    return [out[i] for i in range(len(runs))]
