@@ -162,3 +162,74 @@ def test_mode_i_beyond_sixteen_bits_is_refused(tmp_path):
     Image.fromarray(np.full((6, 6), 70000, dtype=np.int32), mode="I").save(tmp_path / "big.tif")
     with pytest.raises(BadImageError, match="beyond 16 bits"):
         open_image(str(tmp_path / "big.tif"))
+
+
+# -- items 6, 7, 12: validate before writing; runs that never trained; stale temporaries ---------------
+
+TINY = dict(model="vit_tiny_patch16_224", random_init=True, img_size=16, plots=False, progress=False,
+            data="synthetic", model_kwargs=dict(patch_size=8, depth=2, embed_dim=32, num_heads=2),
+            batch_size=16, optimizer="sgd", lr="0.05", steps=6, monitor_every=3, eval_every=3,
+            checkpoint_every=4, seed="3")
+
+
+class _Stop(BaseException):
+    """Stops a run as a kill would (nothing more written)."""
+
+
+def _stop_after(steps: int):
+    def after(done: int) -> None:
+        if done >= steps:
+            raise _Stop
+
+    return after
+
+
+def _finetune(out: Path, **kw):
+    from vitplast.finetune import finetune
+    from vitplast.outputs.reporter import Reporter
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return finetune(**{**TINY, **kw}, out=str(out), reporter=Reporter(say=lambda text: None))
+
+
+def _tree(path: Path) -> list[str]:
+    return sorted(str(p.relative_to(path)) for p in path.rglob("*"))
+
+
+def test_measure_failing_validation_creates_no_out_parents(tmp_path, capsys):
+    out = tmp_path / "new" / "deeper" / "results"
+    rc, _, err = _cli(["measure", "--data", str(tmp_path / "no-such-data"), "--out", str(out)], capsys)
+    assert rc == 2 and len(err) == 1, err
+    assert _tree(tmp_path) == []  # not even the parents of --out
+
+
+def test_out_near_path_max_is_refused_before_anything_is_created(tmp_path, capsys):
+    room = 4096 - len(str(tmp_path)) - 20  # the path fits, what a run writes below it would not
+    parts = [("d" * 200)] * (room // 201) + ["e" * (room % 201 or 1)]
+    out = tmp_path.joinpath(*parts)
+    rc, _, err = _cli(["finetune", "--data", "synthetic", "--steps", "1", "--out", str(out)], capsys)
+    assert rc == 2 and len(err) == 1 and "--out" in err[0] and "path limit" in err[0], err
+    assert _tree(tmp_path) == []
+
+
+def test_run_that_never_trained_is_replaced_without_resume(tmp_path):
+    run = tmp_path / "run"
+    with pytest.raises(_Stop):  # fails before its first checkpoint (as a bad image would)
+        _finetune(run, train="MHA", after_step=_stop_after(1))
+    assert (run / "config.json").exists() and not (run / "checkpoint.pt").exists()
+    result = _finetune(run, train="FC1", lr="0.02")  # the corrected command, no --resume
+    assert len(result["runs"]) == 1 and (run / "summary.json").exists()
+    saved = __import__("json").loads((run / "config.json").read_text())
+    assert saved["train"] == "FC1" and saved["lr"] == 0.02
+
+
+def test_stale_temporary_checkpoint_is_removed_at_the_next_start(tmp_path):
+    run = tmp_path / "run"
+    with pytest.raises(_Stop):
+        _finetune(run, train="MHA", after_step=_stop_after(5))  # a checkpoint at step 4
+    assert (run / "checkpoint.pt").exists()
+    (run / ".checkpoint.x1y2z3w4.tmp.pt").write_bytes(b"")  # what kill -9 during a write leaves
+    _finetune(run, train="MHA", resume=True)
+    assert (run / "summary.json").exists()
+    assert not [p.name for p in run.iterdir() if ".tmp" in p.name]

@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..runs.lock import process_alive
+from ..runs.paths import check_path_length
 
 
 class OutputSet:
@@ -46,8 +47,9 @@ class OutputSet:
 
     def check(self) -> None:
         """Raises ``ValueError`` when the target cannot receive the set: an existing file, a directory
-        holding files this run does not own, or a parent that cannot be created or written to (tried
-        by creating and removing a directory there)."""
+        holding files this run does not own, a path too long, or a parent that cannot be created or
+        written to (tried by creating and removing a directory in its nearest existing ancestor).
+        Creates nothing."""
         t = self.target
         if t.name in ("", ".", ".."):
             raise ValueError(f"--out {str(t)!r}: name a directory of its own (e.g. {str(t / 'results')!r})")
@@ -59,12 +61,17 @@ class OutputSet:
                 raise ValueError(f"--out {str(t)!r} holds files this run did not write "
                                  f"({', '.join(foreign[:5])}{' ...' if len(foreign) > 5 else ''}): it would "
                                  "replace the whole directory; give a new or empty one")
-        try:
-            self.parent.mkdir(parents=True, exist_ok=True)
-            probe = tempfile.mkdtemp(prefix=self._hidden("tmp"), dir=self.parent)
+        check_path_length(t)  # before anything is created: a path too long leaves nothing behind
+        existing = self.parent
+        while not existing.exists() and existing.parent != existing:
+            existing = existing.parent
+        if not existing.is_dir():
+            raise ValueError(f"--out {str(t)!r}: {str(existing)!r} is a file, not a directory")
+        try:  # a read-only filesystem shows here: a directory created and removed where it would go
+            probe = tempfile.mkdtemp(prefix=self._hidden("tmp"), dir=existing)
             os.rmdir(probe)
         except OSError as exc:
-            raise ValueError(f"--out {str(t)!r}: cannot write into {str(self.parent)!r} "
+            raise ValueError(f"--out {str(t)!r}: cannot write into {str(existing)!r} "
                              f"({exc.strerror or exc})") from None
 
     def _sweep(self) -> None:
@@ -77,7 +84,9 @@ class OutputSet:
 
     @contextlib.contextmanager
     def writing(self) -> Iterator[Path]:
-        """A temporary directory to fill; it replaces the target when the block ends without error."""
+        """A temporary directory to fill; it replaces the target when the block ends without error
+        (the target's missing parents are created now, not by :meth:`check`)."""
+        self.parent.mkdir(parents=True, exist_ok=True)
         self._sweep()
         tmp = self._fresh_dir()
         try:

@@ -7,12 +7,47 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+# room kept below a directory a command writes, for the names it writes there (run directories of a
+# grid, plots/, a temporary checkpoint ``.checkpoint.XXXXXXXX.tmp.pt``, ...)
+ROOM_BELOW = 256
+
+
+def _limit(path: Path, name: str, default: int) -> int:
+    try:
+        return int(os.pathconf(path, name))
+    except (OSError, ValueError):
+        return default
+
+
+def check_path_length(path: str | os.PathLike, flag: str = "--out", room: int = ROOM_BELOW) -> Path:
+    """``path`` when the files a command writes below it fit the system's limits: each part at most
+    ``NAME_MAX`` bytes, the whole absolute path with ``room`` bytes to spare at most ``PATH_MAX``;
+    ValueError naming ``flag`` otherwise (checked before anything is created, so a path too long leaves
+    no directory behind)."""
+    p = Path(path).expanduser()
+    existing = p.absolute()
+    while not existing.exists() and existing.parent != existing:
+        existing = existing.parent
+    name_max = _limit(existing, "PC_NAME_MAX", 255)
+    path_max = _limit(existing, "PC_PATH_MAX", 4096)
+    for part in p.parts:
+        if len(os.fsencode(part)) > name_max:
+            raise ValueError(f"{flag}: the name {part[:40]!r}... is {len(os.fsencode(part))} bytes long; "
+                             f"this filesystem allows {name_max}")
+    size = len(os.fsencode(str(p.absolute())))
+    if size + room > path_max:
+        raise ValueError(f"{flag} {str(p)[:60]!r}... is {size} bytes long: the files written below it would "
+                         f"exceed the system's path limit ({path_max} bytes); choose a path under "
+                         f"{path_max - room} bytes")
+    return p
+
 
 def check_out_dir(path: str | os.PathLike, flag: str = "--out") -> Path:
     """``path`` as a directory to write: an existing directory this process can write into, or a path
-    whose nearest existing parent is one. Raises ValueError naming ``flag`` otherwise (an existing file,
-    a parent that is a file, no write permission); creates nothing."""
-    p = Path(path).expanduser()
+    whose nearest existing parent is one, short enough for what is written below it
+    (:func:`check_path_length`). Raises ValueError naming ``flag`` otherwise (an existing file, a parent
+    that is a file, no write permission, a path too long); creates nothing."""
+    p = check_path_length(path, flag)
     if p.exists() and not p.is_dir():
         raise ValueError(f"{flag} {str(p)!r} is an existing file, not a directory")
     existing = p

@@ -11,7 +11,10 @@ Layout of ``DIR``::
     .lock            names the process writing the run (see `RunLock`)
 
 Every file but ``metrics.jsonl`` is written to a temporary file in the same directory and moved into
-place with ``os.replace``, so a killed run leaves either the old or the new version, never a torn one.
+place with ``os.replace``, so a killed run leaves either the old or the new version, never a torn one;
+the temporary a killed write leaves (``.checkpoint.XXXXXXXX.tmp.pt``) is removed by the next writer.
+A directory whose run never reached a checkpoint holds nothing to resume: it counts as new, and the
+next command replaces it (a corrected command needs no ``--resume``).
 ``metrics.jsonl`` is appended line by line; a torn last line is ignored when read, and a resume cuts
 the log back to the checkpoint's step so that the steps replayed are not logged twice (without a
 checkpoint, to nothing: the run starts over).
@@ -67,6 +70,11 @@ def check_parent() -> None:
     """Ends this process when `guard_writes` named a parent that is gone (a no-op otherwise)."""
     if _PARENT_PID is not None and os.getppid() != _PARENT_PID:
         os._exit(1)
+
+
+def _temporary(name: str) -> bool:
+    """Whether ``name`` is a temporary of an atomic write (``.STEM.XXXXXXXX.tmpSUFFIX``)."""
+    return name.startswith(".") and ".tmp" in name and not name.startswith(LOCK)
 
 
 def _atomic_write(path: Path, write) -> None:
@@ -185,14 +193,26 @@ class RunDir:
     # -- state of the directory -------------------------------------------------------------------
 
     def state(self) -> str:
-        """``"new"`` (absent or empty), ``"finished"``, ``"partial"`` or ``"foreign"``."""
-        if not self.path.exists() or not any(not p.name.startswith(LOCK) for p in self.path.iterdir()):
+        """``"new"`` (absent, empty, or a run that never reached a checkpoint: nothing to resume, so
+        the next command replaces it), ``"finished"``, ``"partial"`` or ``"foreign"``."""
+        if not self.path.exists() or not any(not p.name.startswith(LOCK) and not _temporary(p.name)
+                                             for p in self.path.iterdir()):
             return "new"
         if self.summary_path.exists():
             return "finished"
         if self.config_path.exists():
-            return "partial"
+            return "partial" if self.checkpoint_path.exists() else "new"
         return "foreign"
+
+    def _sweep(self) -> None:
+        """Removes what a killed writer left half-done: temporaries of atomic writes (a checkpoint's
+        ``.checkpoint.XXXXXXXX.tmp.pt``); and, of a run that never reached a checkpoint, its metrics
+        (the run starts over). Only under the lock."""
+        for p in self.path.iterdir():
+            if _temporary(p.name) and p.is_file():
+                p.unlink(missing_ok=True)
+        if not self.summary_path.exists() and not self.checkpoint_path.exists():
+            self.metrics_path.unlink(missing_ok=True)
 
     def open(self, config: dict, *, resume: bool = False) -> RunDir:
         """Prepare the directory for ``config``; refuse rather than overwrite another run's files, or
@@ -200,6 +220,11 @@ class RunDir:
         if self.writer and self.state() != "foreign":  # a foreign directory is refused untouched
             self.path.mkdir(parents=True, exist_ok=True)
             self.lock.acquire()
+            try:
+                self._sweep()
+            except BaseException:
+                self.close()
+                raise
         try:
             return self._open(config, resume)
         except BaseException:
@@ -296,3 +321,21 @@ class RunDir:
 
     def files(self) -> Iterable[Path]:
         return sorted(self.path.rglob("*"))
+
+
+
+def refuse_existing_runs(directories: Iterable[str | os.PathLike], root: str | os.PathLike) -> None:
+    """Before a grid trains anything without ``--resume``: RunDirError naming every run directory under
+    ``root`` that holds a run (unfinished with a checkpoint, or finished), which that run would refuse
+    only when its turn came, after the others had trained."""
+    held: dict[str, list[str]] = {"unfinished": [], "finished": []}
+    for d in directories:
+        state = RunDir(d).state()
+        if state in ("partial", "finished"):
+            held["unfinished" if state == "partial" else "finished"].append(os.path.relpath(d, root))
+    parts = [f"{len(names)} {kind} ({', '.join(names[:6])}{' ...' if len(names) > 6 else ''})"
+             for kind, names in held.items() if names]
+    if parts:
+        raise RunDirError(f"--out {root} already holds {' and '.join(parts)} run(s); nothing was trained: "
+                          "pass --resume to continue them and load the finished ones, or choose another "
+                          "--out")
