@@ -70,17 +70,18 @@ inline void flush8(__m256 f, __m256d& lo, __m256d& hi) {
 
 // 16-bit inputs: the float32 difference of two bf16/fp16 values is exact (but for operands more than
 // 2^24 apart in magnitude, where it rounds by <= 2^-24 relative), so differences and squares run in
-// float32 lanes, flushed into the double lanes every kFlush elements (<= 64 float32 additions per
-// lane: relative rounding <= 64 * 2^-24 ~ 4e-6 worst case, ~5e-7 typical). Half the instructions of
-// the double path: the single-thread rate stays at the memory bound.
+// float32 lanes, flushed into the double lanes every kFlush (float16) or kFlushBF16 (bfloat16)
+// elements: <= 64 resp. 8 float32 additions per lane between flushes (relative rounding <= 64 * 2^-24
+// ~ 4e-6 resp. 5e-7 worst case, far less typically). Half the instructions of the double path.
 //
 // Range: fp16 squares stay inside float32 (2^-48 to 2^34). bf16 has float32's exponent range: a
 // float32 square overflows for differences above 2^64 and loses precision below 2^-63. So for bf16
 // each flushed block is checked: every float32 lane sum must lie in [2^-60, 2^100] (then squares lost
-// below float32's normal range, <= 64 * 2^-126 per lane, are negligible) or be the sum of exact zero
+// below float32's normal range, <= 8 * 2^-126 per lane, are negligible) or be the sum of exact zero
 // differences; otherwise the block is summed again on the double path (exact at any magnitude). Normal
 // activations never leave the fast path; one decision per block, from the data alone: deterministic.
 constexpr long long kFlush = 1024;
+constexpr long long kFlushBF16 = 256;
 
 // True when the 8 lane sums of `f` are in range or (bitwise OR of their differences `z` == 0) exact 0.
 inline bool lanes_trusted(__m256 f, __m256 z) {
@@ -91,38 +92,21 @@ inline bool lanes_trusted(__m256 f, __m256 z) {
   return _mm256_movemask_ps(_mm256_or_ps(in_range, zeros)) == 0xff;
 }
 
-template <class L, bool kCheckRange>
+// float16: 16 elements per step, lane l of the float lanes takes element 16k + l.
+template <class L>
 void span_sq_sum_vec16(const typename L::T* a, const typename L::T* b, long long n, double* acc) {
   static_assert(kLanes == 16, "lane layout below assumes 16 lanes");
   __m256d s0 = _mm256_loadu_pd(acc), s1 = _mm256_loadu_pd(acc + 4);
   __m256d s2 = _mm256_loadu_pd(acc + 8), s3 = _mm256_loadu_pd(acc + 12);
   long long i = 0;
   while (i + 16 <= n) {
-    const long long start = i;
     const long long stop = (n - i >= kFlush) ? i + kFlush : i + ((n - i) / 16) * 16;
     __m256 f0 = _mm256_setzero_ps(), f1 = _mm256_setzero_ps();
-    __m256 z0 = _mm256_setzero_ps(), z1 = _mm256_setzero_ps();
     for (; i < stop; i += 16) {
       __m256 d0 = _mm256_sub_ps(load8_as<L>(a + i), load8_as<L>(b + i));
       __m256 d1 = _mm256_sub_ps(load8_as<L>(a + i + 8), load8_as<L>(b + i + 8));
       f0 = _mm256_fmadd_ps(d0, d0, f0);
       f1 = _mm256_fmadd_ps(d1, d1, f1);
-      if constexpr (kCheckRange) {
-        z0 = _mm256_or_ps(z0, d0);
-        z1 = _mm256_or_ps(z1, d1);
-      }
-    }
-    if constexpr (kCheckRange) {
-      if (!lanes_trusted(f0, z0) || !lanes_trusted(f1, z1)) {
-        _mm256_storeu_pd(acc, s0);
-        _mm256_storeu_pd(acc + 4, s1);
-        _mm256_storeu_pd(acc + 8, s2);
-        _mm256_storeu_pd(acc + 12, s3);
-        span_sq_sum_vec<L>(a + start, b + start, stop - start, acc);
-        s0 = _mm256_loadu_pd(acc), s1 = _mm256_loadu_pd(acc + 4);
-        s2 = _mm256_loadu_pd(acc + 8), s3 = _mm256_loadu_pd(acc + 12);
-        continue;
-      }
     }
     flush8(f0, s0, s1);
     flush8(f1, s2, s3);
@@ -134,8 +118,79 @@ void span_sq_sum_vec16(const typename L::T* a, const typename L::T* b, long long
   span_sq_sum_scalar<L>(a + i, b + i, n - i, acc);
 }
 
+// bfloat16: 32 elements per step, read as 16 32-bit words per input. Word j holds elements 2j (low
+// half) and 2j + 1 (high half); both are float32 numbers after one integer instruction each (shift
+// left by 16; mask the low half off), so the conversion costs two instructions per 16 elements instead
+// of two per 8 (widen, shift). Float lanes: even[j] takes element 2j of every step, odd[j] element
+// 2j + 1. Every kFlushBF16 elements (8 fused multiply-adds per float lane) the lanes are checked and
+// flushed into double lane j as (acc[j] + even[j]) + odd[j]; span_sq_sum_avx512.cpp keeps exactly
+// this layout and order, so both give the same bits.
+inline __m256 bf16_even(__m256i w) { return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)); }
+inline __m256 bf16_odd(__m256i w) {
+  return _mm256_castsi256_ps(_mm256_and_si256(w, _mm256_set1_epi32(static_cast<int>(0xffff0000u))));
+}
+inline __m256i load_words(const unsigned short* p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+
+void span_sq_sum_bf16(const unsigned short* a, const unsigned short* b, long long n, double* acc) {
+  static_assert(kLanes == 16, "lane layout below assumes 16 lanes");
+  __m256d s0 = _mm256_loadu_pd(acc), s1 = _mm256_loadu_pd(acc + 4);
+  __m256d s2 = _mm256_loadu_pd(acc + 8), s3 = _mm256_loadu_pd(acc + 12);
+  long long i = 0;
+  while (i + 32 <= n) {
+    const long long start = i;
+    const long long stop = (n - i >= kFlushBF16) ? i + kFlushBF16 : i + ((n - i) / 32) * 32;
+    __m256 e0 = _mm256_setzero_ps(), e1 = _mm256_setzero_ps();  // even lanes 0-7, 8-15
+    __m256 o0 = _mm256_setzero_ps(), o1 = _mm256_setzero_ps();  // odd lanes 0-7, 8-15
+    __m256 ze0 = _mm256_setzero_ps(), ze1 = _mm256_setzero_ps();
+    __m256 zo0 = _mm256_setzero_ps(), zo1 = _mm256_setzero_ps();
+    for (; i < stop; i += 32) {
+      const __m256i wa0 = load_words(a + i), wb0 = load_words(b + i);
+      const __m256i wa1 = load_words(a + i + 16), wb1 = load_words(b + i + 16);
+      const __m256 de0 = _mm256_sub_ps(bf16_even(wa0), bf16_even(wb0));
+      const __m256 do0 = _mm256_sub_ps(bf16_odd(wa0), bf16_odd(wb0));
+      const __m256 de1 = _mm256_sub_ps(bf16_even(wa1), bf16_even(wb1));
+      const __m256 do1 = _mm256_sub_ps(bf16_odd(wa1), bf16_odd(wb1));
+      e0 = _mm256_fmadd_ps(de0, de0, e0);
+      o0 = _mm256_fmadd_ps(do0, do0, o0);
+      e1 = _mm256_fmadd_ps(de1, de1, e1);
+      o1 = _mm256_fmadd_ps(do1, do1, o1);
+      ze0 = _mm256_or_ps(ze0, de0);
+      zo0 = _mm256_or_ps(zo0, do0);
+      ze1 = _mm256_or_ps(ze1, de1);
+      zo1 = _mm256_or_ps(zo1, do1);
+    }
+    if (!(lanes_trusted(e0, ze0) && lanes_trusted(o0, zo0) && lanes_trusted(e1, ze1) &&
+          lanes_trusted(o1, zo1))) {
+      _mm256_storeu_pd(acc, s0);
+      _mm256_storeu_pd(acc + 4, s1);
+      _mm256_storeu_pd(acc + 8, s2);
+      _mm256_storeu_pd(acc + 12, s3);
+      span_sq_sum_vec<BF16>(a + start, b + start, stop - start, acc);
+      s0 = _mm256_loadu_pd(acc), s1 = _mm256_loadu_pd(acc + 4);
+      s2 = _mm256_loadu_pd(acc + 8), s3 = _mm256_loadu_pd(acc + 12);
+      continue;
+    }
+    flush8(e0, s0, s1);
+    flush8(e1, s2, s3);
+    flush8(o0, s0, s1);
+    flush8(o1, s2, s3);
+  }
+  _mm256_storeu_pd(acc, s0);
+  _mm256_storeu_pd(acc + 4, s1);
+  _mm256_storeu_pd(acc + 8, s2);
+  _mm256_storeu_pd(acc + 12, s3);
+  span_sq_sum_scalar<BF16>(a + i, b + i, n - i, acc);
+}
+
 }  // namespace
 }  // namespace avx2
+
+void span_sq_sum_avx2_exact_bf16(const void* a, const void* b, long long n, double* acc) {
+  avx2::span_sq_sum_vec<avx2::BF16>(static_cast<const unsigned short*>(a),
+                                    static_cast<const unsigned short*>(b), n, acc);
+}
 
 void span_sq_sum_avx2(SpanDtype dtype, const void* a, const void* b, long long n, double* acc) {
   switch (dtype) {
@@ -144,11 +199,11 @@ void span_sq_sum_avx2(SpanDtype dtype, const void* a, const void* b, long long n
                                        n, acc);
       break;
     case SpanDtype::kBFloat16:
-      avx2::span_sq_sum_vec16<avx2::BF16, true>(static_cast<const unsigned short*>(a),
-                                              static_cast<const unsigned short*>(b), n, acc);
+      avx2::span_sq_sum_bf16(static_cast<const unsigned short*>(a),
+                             static_cast<const unsigned short*>(b), n, acc);
       break;
     case SpanDtype::kFloat16:
-      avx2::span_sq_sum_vec16<avx2::F16, false>(static_cast<const unsigned short*>(a),
+      avx2::span_sq_sum_vec16<avx2::F16>(static_cast<const unsigned short*>(a),
                                                static_cast<const unsigned short*>(b), n, acc);
       break;
   }
