@@ -134,7 +134,7 @@ def test_app_imports_run_one_way():
 
 @pytest.mark.parametrize("edge", [("vitplast.models.weights", "vitplast.finetune.model"),
                                   ("vitplast.measure.run", "vitplast.cli"),
-                                  ("vitplast.claim.runs", "vitplast.finetune.loop"),
+                                  ("vitplast.claim.finetuning", "vitplast.finetune.loop"),
                                   ("vitplast.integrations.hf_callback", "vitplast.claim"),
                                   ("vitplast_kernels.measure.capture", "vitplast.models.weights")])
 def test_app_layer_check_finds_a_planted_violation(edge):

@@ -25,6 +25,7 @@ from ..runtime.distributed import DistContext
 from .aggregate import aggregate_claims, format_aggregate, plot_aggregate
 from .analysis import analyse
 from .datasets import dataset_plans
+from .finetuning import PlannedRun, check_plan, plan_runs, train_all
 from .grid import DatasetGrid, counts, estimate, plan_dataset, plan_summary
 from .layer_report import format_layer_report, plot_layer_claim
 from .layers import analyse_layers
@@ -32,7 +33,6 @@ from .lr_auto import lrs_run, widen_groups
 from .measurement import measure_dataset, write_measurement
 from .options import ClaimOptions
 from .report import format_report, plot_claim
-from .runs import PlannedRun, check_plan, plan_runs, train_all
 
 
 @dataclasses.dataclass(frozen=True)

@@ -12,10 +12,10 @@ from ..finetune import Prepared, prepare, unit_sizes
 from ..models.builder import DIGITS_MODEL, build_model
 from ..outputs.reporter import Reporter
 from .datasets import DatasetPlan
+from .finetuning import PlannedRun, calibrate, estimate_seconds, plan_runs
 from .layers import default_budget, plan_selections, unit_name, units_of
 from .measurement import measure_dataset, saved_measurement
 from .options import COMPONENT_STEPS, LAYER_STEPS, ClaimOptions
-from .runs import PlannedRun, calibrate, estimate_seconds, plan_runs
 
 
 @dataclasses.dataclass(frozen=True)

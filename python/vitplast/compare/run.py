@@ -14,8 +14,8 @@ from typing import Any
 
 from ..options.fields import options_for
 from ..outputs.reporter import Reporter
+from .measurements import load_measurements
 from .options import CompareOptions
-from .runs import load_measurements
 from .table import Comparison, compare_measurements, format_comparison
 
 OUTPUT_FILES = ("compare.txt", "compare.csv", "compare.json", "compare.png")

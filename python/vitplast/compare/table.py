@@ -19,7 +19,7 @@ import math
 
 from vitplast_kernels.measure.result import Z95
 
-from .runs import Measurement
+from .measurements import Measurement
 
 
 @dataclasses.dataclass(frozen=True)

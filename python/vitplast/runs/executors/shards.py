@@ -8,7 +8,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import TypeVar
 
-T = TypeVar("T")
+Item = TypeVar("Item")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,7 +31,7 @@ class Shard:
     def __str__(self) -> str:
         return f"{self.index}/{self.count}"
 
-    def select(self, items: Sequence[T]) -> list[T]:
+    def select(self, items: Sequence[Item]) -> list[Item]:
         """The items of this shard, in list order."""
         return [x for k, x in enumerate(items) if k % self.count == self.index - 1]
 
