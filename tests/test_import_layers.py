@@ -22,12 +22,26 @@ def _module_name(pkg: str, path: Path) -> str:
     return ".".join(parts)
 
 
+def _typing_only(tree: ast.AST) -> set[int]:
+    """Ids of the nodes under ``if TYPE_CHECKING:``: imports for annotations, which never run."""
+    inside: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
+            inside.update(id(n) for stmt in node.body for n in ast.walk(stmt))
+    return inside
+
+
 def _imports(pkg: str, path: Path, modules: set[str]) -> set[str]:
-    """Modules of the project that ``path`` imports (at any depth of the file, lazy imports included)."""
+    """Modules of the project that ``path`` imports (at any depth of the file, deferred imports inside
+    functions included; imports under ``if TYPE_CHECKING:``, for annotations only, are not imports)."""
     name = _module_name(pkg, path)
     package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
     found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    tree = ast.parse(path.read_text())
+    typing_only = _typing_only(tree)
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
         if isinstance(node, ast.Import):
             targets = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -83,6 +97,14 @@ def test_no_import_cycle():
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
 
+def test_typing_only_imports_are_not_imports():
+    tree = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import a\nimport b\n"
+                     "def f():\n    import c\n")
+    hidden = _typing_only(tree)
+    imported = [n.names[0].name for n in ast.walk(tree) if isinstance(n, ast.Import) and id(n) not in hidden]
+    assert imported == ["b", "c"]
+
+
 def test_cycle_detector_finds_a_planted_cycle():
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set()}) is None
@@ -98,8 +120,11 @@ def test_imports_run_one_way(lower, upper):
 
 
 COMMANDS = ("measure", "finetune", "claim", "profile", "compare")
-# what the commands share: they import no command, no integration and no cli
-SHARED = ("options", "models", "data", "runs", "runtime", "outputs")
+# what the commands share, in the one order they import each other: a package imports only those after
+# it (runs uses the option groups and the models; the models use the data; the data the option groups'
+# types only for annotations), and none imports a command, an integration or cli
+SHARED_ORDER = ("criteria", "runs", "options", "models", "data", "runtime", "outputs")
+SHARED = SHARED_ORDER
 
 
 def app_layer_violations(graph: dict[str, set[str]]) -> list[str]:
@@ -120,6 +145,10 @@ def app_layer_violations(graph: dict[str, set[str]]) -> list[str]:
                 bad.append(f"{m} -> {t} (nothing imports cli)")
             elif layer in SHARED and target in COMMANDS + ("integrations",):
                 bad.append(f"{m} -> {t} (shared modules import no command)")
+            elif (layer in SHARED and target in SHARED and layer != target
+                  and SHARED_ORDER.index(target) < SHARED_ORDER.index(layer)):
+                bad.append(f"{m} -> {t} (shared packages import only those after them in "
+                           f"{' > '.join(SHARED_ORDER)})")
             elif layer == "integrations" and target in COMMANDS:
                 bad.append(f"{m} -> {t} (integrations use vitplast_kernels and the shared modules only)")
             elif layer in COMMANDS and target in COMMANDS and target != layer and len(tp) > 2:
@@ -136,6 +165,8 @@ def test_app_imports_run_one_way():
                                   ("vitplast.measure.run", "vitplast.cli"),
                                   ("vitplast.claim.finetuning", "vitplast.finetune.loop"),
                                   ("vitplast.integrations.hf_callback", "vitplast.claim"),
+                                  ("vitplast.models.digits", "vitplast.runs.paths"),
+                                  ("vitplast.options.groups", "vitplast.runs.grid"),
                                   ("vitplast_kernels.measure.capture", "vitplast.models.weights")])
 def test_app_layer_check_finds_a_planted_violation(edge):
     graph = _graph()

@@ -30,8 +30,8 @@ from ..options.fields import (
 )
 from ..options.groups import GROUP_TITLES, DataOptions, ModelOptions, OptimOptions, RuntimeOptions
 from ..options.parsing import MAX_SEED, MAX_STEPS
+from ..outputs.paths import check_out_dir, foreign_files
 from ..runs.executors import GRID_TITLE, ExecutorOptions
-from ..runs.paths import check_out_dir, foreign_files
 
 PROTOCOLS = ("in_situ", "decomposition")
 BASELINES = ("head", "initial")

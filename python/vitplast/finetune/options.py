@@ -27,8 +27,8 @@ from ..options.fields import (
     settle,
 )
 from ..options.groups import GROUP_TITLES, DataOptions, ModelOptions, OptimOptions, RuntimeOptions
+from ..outputs.paths import check_out_dir
 from ..runs.executors import GRID_TITLE, ExecutorOptions
-from ..runs.paths import check_out_dir
 from .log import tensorboard_writer_class
 from .lora import lora_target_parts
 from .selection import SPECIAL, TRAIN_CHOICES, TRAIN_ORDER, check_train_syntax, parse_train

@@ -145,7 +145,7 @@ def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
 def check_cache_dir(cache_dir: str | os.PathLike | None = None) -> Path:
     """The cache directory (`cache_root`), checked before any pretraining: a directory this process
     can write into, or one it can create (ValueError naming ``--cache-dir`` otherwise)."""
-    from vitplast.runs.paths import check_out_dir
+    from vitplast.outputs.paths import check_out_dir
 
     return check_out_dir(cache_root(cache_dir), "--cache-dir" if cache_dir is not None else "the cache")
 

@@ -27,8 +27,8 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from ..outputs.paths import check_path_length
 from ..runs.lock import process_alive
-from ..runs.paths import check_path_length
 
 
 class OutputSet:
