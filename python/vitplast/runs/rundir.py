@@ -110,7 +110,8 @@ def _json_default(o):
 
 
 def read_jsonl(path: str | os.PathLike) -> list[dict]:
-    """Records of a JSONL file; a torn (unparsable) final line from a killed writer is dropped."""
+    """Records of a JSONL file; a torn (unparsable) final line from a killed writer is dropped. A bad
+    line elsewhere (not JSON, not an object) is a ValueError naming the file and the line."""
     path = Path(path)
     if not path.exists():
         return []
@@ -120,11 +121,15 @@ def read_jsonl(path: str | os.PathLike) -> list[dict]:
         if not line.strip():
             continue
         try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
             if i == len(lines) - 1:
                 break
-            raise
+            raise ValueError(f"{path}: line {i + 1} of {len(lines)} is not valid JSON ({exc}); the file is "
+                             "corrupt (only a killed writer's last line may be torn)") from None
+        if not isinstance(record, dict):
+            raise ValueError(f"{path}: line {i + 1} is a JSON {type(record).__name__}, not a record (object)")
+        out.append(record)
     return out
 
 
