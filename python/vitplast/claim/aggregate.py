@@ -32,10 +32,12 @@ def _finite(v) -> float | None:
 
 
 def _points(an: dict) -> list[dict]:
-    """``{"name", "component", "plasticity", "gain", "gain_ci"}`` of every row of one analysis."""
+    """``{"name", "component", "plasticity", "accuracy_gain", "accuracy_gain_ci"}`` of every row of one
+    analysis."""
     key = "unit" if an.get("granularity") == "layer" else "component"
     return [{"name": r[key], "component": r["component"], "plasticity": r["plasticity"],
-             "plasticity_ci": r["plasticity_ci"], "gain": r["gain"]["mean"], "gain_ci": r["gain"]["ci"]}
+             "plasticity_ci": r["plasticity_ci"], "accuracy_gain": r["accuracy_gain"]["mean"],
+             "accuracy_gain_ci": r["accuracy_gain"]["ci"]}
             for r in an["rows"]]
 
 
@@ -52,11 +54,11 @@ def aggregate_claims(results: dict[str, dict], *, permutations: int = 10000, see
                      "kendall": {k: kd[k] for k in ("value", "ci", "p_greater")},
                      "ranking": an.get("ranking"), "points": points}
         for p in points:
-            if p["plasticity"] is None or p["gain"] is None:
+            if p["plasticity"] is None or p["accuracy_gain"] is None:
                 left_out += 1
                 continue
             xs.append(p["plasticity"])
-            ys.append(p["gain"])
+            ys.append(p["accuracy_gain"])
             strata.append(name)
     pooled = stratified_permutation_test(np.array(xs), np.array(ys), np.array(strata),
                                          permutations=permutations, seed=seed) if xs else None
@@ -104,7 +106,7 @@ def aggregate_verdict(agg: dict) -> str:
 def format_aggregate(agg: dict) -> str:
     """The aggregate as plain text: one line per dataset, then the pooled and combined tests."""
     n = len(agg["datasets"])
-    lines = [f"Does plasticity before finetuning predict the gain, across {n} datasets?", "",
+    lines = [f"Does plasticity before finetuning predict the accuracy gain, across {n} datasets?", "",
              f"{'dataset':<24} {'data':<28} {'rows':>4}  {'Spearman rho [95% CI]':<24} {'p':>8}  "
              f"{'Kendall tau-b':>13}"]
     lines.append("-" * len(lines[-1]))
@@ -143,20 +145,22 @@ def plot_aggregate(agg: dict, path) -> Path:
     for k, (name, d) in enumerate(agg["datasets"].items()):
         ax = axes[k // cols][k % cols]
         for p in d["points"]:
-            if p["plasticity"] is None or p["gain"] is None:
+            if p["plasticity"] is None or p["accuracy_gain"] is None:
                 continue
             xerr = _err(p["plasticity"], p["plasticity_ci"])
-            yerr = _err(p["gain"], p["gain_ci"])
-            ax.errorbar([p["plasticity"]], [p["gain"]], xerr=xerr, yerr=yerr, fmt="o", capsize=2, ms=5,
+            yerr = _err(p["accuracy_gain"], p["accuracy_gain_ci"])
+            ax.errorbar([p["plasticity"]], [p["accuracy_gain"]], xerr=xerr, yerr=yerr, fmt="o", capsize=2,
+                        ms=5,
                         color=component_color(p["component"]))
-            ax.annotate(p["name"], (p["plasticity"], p["gain"]), textcoords="offset points", xytext=(4, 4),
+            ax.annotate(p["name"], (p["plasticity"], p["accuracy_gain"]), textcoords="offset points",
+                        xytext=(4, 4),
                         fontsize=8)
         sp = d["spearman"]
         ax.set_title(f"{name}: rho = {_num(sp['value'], '+.2f')}, p = {_num(sp['p_greater'], '.2g')}",
                      fontsize=9)
         ax.axhline(0.0, color="0.75", lw=0.8)
         ax.set_xlabel("plasticity before finetuning")
-        ax.set_ylabel("gain")
+        ax.set_ylabel("accuracy gain")
         ax.grid(alpha=0.3)
     for k in range(n, rows * cols):
         axes[k // cols][k % cols].set_axis_off()

@@ -30,14 +30,20 @@ import numpy as np
 from .plasticity import summarize_chunks
 from .statistics import (
     STATISTICS,
+    paired_tests,
     percentile_interval,
     permutation_test,
     resample_counts,
     t_interval,
     theil_sen,
+    too_few_to_resample,
 )
 
 LEVEL = 0.95
+RELATIVE_GAIN = ("(acc - acc_LP) / acc_LP; acc: the best over learning rates of the mean test accuracy over "
+                 "seeds; acc_LP: the head-only run's (linear probing), as the paper computes it")
+VALIDATED = "the same with each lr chosen on a validation split held out from the training data"
+NO_HOLDOUT = "(not available: the runs hold no held-out validation accuracy)"
 ACC, GAIN = (0.0, 1.0), (-1.0, 1.0)  # what an accuracy and a gain can be
 
 
@@ -89,11 +95,44 @@ def by_lr(acc: np.ndarray, t: int, lrs: list[float]) -> dict[str, float]:
 
 
 def _interval(values, bounds: tuple[float, float]) -> dict:
-    """Mean and t interval, the interval cut to ``bounds`` (with few seeds the t interval can reach
-    beyond what an accuracy or a gain can be)."""
+    """Mean and Student-t interval over the ``n`` seeds, the interval cut to ``bounds`` (with few seeds
+    the t interval can reach beyond what an accuracy or a gain can be): ``clipped`` names the bound(s)
+    it was cut at (``"low"``, ``"high"``, ``"both"``), None when it was not."""
     mean, lo, hi = t_interval(values, LEVEL)
+    cut_lo, cut_hi = math.isfinite(lo) and lo < bounds[0], math.isfinite(hi) and hi > bounds[1]
+    clipped = "both" if cut_lo and cut_hi else "low" if cut_lo else "high" if cut_hi else None
     return {"mean": mean, "ci": [max(lo, bounds[0]) if math.isfinite(lo) else None,
-                                 min(hi, bounds[1]) if math.isfinite(hi) else None]}
+                                 min(hi, bounds[1]) if math.isfinite(hi) else None],
+            "n": int(np.asarray(values).size), "interval": "student-t", "clipped": clipped}
+
+
+def relative_gains(best: np.ndarray, head: int | None) -> np.ndarray:
+    """The paper's ``relative_gain = (acc - acc_LP) / acc_LP`` per train: ``acc`` its best mean accuracy
+    over seeds across learning rates (``best``, ``(T,)``), ``acc_LP`` the head-only run's (linear
+    probing, train index ``head``); NaN without a head-only run."""
+    if head is None or not best[head] > 0:
+        return np.full(best.shape, np.nan)
+    return (best - best[head]) / best[head]
+
+
+def holdout_cube(summaries: list[dict], trains: list[str], lrs: list[float], seeds: list[int]):
+    """``(T, LR, S)`` accuracy on a validation split held out from the training data (the summaries'
+    ``holdout_acc``), or None when a run has none (the runs of this version hold none)."""
+    if not summaries or any(s.get("holdout_acc") is None for s in summaries):
+        return None
+    cube, _, _ = accuracy_cube([{**s, "final_acc": s["holdout_acc"]} for s in summaries], trains, lrs, seeds)
+    return cube
+
+
+def relative_gains_validated(acc: np.ndarray, holdout: np.ndarray | None, head: int | None) -> np.ndarray:
+    """The relative gain with each train's lr chosen on the held-out validation split (its test
+    accuracy at that lr): the paper picks the lr on the test set, which flatters the gains. NaN when the
+    runs hold no validation accuracy or there is no head-only run."""
+    if holdout is None or head is None:
+        return np.full(acc.shape[0], np.nan)
+    _, idx = _best(holdout.mean(-1))
+    chosen = acc.mean(-1)[np.arange(acc.shape[0]), idx]
+    return relative_gains(chosen, head)
 
 
 def _finite(x: float) -> float | None:
@@ -133,7 +172,13 @@ def analyse(measured: dict, summaries: list[dict], *, components: list[str], lrs
     g_reps = best_reps[:, :n_c] - base_reps[:, None]  # (B, C)
 
     sizes = np.array([params[c] for c in components], dtype=np.float64)
-    correlations, size_corr = correlation_tests(p_value, gain, p_reps, g_reps, sizes, permutations, seed)
+    withheld = too_few_to_resample(seeds=n_s, pair_chunks=int(measured["chunks"]))
+    correlations, size_corr = correlation_tests(p_value, gain, p_reps, g_reps, sizes, permutations, seed,
+                                                withheld=withheld)
+    head_index = trains.index("head") if "head" in trains else None
+    rel = relative_gains(best, head_index)
+    holdout = holdout_cube(summaries, trains, lrs, seeds)
+    rel_val = relative_gains_validated(acc, holdout, head_index)
     slope, intercept = theil_sen(p_value, gain)
 
     rows = []
@@ -147,7 +192,8 @@ def analyse(measured: dict, summaries: list[dict], *, components: list[str], lrs
             "lr_edge": lr_edge(acc, i, int(best_idx[i])),
             "accuracy": _interval(per_seed[i], ACC), "accuracy_per_seed": per_seed[i].tolist(),
             "accuracy_by_lr": by_lr(acc, i, lrs),
-            "gain": _interval(gains_seed[i], GAIN), "gain_per_seed": gains_seed[i].tolist(),
+            "accuracy_gain": _interval(gains_seed[i], GAIN), "accuracy_gain_per_seed": gains_seed[i].tolist(),
+            "relative_gain": _finite(float(rel[i])), "relative_gain_validated": _finite(float(rel_val[i])),
         })
     base_row = {"train": baseline, "initial_accuracy": _interval(initial, ACC)}
     if baseline == "head":
@@ -159,15 +205,23 @@ def analyse(measured: dict, summaries: list[dict], *, components: list[str], lrs
     per_layer_only = {c: plast["components"][c] for c in others}
     extra_rows = [_baseline_row(b, n_c + k, acc, best_idx, per_seed, base_seed, params, lrs)
                   for k, b in enumerate(extra)]
+    for k, row in enumerate(extra_rows):
+        row["relative_gain"] = _finite(float(rel[n_c + k]))
+        row["relative_gain_validated"] = _finite(float(rel_val[n_c + k]))
+    by_component = {trains[t]: per_seed[t].tolist() for t in range(len(trains))}
     return {
         "rows": rows, "baseline": base_row, "baselines": extra_rows, "correlations": correlations,
         "params_correlations": size_corr,
         "trend": {"method": "theil-sen", "slope": _finite(slope), "intercept": _finite(intercept)},
         "ranking": {"plasticity": [components[i] for i in np.argsort(-p_value, kind="stable")],
-                    "gain": [components[i] for i in np.argsort(-gain, kind="stable")]},
+                    "accuracy_gain": [components[i] for i in np.argsort(-gain, kind="stable")]},
         "layers": list(measured["layers"]), "other_measured": per_layer_only,
         "bootstrap": {"replicates": bootstrap, "seeds": n_s, "pair_chunks": int(measured["chunks"]),
-                      "pairs": int(measured["pairs"]), "level": LEVEL},
+                      "pairs": int(measured["pairs"]), "level": LEVEL, "withheld": withheld},
+        "relative_gain": {"definition": RELATIVE_GAIN,
+                          "validated": VALIDATED if holdout is not None else f"{VALIDATED} {NO_HOLDOUT}"},
+        "mha_tests": (paired_tests("MHA", {c: by_component[c] for c in components})
+                      if "MHA" in components and n_c >= 2 else None),
         "verdict": verdict(correlations["spearman"], n_c),
     }
 
@@ -179,19 +233,22 @@ def _baseline_row(train: str, t: int, acc, best_idx, per_seed, base_seed, params
     return {"train": train, "lr": float(lrs[best_idx[t]]), "lr_edge": lr_edge(acc, t, int(best_idx[t])),
             "trainable_params": params[train], "accuracy": _interval(per_seed[t], ACC),
             "accuracy_per_seed": per_seed[t].tolist(), "accuracy_by_lr": by_lr(acc, t, lrs),
-            "gain": _interval(gains, GAIN), "gain_per_seed": gains.tolist()}
+            "accuracy_gain": _interval(gains, GAIN), "accuracy_gain_per_seed": gains.tolist()}
 
 
-def correlation_tests(p_value, gain, p_reps, g_reps, sizes, permutations: int, seed: int):
+def correlation_tests(p_value, gain, p_reps, g_reps, sizes, permutations: int, seed: int, *,
+                      withheld: str | None = None):
     """``(correlations, size_correlations)``: each statistic between plasticity and gain with its
-    bootstrap interval and permutation p-values; and the same tests with the trainable-parameter count
-    in place of plasticity (a component's size is the obvious rival predictor of its gain)."""
+    bootstrap interval (none, ``[None, None]``, when ``withheld`` says why) and permutation p-values; and
+    the same tests with the trainable-parameter count in place of plasticity (a component's size is the
+    obvious rival predictor of its gain)."""
     correlations, size_corr = {}, {}
     for name, fn in STATISTICS.items():
         reps = np.asarray(fn(p_reps, g_reps))
         perm = permutation_test(p_value, gain, fn, permutations=permutations, seed=seed)
         correlations[name] = {
-            "value": _finite(fn(p_value, gain)), "ci": [_finite(v) for v in percentile_interval(reps, LEVEL)],
+            "value": _finite(fn(p_value, gain)),
+            "ci": [None, None] if withheld else [_finite(v) for v in percentile_interval(reps, LEVEL)],
             "p_greater": _finite(perm["greater"]), "p_two_sided": _finite(perm["two_sided"]),
             "permutations": perm["permutations"], "exact": perm["exact"],
             "bootstrap_defined": int(np.isfinite(reps).sum()),
@@ -204,10 +261,14 @@ def correlation_tests(p_value, gain, p_reps, g_reps, sizes, permutations: int, s
 def verdict(spearman: dict, n: int) -> str:
     """One sentence on what the Spearman correlation, its interval and its p-value support."""
     rho, (lo, hi), p = spearman["value"], spearman["ci"], spearman["p_greater"]
-    if rho is None or lo is None or p is None:
-        return "undefined: plasticity or gain is constant across the components"
+    if rho is None or p is None:
+        return "undefined: plasticity or accuracy gain is constant across the components"
     floor = 1 / math.factorial(n) if n <= 8 else None
     floor_text = f" (with {n} components the smallest possible p is {floor:.3g})" if floor else ""
+    if lo is None or hi is None:  # no bootstrap interval (too few seeds or chunks): the permutation test
+        how = "supported" if p < 0.05 and rho > 0 else "not established"
+        return (f"{how}: rho = {rho:+.2f}, one-sided permutation p = {p:.3g}{floor_text}; no bootstrap "
+                "interval")
     if p < 0.05 and lo > 0:
         return (f"supported: rho = {rho:+.2f} > 0, bootstrap CI [{lo:+.2f}, {hi:+.2f}] excludes 0, "
                 f"one-sided permutation p = {p:.3g}")

@@ -12,7 +12,19 @@ from pathlib import Path
 
 from ..finetune import TRAIN_ORDER
 from ..outputs.plots import component_color, figure, save
-from .report import P_DEFINITION, _ci, _num, edge_mark, gain_interval, lr_edge_line, result_cells, setup_lines
+from .report import (
+    P_DEFINITION,
+    _ci,
+    _num,
+    disagreement_lines,
+    edge_mark,
+    gain_interval,
+    lr_edge_line,
+    lr_position_line,
+    result_cells,
+    setup_lines,
+    t_ci,
+)
 
 
 def _row(unit, plasticity, params, lr, accuracy, gain) -> str:
@@ -26,26 +38,26 @@ def format_layer_report(result: dict) -> str:
         "Which (component, layer) to finetune? Plasticity before finetuning vs the gain of training one "
         "unit alone",
         *setup_lines(result, "(component, layer)", "unit; < / > = at the grid's low / high edge",
-                     "gain over the head-only run of the same seed",
+                     "accuracy gain over the head-only run of the same seed",
                      note="; each unit's plasticity is its layer's"),
         "",
-        _row("unit", "plasticity [95% CI]", "params", "lr", "accuracy [95% CI]", "gain [95% CI]"),
+        _row("unit", "plasticity [95% CI]", "params", "lr", "accuracy [95% CI]", "accuracy gain [95% CI]"),
     ]
     lines.append("-" * len(lines[-1]))
     for r in an["rows"]:
         lines.append(_row(r["unit"], *result_cells(r)))
     lines.append(_row("head", "(baseline)", f"{base['trainable_params']:,}",
                       f"{base['lr']:.2g}{edge_mark(base['lr_edge'])}",
-                      f"{_num(base['accuracy']['mean'], '.4f')} {_ci(base['accuracy']['ci'], '.3f')}", ""))
+                      f"{_num(base['accuracy']['mean'], '.4f')} {t_ci(base['accuracy'], '.3f')}", ""))
     ia = base["initial_accuracy"]
-    lines += [f"before finetuning: accuracy {_num(ia['mean'], '.4f')} {_ci(ia['ci'], '.3f')}", ""]
+    lines += [f"before finetuning: accuracy {_num(ia['mean'], '.4f')} {t_ci(ia, '.3f')}", ""]
     n = len(an["rows"])
     lines.append(f"over all {n} units:")
     for name, label in (("spearman", "Spearman rho "), ("kendall", "Kendall tau-b")):
         c, s = an["correlations"][name], an["params_correlations"][name]
-        lines.append(f"  plasticity vs gain: {label} = {_num(c['value'], '+.3f')}  bootstrap 95% CI "
+        lines.append(f"  plasticity vs accuracy gain: {label} = {_num(c['value'], '+.3f')}  bootstrap 95% CI "
                      f"{_ci(c['ci'], '+.2f')}  p = {_num(c['p_greater'], '.3g')} (one-sided), "
-                     f"{_num(c['p_two_sided'], '.3g')} (two-sided);  size vs gain: "
+                     f"{_num(c['p_two_sided'], '.3g')} (two-sided);  size vs accuracy gain: "
                      f"{_num(s['value'], '+.3f')} "
                      f"(p = {_num(s['p_greater'], '.3g')})")
     w = an["within_type"]
@@ -63,11 +75,17 @@ def format_layer_report(result: dict) -> str:
                  f"{_ci(pa['ci'], '+.2f')}, p = {_num(pa['p_greater'], '.3g')} (one-sided, Student-t "
                  f"approximation, n - 3 df)")
     t = an["trend"]
-    lines.append(f"trend (Theil-Sen): gain = {_num(t['slope'], '+.4f')} x plasticity "
+    lines.append(f"trend (Theil-Sen): accuracy gain = {_num(t['slope'], '+.4f')} x plasticity "
                  f"{_num(t['intercept'], '+.4f')}")
     b = an["bootstrap"]
-    lines.append(f"(bootstrap: {b['replicates']} replicates resampling the {b['seeds']} seeds and the "
-                 f"{b['pair_chunks']} pair chunks, the best lr chosen again in each; {P_DEFINITION})")
+    if b.get("withheld"):
+        lines.append(f"({b['withheld']}: the bootstrap needs at least 5 seeds and 5 pair chunks; "
+                     f"{P_DEFINITION})")
+    else:
+        lines.append(f"(bootstrap: {b['replicates']} replicates resampling the {b['seeds']} seeds and the "
+                     f"{b['pair_chunks']} pair chunks, the best lr chosen again in each; {P_DEFINITION})")
+    lines += disagreement_lines(an["correlations"]["spearman"])
+    lines.append(lr_position_line(an["rows"], an["baseline"], "unit"))
     if "selection" in an:
         lines += [""] + _selection_lines(an["selection"])
     lines += ["", lr_edge_line(an["rows"], base, "unit")]
@@ -77,16 +95,17 @@ def format_layer_report(result: dict) -> str:
 
 def _selection_lines(sel: dict) -> list[str]:
     def one(label, s):
-        return (f"  {label:<18} {_num(s['gain']['mean'], '+.4f')} {_ci(s['gain']['ci'], '+.3f')}  "
+        gain = s["accuracy_gain"]
+        return (f"  {label:<18} {_num(gain['mean'], '+.4f')} {t_ci(gain, '+.3f')}  "
                 f"lr {s['lr']:.2g}{edge_mark(s['lr_edge'])}  {s['trainable_params']:,} params  "
                 f"{'+'.join(s['units'])}")
 
     out = [f"selection under a budget of {sel['budget']:,} trainable parameters besides the head "
-           "(gain [95% CI], best lr):", one("plasticity-guided", sel["auto"])]
+           "(accuracy gain [95% CI], best lr):", one("plasticity-guided", sel["auto"])]
     out += [one(f"random draw {i}", s) for i, s in enumerate(sel["random"])]
     best = sel["best_single_unit"]
-    out.append(f"  best single unit   {_num(best['gain']['mean'], '+.4f')} "
-               f"{_ci(best['gain']['ci'], '+.3f')}  "
+    out.append(f"  best single unit   {_num(best['accuracy_gain']['mean'], '+.4f')} "
+               f"{t_ci(best['accuracy_gain'], '+.3f')}  "
                f"{best['unit']} (picked after seeing every gain: an oracle, not a strategy)")
     if "auto_minus_random" in sel:
         d = sel["auto_minus_random"]
@@ -148,7 +167,7 @@ def plot_layer_claim(result: dict, path) -> Path:
     seen = set()
     for r in rows:
         x, (xlo, xhi) = r["plasticity"], r["plasticity_ci"]
-        y, (ylo, yhi) = r["gain"]["mean"], r["gain"]["ci"]
+        y, (ylo, yhi) = r["accuracy_gain"]["mean"], r["accuracy_gain"]["ci"]
         if x is None or y is None:
             continue
         xerr = None if xlo is None or xhi is None else [[max(0.0, x - xlo)], [max(0.0, xhi - x)]]
@@ -165,7 +184,7 @@ def plot_layer_claim(result: dict, path) -> Path:
                  f"(p {_num(w['stratified_p_greater'], '.2g')})",
                  fontsize=10)
     ax.set_xlabel("plasticity of the unit's layer before finetuning (95% bootstrap CI); labels: layer")
-    ax.set_ylabel(f"gain over head-only ({gain_interval(result)})")
+    ax.set_ylabel(f"accuracy gain over head-only ({gain_interval(result)})")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
 
@@ -175,13 +194,13 @@ def plot_layer_claim(result: dict, path) -> Path:
         if not rs:
             continue
         xs = [r["layer_index"] for r in rs]
-        for axis, key in ((ax_p, "plasticity"), (ax_g, "gain")):
+        for axis, key in ((ax_p, "plasticity"), (ax_g, "accuracy_gain")):
             mean = [_nan(r[key] if key == "plasticity" else r[key]["mean"]) for r in rs]
             ci = [r["plasticity_ci"] if key == "plasticity" else r[key]["ci"] for r in rs]
             axis.plot(xs, mean, "o-", color=colors[c], label=c)
             axis.fill_between(xs, [_nan(v[0]) for v in ci], [_nan(v[1]) for v in ci], color=colors[c],
                               alpha=0.15)
-    for axis, label in ((ax_p, "plasticity (95% CI)"), (ax_g, "gain over head-only (95% CI)")):
+    for axis, label in ((ax_p, "plasticity (95% CI)"), (ax_g, "accuracy gain over head-only (95% CI)")):
         axis.set_xticks(range(len(layers)), layers)
         axis.set_xlabel("layer (block)")
         axis.set_ylabel(label)
@@ -190,7 +209,7 @@ def plot_layer_claim(result: dict, path) -> Path:
     ax_p.axhline(1.0, color="0.75", lw=0.8)
     ax_g.axhline(0.0, color="0.75", lw=0.8)
     ax_p.set_title("plasticity per layer", fontsize=10)
-    ax_g.set_title("gain per layer (each unit trained alone)", fontsize=10)
+    ax_g.set_title("accuracy gain per layer (each unit trained alone)", fontsize=10)
     _plot_selection(ax_sel, an.get("selection"))
     return save(fig, path, dpi=100)
 
@@ -204,10 +223,10 @@ def _plot_selection(ax, sel) -> None:
         ax.set_axis_off()
         return
     # colours apart from every component's: these bars are selections, not components
-    entries = [("plasticity-\nguided", sel["auto"]["gain"], "#393b79")]
-    entries += [(f"random {i}", s["gain"], "0.6") for i, s in enumerate(sel["random"])]
+    entries = [("plasticity-\nguided", sel["auto"]["accuracy_gain"], "#393b79")]
+    entries += [(f"random {i}", s["accuracy_gain"], "0.6") for i, s in enumerate(sel["random"])]
     best = sel["best_single_unit"]
-    entries.append((f"best unit\n{best['unit']}\n(oracle)", best["gain"], "#637939"))
+    entries.append((f"best unit\n{best['unit']}\n(oracle)", best["accuracy_gain"], "#637939"))
     for i, (_, g, color) in enumerate(entries):
         m, (lo, hi) = g["mean"], g["ci"]
         if m is None:
@@ -217,6 +236,6 @@ def _plot_selection(ax, sel) -> None:
         ax.errorbar([i], [m], yerr=err, fmt="none", color="k", capsize=3)
     ax.set_xticks(range(len(entries)), [e[0] for e in entries], fontsize=8)
     ax.axhline(0.0, color="0.75", lw=0.8)
-    ax.set_ylabel("gain over head-only (95% CI)")
+    ax.set_ylabel("accuracy gain over head-only (95% CI)")
     ax.set_title(f"selection under a budget of {sel['budget']:,} parameters (+ head)", fontsize=10)
     ax.grid(alpha=0.3, axis="y")

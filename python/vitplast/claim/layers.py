@@ -46,6 +46,7 @@ from .statistics import (
     spearman,
     stratified_permutation_test,
     theil_sen,
+    too_few_to_resample,
 )
 
 AUTO, RANDOM = "auto", "random"
@@ -108,8 +109,15 @@ def plan_selections(measured: dict, units: list[tuple[str, int]], sizes: dict, b
     return out
 
 
+def _boot(reps, withheld: str | None) -> list:
+    """The percentile interval of bootstrap ``reps``; none (``[None, None]``) when ``withheld`` says why."""
+    if reps is None or withheld:
+        return [None, None]
+    return [_finite(v) for v in percentile_interval(reps, LEVEL)]
+
+
 def _rank_block(x: np.ndarray, y: np.ndarray, x_reps: np.ndarray, y_reps: np.ndarray,
-                permutations: int, seed: int) -> dict:
+                permutations: int, seed: int, withheld: str | None = None) -> dict:
     out = {}
     for name, fn in STATISTICS.items():
         perm = permutation_test(x, y, fn, permutations=permutations, seed=seed)
@@ -117,8 +125,7 @@ def _rank_block(x: np.ndarray, y: np.ndarray, x_reps: np.ndarray, y_reps: np.nda
         out[name] = {"value": _finite(perm["observed"]), "p_greater": _finite(perm["greater"]),
                      "p_two_sided": _finite(perm["two_sided"]), "permutations": perm["permutations"],
                      "exact": perm["exact"],
-                     "ci": [_finite(v) for v in percentile_interval(reps, LEVEL)] if reps is not None
-                     else [None, None]}
+                     "ci": _boot(reps, withheld)}
     return out
 
 
@@ -153,10 +160,11 @@ def analyse_layers(measured: dict, summaries: list[dict], *, units: list[tuple[s
 
     sizes = np.array([params[n] for n in names], dtype=np.float64)
     types = np.array([c for c, _ in units])
-    correlations = _rank_block(p_value, gain[:n_u], p_reps, g_reps, permutations, seed)
+    withheld = too_few_to_resample(seeds=n_s, pair_chunks=int(measured["chunks"]))
+    correlations = _rank_block(p_value, gain[:n_u], p_reps, g_reps, permutations, seed, withheld)
     size_corr = _rank_block(sizes, gain[:n_u], None, None, permutations, seed)
     strat = stratified_permutation_test(p_value, gain[:n_u], types, permutations=permutations, seed=seed)
-    per_type = _per_type(types, p_value, gain[:n_u], p_reps, g_reps, sizes)
+    per_type = _per_type(types, p_value, gain[:n_u], p_reps, g_reps, sizes, withheld)
     part = float(partial_spearman(p_value, gain[:n_u], sizes))
     part_reps = np.asarray(partial_spearman(p_reps, g_reps, np.broadcast_to(sizes, p_reps.shape)))
     slope, intercept = theil_sen(p_value, gain[:n_u])
@@ -166,11 +174,11 @@ def analyse_layers(measured: dict, summaries: list[dict], *, units: list[tuple[s
         rows.append({
             "unit": names[i], "component": c, "layer": measured["layers"][li], "layer_index": li,
             "plasticity": _finite(p_value[i]),
-            "plasticity_ci": [_finite(v) for v in percentile_interval(p_reps[:, i], LEVEL)],
+            "plasticity_ci": _boot(p_reps[:, i], too_few_to_resample(pair_chunks=int(measured["chunks"]))),
             "trainable_params": params[names[i]], "lr": float(lrs[best_idx[i]]),
             "lr_edge": lr_edge(acc, i, int(best_idx[i])),
-            "accuracy": _interval(per_seed[i], ACC), "gain": _interval(gains_seed[i], GAIN),
-            "gain_per_seed": gains_seed[i].tolist(),
+            "accuracy": _interval(per_seed[i], ACC), "accuracy_gain": _interval(gains_seed[i], GAIN),
+            "accuracy_gain_per_seed": gains_seed[i].tolist(),
             "accuracy_by_lr": by_lr(acc, i, lrs),
         })
     base = {"train": "head", "lr": float(lrs[best_idx[-1]]),
@@ -185,13 +193,13 @@ def analyse_layers(measured: dict, summaries: list[dict], *, units: list[tuple[s
                         "pooled_spearman": _finite(strat["observed"]), "exact": strat["exact"],
                         "permutations": strat["permutations"], "per_type": per_type},
         "partial": {"spearman": _finite(part),
-                    "ci": [_finite(v) for v in percentile_interval(part_reps, LEVEL)],
+                    "ci": _boot(part_reps, withheld),
                     "p_greater": _finite(partial_p_greater(part, n_u)), "controls": "trainable parameters"},
         "trend": {"method": "theil-sen", "slope": _finite(slope), "intercept": _finite(intercept)},
         "layers": list(measured["layers"]),
         "lr_edges": [r["unit"] for r in rows if r["lr_edge"]] + (["head"] if base["lr_edge"] else []),
         "bootstrap": {"replicates": bootstrap, "seeds": n_s, "pair_chunks": int(measured["chunks"]),
-                      "pairs": int(measured["pairs"]), "level": LEVEL},
+                      "pairs": int(measured["pairs"]), "level": LEVEL, "withheld": withheld},
     }
     if selections is not None:
         result["selection"] = _selection(selections, trains, names, gains_seed, g_reps_all, best_idx, lrs,
@@ -199,14 +207,14 @@ def analyse_layers(measured: dict, summaries: list[dict], *, units: list[tuple[s
     return result
 
 
-def _per_type(types, p_value, gain, p_reps, g_reps, sizes) -> dict:
+def _per_type(types, p_value, gain, p_reps, g_reps, sizes, withheld: str | None = None) -> dict:
     """Spearman's rho within each component type (its units across layers), with its interval."""
     out = {}
     for c in dict.fromkeys(types.tolist()):
         m = types == c
         reps = np.asarray(spearman(p_reps[:, m], g_reps[:, m]))
         out[c] = {"spearman": _finite(float(spearman(p_value[m], gain[m]))),
-                  "ci": [_finite(v) for v in percentile_interval(reps, LEVEL)], "units": int(m.sum()),
+                  "ci": _boot(reps, withheld), "units": int(m.sum()),
                   "trainable_params": int(sizes[m][0])}
     return out
 
@@ -218,23 +226,23 @@ def _selection(selections: dict, trains, names, gains_seed, g_reps, best_idx, lr
     def entry(s: dict) -> dict:
         i = pos[s["train"]]
         return {**s, "trainable_params": params[s["train"]], "lr": float(lrs[best_idx[i]]),
-                "lr_edge": lr_edge(acc, i, int(best_idx[i])), "gain": _interval(gains_seed[i], GAIN),
-                "gain_per_seed": gains_seed[i].tolist()}
+                "lr_edge": lr_edge(acc, i, int(best_idx[i])), "accuracy_gain": _interval(gains_seed[i], GAIN),
+                "accuracy_gain_per_seed": gains_seed[i].tolist()}
 
     auto = entry(selections[AUTO])
     rand = [entry(s) for s in selections[RANDOM]]
     unit_gain = gains_seed[: len(names)].mean(-1)
     best = int(np.argmax(unit_gain))
     out = {"budget": selections["budget"], AUTO: auto, RANDOM: rand,
-           "best_single_unit": {"unit": names[best], "gain": _interval(gains_seed[best], GAIN),
+           "best_single_unit": {"unit": names[best], "accuracy_gain": _interval(gains_seed[best], GAIN),
                                 "trainable_params": params[names[best]]}}
     if rand:
-        r_gain = np.array([r["gain"]["mean"] for r in rand])
+        r_gain = np.array([r["accuracy_gain"]["mean"] for r in rand])
         ia, ir = pos[selections[AUTO]["train"]], [pos[s["train"]] for s in selections[RANDOM]]
         diff_reps = g_reps[:, ia] - g_reps[:, ir].mean(-1)  # auto minus the mean random set
         out["auto_minus_random"] = {
-            "mean": _finite(float(auto["gain"]["mean"] - r_gain.mean())),
-            "ci": [_finite(v) for v in percentile_interval(diff_reps, LEVEL)],
-            "random_better": int((r_gain > auto["gain"]["mean"]).sum()), "draws": len(rand),
+            "mean": _finite(float(auto["accuracy_gain"]["mean"] - r_gain.mean())),
+            "ci": _boot(diff_reps, too_few_to_resample(seeds=int(gains_seed.shape[-1]))),
+            "random_better": int((r_gain > auto["accuracy_gain"]["mean"]).sum()), "draws": len(rand),
         }
     return out

@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 
 from ..finetune import TRAIN_ORDER, RunSettings, import_peft
-from ..models.builder import DIGITS_MODEL, check_digits_options
+from ..models.families import family_of
 from ..options.fields import (
     Kind,
     OptionError,
@@ -112,12 +112,12 @@ class ClaimOptions(ExecutorOptions, RuntimeOptions, OptimOptions, DataOptions, M
         "twice the largest unit)", group="train", kind=optional(integer(1)))
     draws: int = option(3, "--granularity layer: random sets compared with the plasticity-guided one (0: no "
                         "comparison; default: %(default)s)", group="train", kind=integer(0))
-    baseline: str = option("head", "gain over the head-only run of the same seed (default) or the initial "
-                           "accuracy", group="train", kind=choice(BASELINES))
+    baseline: str = option("head", "accuracy gain over the head-only run of the same seed (default) or the "
+                           "initial accuracy", group="train", kind=choice(BASELINES))
     lr: list | str | None = option(
-        None, f"learning-rate grid; each train keeps its best (default: {LR_GRID}; {LAYER_LR_GRID} with "
-        "--granularity layer); auto: that grid, widened x3 (at most twice per side) for a train whose best "
-        "lr is at an edge", group="train", kind=optional(Kind(_lr_text, _lr_check)))
+        None, f"learning-rate grid; each train keeps its best (default: auto); auto: {LR_GRID} "
+        f"({LAYER_LR_GRID} with --granularity layer), widened x3 (at most twice per side) for a train whose "
+        "best lr is at an edge", group="train", kind=optional(Kind(_lr_text, _lr_check)))
     seed: list = option("0,1,2", "seeds (default: %(default)s)", group="train",
                         kind=csv(integer(0, MAX_SEED), unique=True))
     eval_limit: int = option(0, "validate on the first N images", group="train", kind=integer(0))
@@ -172,8 +172,8 @@ class ClaimOptions(ExecutorOptions, RuntimeOptions, OptimOptions, DataOptions, M
         settle(self, data=_merge_datasets(self.data, self.datasets), datasets=None)
         if self.steps is None:  # a layer claim trains 4-5x more runs: fewer steps keep it in budget
             settle(self, steps=LAYER_STEPS if self.granularity == "layer" else COMPONENT_STEPS)
-        if self.lr is None or self.lr == "auto":
-            settle(self, lr_auto=self.lr == "auto", lr=_LRS.parse(default_lrs(self.granularity)))
+        if self.lr is None or self.lr == "auto":  # default auto: a best lr at the grid's edge widens it
+            settle(self, lr_auto=True, lr=_LRS.parse(default_lrs(self.granularity)))
         if len(self.ranked) < 3 and self.granularity != "layer":  # layer: units = components x layers
             raise OptionError(f"--components: a rank correlation needs at least 3 components besides the "
                               f"baselines, got {self.ranked}")
@@ -192,8 +192,7 @@ class ClaimOptions(ExecutorOptions, RuntimeOptions, OptimOptions, DataOptions, M
             raise OptionError("--budget only applies to --granularity layer (the selected sets' size)")
         if int(os.environ.get("WORLD_SIZE", "1")) > 1 and (self.jobs or 1) > 1:
             raise OptionError("--jobs must be 1 under torchrun (each run is already data-parallel)")
-        if self.model == DIGITS_MODEL:
-            check_digits_options(self.model_kwargs, self.img_size)
+        family_of(self.model).check_options(self.model_kwargs, self.img_size)
         check_claim_out(self.out, several=len(self.data) > 1)
         for spec in self.data:  # what finetune refuses (--amp fp16, odd batches)
             self.run_settings(spec, progress=False).validate()

@@ -110,10 +110,16 @@ def summarize_chunks(measured: dict, counts: np.ndarray, level: float = 0.95) ->
 
     ``counts``: ``(B, chunks)`` resample multiplicities (shared with the correlation bootstrap, so
     every replicate sees the same pairs for every component). Returns per component ``value``
-    (all pairs), ``ci``, ``per_layer``, ``per_layer_ci``, ``pairs``, ``excluded`` and the replicate
-    matrix ``replicates`` ``(B, C)``.
+    (all pairs), ``ci`` (``[None, None]`` from fewer than 5 chunks: no bootstrap interval),
+    ``per_layer``, ``per_layer_ci``, ``pairs``, ``excluded`` and the replicate matrix ``replicates``
+    ``(B, C)``.
     """
-    from .statistics import percentile_interval
+    from .statistics import percentile_interval, too_few_to_resample
+
+    withheld = too_few_to_resample(pair_chunks=int(len(measured["stats"])))
+
+    def interval(values) -> list:
+        return [None, None] if withheld else list(percentile_interval(values, level))
 
     res = chunk_result(measured)
     total = res.stats.numpy()  # (C, L, 5)
@@ -124,9 +130,9 @@ def summarize_chunks(measured: dict, counts: np.ndarray, level: float = 0.95) ->
     for i, c in enumerate(measured["components"]):
         out[c] = {
             "value": float(value[i]),
-            "ci": list(percentile_interval(reps[:, i], level)),
+            "ci": interval(reps[:, i]),
             "per_layer": [float(v) if math.isfinite(v) else None for v in per_layer[i]],
-            "per_layer_ci": [list(percentile_interval(reps_layer[:, i, l], level))
+            "per_layer_ci": [interval(reps_layer[:, i, l])
                              for l in range(per_layer.shape[1])],
             "pairs": int(_field(total[i], "count").min()),
             "excluded": int(_field(total[i], "identical").sum() + _field(total[i], "nonfinite").sum()),

@@ -19,7 +19,31 @@ def _num(v, fmt: str) -> str:
 
 
 def _ci(ci, fmt: str) -> str:
-    return f"[{_num(ci[0], fmt)}, {_num(ci[1], fmt)}]"
+    """A (bootstrap) interval: ``[lo, hi]``; ``[x: no spread]`` when it collapses to a point; ``[no
+    interval]`` when there is none (fewer than 5 resampling units)."""
+    lo, hi = ci
+    if lo is None or hi is None:
+        return "[no interval]"
+    if lo == hi:
+        return f"[{_num(lo, fmt)}: no spread]"
+    return f"[{_num(lo, fmt)}, {_num(hi, fmt)}]"
+
+
+BOUND_WORDS = {"low": "clipped at its lower bound", "high": "clipped at its upper bound",
+               "both": "clipped at both bounds"}
+
+
+def t_ci(d: dict, fmt: str) -> str:
+    """A Student-t interval over seeds, labelled with its n: ``[lo, hi] t n=3``; ``no spread`` when it
+    collapses to a point, ``clipped ...`` when cut at what the value can be, ``n=1: no interval``."""
+    n = d.get("n")
+    label = f"t n={n}" if n is not None else "t"
+    lo, hi = d["ci"]
+    if lo is None or hi is None:
+        return f"(n={n}: no interval)" if n is not None else "[no interval]"
+    text = f"[{_num(lo, fmt)}: no spread]" if lo == hi else f"[{_num(lo, fmt)}, {_num(hi, fmt)}]"
+    clipped = BOUND_WORDS.get(d.get("clipped"))
+    return f"{text} {label}{f', {clipped}' if clipped else ''}"
 
 
 P_DEFINITION = ("p-values: one-sided = share of permutations whose statistic is >= the observed one; "
@@ -43,8 +67,8 @@ def lr_edge_line(rows: list[dict], base: dict, key: str) -> str:
     edges += [f"head ({base['lr_edge']})"] if base.get("lr_edge") else []
     if not edges:
         return "learning rates: every best lr is inside the grid"
-    return (f"learning rates: the best lr is at the edge of the grid for {', '.join(edges)}: their gain may "
-            "be understated (a clipped lr); widen --lr or use --lr auto")
+    return (f"learning rates: the best lr is at the edge of the grid for {', '.join(edges)}: their accuracy "
+            "gain may be understated (a clipped lr); widen --lr or use --lr auto")
 
 
 def edge_mark(edge: str | None) -> str:
@@ -57,19 +81,19 @@ def result_cells(r: dict) -> tuple[str, str, str, str, str]:
     accuracy and gain, each with its 95% CI."""
     return (f"{_num(r['plasticity'], '.3f')} {_ci(r['plasticity_ci'], '.3f')}", f"{r['trainable_params']:,}",
             f"{r['lr']:.2g}{edge_mark(r.get('lr_edge'))}",
-            f"{_num(r['accuracy']['mean'], '.4f')} {_ci(r['accuracy']['ci'], '.3f')}",
-            f"{_num(r['gain']['mean'], '+.4f')} {_ci(r['gain']['ci'], '+.3f')}")
+            f"{_num(r['accuracy']['mean'], '.4f')} {t_ci(r['accuracy'], '.3f')}",
+            f"{_num(r['accuracy_gain']['mean'], '+.4f')} {t_ci(r['accuracy_gain'], '+.3f')}")
 
 
 def baseline_cells(b: dict) -> tuple[str, str, str, str]:
     """A baseline row's cells (full, lora): trainable parameters, lr, accuracy and gain with CIs."""
     return (f"{b['trainable_params']:,}", f"{b['lr']:.2g}{edge_mark(b.get('lr_edge'))}",
-            f"{_num(b['accuracy']['mean'], '.4f')} {_ci(b['accuracy']['ci'], '.3f')}",
-            f"{_num(b['gain']['mean'], '+.4f')} {_ci(b['gain']['ci'], '+.3f')}")
+            f"{_num(b['accuracy']['mean'], '.4f')} {t_ci(b['accuracy'], '.3f')}",
+            f"{_num(b['accuracy_gain']['mean'], '+.4f')} {t_ci(b['accuracy_gain'], '+.3f')}")
 
 
 def _row(component, plasticity, params, lr, accuracy, gain) -> str:
-    return (f"{component:<10} {plasticity:<22} {params:>9} {lr:>7}  {accuracy:<22} {gain}").rstrip()
+    return (f"{component:<10} {plasticity:<28} {params:>9} {lr:>7}  {accuracy:<34} {gain}").rstrip()
 
 
 def setup_lines(result: dict, trained: str, best_per: str, gain_over: str, note: str = "") -> list[str]:
@@ -93,26 +117,27 @@ def format_report(result: dict) -> str:
     over = ("the head-only run (linear probing) of the same seed" if base["train"] == "head" else
             "the accuracy before finetuning (fresh head)")
     lines = [
-        "Does plasticity before finetuning predict the gain of finetuning a component alone?",
-        *setup_lines(result, "component", "component", f"gain over {over}"),
+        "Does plasticity before finetuning predict the accuracy gain of finetuning a component alone?",
+        *setup_lines(result, "component", "component", f"accuracy gain over {over}"),
         "",
-        _row("component", "plasticity [95% CI]", "params", "lr", "accuracy [95% CI]", "gain [95% CI]"),
+        _row("component", "plasticity [95% CI]", "params", "lr", "accuracy [95% CI]",
+             "accuracy gain [95% CI]"),
     ]
     lines.append("-" * len(lines[-1]))
     for r in an["rows"]:
         lines.append(_row(r["component"], *result_cells(r)))
     if base["train"] == "head":
-        acc = f"{_num(base['accuracy']['mean'], '.4f')} {_ci(base['accuracy']['ci'], '.3f')}"
+        acc = f"{_num(base['accuracy']['mean'], '.4f')} {t_ci(base['accuracy'], '.3f')}"
         params = f"{base['trainable_params']:,}"
         lr = f"{base['lr']:.2g}{edge_mark(base.get('lr_edge'))}"
         lines.append(_row("head", "(baseline)", params, lr, acc, ""))
     lines += [_row(b["train"], "(baseline, not ranked)", *baseline_cells(b)) for b in an.get("baselines", [])]
     ia = base["initial_accuracy"]
-    lines.append(f"before finetuning: accuracy {_num(ia['mean'], '.4f')} {_ci(ia['ci'], '.3f')}")
+    lines.append(f"before finetuning: accuracy {_num(ia['mean'], '.4f')} {t_ci(ia, '.3f')}")
     lines += [
         "",
-        "ranking by plasticity: " + " > ".join(an["ranking"]["plasticity"]),
-        "ranking by gain:       " + " > ".join(an["ranking"]["gain"]),
+        "ranking by plasticity:    " + " > ".join(an["ranking"]["plasticity"]),
+        "ranking by accuracy gain: " + " > ".join(an["ranking"]["accuracy_gain"]),
     ]
     for name, label in (("spearman", "Spearman rho "), ("kendall", "Kendall tau-b")):
         c = an["correlations"][name]
@@ -123,18 +148,27 @@ def format_report(result: dict) -> str:
                      f"{_num(c['p_two_sided'], '.3g')} (two-sided; {kind})")
     pc = an["params_correlations"]
     sp, kd = pc["spearman"], pc["kendall"]
-    lines.append(f"for comparison, trainable parameters vs gain: Spearman {_num(sp['value'], '+.3f')} "
+    lines.append(f"for comparison, trainable parameters vs accuracy gain: Spearman "
+                 f"{_num(sp['value'], '+.3f')} "
                  f"(p = {_num(sp['p_greater'], '.3g')}), Kendall {_num(kd['value'], '+.3f')} "
                  f"(p = {_num(kd['p_greater'], '.3g')})")
     b = an["bootstrap"]
-    lines.append(f"(bootstrap: {b['replicates']} replicates resampling the {b['seeds']} seeds and the "
-                 f"{b['pair_chunks']} pair chunks; the best lr is chosen again in each)")
+    if b.get("withheld"):
+        lines.append(f"({b['withheld']}: the bootstrap needs at least 5 seeds and 5 pair chunks; the "
+                     "permutation test stands alone)")
+    else:
+        lines.append(f"(bootstrap: {b['replicates']} replicates resampling the {b['seeds']} seeds and the "
+                     f"{b['pair_chunks']} pair chunks; the best lr is chosen again in each)")
+    lines += disagreement_lines(an["correlations"]["spearman"])
     lines.append(f"({P_DEFINITION})")
     t = an["trend"]
-    lines.append(f"trend (Theil-Sen): gain = {_num(t['slope'], '+.4f')} x plasticity "
+    lines.append(f"trend (Theil-Sen): accuracy gain = {_num(t['slope'], '+.4f')} x plasticity "
                  f"{_num(t['intercept'], '+.4f')}")
     lines.append(f"verdict: {an['verdict']}")
+    lines += relative_gain_lines(an, "component")
+    lines += mha_test_lines(an.get("mha_tests"))
     lines.append(lr_edge_line(an["rows"], base, "component"))
+    lines.append(lr_position_line(an["rows"], base, "component"))
     lines += ["", "per-layer plasticity (mean [95% CI]); per layer the claim is plasticity-only: the "
                   "finetune driver trains a component in every block", _layer_table(an)]
     return "\n".join(lines)
@@ -155,6 +189,60 @@ def _layer_table(an: dict) -> str:
     return "\n".join(out)
 
 
+def disagreement_lines(c: dict) -> list[str]:
+    """When the bootstrap interval and the permutation p point different ways, what each answers."""
+    lo, hi, p = c["ci"][0], c["ci"][1], c["p_greater"]
+    if lo is None or hi is None or p is None:
+        return []
+    if (lo > 0) == (p < 0.05):
+        return []
+    return ["(the bootstrap interval and the permutation p disagree; they answer different questions: the "
+            "interval, how much rho would move if the seeds and pairs were drawn again, with these same "
+            "components; the permutation p, how often gains unrelated to plasticity would reach this rho. "
+            "With few components rho takes a handful of values, so a narrow interval off 0 can sit beside "
+            "a large p)"]
+
+
+def relative_gain_lines(an: dict, key: str) -> list[str]:
+    """The paper's relative gain of each row, and the same with the lr chosen on held-out data."""
+    rows = [r for r in an["rows"] if "relative_gain" in r] + [b for b in an.get("baselines", [])
+                                                             if "relative_gain" in b]
+    if not rows:
+        return []
+    name = [r.get(key, r.get("train")) for r in rows]
+    out = ["relative_gain (the paper's, lr chosen on the test accuracy): "
+           + ", ".join(f"{n} {_num(r['relative_gain'], '+.3f')}" for n, r in zip(name, rows, strict=True))]
+    if any(r.get("relative_gain_validated") is not None for r in rows):
+        out.append("relative_gain, lr chosen on held-out validation data: " + ", ".join(
+            f"{n} {_num(r['relative_gain_validated'], '+.3f')}" for n, r in zip(name, rows, strict=True)))
+    else:
+        out.append("relative_gain with the lr chosen on held-out validation data: not available (the runs "
+                   "hold no held-out validation accuracy)")
+    return out
+
+
+def mha_test_lines(tests: dict | None) -> list[str]:
+    """MHA against each other component: paired t and one-sided Wilcoxon, Holm-corrected, with n."""
+    if not tests:
+        return []
+    out = [f"{tests['reference']} vs each other component (accuracy at each one's best lr; paired over "
+           "(dataset, seed); Holm-corrected):"]
+    for c, r in tests["comparisons"].items():
+        out.append(f"  vs {c:<6} n = {r['n']}, mean difference {_num(r['mean_difference'], '+.4f')}, "
+                   f"paired t p = {_num(r['t_p_holm'], '.3g')}, Wilcoxon (one-sided) p = "
+                   f"{_num(r['wilcoxon_p_holm'], '.3g')}")
+    return out
+
+
+def lr_position_line(rows: list[dict], base: dict, key: str) -> str:
+    """Where each best lr lies in the grid it was run at: interior, or at its low or high edge."""
+    where = {"low": "low edge", "high": "high edge", None: "interior"}
+    items = [f"{r[key]} {r['lr']:.2g} ({where[r.get('lr_edge')]})" for r in rows]
+    if "lr" in base:
+        items.append(f"head {base['lr']:.2g} ({where[base.get('lr_edge')]})")
+    return "best lr: " + ", ".join(items)
+
+
 def gain_interval(result: dict) -> str:
     """What the gain's error bars are: the 95% t interval over seeds, or none with a single seed."""
     seeds = len(result["config"]["seed"])
@@ -168,10 +256,10 @@ def plot_claim(result: dict, path) -> Path:
     rows = an["rows"]
     fig, axes = figure(1, 2, (12, 4.8), gridspec_kw={"width_ratios": [1.15, 1]})
     ax, ax2 = axes[0]
-    points = [r for r in rows if r["plasticity"] is not None and r["gain"]["mean"] is not None]
+    points = [r for r in rows if r["plasticity"] is not None and r["accuracy_gain"]["mean"] is not None]
     for r in points:
         x, (xlo, xhi) = r["plasticity"], r["plasticity_ci"]
-        y, (ylo, yhi) = r["gain"]["mean"], r["gain"]["ci"]
+        y, (ylo, yhi) = r["accuracy_gain"]["mean"], r["accuracy_gain"]["ci"]
         xerr = None if xlo is None or xhi is None else [[max(0.0, x - xlo)], [max(0.0, xhi - x)]]
         yerr = None if ylo is None or yhi is None else [[max(0.0, y - ylo)], [max(0.0, yhi - y)]]
         ax.errorbar([x], [y], xerr=xerr, yerr=yerr, fmt="o", color=component_color(r["component"]),

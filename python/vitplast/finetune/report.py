@@ -34,15 +34,15 @@ def aggregate(summaries: list[dict], components=None) -> list[dict]:
     for row in rows:
         head = [r for r in rows if r["train"] == "head" and r["lr"] == row["lr"]]
         base = head[0]["acc_mean"] if head else row["initial_acc"]
-        row["gain"] = row["acc_mean"] - base
-        row["gain_over"] = "head" if head else "initial"
+        row["accuracy_gain"] = row["acc_mean"] - base
+        row["accuracy_gain_over"] = "head" if head else "initial"
     return rows
 
 
 def format_table(rows: list[dict]) -> str:
     """The per-component table (the paper's): accuracy mean +- std over seeds (``(n = 1)`` for a single
-    seed, which has no std), gain, plasticity, parameters."""
-    head = (f"{'train':<16} {'lr':>8} {'seeds':>5} {'accuracy':>17} {'gain':>8} {'plasticity':>10} "
+    seed, which has no std), accuracy gain, plasticity, parameters."""
+    head = (f"{'train':<16} {'lr':>8} {'seeds':>5} {'accuracy':>17} {'acc. gain':>9} {'plasticity':>10} "
             f"{'params':>10}")
     lines = [head, "-" * len(head)]
     for r in rows:
@@ -50,10 +50,10 @@ def format_table(rows: list[dict]) -> str:
         spread = f"± {r['acc_std']:<6.4f}" if r["n"] >= 2 else f"{'(n = 1)':<8}"  # no std of one seed
         lines.append(
             f"{r['train']:<16} {r['lr']:>8.2g} {r['n']:>5} {r['acc_mean']:>9.4f} {spread}"
-            f" {r['gain']:>+8.4f} {plast:>10} {r['trainable_params']:>10,}"
+            f" {r['accuracy_gain']:>+9.4f} {plast:>10} {r['trainable_params']:>10,}"
         )
     if rows:
-        over = rows[0]["gain_over"]
+        over = rows[0]["accuracy_gain_over"]
         base = "linear probing (head)" if over == "head" else "the accuracy before finetuning"
-        lines.append(f"(gain over {base})")
+        lines.append(f"(acc. gain: accuracy_gain, the accuracy difference over {base})")
     return "\n".join(lines)

@@ -16,8 +16,9 @@ from vitplast.cli import main as cli_main
 
 
 # ------------------------------------------------------------------------------------------ analysis
-def _made_up(plasticity=(3.0, 2.0, 1.0), chunks=2):
-    """Measured chunks with plasticity MHA 3, FC1 2, LN1 1 (one layer), and a 2-lr x 2-seed grid."""
+def _made_up(plasticity=(3.0, 2.0, 1.0), chunks=2, seeds=2):
+    """Measured chunks with plasticity MHA 3, FC1 2, LN1 1 (one layer), and a 2-lr grid over ``seeds``
+    seeds (seed s has the accuracies of seed s % 2 below)."""
     stats = np.zeros((chunks, 3, 1, 5))
     for c, p in enumerate(plasticity):
         stats[:, c, 0] = [4, 4 * p, 4 * p * p, 0, 0]
@@ -29,9 +30,9 @@ def _made_up(plasticity=(3.0, 2.0, 1.0), chunks=2):
         "LN1": {1e-3: [0.5, 0.65], 1e-2: [0.1, 0.1]},
         "head": {1e-3: [0.5, 0.6], 1e-2: [0.4, 0.4]},
     }
-    summaries = [{"train": t, "lr": lr, "seed": s, "final_acc": a[s], "initial_acc": [0.2, 0.3][s],
+    summaries = [{"train": t, "lr": lr, "seed": s, "final_acc": a[s % 2], "initial_acc": [0.2, 0.3][s % 2],
                   "trainable_params": {"MHA": 100, "FC1": 80, "LN1": 8, "head": 5}[t]}
-                 for t, by_lr in acc.items() for lr, a in by_lr.items() for s in (0, 1)]
+                 for t, by_lr in acc.items() for lr, a in by_lr.items() for s in range(seeds)]
     return measured, summaries
 
 
@@ -42,24 +43,34 @@ def test_analysis_gains_best_lr_and_correlations_by_hand():
     rows = {r["component"]: r for r in an["rows"]}
     assert rows["MHA"]["lr"] == 1e-2 and rows["FC1"]["lr"] == 1e-3 and an["baseline"]["lr"] == 1e-3
     # paired per-seed gains over the head's best lr (seeds: 0.5, 0.6)
-    assert rows["MHA"]["gain_per_seed"] == pytest.approx([0.4, 0.4])
-    assert rows["FC1"]["gain_per_seed"] == pytest.approx([0.2, 0.1])
-    assert rows["LN1"]["gain_per_seed"] == pytest.approx([0.0, 0.05])
-    assert rows["MHA"]["gain"]["ci"] == pytest.approx([0.4, 0.4])
+    assert rows["MHA"]["accuracy_gain_per_seed"] == pytest.approx([0.4, 0.4])
+    assert rows["FC1"]["accuracy_gain_per_seed"] == pytest.approx([0.2, 0.1])
+    assert rows["LN1"]["accuracy_gain_per_seed"] == pytest.approx([0.0, 0.05])
+    assert rows["MHA"]["accuracy_gain"]["ci"] == pytest.approx([0.4, 0.4])
     half = 12.706204736 * 0.05  # t(1) * sem of [0.2, 0.1]
-    assert rows["FC1"]["gain"]["ci"] == pytest.approx([0.15 - half, 0.15 + half])
+    assert rows["FC1"]["accuracy_gain"]["ci"] == pytest.approx([0.15 - half, 0.15 + half])
     assert rows["FC1"]["accuracy"]["ci"] == pytest.approx([0.7, 0.7])
     assert rows["LN1"]["accuracy"]["ci"][1] == 1.0  # cut to what an accuracy can be
     assert rows["MHA"]["plasticity"] == pytest.approx(3.0)
-    assert rows["MHA"]["plasticity_ci"] == pytest.approx([3.0, 3.0])
+    assert rows["MHA"]["plasticity_ci"] == [None, None]  # 2 chunks: no bootstrap interval
     assert rows["MHA"]["trainable_params"] == 100
     sp, kd = an["correlations"]["spearman"], an["correlations"]["kendall"]
     assert sp["value"] == pytest.approx(1.0) and kd["value"] == pytest.approx(1.0)
     assert sp["p_greater"] == pytest.approx(1 / 6) and sp["p_two_sided"] == pytest.approx(1 / 3)
-    # every seed resample keeps MHA > FC1 > LN1 (the best lr chosen again): the interval is a point
-    assert sp["ci"] == pytest.approx([1.0, 1.0]) and kd["ci"] == pytest.approx([1.0, 1.0])
-    assert an["ranking"]["gain"] == ["MHA", "FC1", "LN1"]
+    # 2 seeds and 2 chunks are too few to resample: no interval, and the report says why
+    assert sp["ci"] == [None, None] and kd["ci"] == [None, None]
+    assert "2 seeds and 2 pair chunks" in an["bootstrap"]["withheld"]
+    # the paper's relative gain: best mean accuracy over lrs, against the head-only run's
+    assert rows["MHA"]["relative_gain"] == pytest.approx((0.95 - 0.55) / 0.55)
+    assert rows["LN1"]["relative_gain"] == pytest.approx((0.575 - 0.55) / 0.55)
+    assert rows["MHA"]["relative_gain_validated"] is None  # the runs hold no held-out accuracy
+    assert rows["FC1"]["accuracy_gain"]["n"] == 2 and rows["LN1"]["accuracy"]["clipped"] == "both"
+    mha = an["mha_tests"]["comparisons"]
+    assert set(mha) == {"FC1", "LN1"} and mha["FC1"]["n"] == 2
+    assert mha["FC1"]["mean_difference"] == pytest.approx(0.25)
+    assert an["ranking"]["accuracy_gain"] == ["MHA", "FC1", "LN1"]
     assert "not established" in an["verdict"] and "0.167" in an["verdict"]
+    assert "no bootstrap interval" in an["verdict"]
     # sizes 100 > 80 > 8 rank like the gains: the rival predictor is reported beside plasticity
     assert an["params_correlations"]["spearman"]["value"] == pytest.approx(1.0)
     assert an["params_correlations"]["kendall"]["p_greater"] == pytest.approx(1 / 6)
@@ -71,8 +82,8 @@ def test_analysis_initial_baseline_and_reversed_plasticity():
     an = analyse(measured, summaries, components=["MHA", "FC1", "LN1"], lrs=[1e-3, 1e-2], seeds=[0, 1],
                  baseline="initial", bootstrap=300)
     rows = {r["component"]: r for r in an["rows"]}
-    assert rows["MHA"]["gain_per_seed"] == pytest.approx([0.7, 0.7])  # best lr minus (0.2, 0.3)
-    assert rows["LN1"]["gain_per_seed"] == pytest.approx([0.3, 0.35])
+    assert rows["MHA"]["accuracy_gain_per_seed"] == pytest.approx([0.7, 0.7])  # best lr minus (0.2, 0.3)
+    assert rows["LN1"]["accuracy_gain_per_seed"] == pytest.approx([0.3, 0.35])
     assert an["correlations"]["spearman"]["value"] == pytest.approx(-1.0)
     assert an["correlations"]["spearman"]["p_greater"] == pytest.approx(1.0)
     assert an["trend"]["slope"] < 0
@@ -80,14 +91,31 @@ def test_analysis_initial_baseline_and_reversed_plasticity():
 
 def test_analysis_bootstrap_moves_with_noisy_seeds():
     # FC1 and LN1 swap order between seeds: the bootstrap interval must widen below 1
-    measured, summaries = _made_up()
+    measured, summaries = _made_up(chunks=5, seeds=5)
     for s in summaries:
         if s["train"] == "LN1" and s["lr"] == 1e-3:
-            s["final_acc"] = [0.5, 0.95][s["seed"]]
-    an = analyse(measured, summaries, components=["MHA", "FC1", "LN1"], lrs=[1e-3, 1e-2], seeds=[0, 1],
-                 bootstrap=400)
+            s["final_acc"] = [0.5, 0.95][s["seed"] % 2]
+    an = analyse(measured, summaries, components=["MHA", "FC1", "LN1"], lrs=[1e-3, 1e-2],
+                 seeds=list(range(5)), bootstrap=400)
     lo, hi = an["correlations"]["spearman"]["ci"]
     assert lo < 1.0 and hi == pytest.approx(1.0)
+    assert an["bootstrap"]["withheld"] is None
+    rows = {r["component"]: r for r in an["rows"]}
+    assert rows["MHA"]["plasticity_ci"] == pytest.approx([3.0, 3.0])  # equal chunks: a point
+
+
+def test_report_labels_its_intervals():
+    from vitplast.claim.report import _ci, disagreement_lines, t_ci
+
+    assert _ci([None, None], ".2f") == "[no interval]"
+    assert _ci([0.5, 0.5], ".2f") == "[0.50: no spread]"
+    assert t_ci({"ci": [0.1, 0.3], "n": 3, "clipped": None}, ".2f") == "[0.10, 0.30] t n=3"
+    assert t_ci({"ci": [0.0, 0.3], "n": 3, "clipped": "low"}, ".2f").endswith("clipped at its lower bound")
+    assert t_ci({"ci": [None, None], "n": 1}, ".2f") == "(n=1: no interval)"
+    assert t_ci({"ci": [0.2, 0.2], "n": 2}, ".2f").startswith("[0.20: no spread]")
+    # an interval excluding 0 beside p >= 0.05: the report says what each answers
+    assert "different questions" in disagreement_lines({"ci": [0.5, 0.6], "p_greater": 0.175})[0]
+    assert disagreement_lines({"ci": [-0.2, 0.6], "p_greater": 0.175}) == []
 
 
 # ------------------------------------------------------------------------------------------ end to end
@@ -127,7 +155,7 @@ def test_claim_end_to_end_writes_reports(whole):
     for r in saved["analysis"]["rows"]:
         assert r["plasticity"] > 0 and r["plasticity_ci"][0] <= r["plasticity"] <= r["plasticity_ci"][1]
         assert len(r["plasticity_per_layer"]) == 2 and r["trainable_params"] > 0
-        assert len(r["gain_per_seed"]) == 2
+        assert len(r["accuracy_gain_per_seed"]) == 2
     assert set(saved["analysis"]["other_measured"]) == {"LN2", "FC2"}  # measured, not finetuned
     assert -1 <= saved["analysis"]["correlations"]["spearman"]["value"] <= 1
     assert saved["analysis"]["correlations"]["kendall"]["permutations"] == 6

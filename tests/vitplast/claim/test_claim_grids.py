@@ -161,7 +161,7 @@ def test_baselines_beside_the_components_get_accuracy_and_gain_not_rank():
                  seeds=[0, 1], bootstrap=50)
     (full,) = an["baselines"]
     assert full["train"] == "full" and full["trainable_params"] == 1000
-    assert full["gain_per_seed"] == pytest.approx([0.45, 0.25])
+    assert full["accuracy_gain_per_seed"] == pytest.approx([0.45, 0.25])
     assert full["accuracy"]["mean"] == pytest.approx(0.9)
     assert [r["component"] for r in an["rows"]] == ["MHA", "FC1", "LN1"]  # full is not ranked
-    assert an["ranking"]["gain"] == ["MHA", "FC1", "LN1"]
+    assert an["ranking"]["accuracy_gain"] == ["MHA", "FC1", "LN1"]

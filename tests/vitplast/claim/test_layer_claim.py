@@ -46,7 +46,8 @@ def test_analysis_within_type_and_partial_by_hand():
                         bootstrap=100, permutations=500)
     assert [r["unit"] for r in an["rows"]] == ["MHA@0", "MHA@1", "MHA@2", "LN1@0", "LN1@1", "LN1@2"]
     assert [r["plasticity"] for r in an["rows"]] == pytest.approx([0.5, 1.0, 1.5, 0.2, 0.4, 0.6])
-    assert [r["gain"]["mean"] for r in an["rows"]] == pytest.approx([0.01, 0.02, 0.03, 0.10, 0.11, 0.12])
+    gains = [r["accuracy_gain"]["mean"] for r in an["rows"]]
+    assert gains == pytest.approx([0.01, 0.02, 0.03, 0.10, 0.11, 0.12])
     w = an["within_type"]
     # within each type the orders agree: pooled rho 1, and of the 3! x 3! = 36 within-type
     # permutations only the identity reaches it
@@ -103,7 +104,7 @@ def test_layer_claim_end_to_end(whole):
     an = saved["analysis"]
     assert [r["unit"] for r in an["rows"]] == ["MHA@0", "MHA@1", "LN1@0", "LN1@1"]
     for r in an["rows"]:
-        assert r["plasticity"] > 0 and r["trainable_params"] > 0 and len(r["gain_per_seed"]) == 2
+        assert r["plasticity"] > 0 and r["trainable_params"] > 0 and len(r["accuracy_gain_per_seed"]) == 2
     assert set(an["within_type"]["per_type"]) == {"MHA", "LN1"}
     assert an["within_type"]["exact"] and an["within_type"]["permutations"] == 4  # (2!)^2
     assert "spearman" in an["partial"] and "selection" in an
