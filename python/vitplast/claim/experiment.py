@@ -14,7 +14,7 @@ import os
 import time
 from pathlib import Path
 
-from ..models.builder import DIGITS_MODEL
+from ..models.families import family_of
 from ..options.fields import options_for
 from ..outputs.reporter import Reporter
 from ..runs.executors import Executor
@@ -58,7 +58,7 @@ def _threads(opts: ClaimOptions, device) -> int | None:
     only add synchronisation), else torch's default."""
     if opts.threads is not None:
         return opts.threads
-    return 1 if opts.model == DIGITS_MODEL and device.type == "cpu" else None
+    return 1 if family_of(opts.model).small and device.type == "cpu" else None
 
 
 def _jobs(opts: ClaimOptions, device) -> int:
@@ -67,7 +67,8 @@ def _jobs(opts: ClaimOptions, device) -> int:
     cluster do not use it."""
     if opts.jobs is not None:
         return opts.jobs
-    if opts.model == DIGITS_MODEL and device.type == "cpu" and int(os.environ.get("WORLD_SIZE", "1")) == 1:
+    small = family_of(opts.model).small and device.type == "cpu"
+    if small and int(os.environ.get("WORLD_SIZE", "1")) == 1:
         return max(1, min(2, os.cpu_count() or 1))
     return 1
 

@@ -9,7 +9,8 @@ import dataclasses
 from collections.abc import Sequence
 
 from ..finetune import Prepared, prepare, unit_sizes
-from ..models.builder import DIGITS_MODEL, build_model
+from ..models.builder import build_model
+from ..models.families import family_of
 from ..outputs.reporter import Reporter
 from .datasets import DatasetPlan
 from .finetuning import PlannedRun, calibrate, estimate_seconds, plan_runs
@@ -100,10 +101,7 @@ def estimate(opts: ClaimOptions, grids: Sequence[DatasetGrid], runs: Sequence[Pl
     """Short timed runs (on the first dataset, in this process), the wall time of ``runs`` still to
     train (``n_procs`` at once; ``on_cluster``: a cluster decides how many), and ``--time-budget``'s
     refusal."""
-    if opts.model == DIGITS_MODEL:  # its one-time pretraining is not a finetuning cost
-        from ..models.digits import pretrained_digits_vit
-
-        pretrained_digits_vit(progress=progress)
+    family_of(opts.model).prepare(progress)  # a one-time pretraining is not a finetuning cost
     first = grids[0]
     calib = calibrate(first.dataset.settings, first.prepared, first.trains,
                       probe_steps=min(opts.calibrate_steps, opts.steps), threads=threads)

@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 
 from ..finetune import TRAIN_ORDER, RunSettings, import_peft
-from ..models.builder import DIGITS_MODEL, check_digits_options
+from ..models.families import family_of
 from ..options.fields import (
     Kind,
     OptionError,
@@ -192,8 +192,7 @@ class ClaimOptions(ExecutorOptions, RuntimeOptions, OptimOptions, DataOptions, M
             raise OptionError("--budget only applies to --granularity layer (the selected sets' size)")
         if int(os.environ.get("WORLD_SIZE", "1")) > 1 and (self.jobs or 1) > 1:
             raise OptionError("--jobs must be 1 under torchrun (each run is already data-parallel)")
-        if self.model == DIGITS_MODEL:
-            check_digits_options(self.model_kwargs, self.img_size)
+        family_of(self.model).check_options(self.model_kwargs, self.img_size)
         check_claim_out(self.out, several=len(self.data) > 1)
         for spec in self.data:  # what finetune refuses (--amp fp16, odd batches)
             self.run_settings(spec, progress=False).validate()

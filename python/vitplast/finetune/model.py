@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import torch
 
-from ..models.builder import DIGITS_MODEL, BuiltModel
+from ..models.builder import BuiltModel
 from ..models.builder import build_model as build
+from ..models.families import family_of
 from ..options.groups import OPTIMIZERS, ModelOptions, OptimOptions, RuntimeOptions
 from ..runtime.device import resolve_device
 from ..runtime.distributed import DistContext
@@ -16,10 +17,11 @@ from ..runtime.distributed import DistContext
 
 def built_model(opts: ModelOptions, num_classes: int) -> BuiltModel:
     """The model ``opts`` names (`vitplast.models.builder.build_model`) with a ``num_classes`` head:
-    the digits ViT's pretraining head is replaced by a fresh one (drawn from the torch RNG); timm and
-    transformers models get a fresh head when their own has another number of classes."""
+    a family whose checkpoints keep their pretraining head (the digits ViT) gets a fresh one (drawn from
+    the torch RNG); timm and transformers models get a fresh head when their own has another number
+    of classes."""
     built = build(opts, num_classes)
-    if built.name == DIGITS_MODEL:  # it keeps its pretraining head: replace it
+    if family_of(built.name).keeps_pretraining_head:
         built.net.reset_classifier(num_classes)
     return built
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from ..models.builder import DIGITS_MODEL, check_digits_options
+from ..models.families import family_of
 from ..options import parsing as T
 from ..options.fields import (
     Kind,
@@ -88,8 +88,7 @@ class RunSettings(RuntimeOptions, OptimOptions, DataOptions, ModelOptions):  # f
                               "batch (pairs = its halves); or pass --probe N")
         if self.tensorboard:
             fail_on("--tensorboard", tensorboard_writer_class)  # fail before any directory is made
-        if self.model == DIGITS_MODEL:
-            check_digits_options(self.model_kwargs, self.img_size)
+        family_of(self.model).check_options(self.model_kwargs, self.img_size)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -69,11 +69,12 @@ def _random_model(opts: ProfileOptions, device):
         raise ValueError("vitplast profile builds its models with timm: pip install timm "
                          "(or the package's extra: pip install 'vitplast-kernels[apps]')") from exc
 
+    from ..models.families import family_of
     from ..models.sources import model_source
     from ..models.timm_models import check_timm_name
 
     source = model_source(opts.model)
-    if source.kind == "digits":
+    if not family_of(opts.model).profiled:
         raise ValueError(f"--model {opts.model}: profile times timm and transformers models (the digits ViT "
                          "is vit_tiny_patch16_224 resized: profile that)")
     kwargs: dict[str, Any] = {k: v for k, v in (("img_size", opts.img_size), ("depth", opts.depth)) if v}

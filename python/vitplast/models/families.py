@@ -1,0 +1,70 @@
+"""Model families behind one registry (:data:`FAMILIES`): the embedded digits ViT, timm models and
+Hugging Face transformers models, each with what the commands need to know of it, so that no code
+outside `vitplast.models` names a family. A ``--model`` name belongs to the family its source says
+(`vitplast.models.sources.model_source`).
+
+A new family is an entry here (and its loader in `vitplast.models.builder`): what its checkpoints keep
+(a pretraining head that finetuning replaces), whether its runs are small enough to share a CPU
+(one thread each, side by side), whether ``vitplast profile`` times it, its checks of the model options
+and the one-time work (a pretraining, a download) that is not a finetuning cost.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+from .sources import DIGITS_MODEL, model_source
+
+DEFAULT_MODEL = DIGITS_MODEL  # every command's --model when none is given: the embedded digits ViT
+
+
+def _check_digits(model_kwargs: dict | None, img_size: int | None) -> None:
+    from .builder import check_digits_options
+
+    check_digits_options(model_kwargs, img_size)
+
+
+def _pretrain_digits(progress: bool) -> None:
+    from .digits import pretrained_digits_vit
+
+    pretrained_digits_vit(progress=progress)
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelFamily:
+    """What the commands know of a family of models."""
+
+    name: str
+    keeps_pretraining_head: bool = False  # finetuning replaces its head whatever the number of classes
+    small: bool = False  # tiny matrices: on CPU one thread per run, and runs side by side
+    profiled: bool = True  # `vitplast profile` times it
+    check: Callable[[dict | None, int | None], None] | None = None  # of --model-arg and --img-size
+    warm_up: Callable[[bool], None] | None = None  # one-time work before anything is timed
+
+    def check_options(self, model_kwargs: dict | None, img_size: int | None) -> None:
+        """ValueError when the model options ask what this family's models cannot do."""
+        if self.check is not None:
+            self.check(model_kwargs, img_size)
+
+    def prepare(self, progress: bool) -> None:
+        """The one-time work of this family (the digits ViT's pretraining), done now."""
+        if self.warm_up is not None:
+            self.warm_up(progress)
+
+
+FAMILIES = {
+    "digits": ModelFamily("digits", keeps_pretraining_head=True, small=True, profiled=False,
+                          check=_check_digits, warm_up=_pretrain_digits),
+    "timm": ModelFamily("timm"),
+    "hf": ModelFamily("hf"),
+}
+
+
+def family_of(model: str) -> ModelFamily:
+    """The family of the ``--model`` name ``model`` (a name the sources refuse counts as timm's: the
+    model builder names what is wrong with it, where it is built)."""
+    try:
+        return FAMILIES[model_source(model).kind]
+    except ValueError:
+        return FAMILIES["timm"]
