@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from torch import nn
 
 from vitplast_kernels.measure import presets
+from vitplast_kernels.measure.targets import resolve_components
 
 from ..models.heads import head_names
 
@@ -155,19 +156,14 @@ class ComponentMap:
 
 def component_map(model: nn.Module, components: Mapping[str, presets.Pattern] | None = None
                   ) -> ComponentMap:
-    """The component map of ``model``: ``components`` (``{label: glob}``) or the detected preset."""
-    name = None
-    if components is None:
-        p = presets.detect(model)
-        components, name = p.components, p.name
-    elif not isinstance(components, Mapping) or not components:
-        raise ValueError("components must be a non-empty mapping {label: module-name glob}")
-    order = [c for c in COMPONENTS if c in components] + [c for c in components if c not in COMPONENTS]
-    keys, found = presets.resolve(model, {c: components[c] for c in order})
-    index = {k: i for i, k in enumerate(keys)}
-    modules = {c: {index[k]: mods for k, mods in found[c].items()} for c in order}
-    layers = tuple(".".join(k) or "0" for k in keys)
-    return ComponentMap(tuple(order), layers, modules, name)
+    """The component map of ``model``: ``components`` (``{label: glob}``) or the detected preset, as
+    the capture resolves it (`vitplast_kernels.measure.targets.resolve_components`), with the layers
+    indexed in block order."""
+    resolved = resolve_components(model, components, None)
+    index = {k: i for i, k in enumerate(resolved.layer_keys)}
+    modules = {c: {index[k]: mods for k, mods in resolved.modules[c].items()} for c in resolved.components}
+    layers = tuple(".".join(k) or "0" for k in resolved.layer_keys)
+    return ComponentMap(resolved.components, layers, modules, resolved.preset)
 
 
 def _owners(model: nn.Module, cmap: ComponentMap) -> dict[str, tuple[str, int]]:
