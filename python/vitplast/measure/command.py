@@ -33,6 +33,10 @@ transform.
 rate(x, y) = ||f(x) - f(y)||_F / ||x - y||_F per pair; plasticity = mean rate (per component and layer).
 The table prints mean ± 95% CI half-width per layer; "pairs used" sums the pairs over layers.
 
+Other criteria score the same units (higher = finetune first): --criterion rgn,fisher,cka,spectral,size
+(comma-separated, plasticity included or not) writes NAME.json, .csv, .txt and two figures beside run.json;
+a rerun into the same --out reuses every score whose model, data and options are unchanged.
+
 examples:
   vitplast measure
   vitplast measure --model vit_base_patch16_224.augreg_in21k --pretrained --data imgs/ --out res/
@@ -41,6 +45,7 @@ examples:
   vitplast measure --model vit_base_patch16_224 --weights w.npz --data in1k_val/ --pair-data cars/ \\
       --protocol decomposition --device cuda --amp bf16
   vitplast measure --weights runs/c10/MHA-lr0.001-s0           # a vitplast finetune run directory
+  vitplast measure --criterion plasticity,rgn,spectral,size --out res/
   vitplast measure --model swin_tiny_patch4_window7_224.ms_in1k --pretrained --data imgs/ \\
       --component 'LN1=layers.*.blocks.*.norm1' --component 'MHA=layers.*.blocks.*.attn' \\
       --component 'LN2=layers.*.blocks.*.norm2' --component 'FC1=layers.*.blocks.*.mlp.fc1' \\
