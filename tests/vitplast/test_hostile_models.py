@@ -12,6 +12,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+import torch
 from offline_hub import add_snapshot, offline_cache
 from vitplast.cli import main
 
@@ -114,3 +115,110 @@ def test_trust_remote_code_is_a_recorded_option(tmp_path, capsys):
     rc, err = _cli(_measure(f"hf:{folder}", out, "--data", "synthetic", "--trust-remote-code"), capsys)
     assert rc == 0, err
     assert json.loads((out / "run.json").read_text())["provenance"]["trust_remote_code"] is True
+
+
+# ---- 2. files a --model-arg names are checked as --weights is ----------------------------------------
+
+
+def test_a_timm_overlay_file_gets_the_checks_of_weights(tmp_path, capsys):
+    overlay = json.dumps({"file": "/etc/passwd"})
+    rc, err = _cli(_measure("vit_tiny_patch16_224", tmp_path / "out", "--pretrained", "--model-arg",
+                            f"pretrained_cfg_overlay={overlay}"), capsys)
+    assert rc == 2 and "pretrained_cfg_overlay file" in err and "/etc/passwd" in err, err
+    assert "IndexError" not in err
+
+
+def test_a_timm_overlay_file_that_is_text_is_named(tmp_path, capsys):
+    text = tmp_path / "w.pth"
+    text.write_text("hello\n")
+    overlay = json.dumps({"file": str(text)})
+    rc, err = _cli(_measure("vit_tiny_patch16_224", tmp_path / "out", "--pretrained", "--model-arg",
+                            f"pretrained_cfg_overlay={overlay}"), capsys)
+    assert rc == 2 and str(text) in err and "text file" in err, err
+
+
+# ---- 9. files named in every failure -----------------------------------------------------------------
+
+
+def _tiny_hf_vit(folder: Path) -> Path:
+    from transformers import ViTConfig, ViTForImageClassification
+
+    config = ViTConfig(image_size=16, patch_size=8, hidden_size=16, num_hidden_layers=1,
+                       num_attention_heads=2, intermediate_size=32, num_labels=3)
+    ViTForImageClassification(config).save_pretrained(folder)
+    return folder
+
+
+def test_a_corrupt_safetensors_file_in_a_model_folder_is_named(tmp_path, capsys):
+    folder = _tiny_hf_vit(tmp_path / "vit")
+    (folder / "model.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{garbage")
+    rc, err = _cli(_measure(f"hf:{folder}", tmp_path / "out", "--data", "synthetic"), capsys)
+    assert rc == 2 and str(folder / "model.safetensors") in err and "corrupt" in err, err
+
+
+def test_a_corrupt_config_json_is_named(tmp_path, capsys):
+    folder = _tiny_hf_vit(tmp_path / "vit")
+    (folder / "config.json").write_text('{"model_type": "vit", "hidden')
+    rc, err = _cli(_measure(str(folder), tmp_path / "out", "--data", "synthetic"), capsys)
+    assert rc == 2 and str(folder / "config.json") in err and "not valid JSON" in err, err
+
+
+def test_weights_of_the_wrong_shape_say_expected_and_found(tmp_path, capsys):
+    from safetensors.torch import load_file, save_file
+    from vitplast.models.digits import SHIPPED_DIR
+
+    state = load_file(str(next(SHIPPED_DIR.glob("*.safetensors"))))
+    state["blocks.0.mlp.fc1.weight"] = torch.zeros(257, 64)
+    path = tmp_path / "wrong.safetensors"
+    save_file(state, str(path))
+    rc, err = _cli(_measure("digits-vit", tmp_path / "out", "--weights", path), capsys)
+    assert rc == 2 and str(path) in err
+    assert "blocks.0.mlp.fc1.weight: expected shape (256, 64), found (257, 64)" in err, err
+
+
+def test_a_model_of_100000_layers_is_refused_by_its_option_before_it_is_built():
+    from vitplast.options.groups import ModelOptions
+
+    with pytest.raises(ValueError, match="--model-arg depth=100000: at most"):
+        ModelOptions(model="vit_tiny_patch16_224", random_init=True, model_kwargs={"depth": 100000})
+
+
+def test_a_digits_config_of_100000_layers_is_refused():
+    from vitplast.models.builder import digits_config
+
+    with pytest.raises(ValueError, match="pretrain_config: DigitsConfig depth=100000: at most"):
+        digits_config({"depth": 100000})
+
+
+def test_a_huge_img_size_is_refused_by_the_option(tmp_path, capsys):
+    rc, err = _cli(_measure("vit_tiny_patch16_224", tmp_path / "out", "--random-init", "--img-size",
+                            "100000"), capsys)
+    assert rc == 2 and err.count("\n") == 1 and "--img-size" in err and "4096" in err, err
+
+
+def test_weights_pointing_at_a_text_file_are_named(tmp_path, capsys):
+    path = tmp_path / "w.pth"
+    path.write_text("these are not weights\n")
+    rc, err = _cli(_measure("digits-vit", tmp_path / "out", "--weights", path), capsys)
+    assert rc == 2 and str(path) in err and "text file" in err, err
+
+
+def test_weights_holding_a_dict_with_integer_keys_are_named(tmp_path, capsys):
+    path = tmp_path / "ints.pth"
+    torch.save({"blocks.0.norm1.weight": torch.zeros(64), 7: torch.zeros(2)}, path)
+    rc, err = _cli(_measure("digits-vit", tmp_path / "out", "--weights", path), capsys)
+    assert rc == 2 and str(path) in err and "int keys" in err, err
+
+
+def test_weights_pointing_at_dev_zero_are_not_a_missing_file(tmp_path, capsys):
+    rc, err = _cli(_measure("digits-vit", tmp_path / "out", "--weights", "/dev/zero"), capsys)
+    assert rc == 2 and "/dev/zero" in err and "not a regular file" in err and "no such file" not in err, err
+
+
+def test_a_corrupt_line_in_the_middle_of_metrics_jsonl_is_named(tmp_path):
+    from vitplast.runs.rundir import read_jsonl
+
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"kind": "train", "step": 0}\n{"kind": "tr\n{"kind": "train", "step": 2}\n')
+    with pytest.raises(ValueError, match=r"metrics.jsonl: line 2 of 3 is not valid JSON"):
+        read_jsonl(path)

@@ -9,7 +9,7 @@ import dataclasses
 from ..models.builder import DIGITS_MODEL
 from ..options import parsing as T
 from ..options.fields import Kind, OptionError, choice, csv, integer, option, optional, settle
-from ..options.groups import DataOptions, ModelOptions, RuntimeOptions
+from ..options.groups import IMG_SIZE, DataOptions, ModelOptions, RuntimeOptions
 from ..runtime.precision import AMP_ALIASES, AMP_CHOICES
 
 PROTOCOLS = ("in_situ", "decomposition")
@@ -40,7 +40,7 @@ class MeasureOptions(RuntimeOptions, DataOptions, ModelOptions):  # fields: the 
         "checkpoint), a vitplast finetune run directory, or a model folder (a hub snapshot, a "
         "save_pretrained directory)", metavar="PATH", group="model")
     img_size: int | None = option(None, "image size (default: the model's own; 32 for the digits ViT)",
-                                  group="model", kind=optional(integer(1)))
+                                  group="model", kind=IMG_SIZE)
     amp: str = option("none", "autocast precision of the forward passes (default: %(default)s)",
                       group="runtime", kind=choice(AMP_CHOICES, AMP_ALIASES))
     allow_partial_weights: bool = option(

@@ -26,7 +26,6 @@ the model, its constructor arguments and its image size (`resolve_architecture`)
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import warnings
 from pathlib import Path
@@ -78,10 +77,9 @@ def finetune_run_config(weights: str | os.PathLike | None) -> dict | None:
     folder = p if p.is_dir() else p.parent if p.name in ("checkpoint.pt", "model.safetensors") else None
     if folder is None or not (folder / "config.json").is_file():
         return None
-    try:
-        cfg = json.loads((folder / "config.json").read_text())
-    except (OSError, ValueError):
-        return None
+    from .sources import read_config
+
+    cfg = read_config(folder / "config.json")
     return cfg if isinstance(cfg, dict) and "model" in cfg and "train" in cfg else None
 
 
@@ -119,7 +117,9 @@ def _same_architecture(model: str | None, folder: ModelSource) -> bool:
         return True
     if folder.kind == "hf":
         return model_source(model).kind == "hf" and model_source(model).ref == folder.ref
-    config = json.loads((Path(folder.ref.partition(":")[2]) / "config.json").read_text())
+    from .sources import read_config
+
+    config = read_config(Path(folder.ref.partition(":")[2]) / "config.json")
     return model.split(".")[0] == str(config.get("architecture")) or model == folder.name
 
 

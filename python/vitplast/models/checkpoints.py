@@ -25,7 +25,6 @@ from __future__ import annotations
 import os
 import pickle
 import re
-import zipfile
 from pathlib import Path
 
 import torch
@@ -45,18 +44,68 @@ class CheckpointError(ValueError):
     """A checkpoint cannot be read (the message names the file and what is wrong)."""
 
 
-def resolve_path(path: str | os.PathLike) -> Path:
-    """The checkpoint file of ``path``: the file itself, or the file a finetune run directory holds."""
+class MissingCheckpoint(CheckpointError, FileNotFoundError):
+    """A checkpoint path that does not exist (a ``ValueError`` and a ``FileNotFoundError``)."""
+
+
+def resolve_path(path: str | os.PathLike, what: str = "weights") -> Path:
+    """The checkpoint file of ``path``: the file itself, or the file a finetune run directory holds.
+    `MissingCheckpoint` when nothing is there, `CheckpointError` for something that is not
+    a regular file (a device such as ``/dev/zero``, a FIFO, a socket: never opened); ``what`` starts the
+    message (the option that named the file)."""
     p = Path(path).expanduser()
     if p.is_dir():
         for name in RUN_DIR_FILES:
             if (p / name).is_file():
                 return p / name
-        raise CheckpointError(f"weights: {str(p)!r} is a directory without {' or '.join(RUN_DIR_FILES)} "
+        raise CheckpointError(f"{what}: {str(p)!r} is a directory without {' or '.join(RUN_DIR_FILES)} "
                               "(a vitplast finetune run directory holds them)")
+    if not p.exists():
+        raise MissingCheckpoint(f"{what}: no such file {str(p)!r}")
     if not p.is_file():
-        raise FileNotFoundError(f"weights: no such file {str(p)!r}")
+        raise CheckpointError(f"{what}: {str(p)!r} is not a regular file (a device, FIFO or socket), so it "
+                              "is not read; pass a checkpoint file")
     return p
+
+
+def check_checkpoint_file(path: str | os.PathLike, what: str) -> Path:
+    """The checks ``--weights`` gets before anything is read, for a file another option names (timm's
+    ``pretrained_cfg_overlay`` ``file``): it exists, is a regular file, and has a checkpoint's suffix;
+    `CheckpointError` (``what`` starting its message) otherwise."""
+    p = resolve_path(path, what)
+    if p.suffix.lower() not in STATE_DICT_SUFFIXES + (".npz",):
+        suffix = repr(p.suffix.lower()) if p.suffix else "(none)"
+        raise CheckpointError(f"{what}: unknown checkpoint type {suffix} for {str(p)!r}; expected one of "
+                              f"{STATE_DICT_SUFFIXES + ('.npz',)}")
+    return p
+
+
+def read_checkpoint_file(path: str | os.PathLike, what: str) -> None:
+    """`check_checkpoint_file`, then its tensors read as ``--weights`` reads them (nothing but
+    tensors unpickled): `CheckpointError` naming ``what`` and the file when it is not a readable
+    checkpoint. A ``.npz`` archive is left to its loader."""
+    p = check_checkpoint_file(path, what)
+    if p.suffix.lower() == ".npz":
+        return
+    try:
+        read_state_dict(p)
+    except CheckpointError as exc:
+        text = str(exc)
+        raise CheckpointError(what + text[len("weights"):] if text.startswith("weights:") else
+                              f"{what}: {text}") from None
+
+
+def _looks_like_text(path: Path) -> bool:
+    """Whether the file starts as text does (UTF-8, no NUL byte): no checkpoint format does."""
+    with open(path, "rb") as f:
+        head = f.read(512)
+    if not head or b"\0" in head:
+        return False
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def weights_only_globals() -> list:
@@ -87,8 +136,12 @@ def load_weights_only(path: str | os.PathLike, what: str, *, error: type[ValueEr
     except pickle.UnpicklingError as exc:
         raise error(f"{what} holds Python objects other than tensors and plain values, which are not loaded "
                     f"({unpickling_reason(exc)}); {objects_advice}") from None
-    except (RuntimeError, EOFError, OSError, ValueError, zipfile.BadZipFile) as exc:
-        raise error(f"{what} is not a readable PyTorch checkpoint (truncated or corrupt?): {_one_line(exc)}"
+    except MemoryError:
+        raise
+    except Exception as exc:  # a truncated or foreign file fails in many ways (KeyError, IndexError, ...)
+        kind = ("a text file, not a checkpoint" if _looks_like_text(Path(path)) else
+                "not a readable PyTorch checkpoint (truncated or corrupt?)")
+        raise error(f"{what} is {kind}: {type(exc).__name__}: {_one_line(exc)}"
                     + (f"; {unreadable_advice}" if unreadable_advice else "")) from None
 
 
@@ -98,8 +151,9 @@ def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
     try:
         return load_file(str(path), device="cpu")
     except Exception as exc:  # safetensors raises its own SafetensorError, or OSError / ValueError
-        raise CheckpointError(f"weights: {str(path)!r} is not a readable .safetensors file (truncated or "
-                              f"corrupt?): {_one_line(exc)}") from None
+        kind = ("a text file, not a .safetensors checkpoint" if _looks_like_text(path) else
+                "not a readable .safetensors file (truncated or corrupt?)")
+        raise CheckpointError(f"weights: {str(path)!r} is {kind}: {_one_line(exc)}") from None
 
 
 def _one_line(exc: BaseException) -> str:
@@ -129,8 +183,13 @@ def _unwrap(obj: object, path: Path) -> dict[str, torch.Tensor]:
             if inner is None:
                 break
             obj = inner
+    if isinstance(obj, dict) and any(not isinstance(k, str) for k in obj):
+        odd = [k for k in obj if not isinstance(k, str)]
+        kinds = "/".join(sorted({type(k).__name__ for k in odd}))
+        raise CheckpointError(f"weights: {str(path)!r} holds a mapping with {kinds} keys ({odd[:4]}); a "
+                              "state dict maps tensor names (strings) to tensors")
     if not isinstance(obj, dict) or not _is_state_dict(obj):
-        keys = sorted(obj)[:6] if isinstance(obj, dict) else type(obj).__name__
+        keys = sorted(obj, key=str)[:6] if isinstance(obj, dict) else type(obj).__name__
         raise CheckpointError(f"weights: {str(path)!r} holds no state dict (a mapping of names to tensors, "
                               f"possibly under {'/'.join(WRAPPER_KEYS)}); found {keys}")
     return {k: v for k, v in obj.items() if isinstance(v, torch.Tensor)}

@@ -87,6 +87,10 @@ class DigitsConfig:
                           + (f" and < {high}" if high is not None else ""))
         if self.img_size % self.patch_size:
             raise bad("img_size", f"a multiple of patch_size ({self.patch_size})")
+        from .sizes import check_model_size
+
+        check_model_size({k: getattr(self, k) for k in ("img_size", "patch_size", "embed_dim", "depth",
+                                                         "num_heads", "mlp_ratio")}, "DigitsConfig")
         if self.embed_dim % self.num_heads:
             raise bad("embed_dim", f"a multiple of num_heads ({self.num_heads})")
         if not isinstance(self.model, str) or not self.model:

@@ -109,6 +109,25 @@ def _failure(ref: str, exc: BaseException) -> ValueError:
     return ValueError(f"--model hf:{ref}: {text}")
 
 
+def _is_weights_error(exc: BaseException) -> bool:
+    return type(exc).__name__ == "SafetensorError" or isinstance(exc, (RuntimeError, EOFError))
+
+
+def _weights_failure(ref: str, exc: BaseException) -> ValueError:
+    """A weights file of ``ref`` that cannot be read, named (the folder's, or the hub cache's)."""
+    from .hub import cached_hub_file, split_revision
+
+    path = Path(os.path.expanduser(ref))
+    if path.is_dir():
+        found = next((str(path / f) for f in WEIGHT_FILES if (path / f).is_file()), str(path))
+    else:
+        repo, revision = split_revision(ref)
+        found = cached_hub_file(repo, WEIGHT_FILES, revision).get("file") or ref
+    text = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+    return ValueError(f"--model hf:{ref}: its weights file {found} is not readable (truncated or corrupt?): "
+                      f"{type(exc).__name__}: {text}")
+
+
 def create_hf(ref: str, num_classes: int | None = None, *, random_init: bool = False,
               trust_remote_code: bool = False, **from_pretrained) -> HFImageClassifier:
     """The transformers image classifier ``ref`` (a hub id or a directory), in eval mode, float32, on the
@@ -151,6 +170,10 @@ def create_hf(ref: str, num_classes: int | None = None, *, random_init: bool = F
                 raise ValueError(f"--model hf:{ref}: not an image-classification model (model_type "
                                  f"{getattr(config, 'model_type', '?')!r})") from None
             raise _failure(ref, exc) from None
+        except Exception as exc:  # a corrupt weights file: safetensors' own error, a pickle's, ...
+            if config is None or not _is_weights_error(exc):
+                raise
+            raise _weights_failure(ref, exc) from None
     net = HFImageClassifier(model)
     if num_classes is not None:
         net.reset_classifier(num_classes)

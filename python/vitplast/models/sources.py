@@ -53,17 +53,29 @@ class ModelSource:
         return self.kind in ("digits", "hf")
 
 
+def read_config(cfg: Path) -> dict:
+    """The JSON object of a model folder's or run directory's ``config.json``; ValueError naming the file
+    and what is wrong when it is unreadable, not JSON or not an object."""
+    try:
+        value = json.loads(cfg.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{cfg}: cannot be read ({type(exc).__name__}: {exc})") from None
+    except ValueError as exc:  # json.JSONDecodeError
+        raise ValueError(f"{cfg}: not valid JSON ({exc}); a model folder's config.json is one JSON "
+                         "object") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{cfg}: expected a JSON object, found {type(value).__name__}")
+    return value
+
+
 def folder_config(path: str | os.PathLike) -> dict | None:
-    """The ``config.json`` of a model folder (a dict), or None when ``path`` is not a folder holding one."""
+    """The ``config.json`` of a model folder (a dict), or None when ``path`` is not a folder holding one;
+    ValueError naming the file when it holds one that is not a JSON object (corrupt, truncated)."""
     p = Path(path).expanduser()
     cfg = p / "config.json"
     if not p.is_dir() or not cfg.is_file():
         return None
-    try:
-        value = json.loads(cfg.read_text())
-    except (OSError, ValueError):
-        return None
-    return value if isinstance(value, dict) else None
+    return read_config(cfg)
 
 
 def folder_kind(config: dict | None) -> str | None:
@@ -124,6 +136,37 @@ def overlay_weights(model_kwargs: dict) -> list[str]:
     return [k for k in OVERLAY_WEIGHT_KEYS if isinstance(overlay, dict) and overlay.get(k)]
 
 
+# --model-arg keys of timm's create_model whose value is a dict that may name a weights ``file``
+CONFIG_ARGS = ("pretrained_cfg_overlay", "pretrained_cfg")
+
+
+def weight_files(model_kwargs: dict) -> dict[str, str]:
+    """``{option wording: path}`` of every file a ``--model-arg`` names for timm to read (the ``file`` of
+    ``pretrained_cfg_overlay`` or ``pretrained_cfg``, a ``file`` argument)."""
+    found = {}
+    for key in CONFIG_ARGS:
+        value = model_kwargs.get(key)
+        if isinstance(value, dict) and value.get("file") is not None:
+            found[f"--model-arg {key} file"] = value["file"]
+    if model_kwargs.get("file") is not None:
+        found["--model-arg file"] = model_kwargs["file"]
+    return found
+
+
+def check_weight_files(model_kwargs: dict) -> None:
+    """The files ``--model-arg`` names get the checks ``--weights`` gets before anything is read (it
+    exists, is a regular file, has a checkpoint's suffix): a ValueError naming the option and the file."""
+    files = weight_files(model_kwargs)
+    if not files:
+        return
+    from .checkpoints import check_checkpoint_file
+
+    for what, path in files.items():
+        if not isinstance(path, (str, os.PathLike)):
+            raise ValueError(f"{what}: expected a file path, got {path!r}")
+        check_checkpoint_file(path, what)
+
+
 def _named(model: str) -> ModelSource:
     try:
         return model_source(model)
@@ -143,6 +186,7 @@ def check_weights_source(model: str | None, weights, pretrained: bool, random_in
         raise ValueError("--random-init: it contradicts --pretrained; pass one of them")
     if weights is not None and pretrained:
         raise ValueError("--pretrained: --weights already gives the weights; pass one of them")
+    check_weight_files(model_kwargs)
     named = overlay_weights(model_kwargs)
     if named and not pretrained:
         raise ValueError(f"--model-arg pretrained_cfg_overlay: its {', '.join(named)} names weights, which "

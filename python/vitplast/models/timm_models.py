@@ -39,6 +39,12 @@ def create_vit(name: str, num_classes: int, img_size: int | None = None,
     if not isinstance(num_classes, int) or num_classes < 0:
         raise ValueError(f"num_classes must be an int >= 0, got {num_classes!r}")
     check_timm_name(name)
+    if pretrained:  # a file a --model-arg names is read as --weights would be, before timm reads it
+        from .checkpoints import read_checkpoint_file
+        from .sources import weight_files
+
+        for what, path in weight_files(timm_kwargs).items():
+            read_checkpoint_file(path, what)
     kwargs = dict(timm_kwargs)
     if img_size is not None:
         kwargs["img_size"] = img_size

@@ -106,7 +106,7 @@ def _misfit(path, model, left: list[str], unexpected: list[str], shapes: dict, s
     n_own = len(model.state_dict())
     parts = []
     if left:
-        detail = ", ".join(f"{k} {shapes[k][0]} vs checkpoint {shapes[k][1]}" if k in shapes
+        detail = ", ".join(f"{k}: expected shape {shapes[k][0]}, found {shapes[k][1]}" if k in shapes
                            else f"{k} (absent)" for k in left[:4])
         parts.append(f"{len(left)} of {n_own} tensors of {type(model).__name__} besides the head would stay "
                      f"at random init ({detail}{' ...' if len(left) > 4 else ''})")

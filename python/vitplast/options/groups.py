@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..models.families import DEFAULT_MODEL
+from ..models.sizes import MAX_IMG_SIZE, check_model_size
 from ..models.sources import check_weights_source
 from ..runtime.device import check_device
 from ..runtime.precision import AMP_ALIASES, AMP_CHOICES
@@ -29,9 +30,8 @@ from .fields import Kind, OptionError, checked, choice, csv, integer, number, op
 # own "sgd" is Nesterov's)
 OPTIMIZERS = {"sgd": "momentum", "adamw": "adamw", "adam": "adam"}
 SCHEDULES = ("constant", "cosine")
-# the largest --img-size: 4096x4096 images (ViT-Huge/14 at 4096: 85 000 tokens a sequence, beyond any
-# model's trained position embeddings); a larger value would only exhaust memory
-MAX_IMG_SIZE = 4096
+# --img-size of every command: pixels a side, bounded before any model is built
+IMG_SIZE = optional(integer(1, MAX_IMG_SIZE, what=f"must be in 1..{MAX_IMG_SIZE} (pixels a side)"))
 GROUP_TITLES = {"model": "model", "data": "data", "optim": "optimisation", "runtime": "runtime"}
 
 
@@ -92,9 +92,7 @@ class ModelOptions:
     random_init: bool = option(
         False, "run randomly initialised weights (without it, a model with no weights to load is refused)",
         action="store_true", group="model")
-    img_size: int | None = option(
-        None, "input size (default: the model's)", group="model",
-        kind=optional(integer(1, MAX_IMG_SIZE, what=f"must be in 1..{MAX_IMG_SIZE} (pixels a side)")))
+    img_size: int | None = option(None, "input size (default: the model's)", group="model", kind=IMG_SIZE)
     trust_remote_code: bool = option(
         False, "run the Python code a transformers model folder or hub repository ships (its config.json's "
         "auto_map); without it such a model is refused and no code of a model folder ever runs. Only for a "
@@ -114,6 +112,7 @@ class ModelOptions:
         try:
             check_weights_source(self.model, self.weights, bool(self.pretrained), bool(self.random_init),
                                  self.model_kwargs if isinstance(self.model_kwargs, dict) else {})
+            check_model_size(self.model_kwargs if isinstance(self.model_kwargs, dict) else {}, "--model-arg")
         except OptionError:
             raise
         except ValueError as exc:

@@ -7,7 +7,7 @@ import dataclasses
 
 from ..options import parsing as T
 from ..options.fields import OptionError, choice, integer, number, option, optional, settle
-from ..options.groups import RuntimeOptions
+from ..options.groups import IMG_SIZE, RuntimeOptions
 
 # what a bare `vitplast profile` measures on each device type: (model, images per batch, dtype)
 DEVICE_DEFAULTS = {"cuda": ("vit_base_patch16_224", 64, "bfloat16"),
@@ -32,7 +32,7 @@ class ProfileOptions(RuntimeOptions):
         f"GPU, {_CPU[2]} on a CPU)", kind=optional(choice(T.DTYPES, T.DTYPE_ALIASES)))
     protocol: str = option("in_situ", "capture protocol", kind=choice(("in_situ", "decomposition")))
     pairs: str = option("halves", "pairing scheme", kind=choice(("halves", "all")))
-    img_size: int | None = option(None, "input resolution (default: the model's)", kind=optional(integer(1)))
+    img_size: int | None = option(None, "input resolution (default: the model's)", kind=IMG_SIZE)
     depth: int | None = option(None, "override the number of blocks (a smaller, faster model; default: the "
                                "model's)", kind=optional(integer(1)))
     threads: int | None = option(None, "CPU threads for torch and the kernels (default: torch's)",
