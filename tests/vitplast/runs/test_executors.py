@@ -5,6 +5,7 @@ retried; ``--shard I/N`` slices and the SLURM array default; the executor option
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 import time
@@ -150,3 +151,25 @@ def test_a_missing_ray_is_one_line_naming_the_extra(monkeypatch, tmp_path, capsy
     assert "--executor ray: Ray is not installed" in err[0]
     assert "pip install 'vitplast-kernels[ray]'" in err[0]
     assert not (tmp_path / "o").exists()
+
+
+def test_the_thread_pool_executor_of_the_contributing_notes_runs_a_grid(tmp_path, monkeypatch):
+    """DEVELOPERS.md's example executor, registered as its one line says, runs jobs like the others."""
+    import re
+    import sys
+    import types
+
+    from vitplast.runs.executors import registry
+
+    notes = (Path(__file__).resolve().parents[3] / "DEVELOPERS.md").read_text()
+    code = re.search(r"```python\n(.*?)```", notes, re.S).group(1)
+    module = types.ModuleType("vitplast.runs.executors.threads")
+    module.__package__ = "vitplast.runs.executors"
+    exec(compile(code, "DEVELOPERS.md", "exec"), module.__dict__)
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    monkeypatch.setitem(registry.EXECUTORS, "threads", module.__name__)
+    opts = resolve(ExecutorOptions, {})
+    executor = registry.make_executor(dataclasses.replace(opts, executor="threads"), jobs=2, threads=None,
+                                      device_type="cpu")
+    with executor:
+        assert executor.run(_jobs(tmp_path, [square, square, square]), _progress()) == [0, 1, 4]
