@@ -6,6 +6,8 @@ cannot encode a character. One test per case; each failed on the code before the
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import sys
 import time
 import warnings
@@ -233,3 +235,140 @@ def test_stale_temporary_checkpoint_is_removed_at_the_next_start(tmp_path):
     _finetune(run, train="MHA", resume=True)
     assert (run / "summary.json").exists()
     assert not [p.name for p in run.iterdir() if ".tmp" in p.name]
+
+
+# -- item 8: environment variables named in their errors -----------------------------------------------
+
+
+@pytest.mark.parametrize("name,value,accepts", [
+    ("VITPLAST_COMPILED_REDUCTION", "garbage", "'inductor', 'kernel'"),
+    ("WORLD_SIZE", "abc", "an integer >= 1"),
+    ("VITPLAST_AUTOTUNE", "maybe", "1, true, yes"),
+    ("SLURM_ARRAY_TASK_ID", "x", "an integer"),
+])
+def test_bad_environment_variable_is_named_rc_2(name, value, accepts, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv(name, value)
+    rc, _, err = _cli(["measure", "--out", str(tmp_path / "o")], capsys)
+    assert rc == 2 and len(err) == 1 and name in err[0] and accepts in err[0], err
+    assert _tree(tmp_path) == []
+
+
+def test_kernel_library_reads_its_variables_at_use_not_import(tmp_path):
+    code = ("import vitplast_kernels, vitplast.cli\n"
+            "from vitplast_kernels.backends import cuda\n"
+            "try:\n    cuda.autotune_enabled()\nexcept ValueError as e:\n    print('use:', e)\n")
+    env = _env(VITPLAST_COMPILED_REDUCTION="garbage", VITPLAST_AUTOTUNE="2")
+    done = subprocess.run([PY, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert "use: VITPLAST_AUTOTUNE='2'" in done.stdout
+
+
+@pytest.mark.parametrize("value,shown", [("0", False), ("false", False), ("no", False), ("1", True),
+                                         ("yes", True)])
+def test_vitplast_traceback_is_on_for_1_true_yes_only(value, shown, monkeypatch):
+    from vitplast.cli.errors import exit_status
+
+    monkeypatch.setenv("VITPLAST_TRACEBACK", value)
+    try:
+        raise TypeError("a bug")
+    except TypeError as exc:
+        if shown:
+            with pytest.raises(TypeError):
+                exit_status("vitplast measure", "measure", exc)
+        else:
+            assert exit_status("vitplast measure", "measure", exc) == 1
+
+
+# -- item 10: bounded workers --------------------------------------------------------------------------
+
+
+def test_workers_beyond_the_usable_cpus_are_refused_before_anything_starts(tmp_path, capsys):
+    too_many = len(os.sched_getaffinity(0)) + 1
+    rc, _, err = _cli(["finetune", "--data", "synthetic", "--steps", "1", "--workers", str(too_many),
+                       "--out", str(tmp_path / "o")], capsys)
+    assert rc == 2 and len(err) == 1 and f"--workers {too_many}" in err[0] and "CPU" in err[0], err
+    assert _tree(tmp_path) == []
+
+
+# -- items 10, 11: clean stops -------------------------------------------------------------------------
+
+SMALL_MODEL = ["--model", "vit_tiny_patch16_224", "--img-size", "16", "--model-arg", "patch_size=8",
+               "--model-arg", "depth=2", "--model-arg", "embed_dim=32", "--model-arg", "num_heads=2",
+               "--random-init"]
+
+
+def _in_group(pgid: int) -> list[int]:
+    """Processes of the process group ``pgid`` that still run (zombies aside)."""
+    alive = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            alive.append(int(entry))
+    return alive
+
+
+def _stop_grid(tmp_path: Path, how: str) -> tuple[int, list[str], list[int]]:
+    """A finetune grid of two runs in two worker processes, each loading images in a process of its
+    own, stopped (``how``: SIGTERM to the command, or Ctrl-C: SIGINT to its process group) once a run
+    has a checkpoint; its exit status, stderr lines, and what of its process group still runs."""
+    _images(tmp_path / "data", per_class=24, size=16)
+    out = tmp_path / "grid"
+    argv = [PY, "-m", "vitplast.cli", "finetune", *SMALL_MODEL, "--data", str(tmp_path / "data"),
+            "--train", "MHA,FC1", "--steps", "100000", "--batch-size", "8", "--checkpoint-every", "2",
+            "--jobs", "2", "--workers", "1", "--no-progress", "--no-plots", "--out", str(out)]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=_env(),
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 240
+        while not any(out.glob("*/checkpoint.pt")) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert proc.poll() is None, proc.communicate()[1]
+        if how == "SIGTERM":
+            proc.send_signal(signal.SIGTERM)
+        else:
+            os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+        deadline = time.monotonic() + 1.0  # a moment for the kernel to reap what was killed
+        while _in_group(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return proc.returncode, [ln for ln in err.splitlines() if ln.strip()], _in_group(proc.pid)
+    finally:
+        for pid in _in_group(proc.pid):
+            with __import__("contextlib").suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.slow
+def test_sigterm_stops_a_grid_with_its_workers_exit_143(tmp_path):
+    rc, err, left = _stop_grid(tmp_path, "SIGTERM")
+    assert rc == 143 and len(err) == 1 and "stopped by SIGTERM" in err[0] and "--resume" in err[0], err
+    assert left == [], f"processes outlived the command: {left}"
+
+
+@pytest.mark.slow
+def test_ctrl_c_on_jobs_2_leaks_no_semaphore_exit_130(tmp_path):
+    rc, err, left = _stop_grid(tmp_path, "SIGINT")
+    assert rc == 130 and len(err) == 1 and "interrupted" in err[0], err  # no "leaked semaphore" warning
+    assert left == [], f"processes outlived the command: {left}"
+
+
+# -- item 13: output never costs results ---------------------------------------------------------------
+
+
+def test_ascii_terminal_keeps_the_measurement(tmp_path, monkeypatch):
+    import io
+
+    stdout = io.TextIOWrapper(io.BytesIO(), encoding="ascii")  # PYTHONIOENCODING=ascii, LC_ALL=C
+    monkeypatch.setattr(sys, "stdout", stdout)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        rc = main(["measure", "--batches", "1", "--no-progress", "--out", str(tmp_path / "res")])
+    stdout.flush()
+    printed = stdout.buffer.getvalue().decode("ascii")
+    assert rc == 0 and (tmp_path / "res" / "plasticity.json").exists()
+    assert "+/-" in printed  # the table's mean +/- half-width, in ASCII

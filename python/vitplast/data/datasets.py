@@ -307,13 +307,26 @@ def make_loader(dataset: Dataset, batch_size: int, shuffle: bool = True, seed: i
 
     Batches are ``(images (b, 3, H, W) float32, labels (b,) int64)``; over a dataset that skips bad
     images, a batch holds only the good ones (fewer than ``batch_size``; ``None`` when none is good).
+    ``num_workers`` loading processes (at most the CPUs this process may use; ValueError naming
+    ``--workers`` beyond) die with this process.
     """
+    from ..runtime.resources import check_workers
+
     if not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+    check_workers(num_workers)
     g = torch.Generator().manual_seed(seed)
     collate = _collate_present if getattr(dataset, "skip_bad_images", False) else None
     return DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, generator=g, drop_last=drop_last,
-                      num_workers=num_workers, collate_fn=collate)
+                      num_workers=num_workers, collate_fn=collate,
+                      worker_init_fn=_loader_worker_init if num_workers else None)
+
+
+def _loader_worker_init(worker_id: int) -> None:
+    """A data-loading process dies with the process it loads for (no worker outlives its command)."""
+    from ..runtime.stops import die_with_parent
+
+    die_with_parent()
 
 
 def _collate_present(items: list):

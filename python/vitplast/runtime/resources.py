@@ -13,9 +13,12 @@ def usable_cpus() -> int:
         return os.cpu_count() or 1
 
 
-def check_workers(workers: int | None, flag: str = "--workers") -> None:
-    """ValueError naming ``flag`` when ``workers`` data-loading processes exceed the usable CPUs."""
-    if workers is None:
+def check_workers(workers: int | str | None, flag: str = "--workers") -> None:
+    """ValueError naming ``flag`` when ``workers`` data-loading processes exceed the usable CPUs (a value
+    that is no integer is left to the option's own check)."""
+    try:
+        workers = int(workers)
+    except (TypeError, ValueError):
         return
     cpus = usable_cpus()
     if workers > cpus:

@@ -7,7 +7,9 @@ released. A second signal of the same kind ends the process at once (the default
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 
@@ -52,3 +54,38 @@ def stops_as_exceptions() -> Iterator[None]:
         for s, previous in saved.items():
             with contextlib.suppress(TypeError, ValueError):
                 signal.signal(s, previous if previous is not None else signal.SIG_DFL)
+
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def die_with_parent() -> None:
+    """In a worker process (a data loader's, an executor's): the kernel kills it when its parent dies
+    (Linux ``PR_SET_PDEATHSIG``; elsewhere nothing: such workers watch their parent themselves)."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+
+
+def _end_worker(signum: int, frame) -> None:
+    signal.signal(signum, signal.SIG_DFL)
+    from multiprocessing import util
+
+    with contextlib.suppress(Exception):  # what a normal end of the process runs
+        util._exit_function()
+    os._exit(128 + signum)
+
+
+def clean_worker_exit() -> None:
+    """In an executor's worker process: SIGTERM (how the driver stops its workers) ends it at once,
+    after multiprocessing's exit handlers, as a normal end would: the semaphores it holds are
+    released and its own data-loading processes stopped, so nothing is leaked and nothing more is
+    written; progress bars lock with a thread lock, not the semaphore tqdm creates by default."""
+    from tqdm import tqdm
+
+    tqdm.set_lock(threading.RLock())
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _end_worker)

@@ -21,6 +21,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from ...runtime.stops import clean_worker_exit
 from ..rundir import check_parent, guard_writes
 from .base import Attempt, Ended, ExecutorBase, Resources
 from .jobs import run_attempt
@@ -38,6 +39,7 @@ def _worker_init(parent_pid: int) -> None:
             ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
         except (OSError, AttributeError):
             pass
+    clean_worker_exit()  # SIGTERM from the driver: exit handlers run, no semaphore leaks
     guard_writes(parent_pid)
     check_parent()  # the parent may have died before prctl took effect
     threading.Thread(target=_watch_parent, name="vitplast-watch-parent", daemon=True).start()
