@@ -237,6 +237,20 @@ def test_stale_temporary_checkpoint_is_removed_at_the_next_start(tmp_path):
     assert not [p.name for p in run.iterdir() if ".tmp" in p.name]
 
 
+
+def test_grid_refuses_its_partial_runs_before_training_any(tmp_path):
+    from vitplast.finetune.spec import run_name
+    from vitplast.runs.rundir import RunDirError
+
+    grid = tmp_path / "grid"
+    with pytest.raises(_Stop):  # the second run of the grid, stopped after its first checkpoint
+        _finetune(grid / run_name("FC1", 0.05, 3), train="FC1", after_step=_stop_after(5))
+    steps = []
+    with pytest.raises(RunDirError, match="1 unfinished.*FC1-lr0.05-s3.*--resume"):
+        _finetune(grid, train="MHA,FC1", after_step=steps.append)  # no --resume
+    assert steps == []  # refused before MHA trained a step
+    assert sorted(p.name for p in grid.iterdir()) == [run_name("FC1", 0.05, 3)]
+
 # -- item 8: environment variables named in their errors -----------------------------------------------
 
 

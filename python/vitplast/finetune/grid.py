@@ -18,7 +18,13 @@ from pathlib import Path
 from ..options.fields import options_for
 from ..outputs.reporter import Reporter
 from ..runs.grid import GridRun, GridSession, refuse_unfinished, runs_of_this_process, train_grid
-from ..runs.rundir import RunDir, RunDirError, config_differences, write_json_atomic
+from ..runs.rundir import (
+    RunDir,
+    RunDirError,
+    config_differences,
+    refuse_existing_runs,
+    write_json_atomic,
+)
 from ..runtime.distributed import DistContext
 from .loop import AfterStep, train_run
 from .options import FinetuneOptions
@@ -118,13 +124,17 @@ def finetune(opts: FinetuneOptions | None = None, /, *, reporter: Reporter | Non
 
 
 def _check_existing(opts: FinetuneOptions, specs: list[RunSpec]) -> None:
-    """Refuses a finished grid's --out without --resume, and existing runs of other options."""
+    """Refuses a finished grid's --out without --resume, existing runs of other options, and (without
+    --resume) the runs of this process that its --out already holds."""
     out = Path(opts.out)
     if len(specs) > 1 and (out / "grid_summary.json").exists() and not specs[0].resume:
         raise RunDirError(f"--out {out} already holds a finished grid (grid_summary.json); refusing to "
                           "overwrite it: choose another --out (or pass --resume to load its results)")
     if specs[0].resume and (mismatches := config_mismatches(specs)):
         raise RunDirError(mismatch_message(mismatches))
+    if len(specs) > 1 and not specs[0].resume:  # before any run trains, not when the held run's turn comes
+        mine = opts.shard.select(specs) if opts.shard is not None else specs
+        refuse_existing_runs([s.directory for s in mine], out)
 
 
 def _aggregate(opts: FinetuneOptions, specs: list[RunSpec], summaries: list[dict], dctx: DistContext,
@@ -133,7 +143,7 @@ def _aggregate(opts: FinetuneOptions, specs: list[RunSpec], summaries: list[dict
     for spec, s in zip(specs, summaries, strict=True):
         reporter.say(f"{spec.train:<10} lr={spec.lr:g} seed={spec.seed}: accuracy {s['initial_acc']:.4f} "
                      f"-> {s['final_acc']:.4f} ({s['trainable_params']:,} trainable parameters)")
-    rows = aggregate(summaries, opts.components)
+    rows = aggregate(summaries, opts.components, opts.train)
     result = {"runs": summaries, "table": rows, "table_text": format_table(rows)}
     out = Path(opts.out)
     if dctx.is_main and len(specs) > 1:
