@@ -30,10 +30,13 @@ import numpy as np
 from .plasticity import summarize_chunks
 from .statistics import (
     STATISTICS,
+    kendall_tau_b,
     paired_tests,
+    partial_spearman,
     percentile_interval,
     permutation_test,
     resample_counts,
+    spearman,
     t_interval,
     theil_sen,
     too_few_to_resample,
@@ -141,10 +144,13 @@ def _finite(x: float) -> float | None:
 
 def analyse(measured: dict, summaries: list[dict], *, components: list[str], lrs: list[float],
             seeds: list[int], baseline: str = "head", extra: tuple[str, ...] | list[str] = (),
-            bootstrap: int = 2000, permutations: int = 10000, seed: int = 0) -> dict:
+            bootstrap: int = 2000, permutations: int = 10000, seed: int = 0,
+            criteria: dict | None = None) -> dict:
     """The claim's result: per-component rows, correlations, their bootstrap and permutation tests;
     ``extra``: baselines trained beside the components (full, lora; head when it is not the gain's
-    reference), reported with their accuracy and gain, not ranked."""
+    reference), reported with their accuracy and gain, not ranked. ``criteria``: ``{name: {"scores":
+    {component: score}, "seconds": s}}`` of the criteria other than plasticity, each correlated with
+    the gains as plasticity is (:func:`criteria_rows`; plasticity's row comes from this measurement)."""
     trains = list(components) + list(extra) + (["head"] if baseline == "head" else [])
     acc, initial, params = accuracy_cube(summaries, trains, lrs, seeds)
     n_c, n_s = len(components), len(seeds)
@@ -209,6 +215,10 @@ def analyse(measured: dict, summaries: list[dict], *, components: list[str], lrs
         row["relative_gain"] = _finite(float(rel[n_c + k]))
         row["relative_gain_validated"] = _finite(float(rel_val[n_c + k]))
     by_component = {trains[t]: per_seed[t].tolist() for t in range(len(trains))}
+    scored = {"plasticity": {"scores": dict(zip(components, p_value.tolist(), strict=True)),
+                             "seconds": float(measured.get("seconds", math.nan))}, **(criteria or {})}
+    criteria_table = criteria_rows(scored, components, gain, g_reps, sizes, permutations=permutations,
+                                   seed=seed, withheld=withheld)
     return {
         "rows": rows, "baseline": base_row, "baselines": extra_rows, "correlations": correlations,
         "params_correlations": size_corr,
@@ -220,10 +230,41 @@ def analyse(measured: dict, summaries: list[dict], *, components: list[str], lrs
                       "pairs": int(measured["pairs"]), "level": LEVEL, "withheld": withheld},
         "relative_gain": {"definition": RELATIVE_GAIN,
                           "validated": VALIDATED if holdout is not None else f"{VALIDATED} {NO_HOLDOUT}"},
+        "criteria": criteria_table,
         "mha_tests": (paired_tests("MHA", {c: by_component[c] for c in components})
                       if "MHA" in components and n_c >= 2 else None),
         "verdict": verdict(correlations["spearman"], n_c),
     }
+
+
+def criteria_rows(criteria: dict, components: list[str], gain: np.ndarray, g_reps: np.ndarray,
+                  sizes: np.ndarray, *, permutations: int, seed: int, withheld: str | None,
+                  granularity: str = "component") -> list[dict]:
+    """One row per criterion: its scores against the accuracy gains of the ``components`` (units where
+    both are defined: ``n``), Spearman with its bootstrap interval over seeds (none when ``withheld``),
+    Kendall's tau-b, the one-sided permutation p of Spearman (H1: rho > 0), the partial Spearman with
+    the trainable-parameter count held fixed (null for ``size``, which is that count) and the scoring
+    ``seconds``."""
+    rows = []
+    for name, c in criteria.items():
+        x = np.array([c["scores"].get(k, math.nan) for k in components], dtype=np.float64)
+        x = np.array([math.nan if v is None else v for v in x], dtype=np.float64)
+        ok = np.isfinite(x) & np.isfinite(gain)
+        n = int(ok.sum())
+        row = {"criterion": name, "granularity": granularity, "n": n, "spearman": None,
+               "spearman_ci": [None, None], "kendall": None, "p_value": None, "partial_size": None,
+               "seconds": _finite(float(c.get("seconds", math.nan)))}
+        if n >= 3:
+            xs, ys = x[ok], gain[ok]
+            perm = permutation_test(xs, ys, spearman, permutations=permutations, seed=seed)
+            reps = np.asarray(spearman(np.broadcast_to(xs, g_reps[:, ok].shape), g_reps[:, ok]))
+            ci = [None, None] if withheld else [_finite(v) for v in percentile_interval(reps, LEVEL)]
+            partial = None if name == "size" else _finite(float(partial_spearman(xs, ys, sizes[ok])))
+            row.update(spearman=_finite(float(spearman(xs, ys))), spearman_ci=ci,
+                       kendall=_finite(float(kendall_tau_b(xs, ys))), p_value=_finite(perm["greater"]),
+                       partial_size=partial)
+        rows.append(row)
+    return rows
 
 
 def _baseline_row(train: str, t: int, acc, best_idx, per_seed, base_seed, params, lrs) -> dict:

@@ -13,6 +13,7 @@ import dataclasses
 import os
 from pathlib import Path
 
+from ..criteria import CRITERIA
 from ..finetune import TRAIN_ORDER, RunSettings, import_peft
 from ..models.families import family_of
 from ..options.fields import (
@@ -130,6 +131,12 @@ class ClaimOptions(ExecutorOptions, RuntimeOptions, OptimOptions, DataOptions, M
                                  "--cpus-per-run); runs of the same --threads give the same results bit for "
                                  "bit", group="grid",
                                  kind=optional(integer(1)))
+    criteria: list = option(
+        ",".join(CRITERIA), "criteria compared with the accuracy gains, comma-separated (default: every one: "
+        "%(default)s); each is scored on the model the runs start from (see the criteria guide)",
+        group="pairs", kind=csv(choice(tuple(CRITERIA)), unique=True))
+    criterion_batches: int = option(4, "rgn, fisher, cka: labelled training batches of --batch-size images "
+                                    "they read (default: %(default)s)", group="pairs", kind=integer(1))
     bootstrap: int = option(2000, "bootstrap replicates", group="out", kind=integer(1))
     permutations: int = option(10000, "random permutations beyond 8 components (up to 8: all of them)",
                                group="out", kind=integer(1))

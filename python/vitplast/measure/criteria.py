@@ -40,16 +40,17 @@ def seeds_of(opts: MeasureOptions) -> tuple[int, ...]:
 
 def cache_key(name: str, opts: MeasureOptions, record: dict, device) -> str:
     """sha256 of what ``name``'s scores depend on: the provenance ``record`` (model, weights' hash,
-    data, transform; library versions left out), and the criterion's options."""
-    prov = {k: v for k, v in record.items() if k != "versions"}
+    data, transform; library versions left out), and the criterion's options
+    (:func:`vitplast.criteria.cache.cache_key`)."""
+    from vitplast.criteria.cache import cache_key as key_of
+
     options: dict[str, Any] = {"criterion": name, "components": opts.components, "amp": opts.amp,
                                "device": str(device), "split": opts.split}
     if name in LABELLED:
         options.update(criterion_batches=opts.criterion_batches, batch_size=opts.batch_size, seed=opts.seed)
     if name in PER_SEED:
         options["seeds"] = list(seeds_of(opts))
-    text = json.dumps({"provenance": prov, "options": options}, sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()
+    return key_of(record, options)
 
 
 # the fields of run.json that plasticity's scores depend on (with its provenance, versions left out)
@@ -89,16 +90,9 @@ def saved_plasticity(opts: MeasureOptions, record: dict, device, img_size: int):
 
 def reusable(out: str | None, name: str, key: str):
     """The ``CriterionResult`` saved in ``out/NAME.json`` when its cache key is ``key``, else None."""
-    from vitplast.criteria import CriterionResult
+    from vitplast.criteria.cache import cached
 
-    if out is None:
-        return None
-    path = Path(out) / f"{name}.json"
-    try:
-        saved = CriterionResult.from_json(path)
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    return saved if saved.meta.get("cache_key") == key else None
+    return None if out is None else cached(Path(out) / f"{name}.json", key)
 
 
 def labelled_batches(opts: MeasureOptions, dataset, device) -> list:

@@ -1,0 +1,43 @@
+"""The claim's criteria rows: each criterion's scores against the accuracy gains, as plasticity's."""
+
+from __future__ import annotations
+
+import pytest
+from test_claim_end_to_end import _made_up
+from vitplast.claim.analysis import analyse
+from vitplast.claim.report import criteria_lines
+
+
+def _analysed(criteria):
+    measured, summaries = _made_up()
+    return analyse(measured, summaries, components=["MHA", "FC1", "LN1"], lrs=[1e-3, 1e-2], seeds=[0, 1],
+                   bootstrap=100, criteria=criteria)
+
+
+def test_each_criterion_is_correlated_with_the_gains():
+    an = _analysed({"size": {"scores": {"MHA": 100, "FC1": 80, "LN1": 8}, "seconds": 0.5},
+                    "rgn": {"scores": {"MHA": 0.1, "FC1": 0.2, "LN1": 0.3}, "seconds": 1.5},
+                    "spectral": {"scores": {"MHA": 2.0, "FC1": 3.0, "LN1": None}, "seconds": 0.2}})
+    rows = {r["criterion"]: r for r in an["criteria"]}
+    assert list(rows) == ["plasticity", "size", "rgn", "spectral"]
+    # gains rank MHA > FC1 > LN1, as plasticity (3, 2, 1) and size do; rgn ranks them the other way
+    assert rows["plasticity"]["spearman"] == pytest.approx(1.0)
+    assert rows["plasticity"]["p_value"] == pytest.approx(1 / 6) and rows["plasticity"]["n"] == 3
+    assert rows["size"]["spearman"] == pytest.approx(1.0) and rows["size"]["partial_size"] is None
+    assert rows["rgn"]["spearman"] == pytest.approx(-1.0) and rows["rgn"]["p_value"] == pytest.approx(1.0)
+    assert rows["rgn"]["kendall"] == pytest.approx(-1.0) and rows["rgn"]["seconds"] == 1.5
+    # LN1 has no spectral score: 2 units left, too few for a rank correlation
+    assert rows["spectral"]["n"] == 2 and rows["spectral"]["spearman"] is None
+    # 2 seeds: no bootstrap interval for any criterion
+    assert all(r["spearman_ci"] == [None, None] for r in rows.values())
+    assert all(r["granularity"] == "component" for r in rows.values())
+    text = "\n".join(criteria_lines(an["criteria"]))
+    assert "criteria vs accuracy gain" in text and "rgn" in text and "[no interval]" in text
+
+
+def test_partial_on_size_vanishes_when_size_ranks_like_the_gains():
+    an = _analysed({"cka": {"scores": {"MHA": 0.9, "FC1": 0.1, "LN1": 0.5}, "seconds": 0.1}})
+    row = an["criteria"][1]
+    assert row["criterion"] == "cka" and row["spearman"] == pytest.approx(0.5)
+    # sizes 100 > 80 > 8 rank as the gains do: nothing is left for cka to explain
+    assert row["partial_size"] is None or abs(row["partial_size"]) < 1e-6
