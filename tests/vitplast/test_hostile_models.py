@@ -25,7 +25,7 @@ def _cli(argv, capsys, stdin: str | None = None, monkeypatch=None) -> tuple[int,
     if stdin is not None:
         monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+        warnings.simplefilter("always")  # the command prints each warning on stderr
         rc = main([str(a) for a in argv])
     return rc, capsys.readouterr().err
 
@@ -222,3 +222,25 @@ def test_a_corrupt_line_in_the_middle_of_metrics_jsonl_is_named(tmp_path):
     path.write_text('{"kind": "train", "step": 0}\n{"kind": "tr\n{"kind": "train", "step": 2}\n')
     with pytest.raises(ValueError, match=r"metrics.jsonl: line 2 of 3 is not valid JSON"):
         read_jsonl(path)
+
+
+# ---- 14. numbers that cannot be trusted say so -------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf")], ids=["nan", "inf"])
+def test_non_finite_weights_are_named_and_left_out_of_the_ranking(value, tmp_path, capsys):
+    from safetensors.torch import load_file, save_file
+    from vitplast.models.digits import SHIPPED_DIR
+
+    state = load_file(str(next(SHIPPED_DIR.glob("*.safetensors"))))
+    state["blocks.2.mlp.fc1.weight"][0, 0] = value
+    path = tmp_path / "bad.safetensors"
+    save_file(state, str(path))
+    out = tmp_path / "out"
+    rc, err = _cli(_measure("digits-vit", out, "--weights", path), capsys)
+    assert rc == 0, err
+    assert "blocks.2.mlp.fc1.weight" in err and "NaN or inf" in err
+    assert "non-finite rates" in err and "FC1 (layers 2, 3" in err and "left out of the ranking" in err
+    saved = json.loads((out / "plasticity.json").read_text())
+    assert "FC1" in saved["unranked"] and all(c not in saved["unranked"] for c, _ in saved["ranking"])
+    assert "left out" in capsys.readouterr().out or "left out" in err

@@ -223,9 +223,39 @@ class PlasticityResult:
         return float(m.mean()) if m.numel() else float("nan")
 
     def ranking(self) -> list[tuple[str, float]]:
-        """``[(component, overall mean), ...]``, most plastic first (NaN last)."""
-        vals = [(c, self.overall(c)) for c in self.components]
-        return sorted(vals, key=lambda cv: (not math.isfinite(cv[1]), -cv[1] if math.isfinite(cv[1]) else 0))
+        """``[(component, overall mean), ...]``, most plastic first; the components of `unranked` are
+        left out of it."""
+        gone = set(self.unranked())
+        vals = [(c, self.overall(c)) for c in self.components if c not in gone]
+        return sorted(vals, key=lambda cv: -cv[1])
+
+    def unranked(self) -> list[str]:
+        """The components left out of `ranking`: no finite mean over layers, or a layer whose every pair
+        was non-finite (its mean over layers would then leave that layer out, unlike the others')."""
+        out = []
+        for c in self.components:
+            lost = (~torch.isfinite(self.mean(c))) & (self.n_nonfinite(c) > 0)
+            if not math.isfinite(self.overall(c)) or bool(lost.any()):
+                out.append(c)
+        return out
+
+    def nonfinite_warning(self) -> str | None:
+        """One line naming the components (and layers) with non-finite pairs (non-finite weights,
+        inputs or an overflow), which the means leave out, and the components left out of the ranking;
+        None when every pair was finite."""
+        report = self.nonfinite_report()
+        if not report:
+            return None
+        per: dict[str, list[tuple[str, int]]] = {}
+        for c, layer, n in report:
+            per.setdefault(c, []).append((layer, n))
+        parts = [f"{c} (layer{'s' if len(v) > 1 else ''} {', '.join(str(layer) for layer, _ in v)}: "
+                 f"{sum(n for _, n in v)} pairs)" for c, v in per.items()]
+        text = ("non-finite rates (NaN/inf: non-finite weights or inputs, or an overflow) in "
+                f"{'; '.join(parts)}; those pairs are left out of the means")
+        gone = self.unranked()
+        return text + (f"; left out of the ranking (a layer without a finite rate): {', '.join(gone)}"
+                       if gone else "")
 
     def head_mean(self) -> torch.Tensor:
         """``(L, H)`` float64 mean per-head MHA rates (``per_head=True``)."""
@@ -299,7 +329,9 @@ class PlasticityResult:
         excl = {c: int(self.n_identical(c).sum()) for c in self.components}
         bad = {c: int(self.n_nonfinite(c).sum()) for c in self.components}
         lines.append(f"pairs summed over layers: used {pairs}; identical (excluded) {excl}; non-finite {bad}")
-        lines.append("ranking: " + " > ".join(f"{c} ({v:.3f})" for c, v in self.ranking()))
+        gone = self.unranked()
+        lines.append("ranking: " + (" > ".join(f"{c} ({v:.3f})" for c, v in self.ranking()) or "none")
+                     + (f"; left out (a layer without a finite rate): {', '.join(gone)}" if gone else ""))
         return "\n".join(lines)
 
     def __repr__(self) -> str:
@@ -322,7 +354,9 @@ class PlasticityResult:
                 "n_nonfinite": self.n_nonfinite(c).tolist(),
                 "overall": self.overall(c) if math.isfinite(self.overall(c)) else None,
             }
-        out["ranking"] = [[c, v if math.isfinite(v) else None] for c, v in self.ranking()]
+        out["ranking"] = [[c, v] for c, v in self.ranking()]
+        if self.unranked():
+            out["unranked"] = self.unranked()
         if self._chunks is not None:
             out["chunks"] = self._chunks.cpu().double().tolist()
         if self._heads is not None:

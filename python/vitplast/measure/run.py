@@ -112,6 +112,8 @@ def _plasticity(opts: MeasureOptions, subject: Subject, say, start: float) -> tu
     if measured == 0:
         raise ValueError("no batch was measured: every batch lost its images to --skip-bad-images")
     res = loop.result
+    if res.nonfinite_warning():  # NaN/inf weights or activations: named, left out explicitly
+        warnings.warn(res.nonfinite_warning(), stacklevel=3)
     say(res.table())  # ends with the ranking line
     skipped = f"; {len(bad)} bad images skipped" if bad else ""
     say(f"({measured} batches x {opts.batch_size} images, {opts.protocol}, {AUTOCAST_DTYPES[opts.amp]} on "

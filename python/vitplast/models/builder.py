@@ -174,10 +174,28 @@ def build_model(opts: ModelOptions, num_classes: int, *, allow_partial: bool = F
     """
     plan = plan_model(opts)
     if plan.source.kind == "digits":
-        return _digits(plan, allow_partial, cache_dir, seed, pretrain_config, progress)
-    if plan.source.kind == "hf":
-        return _transformers(plan, num_classes, allow_partial)
-    return _timm(plan, num_classes, allow_partial)
+        built = _digits(plan, allow_partial, cache_dir, seed, pretrain_config, progress)
+    elif plan.source.kind == "hf":
+        built = _transformers(plan, num_classes, allow_partial)
+    else:
+        built = _timm(plan, num_classes, allow_partial)
+    warn_nonfinite_weights(built)
+    return built
+
+
+def warn_nonfinite_weights(built: BuiltModel) -> list[str]:
+    """The names of the model's tensors holding NaN or inf, with a warning naming them (the rates of the
+    components they feed are non-finite, and left out of the ranking); [] when every value is finite."""
+    import torch
+
+    bad = [k for k, v in built.net.state_dict().items()
+           if v.is_floating_point() and not bool(torch.isfinite(v).all())]
+    if bad:
+        where = built.origin.get("file") or built.origin["kind"]
+        warnings.warn(f"{built.name}: {len(bad)} weight tensor(s) hold NaN or inf ({', '.join(bad[:4])}"
+                      f"{' ...' if len(bad) > 4 else ''}; from {where}); the components they feed measure "
+                      "non-finite rates", stacklevel=3)
+    return bad
 
 
 def _digits(plan: ModelPlan, allow_partial: bool, cache_dir, seed: int, pretrain_config, progress: bool):
