@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import sys
 import warnings
 from pathlib import Path
@@ -244,3 +245,55 @@ def test_non_finite_weights_are_named_and_left_out_of_the_ranking(value, tmp_pat
     saved = json.loads((out / "plasticity.json").read_text())
     assert "FC1" in saved["unranked"] and all(c not in saved["unranked"] for c, _ in saved["ranking"])
     assert "left out" in capsys.readouterr().out or "left out" in err
+
+
+def _saved_result(folder: Path, *, model: str = "vit_tiny_patch16_224", components=("LN1", "MHA"),
+                  scale: float = 1.0) -> Path:
+    """A plasticity.json of two layers: every component's rates ``scale`` * (1, 2) over 4 pairs."""
+    import vitplast_kernels as vk
+
+    rates = torch.tensor([1.0, 2.0, 1.0, 2.0], dtype=torch.float64) * scale
+    row = [4.0, float(rates.sum()), float((rates ** 2).sum()), 0.0, 0.0]
+    stats = torch.tensor([[row, row] for _ in components], dtype=torch.float64)
+    result = vk.PlasticityResult(stats, list(components), ["0", "1"], meta={"model": model})
+    folder.mkdir(parents=True, exist_ok=True)
+    result.to_json(folder / "plasticity.json")
+    return folder
+
+
+def test_compare_refuses_an_unknown_format_version(tmp_path, capsys):
+    a, b = _saved_result(tmp_path / "a"), _saved_result(tmp_path / "b")
+    saved = json.loads((b / "plasticity.json").read_text())
+    saved["format"] = "vitplast-plasticity/99"
+    (b / "plasticity.json").write_text(json.dumps(saved))
+    rc, err = _cli(["compare", a, b], capsys)
+    assert rc == 2 and str(b / "plasticity.json") in err and "vitplast-plasticity/99" in err, err
+
+
+def test_compare_refuses_impossible_sums(tmp_path, capsys):
+    a, b = _saved_result(tmp_path / "a"), _saved_result(tmp_path / "b")
+    saved = json.loads((b / "plasticity.json").read_text())
+    saved["components"]["MHA"]["sums"][1] = [4.0, 6.0, 1.0, 0.0, 0.0]  # sum of squares below sum**2 / n
+    (b / "plasticity.json").write_text(json.dumps(saved))
+    rc, err = _cli(["compare", a, b], capsys)
+    assert rc == 2 and str(b / "plasticity.json") in err and "MHA layer 1" in err, err
+
+
+def test_compare_warns_when_the_models_differ(tmp_path, capsys):
+    a = _saved_result(tmp_path / "a", model="vit_tiny_patch16_224")
+    b = _saved_result(tmp_path / "b", model="resnet50")
+    rc, err = _cli(["compare", a, b], capsys)
+    assert rc == 0 and "different models" in err and "resnet50" in err, err
+
+
+def test_compare_aligns_columns_of_any_width(tmp_path, capsys):
+    wide = "C" * 100
+    a = _saved_result(tmp_path / "a", components=(wide, "MHA"), scale=1e60)
+    b = _saved_result(tmp_path / "b", components=(wide, "MHA"), scale=3e60)
+    assert main(["compare", str(a), str(b)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    table = lines[1:lines.index("")]  # header, rule, one row per component
+    assert len(table[2]) > 100 + 2 * 100
+    # cells are separated by two spaces or more; each value column ends where its header does
+    ends = [[m.end() for m in re.finditer(r"\S+(?: \S+)*", line)] for line in (table[0], table[2], table[3])]
+    assert len(ends[0]) == 4 and ends[1][1:] == ends[0][1:] and ends[2][1:] == ends[0][1:], table

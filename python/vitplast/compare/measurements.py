@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from pathlib import Path
+
+import torch
 
 from vitplast_kernels import PlasticityResult
 
 RESULT_FILE = "plasticity.json"
+KNOWN_FORMATS = ("vitplast-plasticity/1",)  # the format versions of plasticity.json this package reads
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,12 +43,49 @@ def result_file(run: str) -> Path:
 
 
 def read_result(path: Path) -> PlasticityResult:
-    """The result saved in ``path``; ValueError naming the file when it is not one."""
+    """The result saved in ``path``; ValueError naming the file when it is not one, has a format
+    version this package does not know, or sums no measurement can give (`check_sums`)."""
     try:
-        return PlasticityResult.from_json(path)
-    except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+        with open(path, encoding="utf-8") as f:
+            saved = json.load(f)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"RUN {str(path)!r}: not a plasticity result written by vitplast "
                          f"({type(exc).__name__}: {exc})") from None
+    version = saved.get("format") if isinstance(saved, dict) else None
+    if version is not None and version not in KNOWN_FORMATS:  # None: not a result (from_dict says so)
+        raise ValueError(f"RUN {str(path)!r}: format {version!r} is not one this version of vitplast reads "
+                         f"({', '.join(KNOWN_FORMATS)}); a newer vitplast may have written it")
+    try:
+        result = PlasticityResult.from_dict(saved)
+    except (KeyError, TypeError, ValueError, RuntimeError, IndexError) as exc:
+        raise ValueError(f"RUN {str(path)!r}: not a plasticity result written by vitplast "
+                         f"({type(exc).__name__}: {exc})") from None
+    problem = check_sums(result)
+    if problem:
+        raise ValueError(f"RUN {str(path)!r}: inconsistent file: {problem}")
+    return result
+
+
+def check_sums(result: PlasticityResult) -> str | None:
+    """What makes the saved sums impossible (a count that is negative or not whole, a non-finite sum, a
+    sum of squares below what the sum implies: ``count * sumsq >= sum**2``), or None."""
+    host = result.stats.detach().to("cpu", dtype=torch.float64)
+    fields = list(result.stat_fields)
+    for i, c in enumerate(result.components):
+        for li, layer in enumerate(result.layers):
+            row = dict(zip(fields, host[i, li].tolist(), strict=True))
+            where = f"component {c} layer {layer}"
+            for name in ("count", "identical", "nonfinite"):
+                v = row.get(name, 0.0)
+                if not math.isfinite(v) or v < 0 or v != round(v):
+                    return f"{where}: {name} {v!r} is not a count (a whole number >= 0)"
+            n, s1, s2 = row["count"], row["sum"], row["sumsq"]
+            if not (math.isfinite(s1) and math.isfinite(s2)):
+                return f"{where}: non-finite sums ({s1!r}, {s2!r})"
+            if s1 < 0 or s2 < 0 or (n == 0 and (s1 or s2)) or n * s2 < s1 * s1 * (1 - 1e-9) - 1e-12:
+                return (f"{where}: sums impossible for {int(n)} non-negative rates (sum {s1!r}, sum of "
+                        f"squares {s2!r})")
+    return None
 
 
 def default_label(path: Path) -> str:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 
 from vitplast_kernels.measure.result import Z95
 
@@ -126,6 +127,11 @@ def compare_measurements(runs: list[Measurement], components: list[str] | None =
         if m.result.layers != layers:
             raise ValueError(f"RUN {m.label!r} has {m.result.n_layers} layers, {runs[0].label!r} "
                              f"{len(layers)}: compare measurements of the same model")
+    models = {m.label: (m.result.meta or {}).get("model") for m in runs}
+    if len({v for v in models.values() if v is not None}) > 1:
+        named = ", ".join(f"{k}: {v}" for k, v in models.items())
+        warnings.warn(f"the runs measured different models ({named}); their plasticities are compared as "
+                      "they are", stacklevel=2)
     measured = [c for m in runs for c in m.result.components]
     order = list(dict.fromkeys(measured))
     if components is not None:
@@ -151,26 +157,36 @@ def _cell(e: Estimate, signed: bool = False) -> str:
     return f"{format(e.mean, fmt)} [{format(lo, fmt)}, {format(hi, fmt)}]"
 
 
+def _aligned(rows: list[list[str]], left: int) -> list[str]:
+    """``rows`` (the first is the header) as lines: the first ``left`` columns left-aligned, the others
+    right-aligned, every column as wide as its widest cell, two spaces between columns whatever the
+    widths."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  ".join(cell.ljust(w) if i < left else cell.rjust(w)
+                      for i, (cell, w) in enumerate(zip(r, widths, strict=True))).rstrip() for r in rows]
+
+
 def format_comparison(cmp: Comparison) -> str:
     """The comparison as text: per component the mean over layers of each run, then per layer, each
-    with its 95% CI, and each run minus the first."""
+    with its 95% CI, and each run minus the first. Columns are as wide as their widest cell."""
     ref = cmp.labels[0]
     diffs = [f"{label} - {ref}" for label in cmp.labels[1:]]
-    width = max(24, *(len(h) + 2 for h in cmp.labels + diffs))
-    head = f"{'component':<10}" + "".join(f"{h:>{width}}" for h in cmp.labels + diffs)
-    lines = [f"plasticity, mean over {len(cmp.layers)} layers [95% CI]; differences against {ref!r}", head,
-             "-" * len(head)]
+    rows = [["component", *cmp.labels, *diffs]]
     for c in cmp.components:
         cells = [_cell(e) for e in cmp.overall[c]]
         cells += [_cell(cmp.difference(c, r), signed=True) for r in range(1, len(cmp.runs))]
-        lines.append(f"{c:<10}" + "".join(f"{x:>{width}}" for x in cells))
-    lines += ["", "per layer [95% CI]:", f"{'component':<10}{'layer':>6}" + "".join(
-        f"{h:>{width}}" for h in cmp.labels + diffs)]
+        rows.append([c, *cells])
+    table = _aligned(rows, 1)
+    width = max(len(line) for line in table)
+    lines = [f"plasticity, mean over {len(cmp.layers)} layers [95% CI]; differences against {ref!r}",
+             table[0], "-" * width, *table[1:]]
+    rows = [["component", "layer", *cmp.labels, *diffs]]
     for c in cmp.components:
         for li, layer in enumerate(cmp.layers):
             cells = [_cell(run[li]) for run in cmp.per_layer[c]]
             cells += [_cell(cmp.difference(c, r, li), signed=True) for r in range(1, len(cmp.runs))]
-            lines.append(f"{c:<10}{layer:>6}" + "".join(f"{x:>{width}}" for x in cells))
+            rows.append([c, str(layer), *cells])
+    lines += ["", "per layer [95% CI]:", *_aligned(rows, 1)]
     lines.append("(differences: 95% CI for independent pairs, conservative when the runs measured the same "
                  "pairs)")
     lines += ["", *(f"ranking {label}: {' > '.join(order)}" for label, order in zip(cmp.labels, ranks(cmp),
