@@ -37,16 +37,44 @@ def dispatcher_grouped(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]) -> 
 # ---------------------------------------------------------------------------------------------
 
 
-def _split_gram(x: torch.Tensor, chunk: int) -> tuple[torch.Tensor, int]:
-    """``(N, K)`` float32 with unit inner stride -> ``((N, N)`` float64 Gram, number of chunks)."""
+GROUP_BYTES = 8 << 20  # centred chunks per batched product: a slab that stays in cache
+
+
+def _split_gram(x: torch.Tensor, chunk: int, anchor: torch.Tensor | None = None) -> tuple[torch.Tensor, int]:
+    """``(N, K)`` float32 with unit inner stride -> ``((N, N)`` float64 Gram, number of chunks).
+
+    Each chunk's float32 Gram (batched matrix products over chunks of about ``chunk`` columns) is
+    summed in float64. Only the lower block triangle is multiplied (rows ``[0, h)`` against
+    themselves, rows ``[h, N)`` against all: 3/4 of the full product's work), then mirrored.
+    ``anchor`` ``(K,)``: the Gram of ``x - anchor``, centred a cache-sized slab of chunks at a time
+    (no centred copy of ``x`` is written to memory)."""
     n, k = x.shape
     splits = max(1, k // chunk)
     length = k // splits
-    main = x[:, : splits * length].unflatten(1, (splits, length)).transpose(0, 1)  # (S, N, L) view
-    gram = torch.bmm(main, main.transpose(1, 2)).sum(0, dtype=torch.float64)
+    h = n // 2
+    gram = torch.zeros(n, n, dtype=torch.float64, device=x.device)
+
+    def add(part: torch.Tensor) -> None:  # (S, N, L) chunks
+        if h:
+            top = part[:, :h]
+            gram[:h, :h] += torch.bmm(top, top.transpose(1, 2)).sum(0, dtype=torch.float64)
+        gram[h:] += torch.bmm(part[:, h:], part.transpose(1, 2)).sum(0, dtype=torch.float64)
+
+    per = splits  # chunks per batched product
+    if anchor is not None:
+        per = max(1, min(splits, GROUP_BYTES // max(1, n * length * x.element_size())))
+    for s0 in range(0, splits, per):
+        s1 = min(splits, s0 + per)
+        slab = x[:, s0 * length : s1 * length]
+        if anchor is not None:
+            slab = slab - anchor[s0 * length : s1 * length]
+        add(slab.unflatten(1, (s1 - s0, length)).transpose(0, 1))
     if splits * length < k:  # tail shorter than one chunk
         tail = x[:, splits * length :]
-        gram += (tail @ tail.T).to(torch.float64)
+        if anchor is not None:
+            tail = tail - anchor[splits * length :]
+        add(tail[None])
+    gram[:h, h:] = gram[h:, :h].T
     return gram, splits
 
 
@@ -72,14 +100,17 @@ def _row_scaled(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
     return xs, torch.pow(2.0, e.to(torch.float64))
 
 
-def _gram_sq(x: torch.Tensor, chunk: int) -> tuple[torch.Tensor, torch.Tensor, float]:
+def _gram_sq(x: torch.Tensor, chunk: int, anchor: torch.Tensor | None = None
+             ) -> tuple[torch.Tensor, torch.Tensor, float]:
     """Gram-derived ``(N, N)`` float64 squared distances, the ``(N, N)`` bool unreliable mask (strict
-    lower triangle) and the threshold used."""
+    lower triangle) and the threshold used; ``anchor``: of the rows of ``x - anchor``."""
     floor = underflow_floor(x.shape[1])
-    gram, splits = _split_gram(x, chunk)
+    gram, splits = _split_gram(x, chunk, anchor)
     ns = gram.diagonal()
     unscale = None
     if bool((~torch.isfinite(ns) | ((ns > 0) & (ns < floor))).any()):
+        if anchor is not None:  # the rare out-of-range batch: scale the centred rows themselves
+            x, anchor = x - anchor, None
         xs, unscale = _row_scaled(x)
         if unscale is not None:
             gram, splits = _split_gram(xs, chunk)
@@ -135,12 +166,11 @@ def _all_pairs_cpu(a: torch.Tensor, chunk: int = CPU_CHUNK) -> torch.Tensor:
     x = a.to(torch.float32)
     if x.stride(1) != 1:
         x = x.contiguous()
+    # centring on an anchor row (row 0: the mean row would add a read), chunk by chunk in cache
     centred = _probe_wants_centring(x, chunk)
-    if centred:
-        x = x - x[:1]  # anchor row: one read and one write pass (the mean row would add a read)
-    sq, unreliable, _ = _gram_sq(x, chunk)
+    sq, unreliable, _ = _gram_sq(x, chunk, x[0].clone() if centred else None)
     if not centred and int(unreliable.sum()) > n // 2:  # the probe missed it
-        sq, unreliable, _ = _gram_sq(x - x[:1], chunk)
+        sq, unreliable, _ = _gram_sq(x, chunk, x[0].clone())
     out = sq
     rows, cols = unreliable.nonzero(as_tuple=True)
     if rows.numel():
