@@ -19,8 +19,8 @@ from .selection import (
     AUTO_LAYER,
     TRAIN_ORDER,
     PartSizes,
+    TrainPlan,
     labels,
-    parse_train,
     part_sizes,
 )
 from .step_recorder import over_ranks, summarize
@@ -155,7 +155,7 @@ def trained_parts(settings, train: str, model: nn.Module, feed, device, dctx: Di
     """The parts ``train`` names, and for ``auto`` its record: the most plastic components within
     ``--budget``, measured on the first ``--auto-batches`` training batches (or read back from the
     checkpoint of a resumed run, so a resumed run trains what it trained)."""
-    parts = parse_train(train, settings.components)
+    parts = TrainPlan.parse(train, settings.components).parts
     if parts not in (("auto",), (AUTO_LAYER,)):
         return parts, None
     if ckpt is not None and "auto" in ckpt:

@@ -16,7 +16,7 @@ from vitplast_kernels.measure import presets
 
 from ..models.heads import head_module, head_modules, head_names
 from .auto import choose_components, plasticity_means
-from .selection import labels, parse_train, resolve_selection
+from .selection import TrainPlan, labels, resolve_selection
 
 LORA_DEFAULT = ("MHA",)  # what --train lora adapts without --lora-targets: every layer's attention
 
@@ -36,7 +36,7 @@ def import_peft():
 def lora_target_parts(spec: str | None, components: Mapping | None = None) -> tuple[str, ...]:
     """The parts ``--lora-targets`` names (``"MHA@2-3+FC1"`` -> ``("MHA@2-3", "FC1")``), or
     `LORA_DEFAULT` for None."""
-    return LORA_DEFAULT if spec is None else parse_train(spec, components)
+    return LORA_DEFAULT if spec is None else TrainPlan.parse(spec, components).parts
 
 
 def _lora_able(module: nn.Module) -> bool:
@@ -79,7 +79,7 @@ def lora_config(
     """
     peft = import_peft()
     if isinstance(plasticity_or_components, (list, tuple)):
-        parts = [parse_train(c, components)[0] for c in plasticity_or_components]
+        parts = [TrainPlan.parse(c, components).parts[0] for c in plasticity_or_components]
     else:
         means = plasticity_means(plasticity_or_components)
         lora_able = {c: v for c, v in means.items()

@@ -31,7 +31,7 @@ from ..outputs.paths import check_out_dir
 from ..runs.executors import GRID_TITLE, ExecutorOptions
 from .log import tensorboard_writer_class
 from .lora import lora_target_parts
-from .selection import SPECIAL, TRAIN_CHOICES, TRAIN_ORDER, check_train_syntax, parse_train
+from .selection import SPECIAL, TRAIN_CHOICES, TRAIN_ORDER, TrainPlan, check_train_syntax
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 TRAIN_AMP = ("none", "bf16")  # fp16 autocast would need loss scaling
@@ -116,7 +116,7 @@ class FinetuneOptions(ExecutorOptions, RunSettings):
         settle(self, out=str(self.out))
         check_out_dir(self.out)
         RunSettings.validate(self)
-        check_trains(self, self.train)
+        settle(self, train=check_trains(self, self.train))
         self.validate_executor()
         if self.shard_env and len(self.train) * len(self.lr) * len(self.seed) == 1:
             settle(self, shard=None, shard_env=False)  # one run per array task: the task's own choice
@@ -130,12 +130,14 @@ class FinetuneOptions(ExecutorOptions, RunSettings):
         return RunSettings(**fields_of(RunSettings, self))
 
 
-def check_trains(settings: RunSettings, trains: list[str]) -> None:
-    """What ``--train`` values ask of the other options (``--budget``, ``--lora-targets``, peft)."""
+def check_trains(settings: RunSettings, trains: list[str]) -> list[TrainPlan]:
+    """The `TrainPlan` of every ``--train`` value (parsed here, once), checked with what they ask of
+    the other options (``--budget``, ``--lora-targets``, peft)."""
     try:
-        parsed = [parse_train(t, settings.components) for t in trains]
+        plans = [TrainPlan.parse(t, settings.components) for t in trains]
     except ValueError as exc:
         raise OptionError(f"--train: {exc}") from None
+    parsed = [p.parts for p in plans]
     if any(p in (("auto",), ("auto@layer",)) for p in parsed):
         if settings.budget is None:
             raise OptionError("--train auto needs --budget N (the number of trainable parameters allowed)")
@@ -155,3 +157,4 @@ def check_trains(settings: RunSettings, trains: list[str]) -> None:
         from .lora import import_peft
 
         fail_on("--train lora", import_peft)
+    return plans

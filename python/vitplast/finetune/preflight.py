@@ -20,7 +20,7 @@ from ..data.transforms import ImageTransform, transform_record, with_overrides
 from .data import load_data
 from .model import built_model, make_optimizer
 from .options import RunSettings
-from .selection import parse_train
+from .selection import TrainPlan
 
 CHECK_SIZE = 8  # the images' size while the data is checked, before the model says its own
 
@@ -78,7 +78,7 @@ def check_train(settings: RunSettings, train: str, model: torch.nn.Module) -> No
     from .selection import count_parameters, select_trainable
 
     comps = settings.components
-    parts = parse_train(train, comps)
+    parts = TrainPlan.parse(train, comps).parts
     if parts == ("lora",):
         from .lora import lora_target_parts, lora_targets
 

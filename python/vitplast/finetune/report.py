@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import statistics
 
-from .selection import labels, parse_train
+from .selection import TrainPlan, labels
 
 
-def aggregate(summaries: list[dict], components=None) -> list[dict]:
+def aggregate(summaries: list[dict], components=None, plans=()) -> list[dict]:
     """Rows per (train, lr): accuracy mean +- std over seeds, plasticity of the trained component at
     the start, accuracy gain over linear probing (``head`` rows of the same lr) when present, else
-    over the accuracy before finetuning. ``components``: the run's component map (``--component``)."""
+    over the accuracy before finetuning. ``components``: the run's component map (``--component``);
+    ``plans``: the grid's `TrainPlan`s (a summary's ``train`` not among them is parsed)."""
+    known = {str(p): p for p in plans}
     groups: dict[tuple, list[dict]] = {}
     for s in summaries:
         groups.setdefault((s["train"], s["lr"]), []).append(s)
@@ -27,7 +29,8 @@ def aggregate(summaries: list[dict], components=None) -> list[dict]:
             "initial_acc": statistics.fmean(r["initial_acc"] for r in runs),
             "trainable_params": runs[0]["trainable_params"],
         }
-        comps = [p for p in parse_train(train, components) if p in labels(components)]
+        plan = known.get(train) or TrainPlan.parse(train, components)
+        comps = [p for p in plan.parts if p in labels(components)]
         if len(comps) == 1 and comps[0] in start_plast:
             row["plasticity"] = statistics.fmean(start_plast[comps[0]])
         rows.append(row)

@@ -106,9 +106,41 @@ def parse_train(spec: str, components: Mapping | None = None, *, any_label: bool
     return tuple(dict.fromkeys(parts))
 
 
+class TrainPlan(str):
+    """One ``--train`` value, parsed once: the text as given (what run names and config.json record;
+    it compares and hashes as that string) and its canonical ``parts`` (`parse_train`). Options
+    validation makes one of every ``--train`` value; the rest of finetuning reads ``parts``."""
+
+    parts: tuple[str, ...]
+
+    def __new__(cls, text: str, parts: Sequence[str]) -> TrainPlan:
+        plan = super().__new__(cls, text)
+        plan.parts = tuple(parts)
+        return plan
+
+    def __reduce__(self):
+        return (TrainPlan, (str(self), self.parts))
+
+    @classmethod
+    def parse(cls, text: str, components: Mapping | None = None, *, any_label: bool = False) -> TrainPlan:
+        """``text`` parsed (see `parse_train`); ``text`` itself when it is a plan already."""
+        if isinstance(text, TrainPlan):
+            return text
+        return cls(text, parse_train(text, components, any_label=any_label))
+
+    @property
+    def is_auto(self) -> bool:
+        """``auto`` or ``auto@layer``: the parts are chosen by plasticity when the run starts."""
+        return self.parts in (("auto",), (AUTO_LAYER,))
+
+    @property
+    def is_lora(self) -> bool:
+        return self.parts == ("lora",)
+
+
 def check_train_syntax(spec: str) -> str:
     """``spec`` if it is well formed whatever the labels (they are checked against the map later)."""
-    parse_train(spec, any_label=True)
+    TrainPlan.parse(spec, any_label=True)
     return spec
 
 
@@ -205,7 +237,7 @@ def resolve_selection(model: nn.Module, train: str | Sequence[str],
             cmap: ComponentMap | None = None) -> Selection:
     """The parameters ``train`` selects on ``model`` (nothing is changed). ``lora``, ``auto`` and
     ``auto@layer`` are not plain selections: resolve them first (`.lora`, `.auto`)."""
-    parts = parse_train(train, any_label=True) if isinstance(train, str) else tuple(train)
+    parts = TrainPlan.parse(train, any_label=True).parts if isinstance(train, str) else tuple(train)
     all_names = [n for n, _ in model.named_parameters()]
     if "full" in parts:
         return Selection(parts, all_names, [], [])

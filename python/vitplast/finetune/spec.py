@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ..runs.lock import RunDirError
 from .options import RunSettings
+from .selection import TrainPlan
 
 ANY = object()  # an added option whose every value agrees with a run written without it
 # option -> (the value of a run written before it existed, the flag that gives that value)
@@ -37,12 +38,16 @@ def run_name(train: str, lr: float, seed: int) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class RunSpec:
-    train: str            # one --train value (MHA, MHA@3+FC1, head, lora, auto, ...)
+    train: TrainPlan      # one --train value (MHA, MHA@3+FC1, head, lora, auto, ...); a str is parsed
     lr: float
     seed: int
     directory: Path       # the run directory (config.json, metrics.jsonl, checkpoint.pt, summary.json)
     settings: RunSettings
     resume: bool = True   # continue a partial run, load a finished one (False: refuse both)
+
+    def __post_init__(self) -> None:
+        """A plain ``train`` string (a Python caller's, a claim's run) becomes its `TrainPlan`."""
+        object.__setattr__(self, "train", TrainPlan.parse(self.train, self.settings.components))
 
     @property
     def label(self) -> str:
