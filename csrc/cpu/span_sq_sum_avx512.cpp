@@ -9,12 +9,13 @@
 // bfloat16: 32 elements per 512-bit load pair, converted by one shift and one mask, subtracted and
 // squared in float32 lanes, flushed into the double lanes every 256 elements.
 //
-// Bound: on inputs larger than the last-level cache both are bound by memory reads. One core streams
-// at most what its outstanding misses allow (on the 2-core Zen 4 VM of bench/measured/: one core
-// ~23 GB/s, the same as a one-stream read-only reduction); the arithmetic takes less than half of
-// that time (in L2, float32 ~54 GB/s, bfloat16 ~51 GB/s per core), so it hides behind the reads.
-// Inside the caches the arithmetic is the bound: instructions per element, hence the 16-bit
-// conversion by shift and mask and the one conversion per eight float32 elements.
+// Bound: on inputs larger than the last-level cache, memory reads. One core streams what its
+// outstanding misses allow; on the 2-core Zen 4 VM of bench/measured/cpu-2026-12-03-paired one thread
+// reads float32 pairs at the rate of a one-stream read-only reduction (~23 GB/s) and bfloat16 pairs
+// at 86-92% of it, and halving the bfloat16 arithmetic (this layout, ~1.3x faster in L2) left that
+// DRAM rate unchanged (0.97-0.98x, noise level): the two interleaved input streams set it, not the
+// instructions. In L2 the arithmetic is the bound (float32 ~54 GB/s, bfloat16 ~51 GB/s per core):
+// hence the shift-and-mask conversion and one conversion instruction per eight float32 elements.
 #include "span_sq_sum_api.h"
 
 #if defined(__x86_64__) || defined(__i386__)
