@@ -297,3 +297,19 @@ def test_compare_aligns_columns_of_any_width(tmp_path, capsys):
     # cells are separated by two spaces or more; each value column ends where its header does
     ends = [[m.end() for m in re.finditer(r"\S+(?: \S+)*", line)] for line in (table[0], table[2], table[3])]
     assert len(ends[0]) == 4 and ends[1][1:] == ends[0][1:] and ends[2][1:] == ends[0][1:], table
+
+
+def test_a_second_claim_on_the_same_out_is_refused_naming_the_others_lock(tmp_path, capsys):
+    from vitplast.runs.lock import RunLock
+
+    out = tmp_path / "claim"
+    out.mkdir()
+    other = RunLock(out).acquire()  # a claim writing --out right now
+    try:
+        rc, err = _cli(["claim", "--out", out, "--random-init", "--components", "MHA,FC1,LN1", "--lr", "3e-3",
+                        "--seed", "0", "--steps", "1", "--batch-size", "8", "--eval-limit", "16", "--pairs",
+                        "8", "--pair-batch", "8", "--threads", "1", "--jobs", "1", "--no-progress"], capsys)
+    finally:
+        other.release()
+    assert rc == 2 and str(out / ".lock") in err and "in use by" in err, err
+    assert sorted(p.name for p in out.iterdir()) == [], "the refused claim wrote into --out"

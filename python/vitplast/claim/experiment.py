@@ -8,6 +8,7 @@ aggregate. This process, the driver, is the one writer of the experiment's summa
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
@@ -122,27 +123,47 @@ def _run(opts: ClaimOptions, ses: Session, after_step) -> dict:
         return {"config": record, "plan": plan, "estimate": est}
     if opts.analyse_only:
         _require_finished(runs)
-    with ses.executor as executor:  # connected (a cluster) before any file is written
-        if (where := executor.describe()) is not None:
-            ses.reporter.say(f"executor: {where}")
-        measured = _measure(opts, ses, grids)
-        t_train = time.perf_counter()
-        if opts.shard is not None:
-            summaries = train_all(mine, _prepared(grids), executor, ses.reporter, progress=ses.progress,
-                                  after_step=after_step)
-            return _shard_done(opts, ses, record, plan, (len(mine), len(runs)), summaries)
-        groups = _train(opts, ses, executor, grids, after_step)
-    train_s = time.perf_counter() - t_train
-    results = {g.key: _analyse(opts, ses, g, measured[g.key], groups[g.key], record, est)
-               for g in grids}
-    seconds = time.perf_counter() - t0
-    for r in results.values():
-        r["plan"].update(train_seconds=train_s, seconds=seconds)
-    if len(grids) == 1:
-        result = results[""]
-        _write_one(result, grids[0], ses)
-        return result
-    return _aggregate(opts, ses, grids, results, record, plan, est)
+    with _out_lock(opts, ses):  # one claim writes --out at a time
+        with ses.executor as executor:  # connected (a cluster) before any file is written
+            if (where := executor.describe()) is not None:
+                ses.reporter.say(f"executor: {where}")
+            measured = _measure(opts, ses, grids)
+            t_train = time.perf_counter()
+            if opts.shard is not None:
+                summaries = train_all(mine, _prepared(grids), executor, ses.reporter, progress=ses.progress,
+                                      after_step=after_step)
+                return _shard_done(opts, ses, record, plan, (len(mine), len(runs)), summaries)
+            groups = _train(opts, ses, executor, grids, after_step)
+        train_s = time.perf_counter() - t_train
+        results = {g.key: _analyse(opts, ses, g, measured[g.key], groups[g.key], record, est)
+                   for g in grids}
+        seconds = time.perf_counter() - t0
+        for r in results.values():
+            r["plan"].update(train_seconds=train_s, seconds=seconds)
+        if len(grids) == 1:
+            result = results[""]
+            _write_one(result, grids[0], ses)
+            return result
+        return _aggregate(opts, ses, grids, results, record, plan, est)
+
+
+@contextlib.contextmanager
+def _out_lock(opts: ClaimOptions, ses: Session):
+    """``--out`` held by this claim while it writes (``OUT/.lock``, `vitplast.runs.lock.RunLock`): a
+    second claim on the same ``--out`` is refused (RunBusy, naming the holder and its lock). Shards of
+    one claim write the same ``--out`` side by side and take no lock; nor do ranks other than the first."""
+    if opts.shard is not None or not ses.grid.dist.is_main:
+        yield
+        return
+    from ..runs.lock import RunLock
+
+    out = Path(opts.out)
+    out.mkdir(parents=True, exist_ok=True)
+    lock = RunLock(out).acquire()
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def _prepared(grids: list[DatasetGrid]) -> dict:
