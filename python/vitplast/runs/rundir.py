@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -72,9 +73,12 @@ def check_parent() -> None:
         os._exit(1)
 
 
+_TEMPORARY = re.compile(r"\.(config|metrics|checkpoint|summary|model)\.\w{8}\.tmp(\.\w+)?")
+
+
 def _temporary(name: str) -> bool:
-    """Whether ``name`` is a temporary of an atomic write (``.STEM.XXXXXXXX.tmpSUFFIX``)."""
-    return name.startswith(".") and ".tmp" in name and not name.startswith(LOCK)
+    """Whether ``name`` is a temporary of an atomic write of a run's file (``.STEM.XXXXXXXX.tmpSUFFIX``)."""
+    return _TEMPORARY.fullmatch(name) is not None
 
 
 def _atomic_write(path: Path, write) -> None:
