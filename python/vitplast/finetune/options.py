@@ -11,7 +11,7 @@ import dataclasses
 import os
 
 from ..models.families import family_of
-from ..options import parsing as T
+from ..options import parsing
 from ..options.fields import (
     Kind,
     OptionError,
@@ -47,7 +47,8 @@ class RunSettings(RuntimeOptions, OptimOptions, DataOptions, ModelOptions):  # f
         None, "a component as a glob over module names ('*' = the layer index, '**' = any prefix; repeat a "
         "label for a component of several modules); replaces the presets, so --train names these labels "
         "(--train lora targets MHA unless --lora-targets says otherwise)", flag="--component",
-        action="append", metavar="LABEL=GLOB", group="train", kind=Kind(T.component, T.component_option))
+        action="append", metavar="LABEL=GLOB", group="train",
+        kind=Kind(parsing.component, parsing.component_option))
     budget: int | None = option(None, "trainable-parameter budget of --train auto", group="train",
                                 kind=optional(integer(1)))
     auto_batches: int = option(4, "batches measured by --train auto (default: %(default)s)", group="train",
@@ -103,7 +104,7 @@ class FinetuneOptions(ExecutorOptions, RunSettings):
     lr: list = option("1e-3", "learning rate(s), comma-separated (default: %(default)s)", group="optim",
                       kind=csv(number(positive=True)))
     seed: list = option("0", "seed(s), comma-separated (default: %(default)s)", group="optim",
-                        kind=csv(integer(0, T.MAX_SEED)))
+                        kind=csv(integer(0, parsing.MAX_SEED)))
     out: str | None = option(None, "run directory (a grid writes one sub-directory per run)", group="out",
                              required=True)
     resume: bool = option(False, "continue the run in --out from its last checkpoint", group="out",

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..models.builder import DIGITS_MODEL
-from ..options import parsing as T
+from ..options import parsing
 from ..options.fields import Kind, OptionError, choice, csv, integer, option, optional, settle
 from ..options.groups import IMG_SIZE, DataOptions, ModelOptions, RuntimeOptions
 from ..runtime.precision import AMP_ALIASES, AMP_CHOICES
@@ -68,7 +68,7 @@ class MeasureOptions(RuntimeOptions, DataOptions, ModelOptions):  # fields: the 
         None, "a component to measure, as a glob over module names ('*' = the layer index, '**' = any "
         "prefix, '?' and '[...]' inside a name); repeatable (a label given twice is made of both "
         "modules); replaces the presets", flag="--component", action="append", metavar="LABEL=GLOB",
-        kind=Kind(T.component, T.component_option))
+        kind=Kind(parsing.component, parsing.component_option))
     embedding: str | None = option(
         None, "--protocol decomposition: the module whose output is e, or 'NAME:input' for its input "
         "(default: the preset's)", metavar="NAME")
@@ -77,7 +77,7 @@ class MeasureOptions(RuntimeOptions, DataOptions, ModelOptions):  # fields: the 
         128, "images per forward pass (B: B/2 pairs with halves or --pair-data, B(B-1)/2 with --pairs all)",
         kind=integer(2, what="images per batch must be >= 2 (one pair)"))
     seed: int = option(0, "data order, random initialisation and digits pretraining seed",
-                       kind=integer(0, T.MAX_SEED))
+                       kind=integer(0, parsing.MAX_SEED))
     criterion: list = option(
         "plasticity", "what scores every (component, layer) unit, higher = finetune first; comma-separated "
         "for several: plasticity, rgn (relative gradient norm), fisher (empirical Fisher per parameter), cka "
@@ -89,7 +89,8 @@ class MeasureOptions(RuntimeOptions, DataOptions, ModelOptions):  # fields: the 
         "else --data) they read", kind=integer(1))
     criterion_seeds: list | None = option(
         None, "rgn, fisher: the seeds whose finetuning head they score with (the score: the mean over "
-        "seeds; default: --seed)", metavar="S[,S]", kind=optional(csv(integer(0, T.MAX_SEED), unique=True)))
+        "seeds; default: --seed)", metavar="S[,S]",
+        kind=optional(csv(integer(0, parsing.MAX_SEED), unique=True)))
     out: str | None = option(
         None, "write plasticity.json, plasticity.png and run.json here, as one set (a new directory, or "
         "one a previous measure wrote; checked before measuring)", metavar="DIR")
@@ -97,7 +98,7 @@ class MeasureOptions(RuntimeOptions, DataOptions, ModelOptions):  # fields: the 
         None, "where the digits ViT is cached (default $VITPLAST_CACHE or ~/.cache/vitplast)", metavar="DIR")
     pretrain_config: dict | None = option(
         None, "overrides of the digits ViT's DigitsConfig, e.g. '{\"epochs\": 5}' (a new cache entry)",
-        metavar="JSON", kind=optional(Kind(T.json_object, _json_object)))
+        metavar="JSON", kind=optional(Kind(parsing.json_object, _json_object)))
 
     def validate(self) -> None:
         """The default datasets (``data=None``: digits 0-4 matched with digits 5-9), then what involves

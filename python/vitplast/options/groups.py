@@ -23,7 +23,7 @@ from ..models.sizes import MAX_IMG_SIZE, check_model_size
 from ..models.sources import check_weights_source
 from ..runtime.device import check_device
 from ..runtime.precision import AMP_ALIASES, AMP_CHOICES
-from . import parsing as T
+from . import parsing
 from .fields import Kind, OptionError, checked, choice, csv, integer, number, option, optional, settle
 
 # --optimizer -> timm's create_optimizer_v2 name: "sgd" is plain momentum SGD (timm's "momentum"; timm's
@@ -31,7 +31,8 @@ from .fields import Kind, OptionError, checked, choice, csv, integer, number, op
 OPTIMIZERS = {"sgd": "momentum", "adamw": "adamw", "adam": "adam"}
 SCHEDULES = ("constant", "cosine")
 # --img-size of every command: pixels a side, bounded before any model is built
-IMG_SIZE = optional(integer(1, MAX_IMG_SIZE, what=f"must be in 1..{MAX_IMG_SIZE} (pixels a side)"))
+IMG_SIZE = optional(integer(1, MAX_IMG_SIZE,
+                            what=f"must be a positive integer <= {MAX_IMG_SIZE} (pixels a side)"))
 GROUP_TITLES = {"model": "model", "data": "data", "optim": "optimisation", "runtime": "runtime"}
 
 
@@ -40,7 +41,7 @@ def _model_kwargs(value) -> dict:
     if isinstance(value, dict):
         return value
     if isinstance(value, (list, tuple)):
-        return dict(T.model_arg(v) if isinstance(v, str) else tuple(v) for v in value)
+        return dict(parsing.model_arg(v) if isinstance(v, str) else tuple(v) for v in value)
     raise ValueError(f"must be a dict, got {type(value).__name__}")
 
 
@@ -155,7 +156,7 @@ class OptimOptions:
         1, "micro-batches per optimiser step: each step's --batch-size images go through N forward and "
         "backward passes (the same step in less memory)", group="optim", kind=integer(1))
     steps: int = option(150, "optimiser steps (default: %(default)s)", group="optim",
-                        kind=integer(1, T.MAX_STEPS))
+                        kind=integer(1, parsing.MAX_STEPS))
     batch_size: int = option(64, "images per optimiser step, over all processes (default: %(default)s)",
                              group="optim", kind=integer(1))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..options import parsing as T
+from ..options import parsing
 from ..options.fields import OptionError, choice, integer, number, option, optional, settle
 from ..options.groups import IMG_SIZE, RuntimeOptions
 
@@ -29,7 +29,7 @@ class ProfileOptions(RuntimeOptions):
         "CPU)", kind=optional(integer(2, what="images per batch must be >= 2 (one pair)")))
     dtype: str | None = option(
         None, f"dtype of the model's weights and inputs, bf16/fp16/fp32 accepted (default: {_GPU[2]} on a "
-        f"GPU, {_CPU[2]} on a CPU)", kind=optional(choice(T.DTYPES, T.DTYPE_ALIASES)))
+        f"GPU, {_CPU[2]} on a CPU)", kind=optional(choice(parsing.DTYPES, parsing.DTYPE_ALIASES)))
     protocol: str = option("in_situ", "capture protocol", kind=choice(("in_situ", "decomposition")))
     pairs: str = option("halves", "pairing scheme", kind=choice(("halves", "all")))
     img_size: int | None = option(None, "input resolution (default: the model's)", kind=IMG_SIZE)
