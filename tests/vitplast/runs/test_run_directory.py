@@ -30,8 +30,8 @@ def test_torn_last_line_is_dropped(tmp_path):
     p.write_text('{"iter": 0}\n{"iter": 1}\n{"iter": 2, "lo')
     assert read_jsonl(p) == [{"iter": 0}, {"iter": 1}]
     p.write_text('{"iter": 0}\n{"it\n{"iter": 2}\n')
-    with pytest.raises(json.JSONDecodeError):
-        read_jsonl(p)  # corruption in the middle is not silently skipped
+    with pytest.raises(ValueError, match="line 2 of 3"):
+        read_jsonl(p)  # corruption in the middle is not silently skipped: the file and line are named
 
 
 def test_lifecycle_refuse_resume_and_truncate(tmp_path):
