@@ -68,8 +68,10 @@ def test_claim_replicates_are_the_results_statistics(gen):
     chunks = torch.rand(2, 3, 4, 5, generator=gen, dtype=torch.float64) * 10
     chunks[..., 0] = torch.randint(0, 3, (2, 3, 4), generator=gen).double()
     chunks[:, 1, :, 0] = 0  # a component without pairs
+    from vitplast_kernels.measure.chunks import ChunkedResult
+
     parts = [PlasticityResult(chunks[k], ["A", "B", "C"], ["0", "1", "2", "3"]) for k in range(2)]
-    res = PlasticityResult.from_chunks(parts)
+    res = ChunkedResult.from_results(parts)
     assert torch.equal(res.stats, chunks[0] + chunks[1]) and torch.equal(res.chunk_stats, chunks)
     per_layer, overall = res.replicate_means([[1.0, 1.0], [2.0, 0.0]])  # all chunks; chunk 0 twice
     twice = PlasticityResult(2 * chunks[0], res.components, res.layers)

@@ -52,9 +52,6 @@ class PlasticityResult:
         layers: the ``L`` layer labels, in block order.
         heads: optional ``(L, H, 5)`` float64 sums of the per-head MHA rates (``per_head=True``).
         meta: JSON-serialisable facts about the measurement (protocol, pairs, tokens, model, ...).
-        chunks: optional ``(K, C, L, F)`` float64 sums of ``K`` separately measured chunks whose sum is
-            ``stats`` (`from_chunks`): the resampling units of a bootstrap over pairs
-            (`replicate_means`).
     """
 
     def __init__(
@@ -65,7 +62,6 @@ class PlasticityResult:
         *,
         heads: torch.Tensor | None = None,
         meta: Mapping | None = None,
-        chunks: torch.Tensor | None = None,
     ) -> None:
         components, layers = tuple(components), tuple(str(x) for x in layers)
         fields = {len(STAT_FIELDS): STAT_FIELDS, len(U_STAT_FIELDS): U_STAT_FIELDS}
@@ -83,12 +79,7 @@ class PlasticityResult:
                 f"heads must have shape (L, H, {stats.shape[2]}) with L = {len(layers)}, got "
                 f"{tuple(heads.shape)}"
             )
-        if chunks is not None and (chunks.dim() != 4 or chunks.shape[1:] != stats.shape):
-            shape = ", ".join(map(str, stats.shape))
-            raise ValueError(f"chunks must have shape (K, *stats.shape) = (K, {shape}), got "
-                             f"{tuple(chunks.shape)}")
         self._stats = stats.detach()
-        self._chunks = None if chunks is None else chunks.detach()
         self._heads = None if heads is None else heads.detach()
         self.components: tuple[str, ...] = components
         self.layers: tuple[str, ...] = layers
@@ -101,49 +92,6 @@ class PlasticityResult:
     def stats(self) -> torch.Tensor:
         """``(C, L, 5)`` float64 sums on their device (no synchronisation)."""
         return self._stats
-
-    @property
-    def chunk_stats(self) -> torch.Tensor | None:
-        """``(K, C, L, F)`` float64 sums of each chunk (None unless made by `from_chunks`)."""
-        return self._chunks
-
-    @classmethod
-    def from_chunks(cls, chunks: Sequence[PlasticityResult]) -> PlasticityResult:
-        """One result from separately measured chunks of the same components and layers: their sums added
-        in chunk order, each chunk's sums kept (`chunk_stats`) for `replicate_means`."""
-        if not chunks:
-            raise ValueError("from_chunks: no chunk")
-        first = chunks[0]
-        layout = (first.components, first.layers, first._stats.shape)
-        for c in chunks[1:]:
-            if (c.components, c.layers, c._stats.shape) != layout:
-                raise ValueError(f"from_chunks: chunks differ in components, layers or fields "
-                                 f"({c.components} x {len(c.layers)} vs {first.components} x "
-                                 f"{len(first.layers)})")
-        stacked = torch.stack([c._stats.to(first._stats.device) for c in chunks])
-        total = stacked[0].clone()
-        for k in range(1, len(chunks)):  # in chunk order: the sum a single accumulation makes
-            total += stacked[k]
-        return cls(total, first.components, first.layers, meta=first.meta, chunks=stacked)
-
-    def replicate_means(self, counts) -> tuple[torch.Tensor, torch.Tensor]:
-        """Bootstrap replicates over chunks: ``counts`` ``(B, K)`` multiplicities of the chunks (each
-        row a resample) -> ``(per-layer mean (B, C, L), mean over layers (B, C))`` float64 CPU, computed
-        as `mean` and `overall` compute them from the resampled sums (NaN where undefined)."""
-        if self._chunks is None:
-            raise ValueError("replicate_means needs per-chunk sums: build the result with from_chunks")
-        chunks = self._chunks.to("cpu", torch.float64)
-        counts = torch.as_tensor(counts, dtype=torch.float64)
-        if counts.dim() != 2 or counts.shape[1] != chunks.shape[0]:
-            raise ValueError(f"counts must have shape (B, K) with K = {chunks.shape[0]} chunks, got "
-                             f"{tuple(counts.shape)}")
-        sums = torch.tensordot(counts, chunks, dims=([1], [0]))  # (B, C, L, F)
-        per_layer = self._mean_std(sums)[0]
-        finite = torch.isfinite(per_layer)
-        n = finite.sum(-1)
-        total = torch.where(finite, per_layer, torch.zeros_like(per_layer)).sum(-1)
-        overall = torch.where(n > 0, total / n.clamp_min(1), torch.full_like(total, float("nan")))
-        return per_layer, overall
 
     @property
     def head_stats(self) -> torch.Tensor | None:
@@ -357,8 +305,6 @@ class PlasticityResult:
         out["ranking"] = [[c, v] for c, v in self.ranking()]
         if self.unranked():
             out["unranked"] = self.unranked()
-        if self._chunks is not None:
-            out["chunks"] = self._chunks.cpu().double().tolist()
         if self._heads is not None:
             out["heads"] = {"sums": self._heads.cpu().double().tolist(),
                             "mean": [_finite_or_none(r) for r in self.head_mean().tolist()]}
@@ -371,8 +317,7 @@ class PlasticityResult:
         stats = torch.tensor([d["components"][c]["sums"] for c in comps], dtype=torch.float64)
         stats = stats.reshape(len(comps), len(d["layers"]), len(d.get("stat_fields", STAT_FIELDS)))
         heads = torch.tensor(d["heads"]["sums"], dtype=torch.float64) if d.get("heads") else None
-        chunks = torch.tensor(d["chunks"], dtype=torch.float64) if d.get("chunks") else None
-        return cls(stats, comps, d["layers"], heads=heads, meta=d.get("meta"), chunks=chunks)
+        return cls(stats, comps, d["layers"], heads=heads, meta=d.get("meta"))
 
     def to_json(self, path: str | os.PathLike) -> None:
         """Writes `to_dict` as JSON atomically (temporary file + ``os.replace``)."""

@@ -150,7 +150,7 @@ def analyse(measured: dict, summaries: list[dict], *, components: list[str], lrs
     ``extra``: baselines trained beside the components (full, lora; head when it is not the gain's
     reference), reported with their accuracy and gain, not ranked. ``criteria``: ``{name: {"scores":
     {component: score}, "seconds": s}}`` of the criteria other than plasticity, each correlated with
-    the gains as plasticity is (:func:`criteria_rows`; plasticity's row comes from this measurement)."""
+    the gains as plasticity is (`criteria_rows`; plasticity's row comes from this measurement)."""
     trains = list(components) + list(extra) + (["head"] if baseline == "head" else [])
     acc, initial, params = accuracy_cube(summaries, trains, lrs, seeds)
     n_c, n_s = len(components), len(seeds)
@@ -181,10 +181,6 @@ def analyse(measured: dict, summaries: list[dict], *, components: list[str], lrs
     withheld = too_few_to_resample(seeds=n_s, pair_chunks=int(measured["chunks"]))
     correlations, size_corr = correlation_tests(p_value, gain, p_reps, g_reps, sizes, permutations, seed,
                                                 withheld=withheld)
-    head_index = trains.index("head") if "head" in trains else None
-    rel = relative_gains(best, head_index)
-    holdout = holdout_cube(summaries, trains, lrs, seeds)
-    rel_val = relative_gains_validated(acc, holdout, head_index)
     slope, intercept = theil_sen(p_value, gain)
 
     rows = []
@@ -199,7 +195,6 @@ def analyse(measured: dict, summaries: list[dict], *, components: list[str], lrs
             "accuracy": _interval(per_seed[i], ACC), "accuracy_per_seed": per_seed[i].tolist(),
             "accuracy_by_lr": by_lr(acc, i, lrs),
             "accuracy_gain": _interval(gains_seed[i], GAIN), "accuracy_gain_per_seed": gains_seed[i].tolist(),
-            "relative_gain": _finite(float(rel[i])), "relative_gain_validated": _finite(float(rel_val[i])),
         })
     base_row = {"train": baseline, "initial_accuracy": _interval(initial, ACC)}
     if baseline == "head":
@@ -207,19 +202,12 @@ def analyse(measured: dict, summaries: list[dict], *, components: list[str], lrs
                         trainable_params=params["head"],
                         accuracy=_interval(per_seed[-1], ACC), accuracy_per_seed=per_seed[-1].tolist(),
                         accuracy_by_lr=by_lr(acc, len(trains) - 1, lrs))
-    others = [c for c in measured["components"] if c not in components]
-    per_layer_only = {c: plast["components"][c] for c in others}
+    per_layer_only = {c: v for c, v in plast["components"].items() if c not in components}
     extra_rows = [_baseline_row(b, n_c + k, acc, best_idx, per_seed, base_seed, params, lrs)
                   for k, b in enumerate(extra)]
-    for k, row in enumerate(extra_rows):
-        row["relative_gain"] = _finite(float(rel[n_c + k]))
-        row["relative_gain_validated"] = _finite(float(rel_val[n_c + k]))
-    by_component = {trains[t]: per_seed[t].tolist() for t in range(len(trains))}
     scored = {"plasticity": {"scores": dict(zip(components, p_value.tolist(), strict=True)),
                              "seconds": float(measured.get("seconds", math.nan))}, **(criteria or {})}
-    criteria_table = criteria_rows(scored, components, gain, g_reps, sizes, permutations=permutations,
-                                   seed=seed, withheld=withheld)
-    return {
+    result = {
         "rows": rows, "baseline": base_row, "baselines": extra_rows, "correlations": correlations,
         "params_correlations": size_corr,
         "trend": {"method": "theil-sen", "slope": _finite(slope), "intercept": _finite(intercept)},
@@ -228,13 +216,33 @@ def analyse(measured: dict, summaries: list[dict], *, components: list[str], lrs
         "layers": list(measured["layers"]), "other_measured": per_layer_only,
         "bootstrap": {"replicates": bootstrap, "seeds": n_s, "pair_chunks": int(measured["chunks"]),
                       "pairs": int(measured["pairs"]), "level": LEVEL, "withheld": withheld},
-        "relative_gain": {"definition": RELATIVE_GAIN,
-                          "validated": VALIDATED if holdout is not None else f"{VALIDATED} {NO_HOLDOUT}"},
-        "criteria": criteria_table,
-        "mha_tests": (paired_tests("MHA", {c: by_component[c] for c in components})
-                      if "MHA" in components and n_c >= 2 else None),
+        "criteria": criteria_rows(scored, components, gain, g_reps, sizes, permutations=permutations,
+                                  seed=seed, withheld=withheld),
         "verdict": verdict(correlations["spearman"], n_c),
     }
+    result.update(paper_statistics(rows + extra_rows, summaries, trains, lrs, seeds, acc, components))
+    return result
+
+
+def paper_statistics(rows: list[dict], summaries: list[dict], trains: list[str], lrs: list[float],
+                     seeds: list[int], acc: np.ndarray, components: list[str]) -> dict:
+    """The paper's statistics, named as it names them: each row's ``relative_gain`` and
+    ``relative_gain_validated`` (set on ``rows``, in ``trains`` order), and ``mha_tests``: MHA against
+    each other component, over the seeds (`vitplast.claim.statistics.paired_tests`)."""
+    head = trains.index("head") if "head" in trains else None
+    best, best_idx = _best(acc.mean(-1))
+    holdout = holdout_cube(summaries, trains, lrs, seeds)
+    rel, rel_val = relative_gains(best, head), relative_gains_validated(acc, holdout, head)
+    for t, row in enumerate(rows):
+        row["relative_gain"] = _finite(float(rel[t]))
+        row["relative_gain_validated"] = _finite(float(rel_val[t]))
+    per_seed = acc[np.arange(len(trains)), best_idx]
+    mha = None
+    if "MHA" in components and len(components) >= 2:
+        mha = paired_tests("MHA", {c: per_seed[trains.index(c)].tolist() for c in components})
+    return {"relative_gain": {"definition": RELATIVE_GAIN,
+                              "validated": VALIDATED if holdout is not None else f"{VALIDATED} {NO_HOLDOUT}"},
+            "mha_tests": mha}
 
 
 def criteria_rows(criteria: dict, components: list[str], gain: np.ndarray, g_reps: np.ndarray,

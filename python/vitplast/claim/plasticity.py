@@ -4,8 +4,8 @@ X is the pretraining-side dataset, Y the downstream one; pair ``i`` is ``(X[a_i]
 ``a``, ``b`` random orders drawn from ``seed``. The pairs are measured in chunks of ``pair_batch``
 pairs, one forward of ``cat([X chunk, Y chunk])`` each under ``vitplast_kernels.capture(pairs="halves")``,
 and each chunk's sums ``[count, sum, sumsq, identical, nonfinite]`` per (component, layer) are kept
-apart (``PlasticityResult.chunk_stats``). Chunks are the resampling unit of the bootstrap over pairs (a
-chunk of one pair resamples single pairs, ``PlasticityResult.replicate_means``); the sums of all chunks
+apart (``ChunkedResult.chunk_stats``). Chunks are the resampling unit of the bootstrap over pairs (a
+chunk of one pair resamples single pairs, ``ChunkedResult.replicate_means``); the sums of all chunks
 are exactly the measurement of all pairs at once.
 
 The measured model is the one the finetuning runs start from (``vitplast.models.builder``, with
@@ -92,11 +92,10 @@ def chunk_result(measured: dict):
     the bootstrap replicates over chunks (``replicate_means``), are the kernel package's."""
     import torch
 
-    from vitplast_kernels import PlasticityResult
+    from vitplast_kernels.measure.chunks import ChunkedResult
 
     stats = torch.tensor(measured["stats"], dtype=torch.float64)  # (K, C, L, 5)
-    return PlasticityResult.from_chunks([
-        PlasticityResult(stats[k], measured["components"], measured["layers"]) for k in range(len(stats))])
+    return ChunkedResult(stats, measured["components"], measured["layers"])
 
 
 def unit_means(measured: dict) -> np.ndarray:

@@ -249,7 +249,7 @@ MIN_BOOTSTRAP_UNITS = 5
 
 def too_few_to_resample(**units: int) -> str | None:
     """Why a bootstrap over these resampling units (``seeds=3, pair_chunks=8``) gives no interval, or
-    None when each has at least :data:`MIN_BOOTSTRAP_UNITS`."""
+    None when each has at least `MIN_BOOTSTRAP_UNITS`."""
     few = [f"{n} {name.replace('_', ' ')}" for name, n in units.items() if n < MIN_BOOTSTRAP_UNITS]
     if not few:
         return None

@@ -2,7 +2,8 @@
 interface (`Criterion`), by name (`CRITERIA`), and the one measuring loop
 (`measuring_loop`) they and the commands measure with."""
 
-from .base import Cost, Criterion, Setting, Units, resolve_units
+from .base import Criterion, Setting, Units, resolve_units
+from .cost import Cost
 from .loop import Batch, Measured, measure_plasticity, measuring_loop
 from .registry import CRITERIA, get_criterion, parse_criteria
 from .result import CriterionResult

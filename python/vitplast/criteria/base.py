@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .cost import Cost
 from .loop import Batch
 
 
@@ -55,21 +56,6 @@ def resolve_units(net: torch.nn.Module, components: Mapping | None = None) -> Un
     modules = {(c, index[k]): tuple(names) for c in resolved.components
                for k, names in resolved.modules[c].items()}
     return Units(tuple(resolved.components), tuple(".".join(k) for k in resolved.layer_keys), modules)
-
-
-@dataclasses.dataclass
-class Cost:
-    """What scoring cost: wall ``seconds``, ``forwards`` and ``backwards`` (passes over a batch, or over
-    one sample under ``vmap``, as counted by the criterion), ``peak_memory`` (bytes of device memory at
-    the peak, CUDA only; None on the CPU)."""
-
-    seconds: float = 0.0
-    forwards: int = 0
-    backwards: int = 0
-    peak_memory: int | None = None
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .base import Cost, Criterion, Setting, Units, unit_grid
+from .base import Criterion, Setting, Units, unit_grid
+from .cost import Cost
 
 
 def centred_gram(features: torch.Tensor) -> torch.Tensor:

@@ -90,7 +90,7 @@ def measuring_loop(net: torch.nn.Module, meter: Meter, batches: Iterable, *, amp
 class PlasticityMeter:
     """Plasticity's meter: a ``vitplast_kernels`` capture (built by ``make_capture(net)``, or with the
     keywords ``capture_kw``), one forward without gradients per batch; chunks are the capture's result
-    per batch (the capture then reset), combined by ``PlasticityResult.from_chunks``."""
+    per batch (the capture then reset), combined into a ``vitplast_kernels.measure.chunks.ChunkedResult``."""
 
     def __init__(self, *, make_capture: Callable | None = None, **capture_kw: Any) -> None:
         self._make = make_capture
@@ -124,9 +124,9 @@ class PlasticityMeter:
 
     @staticmethod
     def combine(chunks: list):
-        from vitplast_kernels import PlasticityResult
+        from vitplast_kernels.measure.chunks import ChunkedResult
 
-        return PlasticityResult.from_chunks(chunks)
+        return ChunkedResult.from_results(chunks)
 
 
 def measure_plasticity(net: torch.nn.Module, batches: Iterable, *, amp: Callable | None = None,
@@ -136,7 +136,7 @@ def measure_plasticity(net: torch.nn.Module, batches: Iterable, *, amp: Callable
     """Plasticity of ``net`` on ``batches`` (forward inputs in pairing order) through
     `measuring_loop` and a `PlasticityMeter` (``capture_kw``: ``vitplast_kernels.capture``'s
     keywords, or ``make_capture(net)`` building the capture). With ``chunks`` the result keeps each
-    batch's sums (``PlasticityResult.chunk_stats``)."""
+    batch's sums (a ``ChunkedResult``: ``chunk_stats``, ``replicate_means``)."""
     meter = PlasticityMeter(make_capture=make_capture, **capture_kw)
     return measuring_loop(net, meter, batches, amp=amp, limit=limit, chunks=chunks, progress=progress,
                           desc=desc, on_error=on_error)

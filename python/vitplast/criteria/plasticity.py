@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Cost, Criterion, Setting, Units, unit_grid
+from .base import Criterion, Setting, Units, unit_grid
+from .cost import Cost
 from .loop import measure_plasticity
 
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from vitplast_kernels.atomic_io import atomic_write
 
-from .base import Cost
+from .cost import Cost
 
 FORMAT = "vitplast-criterion/1"
 

@@ -7,7 +7,8 @@ import math
 
 import torch.nn.functional as F
 
-from .base import Cost, Criterion, Setting, Units, unit_grid
+from .base import Criterion, Setting, Units, unit_grid
+from .cost import Cost
 from .loss import gradients_only_for, logits
 
 

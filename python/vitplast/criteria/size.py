@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from .base import Cost, Criterion, Setting, Units, unit_grid
+from .base import Criterion, Setting, Units, unit_grid
+from .cost import Cost
 
 
 class Size(Criterion):

@@ -7,7 +7,8 @@ import math
 import numpy as np
 import torch
 
-from .base import Cost, Criterion, Setting, Units, unit_grid
+from .base import Criterion, Setting, Units, unit_grid
+from .cost import Cost
 
 # the fewest eigenvalues a tail may hold (a fit on fewer is not a fit)
 MIN_TAIL = 5

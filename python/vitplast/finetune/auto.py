@@ -1,7 +1,7 @@
 """``--train auto`` and ``--train auto@layer``: what to train, chosen by plasticity under a budget.
 
 Plasticity is measured first (protocol ``in_situ``, the halves of the first training batches paired,
-`measure_plasticity`); then the highest-plasticity components (``auto``,
+`plasticity_record`); then the highest-plasticity components (``auto``,
 `choose_components`) or (component, layer) units (``auto@layer``, `choose_units`) whose
 parameters, with the head's, fit a budget of trainable parameters are trained. `choose_auto`
 does both steps and returns the run's ``auto`` record.
@@ -26,7 +26,7 @@ from .selection import (
 from .step_recorder import over_ranks, summarize
 
 
-def measure_plasticity(model: nn.Module, batches, *, dist: DistContext | None = None, amp=None,
+def plasticity_record(model: nn.Module, batches, *, dist: DistContext | None = None, amp=None,
                        components: Mapping | None = None) -> dict:
     """Plasticity (halves of each batch, in situ) summed over ``batches`` (an iterable of images
     ``(2B, 3, H, W)``; the one measuring loop, `vitplast.criteria.loop.measure_plasticity`) and
@@ -42,7 +42,7 @@ def measure_plasticity(model: nn.Module, batches, *, dist: DistContext | None = 
     finally:
         model.train(was_training)
     if total is None:
-        raise ValueError("measure_plasticity: batches is empty")
+        raise ValueError("plasticity_record: batches is empty")
     return summarize(over_ranks(total, dist))
 
 
@@ -127,13 +127,13 @@ def choose_units(plasticity: Mapping[str, Sequence[float]], model: nn.Module, bu
 
 def choose_auto(kind: str, model: nn.Module, batches, budget: int, *, dist: DistContext | None = None,
                 amp=None, components: Mapping | None = None) -> dict:
-    """The ``auto`` record of a run: plasticity measured on ``batches`` (`measure_plasticity`) and
+    """The ``auto`` record of a run: plasticity measured on ``batches`` (`plasticity_record`) and
     what fits ``budget``. ``kind``: ``"auto"`` -> ``{"plasticity": {component: mean}, "chosen":
     [components]}``; ``"auto@layer"`` -> ``{"plasticity": {component: [value per layer]}, "chosen":
     ["MHA@3", ...]}``."""
     if kind not in ("auto", AUTO_LAYER):
         raise ValueError(f"choose_auto: kind must be 'auto' or {AUTO_LAYER!r}, got {kind!r}")
-    measured = measure_plasticity(model, batches, dist=dist, amp=amp, components=components)
+    measured = plasticity_record(model, batches, dist=dist, amp=amp, components=components)
     means = component_means(measured)
     if kind == AUTO_LAYER:
         per_layer = {c: measured["plasticity"][c] for c in means}

@@ -1,8 +1,8 @@
 """The criteria ``vitplast measure --criterion`` scores besides (or instead of) plasticity: their setting
-on the measured model (:func:`setting_for`), their cache key (:func:`cache_key`: the model's provenance,
-the data and the options that change the scores) and their files (:func:`criterion_files`,
-:func:`write_criterion`). A rerun into the same ``--out`` reuses every ``NAME.json`` whose key matches
-(:func:`reusable`)."""
+on the measured model (`setting_for`), their cache key (`criterion_key`: the model's provenance,
+the data and the options that change the scores) and their files (`criterion_files`,
+`write_criterion`). A rerun into the same ``--out`` reuses every ``NAME.json`` whose key matches
+(`reusable`)."""
 
 from __future__ import annotations
 
@@ -38,10 +38,10 @@ def seeds_of(opts: MeasureOptions) -> tuple[int, ...]:
     return tuple(opts.criterion_seeds) if opts.criterion_seeds else (opts.seed,)
 
 
-def cache_key(name: str, opts: MeasureOptions, record: dict, device) -> str:
+def criterion_key(name: str, opts: MeasureOptions, record: dict, device) -> str:
     """sha256 of what ``name``'s scores depend on: the provenance ``record`` (model, weights' hash,
     data, transform; library versions left out), and the criterion's options
-    (:func:`vitplast.criteria.cache.cache_key`)."""
+    (`vitplast.criteria.cache.cache_key`)."""
     from vitplast.criteria.cache import cache_key as key_of
 
     options: dict[str, Any] = {"criterion": name, "components": opts.components, "amp": opts.amp,
@@ -115,7 +115,7 @@ def labelled_batches(opts: MeasureOptions, dataset, device) -> list:
 
 
 def setting_for(opts: MeasureOptions, subject, names: tuple[str, ...], progress: bool):
-    """The :class:`~vitplast.criteria.Setting` of ``names`` on ``subject`` (the measured model): the
+    """The `vitplast.criteria.Setting` of ``names`` on ``subject`` (the measured model): the
     model per seed as a finetuning run of that seed starts it (rebuilt with that seed drawing its head,
     so the head is the run's), the downstream labelled sample when a criterion reads images."""
     import torch

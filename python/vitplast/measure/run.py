@@ -1,11 +1,11 @@
-"""``measure(...)``: the measurement behind ``vitplast measure`` (its options: :class:`MeasureOptions`).
+"""``measure(...)``: the measurement behind ``vitplast measure`` (its options: `MeasureOptions`).
 
 Order of work: every option is checked, then ``out`` (it must be able to receive the output set), then
 the datasets are opened and the model built with its weights and components, and the datasets opened
 again with the model's own input preparation; only then do the forward passes run. The output set
 (``plasticity.json``, ``plasticity.png``, ``plasticity_heatmap.png``, ``run.json``) is written as a unit
-(:mod:`vitplast.runs.output_set`); ``run.json`` holds the reproducibility record
-(:func:`vitplast.runs.provenance.provenance`: versions, model, weights' sha256 or hub revision, data,
+(`vitplast.runs.output_set`); ``run.json`` holds the reproducibility record
+(`vitplast.runs.provenance.provenance`: versions, model, weights' sha256 or hub revision, data,
 transform).
 """
 
@@ -54,7 +54,7 @@ class Subject:
 def measure(opts: MeasureOptions | None = None, /, *, reporter: Reporter | None = None, **keywords: Any):
     """Measure a model's plasticity; returns the ``vitplast_kernels`` ``PlasticityResult``.
 
-    ``opts``: a :class:`MeasureOptions`, checked again here; or the options as keywords (each the option
+    ``opts``: a `MeasureOptions`, checked again here; or the options as keywords (each the option
     of ``vitplast measure`` with that name, None: its default), e.g. ``measure(out="res/", batches=2)``;
     keywords given with ``opts`` replace its values.
 
@@ -89,7 +89,7 @@ def measure(opts: MeasureOptions | None = None, /, *, reporter: Reporter | None 
 
 def _plasticity(opts: MeasureOptions, subject: Subject, say, start: float) -> tuple[Any, int, list[str]]:
     """``(PlasticityResult, batches measured, bad images)``: read back from ``--out`` when its run.json
-    records the same model, data and options (:func:`.criteria.saved_plasticity`), else the forward
+    records the same model, data and options (`.criteria.saved_plasticity`), else the forward
     passes inside the capture."""
     from .criteria import saved_plasticity
 
@@ -129,10 +129,10 @@ def _criteria(opts: MeasureOptions, subject: Subject, names: list[str], say
         return {}
     from vitplast.criteria import get_criterion
 
-    from .criteria import cache_key, reusable, setting_for
+    from .criteria import criterion_key, reusable, setting_for
 
     record = _provenance(opts, subject)
-    keys = {n: cache_key(n, opts, record, subject.device) for n in names}
+    keys = {n: criterion_key(n, opts, record, subject.device) for n in names}
     scored, setting = {}, None
     for n in names:
         saved = reusable(opts.out, n, keys[n])
@@ -156,8 +156,8 @@ def _files(names) -> list[str]:
 
 
 def measure_options(opts: MeasureOptions | None, keywords: dict[str, Any]) -> MeasureOptions:
-    """The checked options of :func:`measure`: ``keywords`` (over ``opts``' values when given) resolved
-    into a new :class:`MeasureOptions`."""
+    """The checked options of `measure`: ``keywords`` (over ``opts``' values when given) resolved
+    into a new `MeasureOptions`."""
     return options_for(MeasureOptions, opts, keywords)
 
 
@@ -223,7 +223,7 @@ def _prepare(opts: MeasureOptions, arch: Architecture) -> Subject:
 
 def _forward_passes(opts: MeasureOptions, subject: Subject, n_run: int):
     """Runs up to ``n_run`` forward passes inside the capture through the one measuring loop
-    (:func:`vitplast.criteria.loop.measure_plasticity`); returns its :class:`~vitplast.criteria.loop.Measured`
+    (`vitplast.criteria.loop.measure_plasticity`); returns its `vitplast.criteria.loop.Measured`
     (``result`` None when no batch was measured)."""
     from vitplast.criteria.loop import measure_plasticity
     from vitplast.runtime.precision import autocast
