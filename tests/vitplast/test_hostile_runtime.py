@@ -386,3 +386,17 @@ def test_ascii_terminal_keeps_the_measurement(tmp_path, monkeypatch):
     printed = stdout.buffer.getvalue().decode("ascii")
     assert rc == 0 and (tmp_path / "res" / "plasticity.json").exists()
     assert "+/-" in printed  # the table's mean +/- half-width, in ASCII
+
+
+def test_closed_pipe_on_stdout_keeps_the_measurement(tmp_path, monkeypatch):
+    import io
+
+    class ClosedPipe(io.TextIOBase):  # `vitplast measure | head -1` once head has exited
+        def write(self, text):
+            raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(sys, "stdout", ClosedPipe())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        rc = main(["measure", "--batches", "1", "--no-progress", "--out", str(tmp_path / "res")])
+    assert rc == 0 and (tmp_path / "res" / "plasticity.json").exists()

@@ -1,9 +1,9 @@
 """Where a command's messages and progress bars go: a `Reporter` object passed down explicitly.
 
 ``Reporter()`` prints each message on stdout (in ASCII, ``+/-`` for ``±``, where its encoding cannot
-hold a character); ``Reporter(say=lines.append)`` collects them (tests, a
-notebook); ``Reporter.silent()`` drops them (worker processes, ranks other than 0). Progress bars are
-tqdm bars, shown when the reporter's ``progress`` setting says so (None: when stderr is a terminal).
+hold a character; nowhere once stdout is a closed pipe); ``Reporter(say=lines.append)`` collects them
+(tests, a notebook); ``Reporter.silent()`` drops them (worker processes, ranks other than 0). Progress
+bars are tqdm bars, shown when the reporter's ``progress`` setting says so (None: when stderr is a terminal).
 """
 
 from __future__ import annotations
@@ -17,13 +17,31 @@ def _drop(text: str) -> None:
 
 
 def _print(text: str) -> None:
-    """Prints ``text`` on stdout; what stdout's encoding cannot hold is written in ASCII (``+/-``)."""
-    try:
-        print(text, flush=True)
-    except UnicodeEncodeError:
-        from .text import ascii_text
+    """Prints ``text`` on stdout; what stdout's encoding cannot hold is written in ASCII (``+/-``), and
+    a stdout that is gone (a closed pipe) drops it: printing never costs a command its results."""
+    from .text import ascii_text
 
-        print(ascii_text(text), flush=True)
+    try:
+        try:
+            print(text, flush=True)
+        except UnicodeEncodeError:
+            print(ascii_text(text), flush=True)
+    except BrokenPipeError:
+        _detach_stdout()
+    except (OSError, ValueError):  # stdout closed
+        pass
+
+
+def _detach_stdout() -> None:
+    """After a closed pipe: later prints, and the flush at exit, go nowhere instead of failing."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 class Reporter:
