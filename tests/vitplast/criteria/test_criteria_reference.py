@@ -184,3 +184,19 @@ def test_names_are_checked():
     with pytest.raises(ValueError, match="unknown criterion 'nope'"):
         parse_criteria("size,nope")
     assert set(CRITERIA) == {"plasticity", "rgn", "fisher", "cka", "spectral", "size"}
+
+
+def test_the_example_criterion_of_the_contributing_notes_runs(setting):
+    import re
+    from pathlib import Path
+
+    notes = (Path(__file__).resolve().parents[3] / "DEVELOPERS.md").read_text()
+    section = notes[notes.index("## Adding a criterion"):]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    namespace: dict = {}
+    exec(compile(code, "DEVELOPERS.md", "exec"), namespace)
+    res = namespace["WeightNorm"]().score(setting)
+    net = tiny_model(0)
+    want = _grid(lambda c, l: math.sqrt(sum(float(p.detach().double().pow(2).sum())
+                                            for p in _unit_params(net, c, l).values())))
+    np.testing.assert_allclose(res.values, want, rtol=1e-12)
