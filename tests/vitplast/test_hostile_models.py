@@ -135,7 +135,7 @@ def test_a_timm_overlay_file_that_is_text_is_named(tmp_path, capsys):
     overlay = json.dumps({"file": str(text)})
     rc, err = _cli(_measure("vit_tiny_patch16_224", tmp_path / "out", "--pretrained", "--model-arg",
                             f"pretrained_cfg_overlay={overlay}"), capsys)
-    assert rc == 2 and str(text) in err and "text file" in err, err
+    assert rc == 2 and str(text) in err and "holds text" in err, err
 
 
 # ---- 9. files named in every failure -----------------------------------------------------------------
@@ -201,7 +201,7 @@ def test_weights_pointing_at_a_text_file_are_named(tmp_path, capsys):
     path = tmp_path / "w.pth"
     path.write_text("these are not weights\n")
     rc, err = _cli(_measure("digits-vit", tmp_path / "out", "--weights", path), capsys)
-    assert rc == 2 and str(path) in err and "text file" in err, err
+    assert rc == 2 and str(path) in err and "holds text" in err, err
 
 
 def test_weights_holding_a_dict_with_integer_keys_are_named(tmp_path, capsys):

@@ -139,7 +139,7 @@ def load_weights_only(path: str | os.PathLike, what: str, *, error: type[ValueEr
     except MemoryError:
         raise
     except Exception as exc:  # a truncated or foreign file fails in many ways (KeyError, IndexError, ...)
-        kind = ("a text file, not a checkpoint" if _looks_like_text(Path(path)) else
+        kind = ("not a readable PyTorch checkpoint (it holds text)" if _looks_like_text(Path(path)) else
                 "not a readable PyTorch checkpoint (truncated or corrupt?)")
         raise error(f"{what} is {kind}: {type(exc).__name__}: {_one_line(exc)}"
                     + (f"; {unreadable_advice}" if unreadable_advice else "")) from None
@@ -151,7 +151,7 @@ def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
     try:
         return load_file(str(path), device="cpu")
     except Exception as exc:  # safetensors raises its own SafetensorError, or OSError / ValueError
-        kind = ("a text file, not a .safetensors checkpoint" if _looks_like_text(path) else
+        kind = ("not a readable .safetensors file (it holds text)" if _looks_like_text(path) else
                 "not a readable .safetensors file (truncated or corrupt?)")
         raise CheckpointError(f"weights: {str(path)!r} is {kind}: {_one_line(exc)}") from None
 

@@ -32,6 +32,7 @@ import hashlib
 import json
 import math
 import os
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -262,11 +263,25 @@ def _pretrain(config: DigitsConfig, seed: int, progress: bool) -> tuple[nn.Modul
     return model, info
 
 
-def _write_atomic(model: nn.Module, path: Path, metadata: dict[str, str]) -> None:
-    from safetensors.torch import save_file
+def safetensors_bytes(state: dict[str, torch.Tensor], metadata: dict[str, str]) -> bytes:
+    """``state`` and ``metadata`` in the safetensors format, the same bytes for the same contents:
+    safetensors writes its metadata in an arbitrary order (a hash map), so the header is written again
+    with the metadata sorted (the tensors' entries and data as safetensors lays them out)."""
+    from safetensors.torch import save
 
+    blob = save(state, metadata=metadata)
+    size = int.from_bytes(blob[:8], "little")
+    header = json.loads(blob[8:8 + size])
+    header["__metadata__"] = dict(sorted(header.get("__metadata__", {}).items()))
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)  # the data starts 8-byte aligned, as safetensors writes it
+    return len(text).to_bytes(8, "little") + text + blob[8 + size:]
+
+
+def _write_atomic(model: nn.Module, path: Path, metadata: dict[str, str]) -> None:
     state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
-    atomic_write(path, lambda tmp: save_file(state, tmp, metadata=metadata))
+    data = safetensors_bytes(state, metadata)
+    atomic_write(path, lambda tmp: Path(tmp).write_bytes(data))
 
 
 def digits_checkpoint(cache_dir: str | os.PathLike | None = None, seed: int = 0, progress: bool = True,
@@ -280,16 +295,39 @@ def digits_checkpoint(cache_dir: str | os.PathLike | None = None, seed: int = 0,
     path = cache_root(cache_dir) / f"digits_vit-{cfg.key(seed)}.safetensors"
     if path.is_file():
         return path
+    print(f"pretraining the digits ViT once, about {pretrain_seconds_estimate(cfg):.0f} s; cached in "
+          f"{path.parent}", file=sys.stderr, flush=True)  # on any stream: a first run is slower
     model, info = pretrain(cfg, seed=seed, progress=progress)
-    meta = {"config": json.dumps(dataclasses.asdict(cfg), sort_keys=True), "seed": str(seed),
-            "val_acc": f"{info['val_acc']:.6f}", "train_seconds": f"{info['seconds']:.1f}",
-            "torch": torch.__version__}
-    _write_atomic(model, path, meta)
+    _write_atomic(model, path, checkpoint_metadata(cfg, seed, info))
     return path
 
 
+def checkpoint_metadata(cfg: DigitsConfig, seed: int, info: dict) -> dict[str, str]:
+    """What a pretrained checkpoint's file records: its config, seed, validation accuracy and torch
+    version; nothing of the clock or the machine, so that two pretrainings of one (config, seed) on one
+    machine write byte-identical files (one sha256)."""
+    return {"config": json.dumps(dataclasses.asdict(cfg), sort_keys=True), "seed": str(seed),
+            "val_acc": f"{info['val_acc']:.6f}", "torch": torch.__version__}
+
+
+# the cost model of `pretrain_seconds_estimate`, fitted on a 2-core VM (one thread): a fixed cost per
+# block and step (small matrices: kernel launches dominate), a cost per multiply-add, and the set-up
+STEP_BLOCK_S, MAC_S, SETUP_S = 0.02, 1.0e-10, 1.0
+
+
+def pretrain_seconds_estimate(cfg: DigitsConfig) -> float:
+    """Roughly how long `pretrain` takes for ``cfg`` on one CPU thread (the cost model above: within a
+    factor of about two, more on a loaded machine)."""
+    images = len(load_dataset(f"digits:{cfg.classes}", "train", img_size=cfg.img_size))
+    steps = cfg.epochs * math.ceil(images / cfg.batch_size)
+    tokens = (cfg.img_size // cfg.patch_size) ** 2 + 1
+    block_macs = tokens * cfg.embed_dim ** 2 * (4 + 2 * cfg.mlp_ratio) + 2 * tokens ** 2 * cfg.embed_dim
+    macs = 3 * block_macs * cfg.depth * cfg.batch_size  # forward and backward, per step
+    return SETUP_S + steps * (cfg.depth * STEP_BLOCK_S + macs * MAC_S)
+
+
 def checkpoint_info(path: str | os.PathLike) -> dict:
-    """The metadata stored with a cached checkpoint (config, seed, val_acc, train_seconds, torch)."""
+    """The metadata stored with a cached checkpoint (config, seed, val_acc, torch)."""
     from safetensors import safe_open
 
     with safe_open(os.fspath(path), framework="pt") as f:
