@@ -24,7 +24,7 @@ import numpy as np
 from scipy import stats
 
 from ..outputs.plots import component_color, figure, save
-from .statistics import stratified_permutation_test
+from .statistics import paired_tests, stratified_permutation_test
 
 
 def _finite(v) -> float | None:
@@ -62,7 +62,26 @@ def aggregate_claims(results: dict[str, dict], *, permutations: int = 10000, see
             strata.append(name)
     pooled = stratified_permutation_test(np.array(xs), np.array(ys), np.array(strata),
                                          permutations=permutations, seed=seed) if xs else None
-    return {"datasets": per, "pooled": _pooled(pooled, left_out), "combined": _combined(per)}
+    return {"datasets": per, "pooled": _pooled(pooled, left_out), "combined": _combined(per),
+            "mha_tests": _mha_tests(results)}
+
+
+def _mha_tests(results: dict[str, dict]) -> dict | None:
+    """MHA against each other component over the (dataset, seed) pairs of the component claims: each
+    component's accuracy at its best lr, paired by dataset and seed (`paired_tests`, Holm-corrected)."""
+    pairs: dict[str, list[float]] = {}
+    for res in results.values():
+        an = res["analysis"]
+        if an.get("granularity") == "layer":
+            return None
+        rows = {r["component"]: r.get("accuracy_per_seed") for r in an["rows"]}
+        if "MHA" not in rows or any(v is None for v in rows.values()):
+            return None
+        for c, v in rows.items():
+            pairs.setdefault(c, []).extend(v)
+    if "MHA" not in pairs or len({len(v) for v in pairs.values()}) != 1:
+        return None
+    return paired_tests("MHA", pairs)
 
 
 def _pooled(test: dict | None, left_out: int) -> dict:
@@ -131,6 +150,10 @@ def format_aggregate(agg: dict) -> str:
     if pooled.get("left_out"):
         lines.append(f"({pooled['left_out']} rows with an undefined plasticity or gain left out of the "
                      "pooled test)")
+    if agg.get("mha_tests"):
+        from .report import mha_test_lines
+
+        lines += mha_test_lines(agg["mha_tests"])
     lines.append(f"verdict: {aggregate_verdict(agg)}")
     return "\n".join(lines)
 

@@ -113,3 +113,25 @@ def score_dataset(opts: ClaimOptions, dataset: DatasetPlan, names: tuple[str, ..
     reporter.say(f"criteria{dataset.tag}: " + ", ".join(
         f"{n} {'reused' if n not in todo else f'{out[n].cost.seconds:.1f} s'}" for n in names))
     return {n: out[n] for n in names}
+
+
+def claim_criteria(opts: ClaimOptions, datasets: list[tuple[str, DatasetPlan]], device, reporter: Reporter,
+                   *, progress: bool, write: bool) -> dict[str, dict]:
+    """``{dataset key: {name: {"scores": {component: score}, "seconds": s}}}``: what
+    `vitplast.claim.analysis.analyse` correlates with the gains, for each ``(key, dataset)`` of a
+    component claim (``--criteria``; plasticity is the claim's own measurement)."""
+    out = {}
+    for key, dataset in datasets:
+        scored = score_dataset(opts, dataset, tuple(opts.criteria), device, reporter, progress=progress,
+                               write=write)
+        out[key] = {n: {"scores": {c: r.overall(c) for c in r.components}, "seconds": r.cost.seconds}
+                    for n, r in scored.items()}
+    return out
+
+
+def criteria_record(analysis: dict) -> dict:
+    """What ``criteria.json`` holds: a row per (criterion, granularity) (``criterion``, ``granularity``,
+    ``n``, ``spearman``, ``spearman_ci``, ``kendall``, ``p_value``, ``partial_size``, ``seconds``)."""
+    return {"format": "vitplast-criteria/1", "rows": analysis.get("criteria") or [],
+            "note": "higher score = finetune first; p_value: one-sided permutation (H1: rho > 0); "
+                    "partial_size: Spearman with the trainable-parameter count held fixed (null for size)"}

@@ -41,3 +41,15 @@ def test_partial_on_size_vanishes_when_size_ranks_like_the_gains():
     assert row["criterion"] == "cka" and row["spearman"] == pytest.approx(0.5)
     # sizes 100 > 80 > 8 rank as the gains do: nothing is left for cka to explain
     assert row["partial_size"] is None or abs(row["partial_size"]) < 1e-6
+
+
+def test_mha_is_tested_over_dataset_and_seed_pairs_across_datasets():
+    from vitplast.claim.aggregate import aggregate_claims, format_aggregate
+
+    results = {name: {"config": {"data": name}, "analysis": _analysed(None)} for name in ("a", "b")}
+    agg = aggregate_claims(results, permutations=50)
+    fc1 = agg["mha_tests"]["comparisons"]["FC1"]
+    assert fc1["n"] == 4  # 2 datasets x 2 seeds
+    assert fc1["mean_difference"] == pytest.approx(0.25)  # MHA 0.9/1.0 vs FC1 0.7/0.7, twice
+    assert fc1["wilcoxon_p_holm"] >= fc1["wilcoxon_p"]
+    assert "vs FC1" in format_aggregate(agg) and "n = 4" in format_aggregate(agg)
