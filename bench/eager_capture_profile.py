@@ -118,6 +118,62 @@ def profile(model_name: str, batch: int, rounds: int) -> dict[str, float]:
     return {k: statistics.median(v) for k, v in rows.items()}
 
 
+def step_breakdown(model: torch.nn.Module, images: torch.Tensor, reps: int = 3) -> dict[str, float]:
+    """Median seconds of the parts of one measurement step on CPU, the step `bench.end_to_end` and
+    ``vitplast profile`` time (a capture built and attached, the forward, the result read on the host):
+
+    - ``setup``: building and attaching the capture (component matching, hook registration, the
+      accumulators' allocation);
+    - ``op_calls``: the paired-op calls inside the hooks (op layer and kernel, on the spot);
+    - ``bookkeeping``: the rest of the hooks' time (sharing, rows, the end-of-forward statistics);
+    - ``result``: detaching, ``pairwise_plasticity`` and the host read of its statistics.
+
+    What remains of the step's extra time is outside all four: hook dispatch and the model's own kernels
+    slowed by the reads. Restores what it wraps."""
+    spent = {"hooks": 0.0, "op": 0.0}
+    hook = protocols.InSitu._hook
+    saved = protocols.InSitu.__dict__["_hook"]  # the staticmethod itself: restored as it was
+
+    def timed_hook(*args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            return hook(*args, **kwargs)
+        finally:
+            spent["hooks"] += time.perf_counter() - t0
+
+    parts: dict[str, list[float]] = {k: [] for k in ("setup", "op_calls", "bookkeeping", "result")}
+    protocols.InSitu._hook = staticmethod(timed_hook)
+    try:
+        for _ in range(reps):
+            spent.update(hooks=0.0, op=0.0)
+            t0 = time.perf_counter()
+            cap = vk.capture(model).attach()
+            t1 = time.perf_counter()
+            sq_sums = cap.pairing.sq_sums
+
+            def timed_sq_sums(tensors, _sq_sums=sq_sums, **kw):
+                s = time.perf_counter()
+                try:
+                    return _sq_sums(tensors, **kw)
+                finally:
+                    spent["op"] += time.perf_counter() - s
+
+            cap.pairing.sq_sums = timed_sq_sums
+            with torch.no_grad():
+                model(images)
+            t2 = time.perf_counter()
+            cap.detach()
+            vk.pairwise_plasticity(cap).stats.cpu()
+            t3 = time.perf_counter()
+            parts["setup"].append(t1 - t0)
+            parts["op_calls"].append(spent["op"])
+            parts["bookkeeping"].append(spent["hooks"] - spent["op"])
+            parts["result"].append(t3 - t2)
+    finally:
+        protocols.InSitu._hook = saved
+    return {k: statistics.median(v) for k, v in parts.items()}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.eager_capture_profile",
                                 description=__doc__.split("\n")[0])

@@ -39,6 +39,10 @@ COLUMNS = [
     ("faults_forward", "faults/fwd", ".0f"),
     ("faults_capture", "faults/fwd+cap", ".0f"),
     ("reductions_ms", "kernels ms", ".1f"),
+    ("op_calls_ms", "op calls ms", ".1f"),
+    ("bookkeeping_ms", "bookkeeping ms", ".1f"),
+    ("setup_ms", "setup ms", ".1f"),
+    ("result_ms", "result+host ms", ".1f"),
     ("naive_ms", "naive hooks ms", ".1f"),
     ("paper_ms", "paper ms", ".1f"),
     ("x_naive_hooks", "x naive", ".2f"),
@@ -81,6 +85,11 @@ def _row(model_name: str, batch: int, dtype: torch.dtype, device: torch.device, 
         return 100 * (per_round_ratio(samples[name], samples["forward"]) - 1)
 
     red = pf.reduction_rate(model, images, st, reps=reps)
+    parts = {}
+    if device.type == "cpu":  # host clocks: the parts of a CPU step (on CUDA they would time launches)
+        from .eager_capture_profile import step_breakdown
+
+        parts = {f"{k}_ms": 1e3 * v for k, v in step_breakdown(model, images, reps=min(reps, 3)).items()}
     return {"model": model_name, "batch": batch, "dtype": str(dtype).removeprefix("torch."),
             "forward_ms": 1e3 * t["forward"], "capture_ms": 1e3 * t["capture"],
             "overhead_pct": paired_pct("capture"), "noise_pct": paired_pct("forward again"),
@@ -89,7 +98,8 @@ def _row(model_name: str, batch: int, dtype: torch.dtype, device: torch.device, 
             "paper_ms": 1e3 * t["paper"], "x_naive_hooks": t["naive"] / t["capture"],
             "x_paper": t["paper"] / t["capture"], "images_per_s": batch / t["capture"],
             "reductions_ms": 1e3 * red["per_forward_s"], "reductions_GBps": red["GBps"],
-            "paper_host_GB": peers.paper_host_bytes(model, images, st) / 1e9, "layers": len(st.layers)}
+            "paper_host_GB": peers.paper_host_bytes(model, images, st) / 1e9, "layers": len(st.layers),
+            **parts}
 
 
 def rows(device: str, quick: bool = False) -> tuple[list[dict[str, Any]], str]:
@@ -103,6 +113,9 @@ def rows(device: str, quick: bool = False) -> tuple[list[dict[str, Any]], str]:
             "eager distances), all blocks; capture +% and noise +% (plain forward timed twice) = medians of "
             "per-round ratios; faults = minor page faults per call (median); x = peer time / capture "
             "time; kernels ms = block 0's distinct tensors reduced alone, times the depth (the kernels' "
-            "share of the capture cost); same numbers "
+            "share of the capture cost); CPU only, the capture step's parts (medians of 3 more steps, see "
+            "bench.eager_capture_profile.step_breakdown): op calls = paired-op calls inside the hooks on the "
+            "spot, bookkeeping = the rest of the hooks, setup = capture built and attached (allocation, "
+            "hooks), result+host = pairwise_plasticity and the host read; same numbers "
             "as `vitplast profile`")
     return out, note

@@ -33,6 +33,19 @@ def test_profile_prints_its_breakdown_and_restores_the_hooks(capsys, monkeypatch
     assert re.search(r"at the machine's read bandwidth \(40\.0 GB/s", out)
 
 
+def test_step_breakdown_times_every_part_and_restores_the_hooks():
+    import timm
+    import torch
+
+    model = timm.create_model("vit_tiny_patch16_224", pretrained=False).eval()
+    images = torch.randn(2, 3, 224, 224, generator=torch.Generator().manual_seed(0))
+    hook = protocols.InSitu.__dict__["_hook"]
+    parts = eager_capture_profile.step_breakdown(model, images, reps=1)
+    assert protocols.InSitu.__dict__["_hook"] is hook
+    assert set(parts) == {"setup", "op_calls", "bookkeeping", "result"}
+    assert all(v > 0 for v in parts.values()), parts
+
+
 def test_hook_overhead_reports_sixty_hooks_and_a_positive_cost(capsys):
     from bench import hook_overhead
 
