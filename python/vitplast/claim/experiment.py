@@ -115,7 +115,7 @@ def _run(opts: ClaimOptions, ses: Session, after_step) -> dict:
     mine = runs_of_this_process(opts, runs)
     est = None
     if opts.dry_run or opts.time_budget is not None:
-        est = estimate(opts, grids, mine, threads=ses.threads, n_procs=ses.n_procs,
+        est = estimate(opts, grids, mine, n_procs=ses.n_procs,
                        on_cluster=ses.executor.runs_at_once is None, progress=ses.progress,
                        reporter=ses.reporter)
     record = opts.record(jobs=ses.n_procs, data=opts.data if len(grids) > 1 else opts.data[0])

@@ -90,34 +90,27 @@ def _label(run: PlannedRun) -> str:
 
 
 def calibrate(settings: RunSettings, prepared: Prepared, trains: list[str], *, probe_steps: int,
-              threads: int | None, folder: Path | None = None) -> dict:
-    """Time short runs in this process to estimate a full one: a 1-step run of the first trained
-    component (fixed cost: model, data, two evaluations) and ``1 + probe_steps``-step runs of it and of
-    ``head`` when listed (the cost of a step, which differs: a head-only step stops its backward at the
-    head). Returns ``{"overhead_s", "step_s": {train: seconds per step}, "seconds"}``."""
-    import torch
-
+              folder: Path | None = None) -> dict:
+    """Time short runs in this process (with the threads its grid session set) to estimate a full one:
+    a 1-step run of the first trained component (fixed cost: model, data, two evaluations) and
+    ``1 + probe_steps``-step runs of it and of ``head`` when listed (the cost of a step, which differs:
+    a head-only step stops its backward at the head). Returns ``{"overhead_s", "step_s": {train:
+    seconds per step}, "seconds"}``."""
     t_start = time.perf_counter()
     component = next((t for t in trains if t != "head"), trains[0])
     kinds = [component] + (["head"] if "head" in trains and component != "head" else [])
-    saved_threads = torch.get_num_threads()
-    if threads:
-        torch.set_num_threads(threads)
-    try:
-        with tempfile.TemporaryDirectory(prefix="claim-calibration-", dir=folder) as tmp:
-            def timed(train: str, steps: int, name: str) -> float:
-                probe = dataclasses.replace(settings, steps=steps, checkpoint_every=0, plots=False,
-                                            progress=False)
-                t0 = time.perf_counter()
-                train_one_run(RunSpec(train, 1e-4, 0, Path(tmp) / name, probe, resume=False), prepared)
-                return time.perf_counter() - t0
+    with tempfile.TemporaryDirectory(prefix="claim-calibration-", dir=folder) as tmp:
+        def timed(train: str, steps: int, name: str) -> float:
+            probe = dataclasses.replace(settings, steps=steps, checkpoint_every=0, plots=False,
+                                        progress=False)
+            t0 = time.perf_counter()
+            train_one_run(RunSpec(train, 1e-4, 0, Path(tmp) / name, probe, resume=False), prepared)
+            return time.perf_counter() - t0
 
-            timed(component, 1, "warm-up")  # first-time imports and allocations do not count
-            overhead = timed(component, 1, "overhead")
-            step_s = {t: max(0.0, (timed(t, 1 + probe_steps, f"{t}-steps") - overhead) / probe_steps)
-                      for t in kinds}
-    finally:
-        torch.set_num_threads(saved_threads)
+        timed(component, 1, "warm-up")  # first-time imports and allocations do not count
+        overhead = timed(component, 1, "overhead")
+        step_s = {t: max(0.0, (timed(t, 1 + probe_steps, f"{t}-steps") - overhead) / probe_steps)
+                  for t in kinds}
     step_s = {t: step_s.get(t, step_s[component]) for t in trains}
     return {"overhead_s": overhead, "step_s": step_s, "probe_steps": probe_steps,
             "seconds": time.perf_counter() - t_start}

@@ -96,7 +96,7 @@ def plan_summary(opts: ClaimOptions, grids: Sequence[DatasetGrid], reporter: Rep
     return plan
 
 
-def estimate(opts: ClaimOptions, grids: Sequence[DatasetGrid], runs: Sequence[PlannedRun], *, threads,
+def estimate(opts: ClaimOptions, grids: Sequence[DatasetGrid], runs: Sequence[PlannedRun], *,
              n_procs: int, on_cluster: bool, progress: bool, reporter: Reporter) -> dict:
     """Short timed runs (on the first dataset, in this process), the wall time of ``runs`` still to
     train (``n_procs`` at once; ``on_cluster``: a cluster decides how many), and ``--time-budget``'s
@@ -104,7 +104,7 @@ def estimate(opts: ClaimOptions, grids: Sequence[DatasetGrid], runs: Sequence[Pl
     family_of(opts.model).prepare(progress)  # a one-time pretraining is not a finetuning cost
     first = grids[0]
     calib = calibrate(first.dataset.settings, first.prepared, first.trains,
-                      probe_steps=min(opts.calibrate_steps, opts.steps), threads=threads)
+                      probe_steps=min(opts.calibrate_steps, opts.steps))
     seconds = estimate_seconds(runs, calib, opts.steps, n_procs)
     procs = f" over {n_procs} processes (if the cores are free)" if n_procs > 1 else ""
     if on_cluster:
