@@ -29,7 +29,7 @@ def _env(env: Mapping[str, str] | None) -> Mapping[str, str]:
     return os.environ if env is None else env
 
 
-def integer(name: str, default: int, minimum: int = 0, env: Mapping[str, str] | None = None,
+def env_integer(name: str, default: int, minimum: int = 0, env: Mapping[str, str] | None = None,
             accepts: str | None = None) -> int:
     """The integer value of ``name`` (``default`` when unset or empty); ValueError naming it otherwise."""
     text = _env(env).get(name, "").strip()
@@ -56,17 +56,13 @@ def traceback_wanted(env: Mapping[str, str] | None = None) -> bool:
 def world(env: Mapping[str, str] | None = None) -> tuple[int, int, int]:
     """``(WORLD_SIZE, RANK, LOCAL_RANK)`` as torchrun sets them (``(1, 0, 0)`` outside it); ValueError
     naming the variable whose value is not one."""
-    size = integer("WORLD_SIZE", 1, 1, env, "an integer >= 1 (the number of processes, as torchrun sets it)")
-    rank = integer("RANK", 0, 0, env, "an integer >= 0 (this process's rank, as torchrun sets it)")
+    size = env_integer("WORLD_SIZE", 1, 1, env,
+                       "an integer >= 1 (the number of processes, as torchrun sets it)")
+    rank = env_integer("RANK", 0, 0, env, "an integer >= 0 (this process's rank, as torchrun sets it)")
     if rank >= size and _env(env).get("WORLD_SIZE", "").strip():
         raise ValueError(f"RANK={rank}: must be an integer in 0..{size - 1} (WORLD_SIZE={size})")
-    local = integer("LOCAL_RANK", 0, 0, env, "an integer >= 0 (this process's GPU on its node)")
+    local = env_integer("LOCAL_RANK", 0, 0, env, "an integer >= 0 (this process's GPU on its node)")
     return size, rank, local
-
-
-def world_size(env: Mapping[str, str] | None = None) -> int:
-    """``WORLD_SIZE`` (1 when unset); ValueError naming it when it is not an integer >= 1."""
-    return world(env)[0]
 
 
 def check_environment(env: Mapping[str, str] | None = None) -> None:
@@ -78,7 +74,7 @@ def check_environment(env: Mapping[str, str] | None = None) -> None:
     cpu = env.get("VITPLAST_CPU_KERNEL", "").strip()
     if cpu and cpu not in CPU_KERNELS:
         raise ValueError(f"VITPLAST_CPU_KERNEL={cpu!r}: must be one of {', '.join(CPU_KERNELS)} (or unset)")
-    integer("VITPLAST_CUDA_CHUNK", 0, 1, env, "a positive integer (elements per CUDA task)")
+    env_integer("VITPLAST_CUDA_CHUNK", 0, 1, env, "a positive integer (elements per CUDA task)")
     world(env)
     for name in SLURM_INTEGERS:
-        integer(name, 0, -(2**62), env, "an integer (as SLURM sets it); or pass --shard I/N")
+        env_integer(name, 0, -(2**62), env, "an integer (as SLURM sets it); or pass --shard I/N")
