@@ -67,3 +67,10 @@ def test_several_criteria_then_a_rerun_reuses_them(cache, tmp_path, capsys):
     assert main([*argv[:-3], "--criterion-seeds", "0", "--out", str(out), "--no-progress"]) == 0
     text = capsys.readouterr().out
     assert "rgn: reused" not in text and "cka: reused" in text  # the seeds change rgn, not cka
+
+
+def test_an_unknown_criterion_is_refused_with_its_name(capsys, tmp_path):
+    assert main(["measure", "--criterion", "size,nope", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "--criterion" in err and "'nope'" in err and "spectral" in err
+    assert not (tmp_path / "o").exists()
