@@ -82,7 +82,7 @@ def claim_options(opts: ClaimOptions | None = None, /, **keywords) -> ClaimOptio
 
 def claim(opts: ClaimOptions | None = None, /, *, reporter: Reporter | None = None, after_step=None,
           **keywords) -> dict:
-    """Run the claim ``opts`` describes (a :class:`ClaimOptions`, or keywords that build one).
+    """Run the claim ``opts`` describes (a `ClaimOptions`, or keywords that build one).
 
     Returns ``{"config", "plan", "estimate", "measurement", "analysis", "runs", "text"}`` for one
     dataset; for several, ``{"config", "plan", "estimate", "datasets": {name: that dict}, "aggregate",

@@ -1,12 +1,12 @@
-"""The finetuning runs of `vitplast claim`: one :func:`vitplast.finetune.train_run` per (dataset, train,
-lr, seed), trained through an executor (:mod:`vitplast.runs.executors`).
+"""The finetuning runs of `vitplast claim`: one `vitplast.finetune.train_run` per (dataset, train,
+lr, seed), trained through an executor (`vitplast.runs.executors`).
 
 Every run trains into its own directory ``DATASET_OUT/runs/<train>-lr<lr>-s<seed>/`` (the finetune run
 layout: config.json, metrics.jsonl, checkpoint.pt, summary.json) and is always called with
 ``resume=True``: a finished directory (summary.json present) is loaded without training, a partial
 one (config.json, no summary) continues from its last checkpoint, a new one starts. A killed `claim`
 therefore loses at most the steps since each interrupted run's last checkpoint. Before anything is
-trained, every existing run's config.json is compared with the options (:func:`check_plan`): a
+trained, every existing run's config.json is compared with the options (`check_plan`): a
 mismatch is named, never trained over, which keeps one OUT one experiment.
 
 The run list is deterministic (datasets in the order given, then seeds, trains and learning rates),

@@ -1,6 +1,6 @@
 """The grid of a claim, planned before anything is written: per dataset, what is trained (the components
 and baselines, or a layer claim's units and selections), the model and data checked once
-(:func:`vitplast.finetune.prepare`) and the runs with the state of their directories; then the plan's
+(`vitplast.finetune.prepare`) and the runs with the state of their directories; then the plan's
 one line and, on request, the estimate of how long the runs still to train take."""
 
 from __future__ import annotations

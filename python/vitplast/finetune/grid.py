@@ -1,9 +1,9 @@
 """``finetune(opts)``: the grid of ``vitplast finetune``, every (train, lr, seed) of the options trained
-into its run directory by :func:`vitplast.finetune.loop.train_run`, then aggregated.
+into its run directory by `vitplast.finetune.loop.train_run`, then aggregated.
 
 One combination trains into ``--out``; several train into ``--out/<train>-lr<lr>-s<seed>/`` and write
 ``--out/grid_summary.json`` and the grid plots. The runs of a grid go through an executor
-(:mod:`vitplast.runs.executors`): one after another in this process, ``--jobs`` processes, or Ray tasks
+(`vitplast.runs.executors`): one after another in this process, ``--jobs`` processes, or Ray tasks
 (``--executor ray``); ``--shard I/N`` trains one slice of the run list and writes no summary, which a
 final pass without ``--shard`` (with ``--resume``, or ``--analyse-only``) writes. Results never depend
 on the executor.
@@ -83,14 +83,14 @@ def mismatch_message(mismatches: Sequence[tuple[RunSpec, str]], root: Path | Non
 
 def train_grid_run(spec: RunSpec, prepared: Prepared, dctx: DistContext | None = None,
                    reporter: Reporter | None = None, after_step: AfterStep | None = None) -> dict:
-    """One run of a grid: :func:`train_run` with its options as positional arguments (the grid driver's
+    """One run of a grid: `train_run` with its options as positional arguments (the grid driver's
     job; a worker passes none of the last three: its reporter is silent)."""
     return train_run(spec, prepared, dctx=dctx, reporter=reporter or Reporter.silent(), after_step=after_step)
 
 
 def finetune(opts: FinetuneOptions | None = None, /, *, reporter: Reporter | None = None,
              after_step: AfterStep | None = None, **keywords) -> dict:
-    """Run the finetuning grid of ``opts`` (a :class:`FinetuneOptions`, or keywords that build one).
+    """Run the finetuning grid of ``opts`` (a `FinetuneOptions`, or keywords that build one).
 
     Returns ``{"runs": [summary per combination], "table": aggregate rows, "table_text": str}`` (a
     ``--shard``: the runs of the shard and ``"shard"``). ``reporter`` receives the messages (default:

@@ -1,4 +1,4 @@
-"""Model families behind one registry (:data:`FAMILIES`): the embedded digits ViT, timm models and
+"""Model families behind one registry (`FAMILIES`): the embedded digits ViT, timm models and
 Hugging Face transformers models, each with what the commands need to know of it, so that no code
 outside `vitplast.models` names a family. A ``--model`` name belongs to the family its source says
 (`vitplast.models.sources.model_source`).

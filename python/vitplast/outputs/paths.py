@@ -45,7 +45,7 @@ def check_path_length(path: str | os.PathLike, flag: str = "--out", room: int = 
 def check_out_dir(path: str | os.PathLike, flag: str = "--out") -> Path:
     """``path`` as a directory to write: an existing directory this process can write into, or a path
     whose nearest existing parent is one, short enough for what is written below it
-    (:func:`check_path_length`). Raises ValueError naming ``flag`` otherwise (an existing file, a parent
+    (`check_path_length`). Raises ValueError naming ``flag`` otherwise (an existing file, a parent
     that is a file, no write permission, a path too long); creates nothing."""
     p = check_path_length(path, flag)
     if p.exists() and not p.is_dir():

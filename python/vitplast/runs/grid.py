@@ -1,9 +1,9 @@
 """The one driver of a grid of runs, used by ``vitplast finetune`` and ``vitplast claim``: plan (the
-command lists its :class:`GridRun` objects) -> filter (this process's ``--shard``, the runs finished
+command lists its `GridRun` objects) -> filter (this process's ``--shard``, the runs finished
 before, which are loaded; a directory another process holds is waited for by the executor's loop) ->
 execute (through the executor the options name) -> collect (every summary in run order).
 
-Where a grid runs is a :class:`GridSession`: its process group (torchrun: every rank takes the same
+Where a grid runs is a `GridSession`: its process group (torchrun: every rank takes the same
 steps), the intra-op threads of the runs trained in this process, and its reporter (silent on ranks
 other than 0). The refusals and messages every grid shares live here: ``--analyse-only`` with runs not
 finished, and the line a ``--shard`` ends with. The driver knows nothing of what a run trains: a run

@@ -85,7 +85,7 @@ class OutputSet:
     @contextlib.contextmanager
     def writing(self) -> Iterator[Path]:
         """A temporary directory to fill; it replaces the target when the block ends without error
-        (the target's missing parents are created now, not by :meth:`check`)."""
+        (the target's missing parents are created now, not by `check`)."""
         self.parent.mkdir(parents=True, exist_ok=True)
         self._sweep()
         tmp = self._fresh_dir()

@@ -1,7 +1,7 @@
-"""Executors of a grid of runs, behind one interface (:class:`Executor`): local processes
-(:mod:`.local`), Ray tasks on a cluster (:mod:`.ray_tasks`, the ``ray`` extra), chosen by name through
-:mod:`.registry`; and ``--shard I/N`` slices of the run list (:class:`Shard`) for schedulers such as
-SLURM arrays. Each takes :class:`Job` objects (a function, its arguments, a run directory) and knows
+"""Executors of a grid of runs, behind one interface (`Executor`): local processes
+(`local`), Ray tasks on a cluster (`ray_tasks`, the ``ray`` extra), chosen by name through
+`registry`; and ``--shard I/N`` slices of the run list (`Shard`) for schedulers such as
+SLURM arrays. Each takes `Job` objects (a function, its arguments, a run directory) and knows
 nothing of what they train."""
 
 from .base import Executor, ExecutorBase, Resources, run_jobs

@@ -1,13 +1,13 @@
-"""What every executor implements (:class:`Executor`) and the one loop that drives any of them over a
-grid (:func:`run_jobs`).
+"""What every executor implements (`Executor`) and the one loop that drives any of them over a
+grid (`run_jobs`).
 
 An executor starts attempts of jobs and says how they ended; it keeps no schedule. The loop keeps it
-(:class:`~.jobs.Schedule`: which job runs next, which wait for a directory another process holds,
+(`Schedule`: which job runs next, which wait for a directory another process holds,
 which are retried after their worker died) and asks the executor only three things: ``submit`` an
 attempt (the job, its arguments, its resources, its token) and get a handle back; ``wait`` for some
 handles to end; ``cancel`` those still in flight when the grid stops. A new executor is a module of
 this package with a class that does these three things and a ``from_options`` function, and one line
-in :data:`vitplast.runs.executors.registry.EXECUTORS`.
+in `vitplast.runs.executors.registry.EXECUTORS`.
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ class Executor(Protocol):
         """How many attempts may be in flight now (the loop submits up to that many)."""
 
     def submit(self, attempt: Attempt) -> Any:
-        """Starts ``attempt``; returns a handle (hashable) that :meth:`wait` reports once."""
+        """Starts ``attempt``; returns a handle (hashable) that `wait` reports once."""
 
     def wait(self, handles: Sequence[Any], timeout: float) -> list[tuple[Any, Ended]]:
         """The handles among ``handles`` that ended within ``timeout`` seconds, with how."""
@@ -89,7 +89,7 @@ class Executor(Protocol):
 
 class ExecutorBase:
     """What most executors share: nothing to connect to, nothing to say, no lockstep, and
-    :meth:`run`."""
+    `run`."""
 
     in_process = False
     runs_at_once: int | None = None
@@ -107,13 +107,13 @@ class ExecutorBase:
         return None
 
     def run(self, jobs: Sequence[Job], progress: GridProgress) -> list[Any]:
-        """:func:`run_jobs` through this executor."""
+        """`run_jobs` through this executor."""
         return run_jobs(self, jobs, progress)
 
 
 def run_jobs(executor: Executor, jobs: Sequence[Job], progress: GridProgress) -> list[Any]:
     """Every job's result in job order, each job attempted through ``executor`` (a crashed attempt
-    retried up to ``executor.retries`` times, resuming from its checkpoint); :class:`~.jobs.GridFailed`
+    retried up to ``executor.retries`` times, resuming from its checkpoint); `GridFailed`
     after the others when some failed. Ctrl-C (or any exception) cancels the attempts in flight. A
     lockstep executor's jobs run in order, nothing waited for (every rank must take the same steps)."""
     sched = Schedule(jobs, progress, executor.retries)

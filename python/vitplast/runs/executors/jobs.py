@@ -1,10 +1,10 @@
-"""What an executor runs and how it keeps count: a :class:`Job` (one run of a grid: a function, its
-arguments, its run directory), a :class:`Schedule` (which job runs next, which wait for a directory
+"""What an executor runs and how it keeps count: a `Job` (one run of a grid: a function, its
+arguments, its run directory), a `Schedule` (which job runs next, which wait for a directory
 another process holds, which are retried after their worker died, which failed) and the failure of a
-grid (:class:`GridFailed`).
+grid (`GridFailed`).
 
 Every attempt of a job carries a token (``SESSION-JOB-ATTEMPT``) that the run directory's lock records
-(:func:`vitplast.runs.lock.attempt`). A retry names the tokens of the attempts before it, so it takes
+(`vitplast.runs.lock.attempt`). A retry names the tokens of the attempts before it, so it takes
 their locks over at once, wherever they ran; a directory held by anyone else is waited for.
 """
 
@@ -159,7 +159,7 @@ class Schedule:
         self.waiting[i] = (time.monotonic() + delay, delay)
 
     def outcome(self, i: int, kind: str, value: Any) -> None:
-        """What an attempt returned (:func:`run_attempt`)."""
+        """What an attempt returned (`run_attempt`)."""
         if kind == "busy":
             self.busy(i, value)
         else:
@@ -193,7 +193,7 @@ class Schedule:
             f.write(f"--- {job.label} ({job.directory}), {time.strftime('%Y-%m-%dT%H:%M:%S%z')}\n{text}")
 
     def result(self) -> list[Any]:
-        """Every job's result in job order, or :class:`GridFailed` naming those that failed."""
+        """Every job's result in job order, or `GridFailed` naming those that failed."""
         if self.failures:
             raise grid_error([self.failures[i] for i in sorted(self.failures)], len(self.jobs))
         return [self.results[i] for i in range(len(self.jobs))]

@@ -1,7 +1,7 @@
 """The local executor: a grid's runs on this machine, one after another in this process (``jobs=1``,
-:class:`InProcessExecutor`) or ``jobs`` at a time in spawned worker processes (each with ``threads``
-intra-op threads, :class:`ProcessExecutor`); under torchrun, every rank runs the same runs in order
-(:class:`LockstepExecutor`). :func:`from_options` picks one.
+`InProcessExecutor`) or ``jobs`` at a time in spawned worker processes (each with ``threads``
+intra-op threads, `ProcessExecutor`); under torchrun, every rank runs the same runs in order
+(`LockstepExecutor`). `from_options` picks one.
 
 The workers die with the driver: on Linux the kernel kills them when it dies (``PR_SET_PDEATHSIG``),
 everywhere a thread of theirs exits when their parent changes, and every write to a run directory

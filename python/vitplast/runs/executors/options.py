@@ -1,5 +1,5 @@
 """The options of a grid's executor, one group that finetune and claim both compose
-(:class:`ExecutorOptions`): where the runs train (``--executor``, ``--jobs``, ``--ray-address``, the
+(`ExecutorOptions`): where the runs train (``--executor``, ``--jobs``, ``--ray-address``, the
 resources of a run), how often a run whose worker died is retried, and which runs this process trains
 (``--shard I/N``, ``--analyse-only``)."""
 
@@ -18,7 +18,7 @@ GRID_TITLE = {"grid": "where the runs train (with Ray or --shard, every node mus
 
 
 def _shard(value):
-    """``I/N`` (1 <= I <= N), ``none``, or a :class:`Shard`."""
+    """``I/N`` (1 <= I <= N), ``none``, or a `Shard`."""
     if isinstance(value, Shard) or value is None:
         return value
     if isinstance(value, str) and value.strip().lower() == "none":

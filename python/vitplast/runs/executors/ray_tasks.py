@@ -2,7 +2,7 @@
 (``ray start --head`` on one node, ``ray start --address HEAD:6379`` on the others) or a Ray started
 here. Ray is imported only when this executor is chosen (the ``ray`` extra).
 
-The driver keeps the schedule (:func:`~.base.run_jobs`), as Ray Tune does: it keeps as many tasks in
+The driver keeps the schedule (`run_jobs`), as Ray Tune does: it keeps as many tasks in
 flight as the live nodes hold, plus one queued, and its tasks are never retried by Ray itself
 (``max_retries=0``). A task whose worker or node died (a Ray system error) is
 submitted again, up to ``retries`` times, and resumes from the run's last checkpoint; it names the
@@ -32,7 +32,7 @@ RAY_EXTRA = "pip install 'vitplast-kernels[ray]'"
 
 
 def require_ray():
-    """The ``ray`` module, or an :class:`OptionError` in one line naming the extra to install."""
+    """The ``ray`` module, or an `OptionError` in one line naming the extra to install."""
     try:
         import ray
     except ImportError:
@@ -60,7 +60,7 @@ def _check_reachable(address: str) -> None:
 
 
 def from_options(opts, *, jobs: int, threads: int | None, device_type: str, lockstep: bool = False):
-    """A :class:`RayExecutor` whose tasks reserve ``--cpus-per-run`` (default: ``threads``, else 1) and
+    """A `RayExecutor` whose tasks reserve ``--cpus-per-run`` (default: ``threads``, else 1) and
     ``--gpus-per-run`` (default: 1 when ``device_type`` is cuda); ``jobs`` does not apply (the cluster
     decides how many runs train at once)."""
     if getattr(opts, "device", "auto").startswith("cuda:"):
@@ -140,7 +140,7 @@ class RayExecutor(ExecutorBase):
 
     # -- the attempts --------------------------------------------------------------------------------
     def slots(self) -> int:
-        """How many runs the live nodes hold at once (looked at every :data:`SHOW_S` seconds), plus one
+        """How many runs the live nodes hold at once (looked at every `SHOW_S` seconds), plus one
         queued (demand an autoscaler sees), so a retry, put first in line, starts as soon as a slot
         frees rather than after every run not yet started."""
         if time.monotonic() - self.counted >= SHOW_S:
@@ -191,7 +191,7 @@ class RayExecutor(ExecutorBase):
 
     def nodes(self, handles: Sequence[Any]) -> list[str]:
         """Runs whose lock names their current attempt are running; their nodes are in use (looked at
-        every :data:`SHOW_S` seconds, and after an attempt ended)."""
+        every `SHOW_S` seconds, and after an attempt ended)."""
         if time.monotonic() - self.shown < SHOW_S:
             return self.running
         self.shown = time.monotonic()

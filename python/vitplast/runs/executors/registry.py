@@ -1,6 +1,6 @@
-"""The executors by name (:data:`EXECUTORS`, what ``--executor`` takes): each a module of this package
+"""The executors by name (`EXECUTORS`, what ``--executor`` takes): each a module of this package
 with ``from_options(opts, *, jobs, threads, device_type, lockstep)``, which returns an
-:class:`~.base.Executor`, and ``check_options(opts)``, which refuses the grid options it does not take.
+`Executor`, and ``check_options(opts)``, which refuses the grid options it does not take.
 Adding an executor is adding its module and one line here."""
 
 from __future__ import annotations
