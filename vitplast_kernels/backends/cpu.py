@@ -52,13 +52,18 @@ def _split_gram(x: torch.Tensor, chunk: int, anchor: torch.Tensor | None = None)
     splits = max(1, k // chunk)
     length = k // splits
     h = n // 2
-    gram = torch.zeros(n, n, dtype=torch.float64, device=x.device)
+    tail = k - splits * length  # columns after the last full chunk (fewer than one chunk)
+    parts = splits + (1 if tail else 0)
+    # every chunk's float32 products, summed in float64 once at the end (few parallel regions: on a
+    # loaded machine each can wait for a descheduled thread)
+    top = torch.empty(parts, h, h, dtype=x.dtype, device=x.device)
+    rest = torch.empty(parts, n - h, n, dtype=x.dtype, device=x.device)
 
-    def add(part: torch.Tensor) -> None:  # (S, N, L) chunks
+    def multiply(chunks: torch.Tensor, at: int) -> None:  # (S, N, L) chunks into slots [at, at + S)
+        end = at + chunks.shape[0]
         if h:
-            top = part[:, :h]
-            gram[:h, :h] += torch.bmm(top, top.transpose(1, 2)).sum(0, dtype=torch.float64)
-        gram[h:] += torch.bmm(part[:, h:], part.transpose(1, 2)).sum(0, dtype=torch.float64)
+            torch.bmm(chunks[:, :h], chunks[:, :h].transpose(1, 2), out=top[at:end])
+        torch.bmm(chunks[:, h:], chunks.transpose(1, 2), out=rest[at:end])
 
     per = splits  # chunks per batched product
     if anchor is not None:
@@ -68,12 +73,16 @@ def _split_gram(x: torch.Tensor, chunk: int, anchor: torch.Tensor | None = None)
         slab = x[:, s0 * length : s1 * length]
         if anchor is not None:
             slab = slab - anchor[s0 * length : s1 * length]
-        add(slab.unflatten(1, (s1 - s0, length)).transpose(0, 1))
-    if splits * length < k:  # tail shorter than one chunk
-        tail = x[:, splits * length :]
+        multiply(slab.unflatten(1, (s1 - s0, length)).transpose(0, 1), s0)
+    if tail:
+        last = x[:, splits * length :]
         if anchor is not None:
-            tail = tail - anchor[splits * length :]
-        add(tail[None])
+            last = last - anchor[splits * length :]
+        multiply(last[None], splits)
+    gram = torch.empty(n, n, dtype=torch.float64, device=x.device)
+    gram[h:] = rest.sum(0, dtype=torch.float64)
+    if h:
+        gram[:h, :h] = top.sum(0, dtype=torch.float64)
     gram[:h, h:] = gram[h:, :h].T
     return gram, splits
 
