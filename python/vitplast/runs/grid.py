@@ -19,7 +19,7 @@ from typing import Any
 
 from ..outputs.reporter import Reporter
 from ..runtime.distributed import DistContext, init_distributed
-from .executors import GridProgress, Job, make_executor
+from .executors import GridProgress, Job, make_executor, run_jobs
 from .executors.options import ExecutorOptions
 from .rundir import RunDir
 
@@ -130,7 +130,7 @@ def train_grid(runs: Sequence[GridRun], executor, reporter: Reporter, *, progres
                     runs[i].local_args) for i in todo]
         bar = GridProgress(reporter, total=len(runs), done=len(out), wanted=progress, desc="finetuning runs")
         try:
-            summaries = executor.run(jobs, bar)
+            summaries = run_jobs(executor, jobs, bar)
         finally:
             bar.close()
     extra: dict[str, Any] = {"reused": False} if reuse_finished else {}
