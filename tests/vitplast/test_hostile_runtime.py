@@ -304,6 +304,16 @@ def test_workers_beyond_the_usable_cpus_are_refused_before_anything_starts(tmp_p
     assert _tree(tmp_path) == []
 
 
+def test_python_callers_get_the_same_workers_bound(tmp_path):
+    from vitplast.finetune import finetune_options
+    from vitplast.options.fields import OptionError
+
+    too_many = len(os.sched_getaffinity(0)) + 1
+    with pytest.raises(OptionError, match=rf"--workers: {too_many}: .*CPU"):
+        finetune_options(data="synthetic", workers=too_many, out=str(tmp_path / "o"))
+    assert _tree(tmp_path) == []
+
+
 # -- items 10, 11: clean stops -------------------------------------------------------------------------
 
 SMALL_MODEL = ["--model", "vit_tiny_patch16_224", "--img-size", "16", "--model-arg", "patch_size=8",

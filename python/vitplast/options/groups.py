@@ -23,6 +23,7 @@ from ..models.sizes import MAX_IMG_SIZE, check_model_size
 from ..models.sources import check_weights_source
 from ..runtime.device import check_device
 from ..runtime.precision import AMP_ALIASES, AMP_CHOICES
+from ..runtime.resources import usable_cpus
 from . import parsing
 from .fields import Kind, OptionError, checked, choice, csv, integer, number, option, optional, settle
 
@@ -63,6 +64,16 @@ def _grad_clip(value):
     if value is None or value == 0:
         return None
     return number(positive=True).check(value)
+
+
+def _workers(value):
+    """A count of data-loading processes, at most the CPUs this process may use."""
+    value = integer(0).check(value)
+    cpus = usable_cpus()
+    if value > cpus:
+        raise ValueError(f"{value}: this process may use {cpus} CPU(s); use at most {cpus} data-loading "
+                         "processes (0 loads in the main process)")
+    return value
 
 
 def _layer_decay(value):
@@ -124,7 +135,8 @@ class ModelOptions:
 class DataOptions:
     data: str = option("digits:5-9", "digits[:CLASSES], synthetic, cifar10:DIR, cifar100:DIR or an "
                        "ImageFolder DIR", metavar="SPEC", group="data")
-    workers: int = option(0, "data-loading processes", group="data", kind=integer(0))
+    workers: int = option(0, "data-loading processes (at most the CPUs this process may use)", group="data",
+                          kind=checked(_workers, integer(0).parse))
     model_transform: bool = option(
         True, "prepare images with a fixed transform (resize to --img-size, bilinear; ImageNet mean and std) "
         "instead of the model's own (its mean, std, interpolation and crop)", flag="--no-model-transform",
