@@ -137,7 +137,8 @@ def _setup(spec: RunSpec, prepared: Prepared, dctx: DistContext, rd: RunDir, rep
     _check_micro_batches(s, dctx)
     ckpt, log = rd.checkpoint, RunLog(rd, dctx)
     parts, auto = trained_parts(s, spec.train, model, feed, device, dctx, amp, ckpt, log, reporter)
-    model, names = make_trainable(model, parts, s.lora_r, s.components, s.lora_targets)
+    model, names = make_trainable(model, parts, s.lora_r, s.components, s.lora_targets,
+                                  prepared.component_map)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = make_optimizer(s, model, spec.lr)
     sched = make_scheduler(s, opt)

@@ -37,18 +37,19 @@ def run_device(opts: RuntimeOptions, dctx: DistContext) -> torch.device:
 
 
 def make_trainable(model, parts: tuple[str, ...], lora_r: int, components=None,
-                   lora_targets: str | None = None):
+                   lora_targets: str | None = None, cmap=None):
     """``(model, trainable parameter names)``: LoRA adapters for ``lora`` (on ``lora_targets``, a
     ``--train``-style spec such as ``"MHA@2-3+FC1"``; default MHA), else what
     ``vitplast.finetune.trainable.select_trainable`` leaves trainable (the rest is frozen);
-    ``components``: the component map (``--component``; default: the model's preset)."""
+    ``components``: the component map (``--component``; default: the model's preset); ``cmap``: that
+    map resolved already (`Prepared.component_map`)."""
     from .lora import apply_lora
     from .selection import select_trainable
 
     if parts == ("lora",):
         model = apply_lora(model, r=lora_r, components=components, targets=lora_targets)
         return model, [n for n, p in model.named_parameters() if p.requires_grad]
-    return model, select_trainable(model, parts, components)
+    return model, select_trainable(model, parts, components, cmap)
 
 
 def make_optimizer(opts: OptimOptions, model: torch.nn.Module, lr: float) -> torch.optim.Optimizer:

@@ -20,7 +20,7 @@ from ..data.transforms import ImageTransform, transform_record, with_overrides
 from .data import load_data
 from .model import built_model, make_optimizer
 from .options import RunSettings
-from .selection import TrainPlan
+from .selection import ComponentMap, TrainPlan, component_map
 
 CHECK_SIZE = 8  # the images' size while the data is checked, before the model says its own
 
@@ -35,6 +35,7 @@ class Prepared:
     img_size: int
     transform: ImageTransform | None = None
     provenance: dict[str, Any] | None = None
+    component_map: ComponentMap | None = None  # resolved once (every run builds the same architecture)
 
 
 def prepare(settings: RunSettings, trains: Sequence[str], seed: int) -> Prepared:
@@ -63,15 +64,20 @@ def prepare(settings: RunSettings, trains: Sequence[str], seed: int) -> Prepared
     if settings.probe > n:
         raise ValueError(f"--probe {settings.probe} exceeds the training set of --data {settings.data} "
                          f"({n} images)")
+    try:
+        cmap = component_map(model, settings.components)
+    except ValueError:  # no preset for this model: only full, head and lora (with targets) train it
+        cmap = None
     for train in dict.fromkeys(trains):
-        check_train(settings, train, model)
+        check_train(settings, train, model, cmap)
     data = {"data": settings.data, "classes": first.num_classes, "train_images": n, "val_images": len(val_ds)}
     record = transform_record(transform, size)
     return Prepared(num_classes=first.num_classes, img_size=size, transform=transform,
-                    provenance=provenance(built, data, record))
+                    provenance=provenance(built, data, record), component_map=cmap)
 
 
-def check_train(settings: RunSettings, train: str, model: torch.nn.Module) -> None:
+def check_train(settings: RunSettings, train: str, model: torch.nn.Module,
+                cmap: ComponentMap | None = None) -> None:
     """What one ``--train`` value needs of the model: its components and layers, LoRA targets, a
     ``--budget`` above the head."""
     from ..models.heads import head_module
@@ -93,4 +99,4 @@ def check_train(settings: RunSettings, train: str, model: torch.nn.Module) -> No
                              "head "
                              "and the most plastic components that fit")
         return
-    select_trainable(model, parts, comps)  # a map without the components or layers named raises here
+    select_trainable(model, parts, comps, cmap)  # a map without the components or layers named raises here

@@ -270,9 +270,11 @@ def resolve_selection(model: nn.Module, train: str | Sequence[str],
 
 
 def trainable_names(model: nn.Module, train: str | Sequence[str],
-                    components: Mapping[str, presets.Pattern] | None = None) -> list[str]:
-    """Names of the parameters ``train`` makes trainable, in model order (no change to the model)."""
-    return resolve_selection(model, train, components).names
+                    components: Mapping[str, presets.Pattern] | None = None,
+                    cmap: ComponentMap | None = None) -> list[str]:
+    """Names of the parameters ``train`` makes trainable, in model order (no change to the model;
+    ``cmap``: the model's component map when it was resolved already)."""
+    return resolve_selection(model, train, components, cmap).names
 
 
 def set_trainable(model: nn.Module, names: Iterable[str]) -> int:
@@ -289,9 +291,10 @@ def set_trainable(model: nn.Module, names: Iterable[str]) -> int:
 
 
 def select_trainable(model: nn.Module, train: str | Sequence[str],
-                     components: Mapping[str, presets.Pattern] | None = None) -> list[str]:
+                     components: Mapping[str, presets.Pattern] | None = None,
+                     cmap: ComponentMap | None = None) -> list[str]:
     """Freeze ``model`` except what ``train`` selects; returns the trainable parameter names."""
-    names = trainable_names(model, train, components)
+    names = trainable_names(model, train, components, cmap)
     set_trainable(model, names)
     return names
 
