@@ -150,7 +150,10 @@ def create_hf(ref: str, num_classes: int | None = None, *, random_init: bool = F
     trust = bool(trust_remote_code)
     source, revision = (ref, None) if os.path.isdir(os.path.expanduser(ref)) else split_revision(ref)
     config = None
-    with _quiet_transformers():
+    from .hub import offline_unless_reachable
+
+    hub = contextlib.nullcontext() if os.path.isdir(os.path.expanduser(ref)) else offline_unless_reachable()
+    with _quiet_transformers(), hub:
         try:
             config = AutoConfig.from_pretrained(source, revision=revision, trust_remote_code=trust)
             if random_init:
@@ -186,10 +189,11 @@ def _processor(ref: str, config, trust_remote_code: bool = False):
     ``trust_remote_code`` is False."""
     from transformers import AutoImageProcessor
 
-    from .hub import split_revision
+    from .hub import offline_unless_reachable, split_revision
 
     source, revision = (ref, None) if os.path.isdir(os.path.expanduser(ref)) else split_revision(ref)
-    with _quiet_transformers():
+    hub = contextlib.nullcontext() if os.path.isdir(os.path.expanduser(ref)) else offline_unless_reachable()
+    with _quiet_transformers(), hub:
         try:
             return (AutoImageProcessor.from_pretrained(source, revision=revision,
                                                        trust_remote_code=bool(trust_remote_code)),

@@ -5,9 +5,17 @@ Nothing here reaches the network."""
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Sequence
+import socket
+import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from urllib.parse import urlparse
+
+PROBE_TIMEOUT_S = 3.0  # how long `hub_reachable` waits for the hub to accept a connection
+PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
+_PROBED: dict[str, tuple[bool, float]] = {}  # endpoint -> (reachable, when): asked once per process
 
 
 def split_revision(repo_id: str) -> tuple[str, str | None]:
@@ -40,6 +48,49 @@ def cached_hub_file(repo_id: str, filenames: Sequence[str], revision: str | None
     return {"revision": revision}
 
 
+def hub_reachable(timeout: float = PROBE_TIMEOUT_S) -> bool:
+    """Whether the Hugging Face hub (``HF_ENDPOINT``) accepts a TCP connection within ``timeout``
+    seconds (asked once per process). True behind a proxy (``HTTPS_PROXY``, ...), which the probe cannot
+    judge: the hub client then finds out itself."""
+    from huggingface_hub import constants
+
+    if any(os.environ.get(v) for v in PROXY_VARIABLES):
+        return True
+    url = urlparse(constants.ENDPOINT)
+    host, port = url.hostname or "huggingface.co", url.port or (80 if url.scheme == "http" else 443)
+    key = f"{host}:{port}"
+    if key not in _PROBED:
+        try:
+            with socket.create_connection((host, port), timeout=timeout):
+                _PROBED[key] = (True, time.monotonic())
+        except OSError:  # no route, no name resolution, refused, timed out
+            _PROBED[key] = (False, time.monotonic())
+    return _PROBED[key][0]
+
+
+@contextlib.contextmanager
+def offline_unless_reachable() -> Iterator[None]:
+    """Hub loads inside this block read only the local cache when the hub cannot be reached, instead
+    of retrying for a minute: ``HF_HUB_OFFLINE`` is switched on for them (and restored after), and
+    `hub_error` then says the hub was unreachable and names ``HF_HUB_OFFLINE`` and the cache."""
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE or hub_reachable():
+        yield
+        return
+    saved = constants.HF_HUB_OFFLINE
+    constants.HF_HUB_OFFLINE = True
+    try:
+        yield
+    finally:
+        constants.HF_HUB_OFFLINE = saved
+
+
+def _found_unreachable() -> bool:
+    """Whether `hub_reachable` found the hub unreachable in this process."""
+    return any(not ok for ok, _ in _PROBED.values())
+
+
 def hub_error(exc: BaseException) -> str | None:
     """What a failed Hugging Face hub lookup means (a file not in the local cache while offline, an
     unreachable hub, an unknown repository), in one line; None for other errors."""
@@ -49,6 +100,12 @@ def hub_error(exc: BaseException) -> str | None:
         return None
     offline = bool(constants.HF_HUB_OFFLINE)
     where = f"the Hugging Face cache ({constants.HF_HUB_CACHE})"
+    if (not os.environ.get("HF_HUB_OFFLINE") and _found_unreachable()
+            and isinstance(exc, (errors.LocalEntryNotFoundError, errors.OfflineModeIsEnabled))):
+        return (f"not in {where}, and the hub ({constants.ENDPOINT}) cannot be reached (no connection within "
+                f"{PROBE_TIMEOUT_S:g} s), so only the cache was read, as with HF_HUB_OFFLINE=1; download it "
+                "once where the hub is reachable (e.g. `hf download REPO`), or point HF_HUB_CACHE at a cache "
+                "that holds it")
     if isinstance(exc, errors.LocalEntryNotFoundError):
         why = "HF_HUB_OFFLINE is set" if offline else "the hub cannot be reached"
         return (f"not in {where} and {why}; download it once where the hub is reachable (e.g. `hf download "

@@ -15,6 +15,7 @@ not: the images are then simply resized to ``img_size``).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import warnings
 
@@ -92,10 +93,11 @@ def check_timm_name(name: str) -> None:
 
 def _create(timm, name: str, num_classes: int, pretrained: bool, kwargs: dict, given: dict) -> nn.Module:
     """``timm.create_model``, its errors as ValueErrors that say what to do."""
-    from .hub import hub_error
+    from .hub import hub_error, offline_unless_reachable
 
     try:
-        return timm.create_model(name, pretrained=pretrained, num_classes=num_classes, **kwargs)
+        with offline_unless_reachable() if pretrained else contextlib.nullcontext():
+            return timm.create_model(name, pretrained=pretrained, num_classes=num_classes, **kwargs)
     except TypeError as exc:
         named = [k for k in kwargs if f"'{k}'" in str(exc)]
         raise RejectedArguments(_rejected(name, kwargs, given, exc), named) from None
