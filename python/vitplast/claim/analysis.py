@@ -205,8 +205,8 @@ def analyse(measured: dict, summaries: list[dict], *, components: list[str], lrs
     per_layer_only = {c: v for c, v in plast["components"].items() if c not in components}
     extra_rows = [_baseline_row(b, n_c + k, acc, best_idx, per_seed, base_seed, params, lrs)
                   for k, b in enumerate(extra)]
-    scored = {"plasticity": {"scores": dict(zip(components, p_value.tolist(), strict=True)),
-                             "seconds": float(measured.get("seconds", math.nan))}, **(criteria or {})}
+    scored = {"plasticity": {"scores": dict(zip(components, p_value.tolist(), strict=True))},
+              **(criteria or {})}
     result = {
         "rows": rows, "baseline": base_row, "baselines": extra_rows, "correlations": correlations,
         "params_correlations": size_corr,
@@ -250,9 +250,9 @@ def criteria_rows(criteria: dict, components: list[str], gain: np.ndarray, g_rep
                   granularity: str = "component") -> list[dict]:
     """One row per criterion: its scores against the accuracy gains of the ``components`` (units where
     both are defined: ``n``), Spearman with its bootstrap interval over seeds (none when ``withheld``),
-    Kendall's tau-b, the one-sided permutation p of Spearman (H1: rho > 0), the partial Spearman with
-    the trainable-parameter count held fixed (null for ``size``, which is that count) and the scoring
-    ``seconds``."""
+    Kendall's tau-b, the one-sided permutation p of Spearman (H1: rho > 0) and the partial Spearman with
+    the trainable-parameter count held fixed (null for ``size``, which is that count); the scoring time
+    is the measurement's (``criteria.json`` puts it beside)."""
     rows = []
     for name, c in criteria.items():
         x = np.array([c["scores"].get(k, math.nan) for k in components], dtype=np.float64)
@@ -260,8 +260,7 @@ def criteria_rows(criteria: dict, components: list[str], gain: np.ndarray, g_rep
         ok = np.isfinite(x) & np.isfinite(gain)
         n = int(ok.sum())
         row = {"criterion": name, "granularity": granularity, "n": n, "spearman": None,
-               "spearman_ci": [None, None], "kendall": None, "p_value": None, "partial_size": None,
-               "seconds": _finite(float(c.get("seconds", math.nan)))}
+               "spearman_ci": [None, None], "kendall": None, "p_value": None, "partial_size": None}
         if n >= 3:
             xs, ys = x[ok], gain[ok]
             perm = permutation_test(xs, ys, spearman, permutations=permutations, seed=seed)

@@ -129,9 +129,17 @@ def claim_criteria(opts: ClaimOptions, datasets: list[tuple[str, DatasetPlan]], 
     return out
 
 
-def criteria_record(analysis: dict) -> dict:
+def criteria_seconds(measured: dict) -> dict[str, float]:
+    """Each criterion's scoring seconds, plasticity's the measurement's."""
+    return {"plasticity": measured.get("seconds"),
+            **{n: v["seconds"] for n, v in (measured.get("criteria") or {}).items()}}
+
+
+def criteria_record(result: dict) -> dict:
     """What ``criteria.json`` holds: a row per (criterion, granularity) (``criterion``, ``granularity``,
     ``n``, ``spearman``, ``spearman_ci``, ``kendall``, ``p_value``, ``partial_size``, ``seconds``)."""
-    return {"format": "vitplast-criteria/1", "rows": analysis.get("criteria") or [],
+    seconds = result["measurement"].get("criteria_seconds") or {}
+    rows = [{**r, "seconds": seconds.get(r["criterion"])} for r in result["analysis"].get("criteria") or []]
+    return {"format": "vitplast-criteria/1", "rows": rows,
             "note": "higher score = finetune first; p_value: one-sided permutation (H1: rho > 0); "
                     "partial_size: Spearman with the trainable-parameter count held fixed (null for size)"}

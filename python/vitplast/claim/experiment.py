@@ -25,6 +25,7 @@ from ..runtime.device import resolve_device
 from ..runtime.distributed import DistContext
 from .aggregate import aggregate_claims, format_aggregate, plot_aggregate
 from .analysis import analyse
+from .criteria_scores import claim_criteria, criteria_record, criteria_seconds
 from .datasets import dataset_plans
 from .finetuning import PlannedRun, check_plan, plan_runs, train_all
 from .grid import DatasetGrid, counts, estimate, plan_dataset, plan_summary
@@ -187,6 +188,9 @@ def _measure(opts: ClaimOptions, ses: Session, grids: list[DatasetGrid]) -> dict
         elif opts.shard is None:
             out[g.key] = measure_dataset(opts, g.dataset, ses.device, ses.reporter, progress=ses.progress,
                                          write=write)
+            out[g.key]["criteria"] = claim_criteria(opts, [(g.key, g.dataset)], ses.device, ses.reporter,
+                                                    progress=ses.progress, write=write)[g.key]
+            out[g.key]["criteria_seconds"] = criteria_seconds(out[g.key])
     return out
 
 
@@ -236,13 +240,13 @@ def _analyse(opts: ClaimOptions, ses: Session, g: DatasetGrid, measured: dict, s
         analysis = analyse_layers(measured, summaries, units=g.units, selections=g.selections, **common)
     else:
         analysis = analyse(measured, summaries, components=opts.ranked, baseline=opts.baseline,
-                           extra=opts.extra_baselines, **common)
+                           extra=opts.extra_baselines, criteria=measured.get("criteria"), **common)
     reused = sum(s["reused"] for s in summaries)
     plan = {"runs": len(g.runs), **counts(g.runs), "trains": g.trains, "lrs": opts.lr, "seeds": opts.seed,
             "steps": opts.steps, "trained": len(summaries) - reused, "reused": reused}
     if opts.lr_auto:
         plan["lrs_run"] = lrs
-    kept = ("components", "layers", "pairs", "chunks", "seconds", "provenance")
+    kept = ("components", "layers", "pairs", "chunks", "seconds", "provenance", "criteria_seconds")
     measurement = {k: measured[k] for k in kept if k in measured}
     result = _finite_or_none({"config": {**record, "data": g.dataset.spec}, "plan": plan, "estimate": est,
                               "measurement": measurement, "analysis": analysis,
@@ -263,6 +267,8 @@ def _write_one(result: dict, g: DatasetGrid, ses: Session, *, say: bool = True) 
         from vitplast_kernels.atomic_io import atomic_write_bytes
 
         write_json_atomic(out / "claim.json", {k: v for k, v in result.items() if k != "text"})
+        if g.units is None:
+            write_json_atomic(out / "criteria.json", criteria_record(result))
         atomic_write_bytes(out / "claim.txt", (result["text"] + "\n").encode())
         (plot_layer_claim if g.units is not None else plot_claim)(result, out / "claim.png")
     plan = result["plan"]

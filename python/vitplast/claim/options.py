@@ -236,7 +236,8 @@ def default_lrs(granularity: str) -> str:
 
 # what a claim writes into OUT (and nothing else: another directory is refused, never written into); a
 # claim over several datasets writes each one's files into OUT/datasets/NAME/ and the aggregate into OUT
-CLAIM_FILES = frozenset({"runs", "plasticity_chunks.json", "claim.json", "claim.txt", "claim.png"})
+CLAIM_FILES = frozenset({"runs", "plasticity_chunks.json", "claim.json", "claim.txt", "claim.png", "criteria",
+                         "criteria.json"})
 AGGREGATE_FILES = frozenset({"datasets", "aggregate.json", "aggregate.txt", "aggregate.png"})
 
 

@@ -206,18 +206,17 @@ def disagreement_lines(c: dict) -> list[str]:
 
 def criteria_lines(rows: list[dict] | None) -> list[str]:
     """The criteria against the accuracy gains: one line per criterion (n, Spearman with its bootstrap
-    interval, Kendall, one-sided permutation p, partial Spearman on size, scoring seconds)."""
+    interval, Kendall, one-sided permutation p, partial Spearman on size)."""
     if not rows:
         return []
     head = (f"{'criterion':<11} {'n':>3}  {'Spearman [95% CI]':<28} {'Kendall':>7} {'p (>0)':>8} "
-            f"{'partial|size':>12} {'seconds':>8}")
+            f"{'partial|size':>12}")
     out = ["", "criteria vs accuracy gain (higher score = finetune first; p: one-sided permutation; partial: "
            "Spearman with the trainable-parameter count held fixed):", head, "-" * len(head)]
     for r in rows:
         rho = f"{_num(r['spearman'], '+.3f')} {_ci(r['spearman_ci'], '+.2f')}"
         out.append(f"{r['criterion']:<11} {r['n']:>3}  {rho:<28} {_num(r['kendall'], '+.3f'):>7} "
-                   f"{_num(r['p_value'], '.3g'):>8} {_num(r['partial_size'], '+.3f'):>12} "
-                   f"{_num(r['seconds'], '.1f'):>8}")
+                   f"{_num(r['p_value'], '.3g'):>8} {_num(r['partial_size'], '+.3f'):>12}")
     return out
 
 
