@@ -17,7 +17,7 @@ from vitplast.claim import claim
 from vitplast.cli import main as cli_main
 
 SMALL = dict(components="MHA,FC1,LN1", lr="3e-3", seed="0,1", steps=6, checkpoint_every=3, jobs=1,
-             bootstrap=100, progress=False, reporter=quiet())
+             bootstrap=100, criteria="plasticity,size", progress=False, reporter=quiet())
 
 
 def _tree(root):
