@@ -263,6 +263,9 @@ def _pretrain(config: DigitsConfig, seed: int, progress: bool) -> tuple[nn.Modul
     return model, info
 
 
+METADATA_KEY = "__metadata__"  # where a safetensors header keeps the file's metadata
+
+
 def safetensors_bytes(state: dict[str, torch.Tensor], metadata: dict[str, str]) -> bytes:
     """``state`` and ``metadata`` in the safetensors format, the same bytes for the same contents:
     safetensors writes its metadata in an arbitrary order (a hash map), so the header is written again
@@ -272,7 +275,7 @@ def safetensors_bytes(state: dict[str, torch.Tensor], metadata: dict[str, str]) 
     blob = save(state, metadata=metadata)
     size = int.from_bytes(blob[:8], "little")
     header = json.loads(blob[8:8 + size])
-    header["__metadata__"] = dict(sorted(header.get("__metadata__", {}).items()))
+    header[METADATA_KEY] = dict(sorted(header.get(METADATA_KEY, {}).items()))
     text = json.dumps(header, separators=(",", ":")).encode()
     text += b" " * (-len(text) % 8)  # the data starts 8-byte aligned, as safetensors writes it
     return len(text).to_bytes(8, "little") + text + blob[8 + size:]
