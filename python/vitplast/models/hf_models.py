@@ -110,7 +110,14 @@ def _failure(ref: str, exc: BaseException) -> ValueError:
 
 
 def _is_weights_error(exc: BaseException) -> bool:
-    return type(exc).__name__ == "SafetensorError" or isinstance(exc, (RuntimeError, EOFError))
+    """Whether ``exc`` is a weights file that cannot be read (safetensors' error, a truncated or
+    foreign pickle), not another failure of the load."""
+    import pickle
+
+    text = str(exc)
+    return (type(exc).__name__ == "SafetensorError" or isinstance(exc, (EOFError, pickle.UnpicklingError))
+            or (isinstance(exc, RuntimeError) and any(s in text for s in ("PytorchStreamReader",
+                                                                          "invalid load key", "unpickl"))))
 
 
 def _weights_failure(ref: str, exc: BaseException) -> ValueError:
