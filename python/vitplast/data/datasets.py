@@ -5,7 +5,7 @@
 ``(3, img_size, img_size)``, normalised; ``label`` an int in ``[0, num_classes)``. Every dataset has
 ``.num_classes`` and ``.classes`` (class names, index = label).
 
-``transform`` (a :class:`vitplast.data.transforms.ImageTransform`, e.g. the model's own) says how images
+``transform`` (a `vitplast.data.transforms.ImageTransform`, e.g. the model's own) says how images
 become the model's input: image files are resized, cropped and normalised as it says, the digits
 normalised with its mean and std; None is each dataset's fixed preparation (below). ``augment`` adds
 timm's train-time augmentation to image files; an item addressed as ``dataset[(index, seed)]`` draws its
@@ -25,17 +25,17 @@ Specs:
 - any directory — an ImageFolder (``DIR/<class>/<image>``); ``DIR/train`` and ``DIR/val`` are used when
   present, otherwise the flat folder is split 80 / 20 like digits.
 
-Image files without a ``transform`` get :func:`vitplast.data.transforms.fixed_transform` (shorter side
+Image files without a ``transform`` get `vitplast.data.transforms.fixed_transform` (shorter side
 resized to ``img_size``, bilinear; centre crop; ImageNet mean and std).
 
 ``split`` is ``"train"``, ``"val"`` or ``"all"`` (train + val).
 
-An ImageFolder's files are found by :class:`vitplast.data.folders.ImageFolder` (regular files only, each
+An ImageFolder's files are found by `vitplast.data.folders.ImageFolder` (regular files only, each
 once, no folder loop: what it skips is named in a warning) and decoded by
-:func:`vitplast.data.images.open_image` (16-bit images scaled by 65535; modes without a defined range
+`vitplast.data.images.open_image` (16-bit images scaled by 65535; modes without a defined range
 refused by name) when an item is read; a file that cannot be decoded (corrupt, truncated, not an
-image, not a regular file) raises :class:`BadImageError` naming it, or, with ``skip_bad_images=True``,
-the item is ``None``, its path is added to the dataset's ``.bad_images``, and :func:`make_loader`'s
+image, not a regular file) raises `BadImageError` naming it, or, with ``skip_bad_images=True``,
+the item is ``None``, its path is added to the dataset's ``.bad_images``, and `make_loader`'s
 batches leave it out.
 """
 
@@ -368,9 +368,9 @@ class _Indices(Dataset):
 
 
 def check_images(dataset, batches: int, batch_size: int, seed: int) -> int:
-    """Decodes the image files of the first ``batches`` batches :func:`make_loader` gives (``shuffle``,
+    """Decodes the image files of the first ``batches`` batches `make_loader` gives (``shuffle``,
     ``seed``, full batches): the ones a run will read, checked before it starts. Raises
-    :class:`BadImageError` naming the first file that cannot be decoded; returns the files checked."""
+    `BadImageError` naming the first file that cannot be decoded; returns the files checked."""
     # the same loader over the items' indices: the same draws from the same generator, the same order
     loader = make_loader(_Indices(len(dataset)), batch_size=batch_size, shuffle=True, seed=seed,
                          drop_last=True)

@@ -7,7 +7,7 @@
   the first. The real tree is walked before any link, so a link never takes a file from its own folder.
 - A class folder that is a link to the data folder itself or to another class folder is not a class.
 
-:class:`ImageFolder` is torchvision's with these rules; the order of the samples is torchvision's
+`ImageFolder` is torchvision's with these rules; the order of the samples is torchvision's
 (by class, then folders and files sorted by path).
 """
 

@@ -1,4 +1,4 @@
-"""Decoding one image file: :func:`open_image` gives an RGB PIL image, or :class:`BadImageError` naming the
+"""Decoding one image file: `open_image` gives an RGB PIL image, or `BadImageError` naming the
 file and the reason.
 
 Only regular files are opened (a FIFO, socket or device is refused without being opened: reading it
@@ -51,7 +51,7 @@ def _sixteen_bit(img, path: str):
 
 
 def open_image(path: str):
-    """The image at ``path`` decoded in full, as RGB; :class:`BadImageError` when it cannot be."""
+    """The image at ``path`` decoded in full, as RGB; `BadImageError` when it cannot be."""
     from PIL import Image
 
     try:

@@ -1,6 +1,6 @@
-"""The options of ``vitplast measure``: :class:`MeasureOptions`, composed from the model, data and runtime
-groups of :mod:`vitplast.options.groups` (flags, defaults, checks and wording:
-:mod:`vitplast.options.fields`)."""
+"""The options of ``vitplast measure``: `MeasureOptions`, composed from the model, data and runtime
+groups of `vitplast.options.groups` (flags, defaults, checks and wording:
+`vitplast.options.fields`)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def _json_object(value):
 
 @dataclasses.dataclass(frozen=True)
 class MeasureOptions(RuntimeOptions, DataOptions, ModelOptions):  # fields: the model group first
-    """Every option of ``vitplast measure`` (a keyword of :func:`vitplast.measure.measure` each)."""
+    """Every option of ``vitplast measure`` (a keyword of `vitplast.measure.measure` each)."""
 
     # the model group, with measure's defaults and wording
     model: str | None = option(
