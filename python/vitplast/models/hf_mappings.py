@@ -3,7 +3,7 @@
 A mapping is ``{label: module-name glob}`` for ``vitplast_kernels.capture(model, components=...,
 embedding=...)``; ``*`` stands for the layer index.
 
-BERT-style encoders (BERT, MiniLM, RoBERTa's ``encoder.layer.N`` layout) are **post-norm**::
+BERT-style encoders (BERT, MiniLM, RoBERTa's ``encoder.layer.N`` layout) are **post-norm**:
 
     h   = LN1(x + W_O · MHA(x))        attention.self -> attention.output.dense -> attention.output.LayerNorm
     out = LN2(h + FC2(act(FC1(h))))    intermediate.dense -> output.dense -> output.LayerNorm

@@ -1,7 +1,7 @@
 """One description of a command's options, from which its CLI flags, defaults, validation and error
 wording all come.
 
-A command declares its options once, as a dataclass whose fields are made by `option`::
+A command declares its options once, as a dataclass whose fields are made by `option`:
 
     @dataclasses.dataclass
     class Options:

@@ -1,6 +1,6 @@
 """A finetuning run directory: resolved config, metrics log, atomic checkpoints, resume, no overwrite.
 
-Layout of ``DIR``::
+Layout of ``DIR``:
 
     config.json      the resolved options (written once; a resume must match it)
     metrics.jsonl    one JSON record per line, appended (``{"iter": .., "step": .., "kind": .., ..}``)
