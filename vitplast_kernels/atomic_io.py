@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import csv
+import math
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 
 
 def _umask() -> int:
@@ -46,5 +48,20 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     def write(tmp: str) -> None:
         with open(tmp, "wb") as f:
             f.write(data)
+
+    atomic_write(path, write)
+
+
+def atomic_write_csv(path: str | os.PathLike, rows: Sequence[Mapping]) -> None:
+    """Writes ``rows`` (dicts with the same keys) as CSV atomically: a header row from the first row's
+    keys, then one line per row; a non-finite float (an undefined value) is an empty cell."""
+
+    def write(tmp: str) -> None:
+        with open(tmp, "w", newline="") as f:
+            out = csv.DictWriter(f, fieldnames=list(rows[0]))
+            out.writeheader()
+            for r in rows:
+                out.writerow({k: "" if isinstance(v, float) and not math.isfinite(v) else v
+                              for k, v in r.items()})
 
     atomic_write(path, write)

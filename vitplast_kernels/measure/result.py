@@ -24,7 +24,6 @@ Reports: `PlasticityResult.table` (text), `to_json` (the sums, exact),
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 import os
@@ -32,7 +31,7 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
-from ..atomic_io import atomic_write
+from ..atomic_io import atomic_write, atomic_write_csv
 from .distributed import all_reduce_sums
 from .pairings.fields import STAT_FIELDS, U_STAT_FIELDS
 
@@ -386,17 +385,7 @@ class PlasticityResult:
     def to_csv(self, path: str | os.PathLike, *, heads: bool = False) -> None:
         """Writes `records` as CSV atomically (a header row, then one row per component and layer;
         an undefined value is an empty cell). Needs nothing beyond the standard library."""
-        rows = self.records(heads=heads)
-
-        def write(tmp: str) -> None:
-            with open(tmp, "w", newline="") as f:
-                out = csv.DictWriter(f, fieldnames=list(rows[0]))
-                out.writeheader()
-                for r in rows:
-                    out.writerow({k: "" if isinstance(v, float) and not math.isfinite(v) else v
-                                  for k, v in r.items()})
-
-        atomic_write(path, write)
+        atomic_write_csv(path, self.records(heads=heads))
 
     def plot(self, path: str | os.PathLike, *, kind: str = "curves", title: str | None = None) -> None:
         """Saves a figure (format from the suffix, atomically). ``kind="curves"``: the per-layer mean

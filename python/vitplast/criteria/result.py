@@ -9,7 +9,6 @@ then ``ranking`` (highest = finetune first) and ``cost``.
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import json
 import math
@@ -18,7 +17,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from vitplast_kernels.atomic_io import atomic_write
+from vitplast_kernels.atomic_io import atomic_write, atomic_write_csv
 
 from .cost import Cost
 
@@ -122,17 +121,7 @@ class CriterionResult:
 
     def to_csv(self, path: str | os.PathLike) -> None:
         """`records` as CSV (an undefined value is an empty cell), atomically."""
-        rows = self.records()
-
-        def write(tmp: str) -> None:
-            with open(tmp, "w", newline="") as f:
-                out = csv.DictWriter(f, fieldnames=list(rows[0]))
-                out.writeheader()
-                for r in rows:
-                    out.writerow({k: "" if isinstance(v, float) and not math.isfinite(v) else v
-                                  for k, v in r.items()})
-
-        atomic_write(path, write)
+        atomic_write_csv(path, self.records())
 
     def table(self) -> str:
         """Text: one row per layer, one column per component, the component scores and the ranking."""
