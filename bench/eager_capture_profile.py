@@ -20,6 +20,7 @@ The timing wrappers add ~1 µs per hook; the repeated calls run only in the extr
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import time
 
@@ -37,6 +38,27 @@ from .harness import (
     set_allocator,
     tensor_bytes,
 )
+
+
+@contextlib.contextmanager
+def timed_hooks(spent: dict[str, float]):
+    """While open, every in-situ hook's time is added to ``spent["hooks"]``; the hook is restored after
+    (the staticmethod itself, as it was)."""
+    hook = protocols.InSitu._hook
+    saved = protocols.InSitu.__dict__["_hook"]
+
+    def timed_hook(*args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            return hook(*args, **kwargs)
+        finally:
+            spent["hooks"] += time.perf_counter() - t0
+
+    protocols.InSitu._hook = staticmethod(timed_hook)
+    try:
+        yield
+    finally:
+        protocols.InSitu._hook = saved
 
 
 def profile(model_name: str, batch: int, rounds: int) -> dict[str, float]:
@@ -64,57 +86,43 @@ def profile(model_name: str, batch: int, rounds: int) -> dict[str, float]:
             spent["op_hot"] += time.perf_counter() - t1
         return out
 
-    hook = protocols.InSitu._hook
-    saved = protocols.InSitu.__dict__["_hook"]  # the staticmethod itself: restored as it was
-
-    def timed_hook(*args, **kwargs):
-        t0 = time.perf_counter()
-        try:
-            return hook(*args, **kwargs)
-        finally:
-            spent["hooks"] += time.perf_counter() - t0
-
     cap.pairing.sq_sums = timed_sq_sums
-    protocols.InSitu._hook = staticmethod(timed_hook)
     rows: dict[str, list[float]] = {k: [] for k in ("plain", "capture", "ratio", "hooks", "op", "op_first",
                                                       "op_hot", "faults_plain", "faults_capture", "bytes",
                                                       "calls")}
-    try:
-        with torch.no_grad():
+    with timed_hooks(spent), torch.no_grad():
+        model(images)
+        with cap:
             model(images)
-            with cap:
+        for r in range(rounds):
+            order = ("plain", "capture") if r % 2 == 0 else ("capture", "plain")
+            t = {}
+            for variant in order:
+                for k in spent:
+                    spent[k] = 0.0
+                f0 = minor_faults()
+                if variant == "capture":
+                    cap.attach()
+                t0 = time.perf_counter()
                 model(images)
-            for r in range(rounds):
-                order = ("plain", "capture") if r % 2 == 0 else ("capture", "plain")
-                t = {}
-                for variant in order:
-                    for k in spent:
-                        spent[k] = 0.0
-                    f0 = minor_faults()
-                    if variant == "capture":
-                        cap.attach()
-                    t0 = time.perf_counter()
-                    model(images)
-                    t[variant] = time.perf_counter() - t0
-                    if variant == "capture":
-                        cap.detach()
-                        for k in ("hooks", "op"):
-                            rows[k].append(spent[k])
-                    rows[f"faults_{variant}"].append(minor_faults() - f0)
-                rows["plain"].append(t["plain"])
-                rows["capture"].append(t["capture"])
-                rows["ratio"].append(t["capture"] / t["plain"])
-            repeat[0] = True
-            with cap:
-                for _ in range(min(rounds, 3)):
-                    for k in spent:
-                        spent[k] = 0.0
-                    model(images)
-                    for k, kk in (("op_hot", "op_hot"), ("op_first", "op"), ("bytes", "bytes"),
-                                  ("calls", "calls")):
-                        rows[k].append(spent[kk])
-    finally:
-        protocols.InSitu._hook = saved
+                t[variant] = time.perf_counter() - t0
+                if variant == "capture":
+                    cap.detach()
+                    for k in ("hooks", "op"):
+                        rows[k].append(spent[k])
+                rows[f"faults_{variant}"].append(minor_faults() - f0)
+            rows["plain"].append(t["plain"])
+            rows["capture"].append(t["capture"])
+            rows["ratio"].append(t["capture"] / t["plain"])
+        repeat[0] = True
+        with cap:
+            for _ in range(min(rounds, 3)):
+                for k in spent:
+                    spent[k] = 0.0
+                model(images)
+                for k, kk in (("op_hot", "op_hot"), ("op_first", "op"), ("bytes", "bytes"),
+                              ("calls", "calls")):
+                    rows[k].append(spent[kk])
     return {k: statistics.median(v) for k, v in rows.items()}
 
 
@@ -131,19 +139,9 @@ def step_breakdown(model: torch.nn.Module, images: torch.Tensor, reps: int = 3) 
     What remains of the step's extra time is outside all four: hook dispatch and the model's own kernels
     slowed by the reads. Restores what it wraps."""
     spent = {"hooks": 0.0, "op": 0.0}
-    hook = protocols.InSitu._hook
-    saved = protocols.InSitu.__dict__["_hook"]  # the staticmethod itself: restored as it was
-
-    def timed_hook(*args, **kwargs):
-        t0 = time.perf_counter()
-        try:
-            return hook(*args, **kwargs)
-        finally:
-            spent["hooks"] += time.perf_counter() - t0
 
     parts: dict[str, list[float]] = {k: [] for k in ("setup", "op_calls", "bookkeeping", "result")}
-    protocols.InSitu._hook = staticmethod(timed_hook)
-    try:
+    with timed_hooks(spent):
         for _ in range(reps):
             spent.update(hooks=0.0, op=0.0)
             t0 = time.perf_counter()
@@ -169,8 +167,6 @@ def step_breakdown(model: torch.nn.Module, images: torch.Tensor, reps: int = 3) 
             parts["op_calls"].append(spent["op"])
             parts["bookkeeping"].append(spent["hooks"] - spent["op"])
             parts["result"].append(t3 - t2)
-    finally:
-        protocols.InSitu._hook = saved
     return {k: statistics.median(v) for k, v in parts.items()}
 
 
