@@ -71,6 +71,8 @@ def measure(opts: MeasureOptions | None = None, /, *, reporter: Reporter | None 
     out_set = _check_out(opts)
     start = time.perf_counter()
     subject = _prepare(opts, _architecture(opts))
+    prepare_seconds = time.perf_counter() - start  # building the model (a first-run pretraining included)
+    start = time.perf_counter()
     say(f"model: {subject.built.description}, "
         f"{sum(p.numel() for p in subject.net.parameters()) / 1e6:.2f} M parameters")
     names = tuple(opts.criterion)
@@ -80,7 +82,8 @@ def measure(opts: MeasureOptions | None = None, /, *, reporter: Reporter | None 
     elapsed = time.perf_counter() - start
     scored = _criteria(opts, subject, [n for n in names if n != "plasticity"], say)
     if out_set is not None:
-        _write_outputs(out_set, opts, subject, res, scored, measured=measured, bad=bad, elapsed=elapsed)
+        _write_outputs(out_set, opts, subject, res, scored, measured=measured, bad=bad, elapsed=elapsed,
+                       prepare_seconds=prepare_seconds)
         say(f"wrote {', '.join(str(out_set.target / f) for f in _files(names))}")
     if len(names) == 1:
         return res if res is not None else scored[names[0]][0]
@@ -250,10 +253,12 @@ def _provenance(opts: MeasureOptions, subject: Subject) -> dict:
 
 
 def _write_outputs(out_set, opts: MeasureOptions, subject: Subject, res, scored: dict, *, measured: int,
-                   bad: list[str], elapsed: float) -> None:
-    """The criteria's files (``plasticity.json``, ``plasticity.png``, ``plasticity_heatmap.png``; for
-    any other criterion ``NAME.json``, ``.csv``, ``.txt``, ``.png``, ``_heatmap.png``) and ``run.json``
-    (what was measured, how, and the reproducibility record) as one set."""
+                   bad: list[str], elapsed: float, prepare_seconds: float) -> None:
+    """``run.json``'s ``seconds`` are the measuring's, ``prepare_seconds`` building the model and data (a
+    first-run pretraining included). The criteria's files (``plasticity.json``, ``plasticity.png``,
+    ``plasticity_heatmap.png``; for any other criterion ``NAME.json``, ``.csv``, ``.txt``, ``.png``,
+    ``_heatmap.png``) and ``run.json`` (what was measured, how, and the reproducibility record) as one
+    set."""
     from vitplast.data.transforms import transform_record
     from vitplast.runs.rundir import write_json_atomic
 
@@ -267,7 +272,8 @@ def _write_outputs(out_set, opts: MeasureOptions, subject: Subject, res, scored:
                     pair_data=opts.pair_data, protocol=opts.protocol, pairs=opts.pairs, batches=measured,
                     batch_size=opts.batch_size, batch_size_unit="images", device=str(subject.device),
                     dtype=AUTOCAST_DTYPES[opts.amp], amp=opts.amp, img_size=subject.img_size, seed=opts.seed,
-                    split=opts.split, seconds=round(elapsed, 3), model_desc=built.description,
+                    split=opts.split, seconds=round(elapsed, 3),
+                    prepare_seconds=round(prepare_seconds, 3), model_desc=built.description,
                     components=opts.components, embedding=opts.embedding, bad_images=bad, transform=transform,
                     provenance=_provenance(opts, subject), files=_files(names))
     if names != ("plasticity",):  # the default's run.json stays as it was

@@ -44,6 +44,7 @@ def test_cli_default_end_to_end(cache, tmp_path, capsys, monkeypatch):
     assert (out / "plasticity.png").stat().st_size > 1000
     run = json.loads((out / "run.json").read_text())
     assert run["batches"] == 1 and run["pair_data"] == "digits:5-9" and run["batch_size"] == 16
+    assert run["seconds"] >= 0 and run["prepare_seconds"] >= 0  # measuring apart from building the model
     files = sorted(p.name for p in cache.iterdir())
     assert len(files) == 1 and files[0].endswith(".safetensors")  # no temporary file left
 
