@@ -2,7 +2,7 @@
 command: ``make docs-data`` (= ``python docs/generate.py``, from the repository root). Pages include
 the files it writes (tables through ``--8<--`` snippets, figures as images); none is copied by hand.
 
-    python docs/generate.py               # every part (about 3 min on 2 CPU cores)
+    python docs/generate.py               # every part (about 10 min on 2 CPU cores)
     python docs/generate.py demo compare  # some parts
 
 Parts and what they write under ``docs/generated/``:
@@ -13,6 +13,8 @@ Parts and what they write under ``docs/generated/``:
   ``finetune/`` (the run's figures), ``after/`` and ``compare/`` (table and figure). Training makes
   these numbers depend on the machine: ``SOURCES.json`` names the machine, date and command;
 - ``grid``: a one-seed finetuning grid -> ``grid/`` (its two figures);
+- ``claim``: the default ``vitplast claim`` (criteria compared included) -> ``claim/`` (its report,
+  JSON files and figure; machine-dependent like every trained number, see ``SOURCES.json``);
 - ``charts``: the benchmark charts and the claims' figures, redrawn from the raw runs kept in
   ``bench/measured/`` (each file there names its machine, date and command).
 
@@ -42,6 +44,7 @@ FINETUNE = ["finetune", "--train", "MHA", "--out", "{tmp}/runs/mha", "--no-progr
 AFTER = ["measure", "--weights", "{tmp}/runs/mha", "--out", "{out}/after", "--no-progress"]
 COMPARE = ["compare", "{out}/demo", "{out}/after", "--labels", "pretrained,finetuned-MHA", "--out",
            "{out}/compare"]
+CLAIM = ["claim", "--out", "{tmp}/runs/claim", "--no-progress"]
 GRID = ["finetune", "--train", "head,MHA,FC1", "--steps", "60", "--out", "{tmp}/runs/grid", "--no-progress"]
 # benchmark chart -> (raw run under bench/measured, title)
 CHARTS = {
@@ -128,6 +131,15 @@ def grid(out: Path, tmp: Path) -> list[str]:
     return [GRID]
 
 
+def claim(out: Path, tmp: Path) -> list[str]:
+    run(CLAIM, out=out, tmp=tmp)
+    fresh(out / "claim").mkdir(parents=True)
+    for name in ("claim.txt", "claim.json", "claim.png", "criteria.json"):
+        if (tmp / "runs" / "claim" / name).is_file():
+            shutil.copy(tmp / "runs" / "claim" / name, out / "claim" / name)
+    return [CLAIM]
+
+
 def charts(out: Path, tmp: Path) -> list[str]:
     sys.path.insert(0, str(ROOT))
     from vitplast.claim.layer_report import plot_layer_claim
@@ -149,7 +161,7 @@ def charts(out: Path, tmp: Path) -> list[str]:
         f"from bench/measured/{raw}" for raw in CLAIMS.values()]
 
 
-PARTS = {"demo": demo, "compare": compare, "grid": grid, "charts": charts}
+PARTS = {"demo": demo, "compare": compare, "grid": grid, "claim": claim, "charts": charts}
 
 
 def main(argv: list[str]) -> int:
