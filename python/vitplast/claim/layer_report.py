@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 
 from ..finetune import TRAIN_ORDER
-from ..outputs.plots import component_color, figure, save
+from ..outputs.plots import component_color, figure, legend_outside, save
 from .report import (
     P_DEFINITION,
     _ci,
@@ -185,7 +185,7 @@ def plot_layer_claim(result: dict, path) -> Path:
                  fontsize=10)
     ax.set_xlabel("plasticity of the unit's layer before finetuning (95% bootstrap CI); labels: layer")
     ax.set_ylabel(f"accuracy gain over head-only ({gain_interval(result)})")
-    ax.legend(fontsize=8)
+    legend_outside(ax)
     ax.grid(alpha=0.3)
 
     layers = an["layers"]
@@ -205,7 +205,7 @@ def plot_layer_claim(result: dict, path) -> Path:
         axis.set_xlabel("layer (block)")
         axis.set_ylabel(label)
         axis.grid(alpha=0.3)
-        axis.legend(fontsize=8)
+        legend_outside(axis)
     ax_p.axhline(1.0, color="0.75", lw=0.8)
     ax_g.axhline(0.0, color="0.75", lw=0.8)
     ax_p.set_title("plasticity per layer", fontsize=10)

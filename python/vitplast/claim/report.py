@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from ..outputs.plots import component_color, figure, save
+from ..outputs.plots import component_color, figure, legend_outside, save
 
 
 def _num(v, fmt: str) -> str:
@@ -297,7 +297,7 @@ def plot_claim(result: dict, path) -> Path:
     base = "head-only run" if an["baseline"]["train"] == "head" else "before finetuning"
     ax.set_xlabel(f"plasticity before finetuning ({result['config']['protocol']}, 95% bootstrap CI)")
     ax.set_ylabel(f"accuracy gain over {base} ({gain_interval(result)})")
-    ax.legend(fontsize=8, loc="best")
+    legend_outside(ax)
     ax.grid(alpha=0.3)
 
     layers = list(range(len(an["layers"])))
@@ -315,6 +315,6 @@ def plot_claim(result: dict, path) -> Path:
     ax2.set_xlabel("layer (block)")
     ax2.set_ylabel("plasticity")
     ax2.set_title("plasticity per layer (per layer the claim is plasticity-only)", fontsize=10)
-    ax2.legend(fontsize=8)
+    legend_outside(ax2)
     ax2.grid(alpha=0.3)
     return save(fig, path)

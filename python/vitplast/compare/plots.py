@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from ..outputs.plots import component_color, figure, save
+from ..outputs.plots import component_color, figure, legend_outside, save
 from .table import Comparison
 
 STYLES = ("-", "--", ":", "-.")
@@ -23,7 +23,7 @@ def _run_legend(ax, labels: list[str]) -> None:
 
     handles = [Line2D([], [], color="0.2", ls=_style(r)[0], marker=_style(r)[1], label=label,
                       mfc="white" if r else "0.2") for r, label in enumerate(labels)]
-    ax.legend(handles=handles, fontsize=8, title="run", title_fontsize=8)
+    legend_outside(ax, handles, title="run", title_fontsize=8)
 
 
 def _summary(ax, cmp: Comparison) -> None:

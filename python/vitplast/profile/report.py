@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..outputs.plots import figure, save
+from ..outputs.plots import figure, legend_outside, save
 
 
 def _gb(x: float | None) -> str:
@@ -83,5 +83,5 @@ def plot_layers(rec: dict[str, Any], path: Path) -> None:
     ax.set_xlabel("layer")
     ax.set_ylabel("ms per batch")
     ax.set_title(f"{rec['model']} batch {rec['batch_size']} {precision(rec)} on {rec['device']}", fontsize=9)
-    ax.legend(fontsize=7, ncol=2)
+    legend_outside(ax)
     save(fig, path, dpi=120)
