@@ -23,7 +23,7 @@ from ..models.sizes import MAX_IMG_SIZE, check_model_size
 from ..models.sources import check_weights_source
 from ..runtime.device import check_device
 from ..runtime.precision import AMP_ALIASES, AMP_CHOICES
-from ..runtime.resources import usable_cpus
+from ..runtime.resources import check_workers
 from . import parsing
 from .fields import Kind, OptionError, checked, choice, csv, integer, number, option, optional, settle
 
@@ -69,10 +69,7 @@ def _grad_clip(value):
 def _workers(value):
     """A count of data-loading processes, at most the CPUs this process may use."""
     value = integer(0).check(value)
-    cpus = usable_cpus()
-    if value > cpus:
-        raise ValueError(f"{value}: this process may use {cpus} CPU(s); use at most {cpus} data-loading "
-                         "processes (0 loads in the main process)")
+    check_workers(value, flag=None)  # the option's check names --workers
     return value
 
 

@@ -13,14 +13,16 @@ def usable_cpus() -> int:
         return os.cpu_count() or 1
 
 
-def check_workers(workers: int | str | None, flag: str = "--workers") -> None:
-    """ValueError naming ``flag`` when ``workers`` data-loading processes exceed the usable CPUs (a value
-    that is no integer is left to the option's own check)."""
+def check_workers(workers: int | str | None, flag: str | None = "--workers") -> None:
+    """ValueError naming ``flag`` (none: the value alone, for an option check that adds its flag) when
+    ``workers`` data-loading processes exceed the usable CPUs (a value that is no integer is left to the
+    option's own check)."""
     try:
         workers = int(workers)
     except (TypeError, ValueError):
         return
     cpus = usable_cpus()
     if workers > cpus:
-        raise ValueError(f"{flag} {workers}: this process may use {cpus} CPU(s); use at most {cpus} "
+        named = f"{flag} {workers}" if flag else str(workers)
+        raise ValueError(f"{named}: this process may use {cpus} CPU(s); use at most {cpus} "
                          "data-loading processes (0 loads in the main process)")
