@@ -35,7 +35,7 @@ test: install
 	$(BIN)/python -m pytest -q tests
 
 # the quick loop: every test but those marked slow (multi-process, torch.compile/inductor, runs killed
-# and resumed in subprocesses, Lightning); under 2 minutes on 2 cores. `make test` still runs them all
+# and resumed in subprocesses, Lightning); about 3 minutes on 2 cores (172 s on 2026-12-03; the target is 2). `make test` still runs them all
 test-fast: install
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q -m "not slow" tests
