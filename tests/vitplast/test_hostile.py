@@ -572,6 +572,23 @@ def test_bad_environment_variable_is_named_rc_2(name, value, accepts, tmp_path, 
     assert _tree(tmp_path) == []
 
 
+def test_world_size_is_checked_for_python_callers_too(tmp_path, monkeypatch):
+    """A Python caller (no CLI start-up check) of finetune's and claim's options, and of the Ray
+    executor's checks, gets the error naming WORLD_SIZE, not int()'s bare message."""
+    from vitplast.claim import claim_options
+    from vitplast.finetune import finetune_options
+    from vitplast.runs.executors.ray_tasks import check_options
+
+    monkeypatch.setenv("WORLD_SIZE", "abc")
+    calls = [lambda: finetune_options(out=str(tmp_path / "f"), steps=1),
+             lambda: claim_options(out=str(tmp_path / "c"), steps=1),
+             lambda: check_options(type("Opts", (), {"jobs": None})())]
+    for call in calls:
+        with pytest.raises(ValueError, match=r"^WORLD_SIZE='abc': must be an integer >= 1"):
+            call()
+    assert _tree(tmp_path) == []
+
+
 def test_kernel_library_reads_its_variables_at_use_not_import(tmp_path):
     code = ("import vitplast_kernels, vitplast.cli\n"
             "from vitplast_kernels.backends import cuda\n"

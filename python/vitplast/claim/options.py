@@ -10,7 +10,6 @@ exits with status 2) and is found before anything is measured or trained.
 from __future__ import annotations
 
 import dataclasses
-import os
 from pathlib import Path
 
 from ..criteria import CRITERIA
@@ -33,6 +32,7 @@ from ..options.groups import GROUP_TITLES, DataOptions, ModelOptions, OptimOptio
 from ..options.parsing import MAX_SEED, MAX_STEPS
 from ..outputs.paths import check_out_dir, foreign_files
 from ..runs.executors import GRID_TITLE, ExecutorOptions
+from ..runtime.environment import world
 
 PROTOCOLS = ("in_situ", "decomposition")
 BASELINES = ("head", "initial")
@@ -197,7 +197,7 @@ class ClaimOptions(ExecutorOptions, RuntimeOptions, OptimOptions, DataOptions, M
                               "head")
         if self.budget is not None and self.granularity != "layer":
             raise OptionError("--budget only applies to --granularity layer (the selected sets' size)")
-        if int(os.environ.get("WORLD_SIZE", "1")) > 1 and (self.jobs or 1) > 1:
+        if world()[0] > 1 and (self.jobs or 1) > 1:
             raise OptionError("--jobs must be 1 under torchrun (each run is already data-parallel)")
         family_of(self.model).check_options(self.model_kwargs, self.img_size)
         check_claim_out(self.out, several=len(self.data) > 1)

@@ -8,7 +8,6 @@ these classes (`vitplast.options.fields`).
 from __future__ import annotations
 
 import dataclasses
-import os
 
 from ..models.families import family_of
 from ..options import parsing
@@ -29,6 +28,7 @@ from ..options.fields import (
 from ..options.groups import GROUP_TITLES, DataOptions, ModelOptions, OptimOptions, RuntimeOptions
 from ..outputs.paths import check_out_dir
 from ..runs.executors import GRID_TITLE, ExecutorOptions
+from ..runtime.environment import world
 from .log import tensorboard_writer_class
 from .lora import lora_target_parts
 from .selection import SPECIAL, TRAIN_CHOICES, TRAIN_ORDER, TrainPlan, check_train_syntax
@@ -121,7 +121,7 @@ class FinetuneOptions(ExecutorOptions, RunSettings):
         self.validate_executor()
         if self.shard_env and len(self.train) * len(self.lr) * len(self.seed) == 1:
             settle(self, shard=None, shard_env=False)  # one run per array task: the task's own choice
-        if int(os.environ.get("WORLD_SIZE", "1")) > 1 and (self.jobs or 1) > 1:
+        if world()[0] > 1 and (self.jobs or 1) > 1:
             raise OptionError("--jobs must be 1 under torchrun (each run is already data-parallel)")
         if self.analyse_only and len(self.train) * len(self.lr) * len(self.seed) == 1:
             raise OptionError("--analyse-only applies to a grid (several --train, --lr or --seed values)")

@@ -15,13 +15,13 @@ reaches; the driver alone writes the experiment's summaries.
 from __future__ import annotations
 
 import logging
-import os
 import socket
 import time
 from collections.abc import Sequence
 from typing import Any
 
 from ...options.fields import OptionError
+from ...runtime.environment import world
 from ..lock import RunLock
 from .base import Attempt, Ended, ExecutorBase, Resources
 from .jobs import run_attempt
@@ -76,7 +76,7 @@ def check_options(opts) -> None:
     if opts.jobs is not None:
         raise OptionError("--jobs applies to --executor local; Ray trains as many runs at once as "
                           "the cluster has room for (--cpus-per-run, --gpus-per-run)")
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+    if world()[0] > 1:
         raise OptionError("--executor ray: not under torchrun (each run would be data-parallel over "
                           "the torchrun processes); run it from a plain process")
     require_ray()
