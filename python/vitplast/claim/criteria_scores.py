@@ -13,7 +13,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..finetune import PreparedModel, prepare_model
 from ..outputs.reporter import Reporter
+from ..runs.rundir import write_json_atomic
+from ..runtime.precision import autocast
 from .datasets import DatasetPlan
 from .options import ClaimOptions
 
@@ -50,83 +53,91 @@ def _labelled(opts: ClaimOptions, data, device) -> list:
     return out
 
 
-def score_dataset(opts: ClaimOptions, dataset: DatasetPlan, names: tuple[str, ...], device,
-                  reporter: Reporter, *, progress: bool, write: bool) -> dict:
-    """``{name: CriterionResult}`` of ``names`` (plasticity left out) on ``dataset``: read back when
-    cached, else scored (and written when ``write``)."""
-    import torch
-
-    from ..criteria import Setting, get_criterion
+def score_dataset(opts: ClaimOptions, dataset: DatasetPlan, model: PreparedModel, names: tuple[str, ...],
+                  device, reporter: Reporter, *, progress: bool, write: bool) -> dict:
+    """``{name: CriterionResult}`` of ``names`` (plasticity left out) on ``dataset`` and its ``model``
+    (built and checked once, `vitplast.finetune.prepare_model`): read back when cached, else scored
+    (and written when ``write``)."""
     from ..criteria.cache import cache_key, cached
-    from ..data.datasets import load_dataset
-    from ..data.transforms import transform_record, with_overrides
-    from ..finetune import fresh_model
-    from ..models.builder import build_model
+    from ..data.transforms import transform_record
     from ..runs.provenance import provenance
-    from ..runs.rundir import write_json_atomic
-    from ..runtime.precision import autocast
 
     names = tuple(n for n in names if n != "plasticity")
     if not names:
         return {}
-    n_classes = load_dataset(dataset.spec, "val", img_size=opts.img_size or 32, seed=0).num_classes
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(opts.seed[0])
-        built = build_model(opts, n_classes, progress=progress)
-    transform = with_overrides(built.transform, dataset.settings) if built.transform is not None else None
+    built, transform = model.built, model.prepared.transform
     record = provenance(built, {"data": dataset.spec, "split": "train"},
                         transform_record(transform, built.img_size))
     folder = Path(dataset.out) / FOLDER
     keys = {n: cache_key(record, _options(n, opts, dataset, device)) for n in names}
-    out, todo = {}, []
-    for n in names:
-        saved = cached(folder / f"{n}.json", keys[n])
-        if saved is not None:
-            out[n] = saved
-        else:
-            todo.append(n)
+    out = {n: saved for n in names if (saved := cached(folder / f"{n}.json", keys[n])) is not None}
+    todo = [n for n in names if n not in out]
     if todo:
-        models: dict = {}
-
-        def model_for(seed: int):
-            if seed not in models:
-                with torch.random.fork_rng(devices=[]):
-                    torch.manual_seed(seed)  # as the finetuning run of this seed builds its model
-                    models[seed] = fresh_model(dataset.settings, n_classes).to(device).eval()
-            return models[seed]
-
-        batches = ()
-        if any(n in LABELLED for n in todo):
-            train = load_dataset(dataset.spec, "train", img_size=built.img_size, seed=opts.measure_seed,
-                                 transform=transform)
-            batches = _labelled(opts, train, device)
-        setting = Setting(model_for, seeds=tuple(opts.seed), batches=batches,
-                          components=dataset.settings.components, device=device,
-                          amp=autocast(opts.amp, device), progress=progress)
+        scored = _score(opts, dataset, model, todo, device, progress=progress)
         for n in todo:
-            result = get_criterion(n).score(setting)
-            result.meta.update(cache_key=keys[n], data=dataset.spec, model=built.name)
-            out[n] = result
+            scored[n].meta.update(cache_key=keys[n], data=dataset.spec, model=built.name)
+            out[n] = scored[n]
             if write:
                 folder.mkdir(parents=True, exist_ok=True)
-                write_json_atomic(folder / f"{n}.json", result.to_dict())
+                write_json_atomic(folder / f"{n}.json", scored[n].to_dict())
     reporter.say(f"criteria{dataset.tag}: " + ", ".join(
         f"{n} {'reused' if n not in todo else f'{out[n].cost.seconds:.1f} s'}" for n in names))
     return {n: out[n] for n in names}
 
 
+def _score(opts: ClaimOptions, dataset: DatasetPlan, model: PreparedModel, names: list[str], device, *,
+           progress: bool) -> dict:
+    """``{name: CriterionResult}`` of ``names``, scored now: each seed's model as its finetuning run
+    starts it (built anew: the checks of the prepared one changed which parameters train), the labelled
+    batches the training split's."""
+    import torch
+
+    from ..criteria import Setting, get_criterion
+    from ..data.datasets import load_dataset
+    from ..finetune import fresh_model
+
+    models: dict = {}
+
+    def model_for(seed: int):
+        if seed not in models:
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(seed)  # as the finetuning run of this seed builds its model
+                models[seed] = fresh_model(dataset.settings, model.prepared.num_classes).to(device).eval()
+        return models[seed]
+
+    batches = ()
+    if any(n in LABELLED for n in names):
+        train = load_dataset(dataset.spec, "train", img_size=model.built.img_size, seed=opts.measure_seed,
+                             transform=model.prepared.transform)
+        batches = _labelled(opts, train, device)
+    setting = Setting(model_for, seeds=tuple(opts.seed), batches=batches,
+                      components=dataset.settings.components, device=device,
+                      amp=autocast(opts.amp, device), progress=progress)
+    return {n: get_criterion(n).score(setting) for n in names}
+
+
 def claim_criteria(opts: ClaimOptions, datasets: list[tuple[str, DatasetPlan]], device, reporter: Reporter,
-                   *, progress: bool, write: bool) -> dict[str, dict]:
+                   *, progress: bool, write: bool,
+                   models: dict[str, PreparedModel] | None = None) -> dict[str, dict]:
     """``{dataset key: {name: {"scores": {component: score}, "seconds": s}}}``: what
     `vitplast.claim.analysis.analyse` correlates with the gains, for each ``(key, dataset)`` of a
-    component claim (``--criteria``; plasticity is the claim's own measurement)."""
+    component claim (``--criteria``; plasticity is the claim's own measurement), scored on ``models[key]``."""
     out = {}
     for key, dataset in datasets:
-        scored = score_dataset(opts, dataset, tuple(opts.criteria), device, reporter, progress=progress,
-                               write=write)
-        out[key] = {n: {"scores": {c: r.overall(c) for c in r.components}, "seconds": r.cost.seconds}
-                    for n, r in scored.items()}
+        model = (models or {}).get(key) or prepare_model(dataset.settings, opts.seed[0])
+        out[key] = dataset_criteria(opts, dataset, model, device, reporter, progress=progress, write=write)
     return out
+
+
+def dataset_criteria(opts: ClaimOptions, dataset: DatasetPlan, model: PreparedModel, device,
+                     reporter: Reporter, *, progress: bool, write: bool) -> dict[str, dict]:
+    """``{name: {"scores": {component: score}, "seconds": s}}`` of a component claim's ``--criteria`` on
+    one dataset: what `vitplast.claim.analysis.analyse` correlates with the gains (plasticity is the
+    claim's own measurement)."""
+    scored = score_dataset(opts, dataset, model, tuple(opts.criteria), device, reporter, progress=progress,
+                           write=write)
+    return {n: {"scores": {c: r.overall(c) for c in r.components}, "seconds": r.cost.seconds}
+            for n, r in scored.items()}
 
 
 def criteria_seconds(measured: dict) -> dict[str, float]:
@@ -137,9 +148,19 @@ def criteria_seconds(measured: dict) -> dict[str, float]:
 
 def criteria_record(result: dict) -> dict:
     """What ``criteria.json`` holds: a row per (criterion, granularity) (``criterion``, ``granularity``,
-    ``n``, ``spearman``, ``spearman_ci``, ``kendall``, ``p_value``, ``partial_size``, ``seconds``)."""
+    ``n``, ``spearman``, ``spearman_ci``, ``kendall``, ``p_value``, ``partial_size``, ``seconds``), and
+    under ``budget_rows`` a row per (criterion, budget) (``criterion``, ``budget``, ``relative_gain``,
+    ``random_percentile``, ``train``, ``random_sets``; `vitplast.claim.budgets`) with full finetuning's
+    relative gain beside them (``full_relative_gain``)."""
     seconds = result["measurement"].get("criteria_seconds") or {}
     rows = [{**r, "seconds": seconds.get(r["criterion"])} for r in result["analysis"].get("criteria") or []]
-    return {"format": "vitplast-criteria/1", "rows": rows,
+    budgets = result["analysis"].get("budgets") or {}
+    kept = ("criterion", "budget", "relative_gain", "random_percentile", "train", "random_sets")
+    budget_rows = [{k: r[k] for k in kept} for r in budgets.get("rows", [])]
+    full = (budgets.get("full") or {}).get("relative_gain")
+    return {"format": "vitplast-criteria/1", "rows": rows, "budget_rows": budget_rows,
+            "budget_unit": budgets.get("unit"), "full_relative_gain": full,
             "note": "higher score = finetune first; p_value: one-sided permutation (H1: rho > 0); "
-                    "partial_size: Spearman with the trainable-parameter count held fixed (null for size)"}
+                    "partial_size: Spearman with the trainable-parameter count held fixed (null for size); "
+                    "random_percentile: where the set's relative gain lies among random sets of the same "
+                    "budget (mid-rank ties)"}

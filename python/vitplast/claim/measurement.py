@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..models.builder import build_model
+from ..finetune import PreparedModel, prepare_model
 from ..outputs.reporter import Reporter
 from ..runs.rundir import write_json_atomic
 from ..runtime.precision import autocast
@@ -45,24 +45,21 @@ def saved_measurement(opts: ClaimOptions, dataset: DatasetPlan) -> dict | None:
 
 
 def measure_dataset(opts: ClaimOptions, dataset: DatasetPlan, device, reporter: Reporter, *, progress: bool,
-                    write: bool) -> dict:
-    """The dataset's chunks: saved ones (`saved_measurement`), else measured now (and written when
-    ``write``)."""
-    import torch
-
+                    write: bool, model: PreparedModel | None = None) -> dict:
+    """The dataset's chunks: saved ones (`saved_measurement`), else measured now on ``model`` (the
+    dataset's model, built and checked once by `vitplast.finetune.prepare_model`; its images prepared
+    as the runs prepare theirs) and written when ``write``."""
     from ..data.datasets import load_dataset
-    from ..data.transforms import transform_record, with_overrides
+    from ..data.transforms import transform_record
     from ..runs.provenance import provenance
 
     saved = saved_measurement(opts, dataset)
     if saved is not None:
         reporter.say(f"plasticity{dataset.tag}: loaded from {dataset.out / CHUNKS_FILE}")
         return saved
-    n_classes = load_dataset(dataset.spec, "val", img_size=opts.img_size or 32, seed=0).num_classes
-    with torch.random.fork_rng(devices=[]):  # a random-init model is the one seed[0]'s run starts from
-        torch.manual_seed(opts.seed[0])
-        built = build_model(opts, n_classes, progress=progress)
-    transform = with_overrides(built.transform, dataset.settings) if built.transform is not None else None
+    if model is None:
+        model = prepare_model(dataset.settings, opts.seed[0])
+    built, transform = model.built, model.prepared.transform
     x_set = load_dataset(opts.pretrain_data, opts.split, img_size=built.img_size, seed=opts.measure_seed,
                          transform=transform)
     y_set = load_dataset(dataset.spec, opts.split, img_size=built.img_size, seed=opts.measure_seed,

@@ -8,10 +8,11 @@ from .loop import train_run
 from .lora import import_peft
 from .model import fresh_model
 from .options import FinetuneOptions, RunSettings, check_trains
-from .preflight import Prepared, prepare
+from .preflight import Prepared, PreparedModel, check_trains_fit, prepare, prepare_model
 from .selection import TRAIN_ORDER, unit_sizes
 from .spec import RunSpec, run_name
 
-__all__ = ["TRAIN_ORDER", "FinetuneOptions", "Prepared", "RunSettings", "RunSpec", "check_trains",
-           "config_mismatches", "finetune", "finetune_options", "fresh_model", "grid_specs",
-           "import_peft", "mismatch_message", "prepare", "run_name", "train_run", "unit_sizes"]
+__all__ = ["TRAIN_ORDER", "FinetuneOptions", "Prepared", "PreparedModel", "RunSettings", "RunSpec",
+           "check_trains", "check_trains_fit", "config_mismatches", "finetune", "finetune_options",
+           "fresh_model", "grid_specs", "import_peft", "mismatch_message", "prepare", "prepare_model",
+           "run_name", "train_run", "unit_sizes"]

@@ -5,7 +5,8 @@
 need the model or the data, so they build both once (the caller's RNG state is left as it was). A bad
 value stops the command with nothing written. What they find (the classes, the input size, the images'
 preparation, the reproducibility record) is kept in a `Prepared` that every run of the grid
-receives.
+receives; `prepare_model` also keeps the model it built (`PreparedModel`), for the work a command does
+on it before the runs.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 import torch
 
 from ..data.transforms import ImageTransform, transform_record, with_overrides
+from ..models.builder import BuiltModel
 from .data import load_data
 from .model import built_model, make_optimizer
 from .options import RunSettings
@@ -38,9 +40,28 @@ class Prepared:
     component_map: ComponentMap | None = None  # resolved once (every run builds the same architecture)
 
 
+@dataclasses.dataclass(frozen=True)
+class PreparedModel:
+    """The model of a grid's settings built and checked once: the network as a run of the first seed
+    starts it (``built``: its head fresh, as `built_model` gives it) and what every run receives
+    (``prepared``). A command that works on the model before the runs (a claim's measurement, its
+    criteria, the sizes of its units) uses ``built`` instead of building the model again."""
+
+    prepared: Prepared
+    built: BuiltModel
+
+
 def prepare(settings: RunSettings, trains: Sequence[str], seed: int) -> Prepared:
     """Raises ValueError (or FileNotFoundError for missing data) for what a run of ``settings`` with
     any of ``trains`` would fail on before training; writes nothing."""
+    model = prepare_model(settings, seed)
+    check_trains_fit(settings, trains, model)
+    return model.prepared
+
+
+def prepare_model(settings: RunSettings, seed: int) -> PreparedModel:
+    """The checks of `prepare` that do not depend on ``--train``, with the model and data they build
+    (the model drawn from ``torch.manual_seed(seed)``; the caller's RNG state is left as it was)."""
     from ..runs.provenance import provenance
 
     with torch.random.fork_rng(devices=[]):
@@ -68,12 +89,17 @@ def prepare(settings: RunSettings, trains: Sequence[str], seed: int) -> Prepared
         cmap = component_map(model, settings.components)
     except ValueError:  # no preset for this model: only full, head and lora (with targets) train it
         cmap = None
-    for train in dict.fromkeys(trains):
-        check_train(settings, train, model, cmap)
     data = {"data": settings.data, "classes": first.num_classes, "train_images": n, "val_images": len(val_ds)}
     record = transform_record(transform, size)
-    return Prepared(num_classes=first.num_classes, img_size=size, transform=transform,
-                    provenance=provenance(built, data, record), component_map=cmap)
+    prepared = Prepared(num_classes=first.num_classes, img_size=size, transform=transform,
+                        provenance=provenance(built, data, record), component_map=cmap)
+    return PreparedModel(prepared, built)
+
+
+def check_trains_fit(settings: RunSettings, trains: Sequence[str], model: PreparedModel) -> None:
+    """`check_train` of every value of ``trains`` on the prepared model."""
+    for train in dict.fromkeys(trains):
+        check_train(settings, train, model.built.net, model.prepared.component_map)
 
 
 def check_train(settings: RunSettings, train: str, model: torch.nn.Module,
