@@ -1,9 +1,12 @@
 """``claim(opts)``: the library function behind ``vitplast claim`` (see its HELP in command.py).
 
-Plan (every input checked, every existing run's config compared, nothing written), estimate, measure,
-train through the executor (this process, ``--jobs`` processes, Ray tasks; ``--shard`` trains its
-slice and stops there), then per dataset the analysis and its reports, and over several datasets the
-aggregate. This process, the driver, is the one writer of the experiment's summaries.
+Plan (every input checked, every existing run's config compared, nothing written), estimate, measure
+and score the criteria, train through the executor (this process, ``--jobs`` processes, Ray tasks;
+``--shard`` trains its slice and stops there), then the second phase: the sets of ``--budgets``, which
+depend on the criteria scores (`.budgets`), planned and trained through the same grid driver (a shard
+neither scores nor trains them: the final run without ``--shard`` does, as it does ``--lr auto``'s
+widening), then per dataset the analysis and its reports, and over several datasets the aggregate.
+This process, the driver, is the one writer of the experiment's summaries.
 """
 
 from __future__ import annotations
@@ -25,15 +28,18 @@ from ..runtime.device import resolve_device
 from ..runtime.distributed import DistContext
 from .aggregate import aggregate_claims, format_aggregate, plot_aggregate
 from .analysis import analyse
+from .budget_report import plot_budgets
+from .budgets import analyse_budgets
 from .criteria_scores import claim_criteria, criteria_record, criteria_seconds
 from .datasets import dataset_plans
 from .finetuning import PlannedRun, check_plan, plan_runs, train_all
-from .grid import DatasetGrid, counts, estimate, plan_dataset, plan_summary
+from .grid import DatasetGrid, counts, estimate, plan_budgets, plan_dataset, plan_summary
 from .layer_report import format_layer_report, plot_layer_claim
-from .layers import analyse_layers
+from .layers import analyse_layers, unit_name
 from .lr_auto import lrs_run, widen_groups
 from .measurement import measure_dataset, write_measurement
 from .options import ClaimOptions
+from .plasticity import chunk_result, unit_means
 from .report import format_report, plot_claim
 
 
@@ -134,10 +140,10 @@ def _run(opts: ClaimOptions, ses: Session, after_step) -> dict:
                 summaries = train_all(mine, _prepared(grids), executor, ses.reporter, progress=ses.progress,
                                       after_step=after_step)
                 return _shard_done(opts, ses, record, plan, (len(mine), len(runs)), summaries)
-            groups = _train(opts, ses, executor, grids, after_step)
+            groups, budget_sets = _train(opts, ses, executor, grids, measured, after_step)
         train_s = time.perf_counter() - t_train
-        results = {g.key: _analyse(opts, ses, g, measured[g.key], groups[g.key], record, est)
-                   for g in grids}
+        results = {g.key: _analyse(opts, ses, g, measured[g.key], groups[g.key], budget_sets[g.key], record,
+                                   est) for g in grids}
         seconds = time.perf_counter() - t0
         for r in results.values():
             r["plan"].update(train_seconds=train_s, seconds=seconds)
@@ -185,6 +191,8 @@ def _measure(opts: ClaimOptions, ses: Session, grids: list[DatasetGrid]) -> dict
             if write:
                 write_measurement(g.dataset, g.measured)
             out[g.key] = g.measured
+            if opts.shard is None:
+                out[g.key]["unit_scores"], out[g.key]["criteria_seconds"] = _unit_scores(opts, ses, g, write)
         elif opts.shard is None:
             out[g.key] = measure_dataset(opts, g.dataset, ses.device, ses.reporter, progress=ses.progress,
                                          write=write)
@@ -194,6 +202,35 @@ def _measure(opts: ClaimOptions, ses: Session, grids: list[DatasetGrid]) -> dict
     return out
 
 
+def _unit_scores(opts: ClaimOptions, ses: Session, g: DatasetGrid, write: bool) -> tuple[dict, dict]:
+    """A layer claim's ``({criterion: {unit name: score}}, {criterion: seconds})``: plasticity from its
+    measurement, the other ``--criteria`` scored (or read back) on the model the runs start from."""
+    from ..finetune import prepare_model
+    from .criteria_scores import score_dataset
+
+    index = {c: i for i, c in enumerate(g.measured["components"])}
+    plasticity = unit_means(g.measured)
+    scores = {"plasticity": {unit_name(u): float(plasticity[index[u[0]], u[1]]) for u in g.units}}
+    results = score_dataset(opts, g.dataset, prepare_model(g.dataset.settings, opts.seed[0]),
+                            tuple(opts.criteria), ses.device, ses.reporter, progress=ses.progress,
+                            write=write)
+    for name, r in results.items():
+        scores[name] = {unit_name(u): float(r.values[r.components.index(u[0]), u[1]]) if u[0] in r.components
+                        else math.nan for u in g.units}
+    seconds = {"plasticity": g.measured.get("seconds"), **{n: r.cost.seconds for n, r in results.items()}}
+    return scores, seconds
+
+
+def _budget_scores(opts: ClaimOptions, g: DatasetGrid, measured: dict) -> dict[str, dict]:
+    """``{criterion: {unit: score}}`` the budgets' sets are picked by: plasticity first, then the other
+    ``--criteria`` (a component claim's component scores, a layer claim's unit scores)."""
+    if g.units is not None:
+        return measured["unit_scores"]
+    plasticity = chunk_result(measured)
+    return {"plasticity": {c: plasticity.overall(c) for c in opts.ranked},
+            **{n: v["scores"] for n, v in (measured.get("criteria") or {}).items()}}
+
+
 def _shard_done(opts, ses: Session, record, plan, counts: tuple[int, int], summaries) -> dict:
     ses.grid.shard_done(opts, *counts, reused=sum(s["reused"] for s in summaries),
                         then="when every shard is done, run the same command without --shard (or with "
@@ -201,10 +238,11 @@ def _shard_done(opts, ses: Session, record, plan, counts: tuple[int, int], summa
     return {"config": record, "plan": plan, "runs": [_kept(s) for s in summaries]}
 
 
-def _train(opts: ClaimOptions, ses: Session, executor, grids: list[DatasetGrid], after_step
-           ) -> dict[str, list[dict]]:
+def _train(opts: ClaimOptions, ses: Session, executor, grids: list[DatasetGrid], measured: dict, after_step
+           ) -> tuple[dict[str, list[dict]], dict[str, list]]:
     """Every run trained or loaded (``--lr auto``: widened where a best lr sits at an edge, on every
-    dataset at once); returns each dataset's summaries."""
+    dataset at once), then the budgets' runs (`_train_budgets`); returns each dataset's summaries and
+    its budgets' sets."""
     prepared = _prepared(grids)
 
     def train(planned):
@@ -227,30 +265,48 @@ def _train(opts: ClaimOptions, ses: Session, executor, grids: list[DatasetGrid],
             return new
 
         _, groups = widen_groups(groups, start=opts.lr, plan=plan, train=train, say=ses.reporter.say)
-    return groups
+    budget_sets, added = {}, []
+    for g in grids:
+        budget_sets[g.key], new = plan_budgets(opts, g, _budget_scores(opts, g, measured[g.key]))
+        added += new
+    check_plan(added, Path(opts.out))
+    if added:
+        todo = sum(r.state != "finished" for r in added)
+        ses.reporter.say(f"budgets: {len(added)} runs of the sets and references not trained yet "
+                         f"({todo} to train)")
+        for r, summary in zip(added, train(added), strict=True):
+            groups[r.dataset].append(summary)
+        if opts.lr_auto:
+            _, groups = widen_groups(groups, start=opts.lr, plan=plan, train=train, say=ses.reporter.say)
+    return groups, budget_sets
 
 
 def _analyse(opts: ClaimOptions, ses: Session, g: DatasetGrid, measured: dict, summaries: list[dict],
-             record: dict, est) -> dict:
-    """One dataset's result (what its claim.json holds)."""
+             budget_sets: list, record: dict, est) -> dict:
+    """One dataset's result (what its claim.json holds): the analysis of the claim's own runs, and the
+    budgets' from every run."""
+    every, summaries = summaries, [s for s in summaries if s["train"] in g.trains]
     lrs = lrs_run(summaries) if opts.lr_auto else opts.lr
     common = dict(lrs=lrs, seeds=opts.seed, bootstrap=opts.bootstrap, permutations=opts.permutations,
                   seed=opts.stats_seed)
     if g.units is not None:
-        analysis = analyse_layers(measured, summaries, units=g.units, selections=g.selections, **common)
+        analysis = analyse_layers(measured, summaries, units=g.units, **common)
     else:
         analysis = analyse(measured, summaries, components=opts.ranked, baseline=opts.baseline,
                            extra=opts.extra_baselines, criteria=measured.get("criteria"), **common)
-    reused = sum(s["reused"] for s in summaries)
+    analysis["budgets"] = analyse_budgets(budget_sets, every, seeds=opts.seed,
+                                          unit="components" if g.units is None else "parameters")
+    reused = sum(s["reused"] for s in every)
     plan = {"runs": len(g.runs), **counts(g.runs), "trains": g.trains, "lrs": opts.lr, "seeds": opts.seed,
-            "steps": opts.steps, "trained": len(summaries) - reused, "reused": reused}
+            "steps": opts.steps, "trained": len(every) - reused, "reused": reused,
+            "budget_runs": len(every) - len(summaries)}
     if opts.lr_auto:
         plan["lrs_run"] = lrs
     kept = ("components", "layers", "pairs", "chunks", "seconds", "provenance", "criteria_seconds")
     measurement = {k: measured[k] for k in kept if k in measured}
     result = _finite_or_none({"config": {**record, "data": g.dataset.spec}, "plan": plan, "estimate": est,
                               "measurement": measurement, "analysis": analysis,
-                              "runs": [_kept(s) for s in summaries]})
+                              "runs": [_kept(s) for s in every]})
     result["text"] = format_layer_report(result) if g.units is not None else format_report(result)
     return result
 
@@ -267,16 +323,16 @@ def _write_one(result: dict, g: DatasetGrid, ses: Session, *, say: bool = True) 
         from vitplast_kernels.atomic_io import atomic_write_bytes
 
         write_json_atomic(out / "claim.json", {k: v for k, v in result.items() if k != "text"})
-        if g.units is None:
-            write_json_atomic(out / "criteria.json", criteria_record(result))
+        write_json_atomic(out / "criteria.json", criteria_record(result))
         atomic_write_bytes(out / "claim.txt", (result["text"] + "\n").encode())
         (plot_layer_claim if g.units is not None else plot_claim)(result, out / "claim.png")
+        plot_budgets(result, out / "budgets.png")
     plan = result["plan"]
     if say:
         ses.reporter.say(result["text"])
     ses.reporter.say(f"({g.dataset.name + ': ' if g.dataset.several else ''}{plan['trained']} runs trained, "
                      f"{plan['reused']} reused, {plan['seconds']:.0f} s; wrote {out / 'claim.json'}, "
-                     f"{out / 'claim.txt'}, {out / 'claim.png'})")
+                     f"{out / 'claim.txt'}, {out / 'claim.png'}, {out / 'budgets.png'})")
 
 
 def _aggregate(opts: ClaimOptions, ses: Session, grids: list[DatasetGrid], results: dict, record: dict,

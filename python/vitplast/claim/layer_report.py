@@ -1,6 +1,6 @@
-"""Reports of `vitplast claim --granularity layer`: the text (table, statistics, selection comparison,
-and in words what the data can and cannot tell) and the figure (gain against plasticity per unit,
-coloured by component; plasticity and gain per layer; the selection comparison).
+"""Reports of `vitplast claim --granularity layer`: the text (table, statistics, the selection at equal
+budget of `.budget_report`, and in words what the data can and cannot tell) and the figure (gain
+against plasticity per unit, coloured by component; plasticity and gain per layer).
 
 Drawn in the commands' one plotting style (`vitplast.outputs.plots`: no global pyplot state,
 one colour per component, written atomically); gains get error bars only with at least two seeds."""
@@ -12,6 +12,7 @@ from pathlib import Path
 
 from ..finetune import TRAIN_ORDER
 from ..outputs.plots import component_color, figure, legend_outside, save
+from .budget_report import budget_lines
 from .report import (
     P_DEFINITION,
     _ci,
@@ -86,33 +87,10 @@ def format_layer_report(result: dict) -> str:
                      f"{b['pair_chunks']} pair chunks, the best lr chosen again in each; {P_DEFINITION})")
     lines += disagreement_lines(an["correlations"]["spearman"])
     lines.append(lr_position_line(an["rows"], an["baseline"], "unit"))
-    if "selection" in an:
-        lines += [""] + _selection_lines(an["selection"])
+    lines += budget_lines(an.get("budgets"))
     lines += ["", lr_edge_line(an["rows"], base, "unit")]
     lines += ["", "what this can and cannot tell:"] + [f"- {s}" for s in reading(an, record)]
     return "\n".join(lines)
-
-
-def _selection_lines(sel: dict) -> list[str]:
-    def one(label, s):
-        gain = s["accuracy_gain"]
-        return (f"  {label:<18} {_num(gain['mean'], '+.4f')} {t_ci(gain, '+.3f')}  "
-                f"lr {s['lr']:.2g}{edge_mark(s['lr_edge'])}  {s['trainable_params']:,} params  "
-                f"{'+'.join(s['units'])}")
-
-    out = [f"selection under a budget of {sel['budget']:,} trainable parameters besides the head "
-           "(accuracy gain [95% CI], best lr):", one("plasticity-guided", sel["auto"])]
-    out += [one(f"random draw {i}", s) for i, s in enumerate(sel["random"])]
-    best = sel["best_single_unit"]
-    out.append(f"  best single unit   {_num(best['accuracy_gain']['mean'], '+.4f')} "
-               f"{t_ci(best['accuracy_gain'], '+.3f')}  "
-               f"{best['unit']} (picked after seeing every gain: an oracle, not a strategy)")
-    if "auto_minus_random" in sel:
-        d = sel["auto_minus_random"]
-        out.append(f"  plasticity-guided minus the mean random draw: {_num(d['mean'], '+.4f')} bootstrap "
-                   f"95% CI {_ci(d['ci'], '+.3f')}; a random draw did better in {d['random_better']} of "
-                   f"{d['draws']}")
-    return out
 
 
 def reading(an: dict, record: dict) -> list[str]:
@@ -141,14 +119,6 @@ def reading(an: dict, record: dict) -> list[str]:
     if an["lr_edges"]:
         out.append(f"{len(an['lr_edges'])} train(s) have their best lr at a grid edge; their gains may be "
                    "underestimated.")
-    sel = an.get("selection")
-    if sel and "auto_minus_random" in sel:
-        d = sel["auto_minus_random"]
-        lo = d["ci"][0]
-        verdict = "beat" if lo is not None and lo > 0 else "did not clearly beat"
-        out.append(f"Plasticity-guided selection {verdict} random selection under the same budget "
-                   f"({d['mean']:+.4f}, random better in {d['random_better']} of {d['draws']} draws); "
-                   "few draws make this a rough check, not a test.")
     out.append("Plasticity is measured before finetuning on this model only; it says nothing about "
                "other models, tasks or training lengths.")
     return out
@@ -156,11 +126,11 @@ def reading(an: dict, record: dict) -> list[str]:
 
 def plot_layer_claim(result: dict, path) -> Path:
     """Gain vs plasticity (one point per unit, coloured by component, 95% error bars both ways);
-    plasticity and gain per layer; the selection comparison -> PNG at ``path``."""
+    plasticity and gain per layer -> PNG at ``path``."""
     an = result["analysis"]
     rows = an["rows"]
-    fig, axes = figure(2, 2, (13, 9))
-    (ax, ax_sel), (ax_p, ax_g) = axes
+    fig, axes = figure(3, 1, (8, 13))
+    ax, ax_p, ax_g = axes[:, 0]
     seen = dict.fromkeys(r["component"] for r in rows)
     names = list(TRAIN_ORDER) + [c for c in seen if c not in TRAIN_ORDER]
     colors = {c: component_color(c) for c in names}
@@ -210,32 +180,8 @@ def plot_layer_claim(result: dict, path) -> Path:
     ax_g.axhline(0.0, color="0.75", lw=0.8)
     ax_p.set_title("plasticity per layer", fontsize=10)
     ax_g.set_title("accuracy gain per layer (each unit trained alone)", fontsize=10)
-    _plot_selection(ax_sel, an.get("selection"))
     return save(fig, path, dpi=100)
 
 
 def _nan(v):
     return math.nan if v is None else v
-
-
-def _plot_selection(ax, sel) -> None:
-    if not sel:
-        ax.set_axis_off()
-        return
-    # colours apart from every component's: these bars are selections, not components
-    entries = [("plasticity-\nguided", sel["auto"]["accuracy_gain"], "#393b79")]
-    entries += [(f"random {i}", s["accuracy_gain"], "0.6") for i, s in enumerate(sel["random"])]
-    best = sel["best_single_unit"]
-    entries.append((f"best unit\n{best['unit']}\n(oracle)", best["accuracy_gain"], "#637939"))
-    for i, (_, g, color) in enumerate(entries):
-        m, (lo, hi) = g["mean"], g["ci"]
-        if m is None:
-            continue
-        err = None if lo is None or hi is None else [[max(0.0, m - lo)], [max(0.0, hi - m)]]
-        ax.bar([i], [m], color=color, alpha=0.8)
-        ax.errorbar([i], [m], yerr=err, fmt="none", color="k", capsize=3)
-    ax.set_xticks(range(len(entries)), [e[0] for e in entries], fontsize=8)
-    ax.axhline(0.0, color="0.75", lw=0.8)
-    ax.set_ylabel("accuracy gain over head-only (95% CI)")
-    ax.set_title(f"selection under a budget of {sel['budget']:,} parameters (+ head)", fontsize=10)
-    ax.grid(alpha=0.3, axis="y")

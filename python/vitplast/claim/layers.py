@@ -11,15 +11,13 @@ trainable size, so the association **within** types is free of the size confound
   permutation p-values, and the same for the trainable-parameter count (the size-only rival);
 - a stratified permutation test permuting gains only among units of the same component type (the
   pooled within-type Spearman), and the per-type Spearman;
-- the partial Spearman of plasticity and gain with the trainable-parameter count held fixed;
-- selection judged against its rival: the plasticity-guided set of units under a parameter budget
-  (``auto``) against random sets under the same budget (same seeds and lr grid), and against the
-  best single unit of the table (chosen after the fact: an oracle, not a strategy).
+- the partial Spearman of plasticity and gain with the trainable-parameter count held fixed.
+
+Which set of units each criterion would finetune under a parameter budget, against random sets of the
+same budget, is `.budgets` (shared with the component claim).
 """
 
 from __future__ import annotations
-
-import math
 
 import numpy as np
 
@@ -49,8 +47,6 @@ from .statistics import (
     too_few_to_resample,
 )
 
-AUTO, RANDOM = "auto", "random"
-
 
 def units_of(measured: dict, components: list[str]) -> list[tuple[str, int]]:
     """``(component, layer index)`` of every measured unit of ``components``, component-major."""
@@ -67,46 +63,6 @@ def unit_name(unit: tuple[str, int]) -> str:
 def unit_plasticity(measured: dict) -> np.ndarray:
     """``(C, L)`` mean rate of every (component, layer) over all pairs (NaN without pairs)."""
     return unit_means(measured)
-
-
-def _greedy(order: list[tuple[str, int]], sizes: dict, budget: int) -> list[tuple[str, int]]:
-    chosen, used = [], 0
-    for u in order:
-        if sizes[u] and used + sizes[u] <= budget:
-            chosen.append(u)
-            used += sizes[u]
-    return chosen
-
-
-def default_budget(sizes: dict) -> int:
-    """Twice the largest unit: room for two weight matrices, or one and some LayerNorms."""
-    return 2 * max(sizes.values())
-
-
-def plan_selections(measured: dict, units: list[tuple[str, int]], sizes: dict, budget: int, draws: int,
-                    seed: int) -> dict:
-    """The plasticity-guided set (units by decreasing plasticity, greedily while they fit ``budget``
-    trainable parameters besides the head) and ``draws`` random sets under the same budget (units in
-    a random order, the same greedy fill). Returns ``{"budget", "auto", "random": [...]}`` with each
-    set as ``{"train": spec, "units": [...], "params": n}``."""
-    value = unit_plasticity(measured)
-    index = {c: i for i, c in enumerate(measured["components"])}
-    finite = [u for u in units if math.isfinite(value[index[u[0]], u[1]])]
-    ranked = sorted(finite, key=lambda u: -value[index[u[0]], u[1]])
-
-    def as_set(chosen):
-        return {"train": "+".join(unit_name(u) for u in chosen), "units": [unit_name(u) for u in chosen],
-                "unit_params": int(sum(sizes[u] for u in chosen))}
-
-    out = {"budget": int(budget), AUTO: as_set(_greedy(ranked, sizes, budget)), RANDOM: []}
-    for d in range(draws):
-        rng = np.random.default_rng([seed, d])
-        order = [finite[i] for i in rng.permutation(len(finite))]
-        out[RANDOM].append(as_set(_greedy(order, sizes, budget)))
-    if not out[AUTO]["units"]:
-        raise ValueError(f"--budget {budget}: no (component, layer) unit fits (the smallest has "
-                         f"{min(sizes.values())} parameters)")
-    return out
 
 
 def _boot(reps, withheld: str | None) -> list:
@@ -130,15 +86,11 @@ def _rank_block(x: np.ndarray, y: np.ndarray, x_reps: np.ndarray, y_reps: np.nda
 
 
 def analyse_layers(measured: dict, summaries: list[dict], *, units: list[tuple[str, int]],
-                   selections: dict | None, lrs: list[float], seeds: list[int], bootstrap: int = 2000,
-                   permutations: int = 10000, seed: int = 0) -> dict:
-    """The layer-granularity result: per-unit rows, the statistics above, the selection comparison."""
+                   lrs: list[float], seeds: list[int], bootstrap: int = 2000, permutations: int = 10000,
+                   seed: int = 0) -> dict:
+    """The layer-granularity result: per-unit rows and the statistics above."""
     names = [unit_name(u) for u in units]
-    sel_trains = []
-    if selections is not None:
-        sel_trains = [t for t in dict.fromkeys([selections[AUTO]["train"]] +
-                                               [s["train"] for s in selections[RANDOM]]) if t not in names]
-    trains = names + sel_trains + ["head"]
+    trains = names + ["head"]
     acc, initial, params = accuracy_cube(summaries, trains, lrs, seeds)
     n_u, n_s = len(units), len(seeds)
     rng = np.random.default_rng(seed)
@@ -155,8 +107,7 @@ def analyse_layers(measured: dict, summaries: list[dict], *, units: list[tuple[s
     gains_seed = per_seed[:-1] - per_seed[-1]  # every train against the head-only run of its seed
     gain = gains_seed.mean(-1)
     best_reps = best_replicates(acc, seed_counts)
-    g_reps_all = best_reps[:, :-1] - best_reps[:, -1:]  # (B, T-1)
-    g_reps = g_reps_all[:, :n_u]
+    g_reps = best_reps[:, :n_u] - best_reps[:, -1:]  # (B, U)
 
     sizes = np.array([params[n] for n in names], dtype=np.float64)
     types = np.array([c for c, _ in units])
@@ -201,9 +152,6 @@ def analyse_layers(measured: dict, summaries: list[dict], *, units: list[tuple[s
         "bootstrap": {"replicates": bootstrap, "seeds": n_s, "pair_chunks": int(measured["chunks"]),
                       "pairs": int(measured["pairs"]), "level": LEVEL, "withheld": withheld},
     }
-    if selections is not None:
-        result["selection"] = _selection(selections, trains, names, gains_seed, g_reps_all, best_idx, lrs,
-                                         acc, params)
     return result
 
 
@@ -216,33 +164,4 @@ def _per_type(types, p_value, gain, p_reps, g_reps, sizes, withheld: str | None 
         out[c] = {"spearman": _finite(float(spearman(p_value[m], gain[m]))),
                   "ci": _boot(reps, withheld), "units": int(m.sum()),
                   "trainable_params": int(sizes[m][0])}
-    return out
-
-
-def _selection(selections: dict, trains, names, gains_seed, g_reps, best_idx, lrs, acc, params) -> dict:
-    """Gains of the plasticity-guided set, the random sets and the best single unit (after the fact)."""
-    pos = {t: i for i, t in enumerate(trains[:-1])}  # a set of one unit is that unit's row
-
-    def entry(s: dict) -> dict:
-        i = pos[s["train"]]
-        return {**s, "trainable_params": params[s["train"]], "lr": float(lrs[best_idx[i]]),
-                "lr_edge": lr_edge(acc, i, int(best_idx[i])), "accuracy_gain": _interval(gains_seed[i], GAIN),
-                "accuracy_gain_per_seed": gains_seed[i].tolist()}
-
-    auto = entry(selections[AUTO])
-    rand = [entry(s) for s in selections[RANDOM]]
-    unit_gain = gains_seed[: len(names)].mean(-1)
-    best = int(np.argmax(unit_gain))
-    out = {"budget": selections["budget"], AUTO: auto, RANDOM: rand,
-           "best_single_unit": {"unit": names[best], "accuracy_gain": _interval(gains_seed[best], GAIN),
-                                "trainable_params": params[names[best]]}}
-    if rand:
-        r_gain = np.array([r["accuracy_gain"]["mean"] for r in rand])
-        ia, ir = pos[selections[AUTO]["train"]], [pos[s["train"]] for s in selections[RANDOM]]
-        diff_reps = g_reps[:, ia] - g_reps[:, ir].mean(-1)  # auto minus the mean random set
-        out["auto_minus_random"] = {
-            "mean": _finite(float(auto["accuracy_gain"]["mean"] - r_gain.mean())),
-            "ci": _boot(diff_reps, too_few_to_resample(seeds=int(gains_seed.shape[-1]))),
-            "random_better": int((r_gain > auto["accuracy_gain"]["mean"]).sum()), "draws": len(rand),
-        }
     return out

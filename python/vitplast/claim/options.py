@@ -106,13 +106,18 @@ class ClaimOptions(ExecutorOptions, RuntimeOptions, OptimOptions, DataOptions, M
         "MHA,FC1,FC2,LN1,LN2,full,lora)", group="train", kind=csv(checked(_component), unique=True))
     granularity: str = option(
         "component", "component: each component in every layer at once (default); layer: each (component, "
-        "layer) alone, plus the plasticity-guided selection against random ones", group="train",
+        "layer) alone", group="train",
         kind=choice(GRANULARITIES))
-    budget: int | None = option(
-        None, "--granularity layer: trainable parameters (besides the head) of the selected sets (default: "
-        "twice the largest unit)", group="train", kind=optional(integer(1)))
-    draws: int = option(3, "--granularity layer: random sets compared with the plasticity-guided one (0: no "
-                        "comparison; default: %(default)s)", group="train", kind=integer(0))
+    budgets: list | None = option(
+        None, "selection at equal budget: each criterion's set (and the attention rule's) against random "
+        "sets of the same budget, comma-separated budgets. --granularity component: numbers of components "
+        "(default: 1, the runs already trained: no extra run); each k >= 2 trains every k-subset when there "
+        "are at most 50 (C(5,2) = 10 sets: 90 more runs on the default claim's 54), else --draws random ones "
+        "and the criteria's, x lrs x seeds. --granularity layer: trainable parameters besides the head "
+        "(default: twice the largest unit). Full finetuning is trained as the reference line",
+        group="train", kind=optional(csv(integer(1), unique=True)))
+    draws: int = option(20, "random sets per budget where there are more than 50 (default: %(default)s)",
+                        group="train", kind=integer(1))
     baseline: str = option("head", "accuracy gain over the head-only run of the same seed (default) or the "
                            "initial accuracy", group="train", kind=choice(BASELINES))
     lr: list | str | None = option(
@@ -195,8 +200,9 @@ class ClaimOptions(ExecutorOptions, RuntimeOptions, OptimOptions, DataOptions, M
         if self.granularity == "layer" and self.baseline != "head":
             raise OptionError("--granularity layer compares every unit with the head-only run: --baseline "
                               "head")
-        if self.budget is not None and self.granularity != "layer":
-            raise OptionError("--budget only applies to --granularity layer (the selected sets' size)")
+        if self.granularity == "component" and self.budgets and max(self.budgets) > len(self.ranked):
+            raise OptionError(f"--budgets: a budget counts components at --granularity component; at most "
+                              f"{len(self.ranked)} ({', '.join(self.ranked)}), got {max(self.budgets)}")
         if world()[0] > 1 and (self.jobs or 1) > 1:
             raise OptionError("--jobs must be 1 under torchrun (each run is already data-parallel)")
         family_of(self.model).check_options(self.model_kwargs, self.img_size)
@@ -236,8 +242,8 @@ def default_lrs(granularity: str) -> str:
 
 # what a claim writes into OUT (and nothing else: another directory is refused, never written into); a
 # claim over several datasets writes each one's files into OUT/datasets/NAME/ and the aggregate into OUT
-CLAIM_FILES = frozenset({"runs", "plasticity_chunks.json", "claim.json", "claim.txt", "claim.png", "criteria",
-                         "criteria.json"})
+CLAIM_FILES = frozenset({"runs", "plasticity_chunks.json", "claim.json", "claim.txt", "claim.png",
+                         "budgets.png", "criteria", "criteria.json"})
 AGGREGATE_FILES = frozenset({"datasets", "aggregate.json", "aggregate.txt", "aggregate.png"})
 
 

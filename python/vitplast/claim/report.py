@@ -12,6 +12,7 @@ import math
 from pathlib import Path
 
 from ..outputs.plots import component_color, figure, legend_outside, save
+from .budget_report import budget_lines
 
 
 def _num(v, fmt: str) -> str:
@@ -167,6 +168,7 @@ def format_report(result: dict) -> str:
     lines.append(f"verdict: {an['verdict']}")
     lines += criteria_lines(an.get("criteria"))
     lines += relative_gain_lines(an, "component")
+    lines += budget_lines(an.get("budgets"))
     lines += mha_test_lines(an.get("mha_tests"))
     lines.append(lr_edge_line(an["rows"], base, "component"))
     lines.append(lr_position_line(an["rows"], base, "component"))

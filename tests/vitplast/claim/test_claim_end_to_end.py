@@ -148,7 +148,10 @@ def _strict_json(path):
 
 def test_claim_end_to_end_writes_reports(whole):
     out, res = whole
-    assert res["plan"]["runs"] == 8 and res["plan"]["trained"] == 8 and res["plan"]["reused"] == 0
+    # the 8 runs planned, then full finetuning as the budgets' reference line (default --budgets 1: the
+    # single components' own runs)
+    assert res["plan"]["runs"] == 8 and res["plan"]["trained"] == 10 and res["plan"]["reused"] == 0
+    assert res["plan"]["budget_runs"] == 2
     saved = _strict_json(out / "claim.json")
     record = saved["measurement"]["provenance"]  # versions, the weights and the images' preparation
     assert record["versions"]["torch"] and record["data"]["data"] and record["transform"]
@@ -165,7 +168,7 @@ def test_claim_end_to_end_writes_reports(whole):
     assert "plasticity-only" in text
     assert (out / "claim.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     runs = sorted(p.name for p in (out / "runs").iterdir())
-    assert runs == sorted(f"{t}-lr0.003-s{s}" for t in ("MHA", "FC1", "LN1", "head") for s in (0, 1))
+    assert runs == sorted(f"{t}-lr0.003-s{s}" for t in ("MHA", "FC1", "LN1", "head", "full") for s in (0, 1))
     for name in runs:
         files = {p.name for p in (out / "runs" / name).iterdir()}
         assert {"config.json", "metrics.jsonl", "summary.json"} <= files
@@ -174,7 +177,7 @@ def test_claim_end_to_end_writes_reports(whole):
 def test_rerun_reuses_every_run_and_other_options_are_refused(whole):
     out, res = whole
     again = _claim(out)
-    assert again["plan"]["trained"] == 0 and again["plan"]["reused"] == 8
+    assert again["plan"]["trained"] == 0 and again["plan"]["reused"] == 10
     assert again["analysis"] == res["analysis"]
     with pytest.raises(ValueError, match="differ"):
         _claim(out, steps=5)  # the finetune driver refuses a run directory of other options
@@ -191,7 +194,7 @@ def test_killed_claim_resumes_to_the_same_result(whole, tmp_path):
     assert (first / "config.json").exists() and not (first / "summary.json").exists()
     assert torch.load(first / "checkpoint.pt", weights_only=True)["step"] == 2
     resumed = _claim(tmp_path / "k")
-    assert resumed["plan"]["trained"] == 8
+    assert resumed["plan"]["trained"] == 10
     assert [r["final_acc"] for r in resumed["runs"]] == [r["final_acc"] for r in res["runs"]]
     assert resumed["analysis"]["correlations"] == res["analysis"]["correlations"]
 

@@ -1,5 +1,5 @@
 """`vitplast claim --granularity layer`: the analysis on a made-up grid with hand-countable p-values,
-and end to end on a tiny timm ViT (reports, the selection comparison, resume after a kill, errors)."""
+and end to end on a tiny timm ViT (reports, the selection at equal budget, resume after a kill, errors)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from helpers import Killed, collecting, kill_after, quiet
 from vitplast.claim import claim
 from vitplast.claim.analysis import accuracy_cube, lr_edge
-from vitplast.claim.layers import analyse_layers, plan_selections, units_of
+from vitplast.claim.layers import analyse_layers, units_of
 from vitplast.claim.lr_auto import lrs_run, widen, widen_groups
 from vitplast.cli import main as cli_main
 
@@ -42,8 +42,8 @@ def _made_up():
 def test_analysis_within_type_and_partial_by_hand():
     measured, summaries = _made_up()
     units = units_of(measured, ["MHA", "LN1"])
-    an = analyse_layers(measured, summaries, units=units, selections=None, lrs=[1e-3, 1e-2], seeds=[0, 1],
-                        bootstrap=100, permutations=500)
+    an = analyse_layers(measured, summaries, units=units, lrs=[1e-3, 1e-2], seeds=[0, 1], bootstrap=100,
+                        permutations=500)
     assert [r["unit"] for r in an["rows"]] == ["MHA@0", "MHA@1", "MHA@2", "LN1@0", "LN1@1", "LN1@2"]
     assert [r["plasticity"] for r in an["rows"]] == pytest.approx([0.5, 1.0, 1.5, 0.2, 0.4, 0.6])
     gains = [r["accuracy_gain"]["mean"] for r in an["rows"]]
@@ -64,25 +64,11 @@ def test_analysis_within_type_and_partial_by_hand():
     assert all(r["lr_edge"] == "high" for r in an["rows"]) and "head" in an["lr_edges"]
 
 
-def test_plan_selections_budget_and_draws():
-    measured, _ = _made_up()
-    units = units_of(measured, ["MHA", "LN1"])
-    sizes = {u: (100 if u[0] == "MHA" else 8) for u in units}
-    sel = plan_selections(measured, units, sizes, budget=116, draws=2, seed=0)
-    # by plasticity: MHA@2 (1.5) fits, MHA@1 no longer, then LN1@2 and LN1@1 (8 each) do
-    assert sel["auto"]["units"] == ["MHA@2", "MHA@1"][:1] + ["LN1@2", "LN1@1"]
-    assert sel["auto"]["unit_params"] == 116 and len(sel["random"]) == 2
-    assert all(s["unit_params"] <= 116 for s in sel["random"])
-    assert plan_selections(measured, units, sizes, 116, 2, 0) == sel  # the draws are seeded
-    with pytest.raises(ValueError, match="no \\(component, layer\\) unit fits"):
-        plan_selections(measured, units, sizes, budget=4, draws=0, seed=0)
-
-
 TINY = dict(model="vit_tiny_patch16_224", random_init=True, img_size=16, granularity="layer",
             model_kwargs=dict(patch_size=8, depth=2, embed_dim=32, num_heads=2),
             pretrain_data="synthetic", data="synthetic", components="MHA,LN1", lr="3e-3",
             seed="0,1", steps=4, batch_size=16, checkpoint_every=2, pairs=24, pair_batch=4,
-            bootstrap=100, permutations=200, draws=1, reporter=quiet())
+            bootstrap=100, permutations=200, draws=2, criteria="plasticity,size", reporter=quiet())
 
 
 def _claim(out, **kw):
@@ -107,16 +93,23 @@ def test_layer_claim_end_to_end(whole):
         assert r["plasticity"] > 0 and r["trainable_params"] > 0 and len(r["accuracy_gain_per_seed"]) == 2
     assert set(an["within_type"]["per_type"]) == {"MHA", "LN1"}
     assert an["within_type"]["exact"] and an["within_type"]["permutations"] == 4  # (2!)^2
-    assert "spearman" in an["partial"] and "selection" in an
-    sel = an["selection"]
-    assert sel["auto"]["units"] and len(sel["random"]) == 1 and "auto_minus_random" in sel
+    assert "spearman" in an["partial"]
+    # the default budget, twice the largest unit (MHA's, 2 x 4,224 parameters), holds every maximal set
+    budgets = an["budgets"]
+    assert budgets["unit"] == "parameters" and [b["budget"] for b in budgets["budgets"]] == [8448]
+    picks = {r["criterion"]: r["train"] for r in budgets["rows"]}
+    assert picks["attention"] == "MHA@0+MHA@1" and budgets["full"]["relative_gain"] is not None
+    assert budgets["budgets"][0]["enumerated"]
     text = (out / "claim.txt").read_text()
     for words in ("within component type", "stratified permutation p", "partial Spearman",
-                  "plasticity-guided", "what this can and cannot tell", "twice the smaller one-sided p"):
+                  "selection at equal budget", "what this can and cannot tell",
+                  "twice the smaller one-sided p"):
         assert words in text, words
     assert (out / "claim.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     trains = {p.name.rsplit("-lr", 1)[0] for p in (out / "runs").iterdir()}
-    assert {"MHA@0", "LN1@1", "head"} <= trains and res["plan"]["trained"] == res["plan"]["runs"]
+    assert {"MHA@0", "LN1@1", "head", "full", "MHA@0_MHA@1", "MHA@1_LN1@0_LN1@1"} <= trains
+    # 4 units + head, then the 3 maximal sets of 2 units or more and full: 9 trains x 2 seeds
+    assert res["plan"]["runs"] == 10 and res["plan"]["trained"] == 18 and res["plan"]["budget_runs"] == 8
 
 
 @pytest.mark.slow
@@ -133,12 +126,12 @@ def test_layer_claim_killed_resumes_to_the_same_table(whole, tmp_path):
     partial = sorted(r for r in (tmp_path / "k" / "runs").glob("*-s1") if not (r / "summary.json").exists())
     assert len(partial) == 1 and (partial[0] / "checkpoint.pt").exists()
     resumed = _claim(tmp_path / "k")
-    assert resumed["plan"]["reused"] == res["plan"]["runs"] // 2
+    assert resumed["plan"]["reused"] == res["plan"]["trained"] // 2
     assert [r["final_acc"] for r in resumed["runs"]] == [r["final_acc"] for r in res["runs"]]
     assert resumed["analysis"]["rows"] == res["analysis"]["rows"]
     assert resumed["analysis"]["within_type"] == res["analysis"]["within_type"]
     again = _claim(out)  # everything reused
-    assert again["plan"]["trained"] == 0 and again["analysis"]["selection"] == res["analysis"]["selection"]
+    assert again["plan"]["trained"] == 0 and again["analysis"]["budgets"] == res["analysis"]["budgets"]
 
 
 @pytest.mark.slow
@@ -151,10 +144,10 @@ def test_layer_dry_run_measures_but_writes_nothing(tmp_path):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--budget", "100"], "--budget only applies to --granularity layer"),
+    (["--budgets", "6"], "--budgets: a budget counts components at --granularity component; at most 5"),
     (["--granularity", "layer", "--baseline", "initial"], "--baseline head"),
     (["--granularity", "block"], "--granularity: must be one of component, layer"),
-    (["--granularity", "layer", "--draws", "-1"], "--draws: must be an integer >= 0"),
+    (["--granularity", "layer", "--draws", "0"], "--draws: must be a positive integer, got 0"),
 ])
 def test_cli_errors(args, message, tmp_path, capsys):
     try:

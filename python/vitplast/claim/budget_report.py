@@ -1,0 +1,99 @@
+"""Reports of the selection at equal budget (`.budgets`): the table of the claim's text report and
+``OUT/budgets.png`` (relative gain against budget: one line per criterion, the random sets as a band
+from their minimum to their maximum with their median dashed, full finetuning as a horizontal line),
+drawn in the commands' one plotting style (`vitplast.outputs.plots`)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from ..outputs.plots import figure, legend_outside, save
+
+RULE_COLOR, BAND_COLOR, FULL_COLOR = "0.25", "0.6", "#637939"
+
+
+def budget_lines(budgets: dict | None) -> list[str]:
+    """Per budget, each criterion's set with its relative gain and random percentile, the random sets'
+    count and spread, and full finetuning's relative gain as the reference."""
+    if not budgets or not budgets.get("rows"):
+        return []
+    unit = budgets["unit"]
+    full = budgets["full"]["relative_gain"]
+    besides = " besides the head" if unit == "parameters" else ""
+    out = ["", f"selection at equal budget (budget: {unit}{besides}"
+           f"; relative_gain as above; percentile among the random sets of the budget, ties counted half; "
+           f"full finetuning: relative_gain {_num(full, '+.3f')}):"]
+    head = f"{'budget':>10}  {'criterion':<11} {'relative_gain':>13} {'percentile':>10}  set"
+    out += [head, "-" * len(head)]
+    spread = {b["budget"]: b for b in budgets["budgets"]}
+    for b, row in _by_budget(budgets["rows"]).items():
+        for r in row:
+            pct = "-" if r["random_percentile"] is None else f"{r['random_percentile']:.0f}"
+            out.append(f"{b:>10,}  {r['criterion']:<11} {_num(r['relative_gain'], '+.3f'):>13} {pct:>10}  "
+                       f"{r['train'] or '(not defined at this budget)'}")
+        s = spread[b]
+        q = s["random_relative_gain"]
+        how = "every set" if s["enumerated"] else "random draws"
+        out.append(f"{b:>10,}  {'random':<11} {s['random_sets']} sets ({how}): min {_num(q['min'], '+.3f')}, "
+                   f"median {_num(q['median'], '+.3f')}, max {_num(q['max'], '+.3f')}")
+    return out
+
+
+def _num(v, fmt: str) -> str:
+    return "nan" if v is None or not math.isfinite(v) else format(v, fmt)
+
+
+def _by_budget(rows: list[dict]) -> dict[int, list[dict]]:
+    out: dict[int, list[dict]] = {}
+    for r in rows:
+        out.setdefault(r["budget"], []).append(r)
+    return out
+
+
+def plot_budgets(result: dict, path) -> Path:
+    """Relative gain against budget -> PNG at ``path`` (an empty panel saying so without budgets)."""
+    budgets = result["analysis"].get("budgets") or {}
+    fig, axes = figure(1, 1, (8, 4.8))
+    ax = axes[0, 0]
+    spread = budgets.get("budgets") or []
+    xs = [b["budget"] for b in spread]
+    band = [(b["random_relative_gain"]["min"], b["random_relative_gain"]["max"],
+             b["random_relative_gain"]["median"]) for b in spread]
+    if xs:
+        ax.vlines(xs, [_nan(v[0]) for v in band], [_nan(v[1]) for v in band], color=BAND_COLOR, lw=6,
+                  alpha=0.35)
+        ax.fill_between(xs, [_nan(v[0]) for v in band], [_nan(v[1]) for v in band], color=BAND_COLOR,
+                        alpha=0.3, label="random sets (min-max)", step=None)
+        ax.plot(xs, [_nan(v[2]) for v in band], "--", color=BAND_COLOR, label="random sets (median)")
+    for name, rows in _by_criterion(budgets.get("rows") or []).items():
+        pts = [(r["budget"], r["relative_gain"]) for r in rows if r["relative_gain"] is not None]
+        if pts:
+            style = {"color": RULE_COLOR, "marker": "s"} if name == "attention" else {"marker": "o"}
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], "-", label=name, **style)
+    full = (budgets.get("full") or {}).get("relative_gain")
+    if full is not None:
+        ax.axhline(full, color=FULL_COLOR, lw=1.2, label="full finetuning")
+    if not xs:
+        ax.text(0.5, 0.5, "no budget", transform=ax.transAxes, ha="center")
+    unit = budgets.get("unit", "components")
+    besides = " besides the head" if unit == "parameters" else ", head always trained"
+    ax.set_xlabel(f"budget ({unit}{besides})")
+    ax.set_ylabel("relative gain over linear probing")
+    ax.set_title("selection at equal budget: each criterion's set against random sets", fontsize=10)
+    if xs:
+        ax.set_xticks(xs)
+        legend_outside(ax)
+    ax.grid(alpha=0.3)
+    return save(fig, path)
+
+
+def _by_criterion(rows: list[dict]) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for r in rows:
+        out.setdefault(r["criterion"], []).append(r)
+    return out
+
+
+def _nan(v):
+    return math.nan if v is None else v
