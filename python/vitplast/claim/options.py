@@ -28,7 +28,7 @@ from ..options.fields import (
     optional,
     settle,
 )
-from ..options.groups import GROUP_TITLES, DataOptions, ModelOptions, OptimOptions, RuntimeOptions
+from ..options.groups import GROUP_TITLES, HOLDOUT, DataOptions, ModelOptions, OptimOptions, RuntimeOptions
 from ..options.parsing import MAX_SEED, MAX_STEPS
 from ..outputs.paths import check_out_dir, foreign_files
 from ..runs.executors import GRID_TITLE, ExecutorOptions
@@ -93,6 +93,11 @@ class ClaimOptions(ExecutorOptions, RuntimeOptions, OptimOptions, DataOptions, M
                                "--granularity layer)", group="optim", kind=optional(integer(1, MAX_STEPS)))
     pretrain_data: str = option("digits:0-4", "X, the pretraining-side data of the matched pairs (default: "
                                 "%(default)s)", metavar="SPEC", group="data")
+    holdout: float = option(
+        0.1, "fraction of each dataset's training images held out from every run (the same images for every "
+        "train and lr of a seed): their accuracy chooses the learning rate of relative_gain_validated, "
+        "reported beside the paper's relative_gain (lr chosen on the test accuracy); 0: none (default: "
+        "%(default)s)", metavar="FRACTION", group="data", kind=HOLDOUT)
     protocol: str = option("in_situ", group="pairs", kind=choice(PROTOCOLS))
     pairs: int = option(512, "matched X-Y pairs (default: %(default)s)", group="pairs", kind=integer(1))
     pair_batch: int = option(16, "pairs per forward, the bootstrap's resampling unit (default: %(default)s)",

@@ -1,5 +1,13 @@
 """Data of a finetuning run: the training batches as a pure function of (seed, iteration), the
-datasets, the fixed probe batch of ``--probe`` and the validation pass."""
+datasets, the part of the training images ``--holdout`` keeps out of training, the fixed probe batch of
+``--probe`` and the validation pass.
+
+``--holdout F`` splits the training set once, by a permutation drawn from the fixed `HOLDOUT_SEED`:
+``round(F * n)`` of its ``n`` images are held out (never trained on; evaluated without augmentation at
+the end of the run, ``holdout_acc``), the others are the training set. The split depends on ``n`` and
+``F`` only, never on the run's seed, lr or ``--train``: every run that sees the same training set holds
+out the same images (in a claim, every train and lr of a seed, so that learning rates are chosen on one
+validation set; on data whose train/val split is fixed, every run), in any process and on resume."""
 
 from __future__ import annotations
 
@@ -9,6 +17,47 @@ import torch
 
 from ..options.groups import DataOptions
 from ..runtime.distributed import DistContext
+
+HOLDOUT_SEED = 1_000_033  # the --holdout split's permutation: the same in every run
+
+
+def holdout_split(n: int, fraction: float, data: str = "") -> tuple[torch.Tensor, torch.Tensor]:
+    """``(kept, held)``: sorted int64 positions of a training set of ``n`` images, ``round(fraction * n)``
+    of them held out by a permutation drawn from `HOLDOUT_SEED` (``fraction`` 0: all kept). ValueError
+    naming ``--holdout`` when either part would be empty (``data``: the ``--data`` spec, for the message)."""
+    if not fraction:
+        return torch.arange(n), torch.zeros(0, dtype=torch.long)
+    held = round(fraction * n)
+    if held == 0 or held == n:
+        empty = "held-out part" if held == 0 else "training part"
+        raise ValueError(f"--holdout {fraction:g}: holds out {held} of the {n} training images of --data "
+                         f"{data} (the {empty} would be empty); give a fraction that leaves images on both "
+                         "sides")
+    perm = torch.randperm(n, generator=torch.Generator().manual_seed(HOLDOUT_SEED))
+    return torch.sort(perm[held:]).values, torch.sort(perm[:held]).values
+
+
+class Positions(torch.utils.data.Dataset):
+    """Items ``positions`` of ``dataset`` (a part of a training set), keyed as ``dataset`` is (an index,
+    or ``(index, seed)`` for an augmented dataset), with its ``classes``; an in-memory dataset's
+    ``images`` and ``labels`` are kept as tensors of those rows (`StepBatches` indexes them directly)."""
+
+    def __init__(self, dataset, positions: torch.Tensor) -> None:
+        self.dataset, self.positions = dataset, positions
+        self.augmented = getattr(dataset, "augmented", False)
+        self.classes, self.num_classes = dataset.classes, dataset.num_classes
+        images, labels = getattr(dataset, "images", None), getattr(dataset, "labels", None)
+        if isinstance(images, torch.Tensor) and isinstance(labels, torch.Tensor):
+            self.images, self.labels = images[positions], labels[positions]
+
+    def __len__(self) -> int:
+        return self.positions.numel()
+
+    def __getitem__(self, key):
+        if isinstance(key, tuple):
+            index, seed = key
+            return self.dataset[(int(self.positions[index]), seed)]
+        return self.dataset[int(self.positions[key])]
 
 
 def item_seed(seed: int, it: int, position: int) -> int:
@@ -114,12 +163,27 @@ def evaluate(model, dataset, device, *, limit=0, batch_size=256, dctx=None, amp=
 def load_data(opts: DataOptions, seed: int, img_size: int, transform=None):
     """``(train, val)`` datasets of ``--data`` at ``img_size``, prepared by ``transform`` (a
     `vitplast.data.transforms.ImageTransform`; None: the fixed preparation), the training images
-    augmented unless ``--no-augment``."""
+    augmented unless ``--no-augment``; with ``--holdout``, ``train`` is the part not held out
+    (`holdout_split`: ValueError naming ``--holdout`` when a part would be empty)."""
     from ..data.datasets import load_dataset
 
-    return (load_dataset(opts.data, "train", img_size=img_size, seed=seed, transform=transform,
-                         augment=opts.augment),
-            load_dataset(opts.data, "val", img_size=img_size, seed=seed, transform=transform))
+    train = load_dataset(opts.data, "train", img_size=img_size, seed=seed, transform=transform,
+                         augment=opts.augment)
+    if opts.holdout:
+        train = Positions(train, holdout_split(len(train), opts.holdout, opts.data)[0])
+    return train, load_dataset(opts.data, "val", img_size=img_size, seed=seed, transform=transform)
+
+
+def load_holdout(opts: DataOptions, seed: int, img_size: int, transform=None):
+    """The training images ``--holdout`` keeps out of `load_data`'s ``train`` (the same positions of the
+    same training set), prepared as the validation images are (no augmentation); None without
+    ``--holdout``."""
+    from ..data.datasets import load_dataset
+
+    if not opts.holdout:
+        return None
+    train = load_dataset(opts.data, "train", img_size=img_size, seed=seed, transform=transform)
+    return Positions(train, holdout_split(len(train), opts.holdout, opts.data)[1])
 
 
 def probe_batch(train_ds, n: int, dctx: DistContext, device) -> torch.Tensor:

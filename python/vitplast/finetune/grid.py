@@ -141,8 +141,9 @@ def _aggregate(opts: FinetuneOptions, specs: list[RunSpec], summaries: list[dict
                reporter: Reporter) -> dict:
     """The table of the grid and, for several runs, grid_summary.json and the grid plots."""
     for spec, s in zip(specs, summaries, strict=True):
+        held = f", held-out accuracy {s['holdout_acc']:.4f}" if s.get("holdout_acc") is not None else ""
         reporter.say(f"{spec.train:<10} lr={spec.lr:g} seed={spec.seed}: accuracy {s['initial_acc']:.4f} "
-                     f"-> {s['final_acc']:.4f} ({s['trainable_params']:,} trainable parameters)")
+                     f"-> {s['final_acc']:.4f} ({s['trainable_params']:,} trainable parameters{held})")
     rows = aggregate(summaries, opts.components, opts.train)
     result = {"runs": summaries, "table": rows, "table_text": format_table(rows)}
     out = Path(opts.out)

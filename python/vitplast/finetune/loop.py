@@ -1,8 +1,10 @@
 """One finetuning run (`RunSpec`) trained into its run directory, resumable from its checkpoint.
 
 The run directory (`vitplast.runs.rundir.RunDir`) holds config.json, metrics.jsonl (monitor,
-eval and train records: the training loss of every step), checkpoint.pt (atomic) and summary.json (the
-finished marker, with the reproducibility record of `vitplast.runs.provenance.provenance`); with
+eval and train records: the training loss of every step; with ``--holdout``, a ``holdout`` record of the
+held-out images' accuracy after the last step), checkpoint.pt (atomic) and summary.json (the finished
+marker, with ``holdout_acc`` (None without ``--holdout``) and the reproducibility record of
+`vitplast.runs.provenance.provenance`); with
 ``--export``, model.safetensors (and adapter/ for LoRA). Everything a resumed run needs to continue
 exactly is in the checkpoint: model, optimiser, RNG states, running accuracies and, for ``--train
 auto``, the components it chose; the data order (and each image's augmentation) is a function of the
@@ -28,7 +30,7 @@ from ..runs.rundir import RunDir, RunDirError, rng_state, set_rng_state
 from ..runtime.distributed import DistContext
 from ..runtime.precision import autocast
 from .auto import trained_parts
-from .data import StepBatches, evaluate, load_data, probe_batch
+from .data import StepBatches, evaluate, load_data, load_holdout, probe_batch
 from .export import export_weights
 from .log import RunLog
 from .model import current_lr, fresh_model, make_optimizer, make_scheduler, make_trainable, run_device
@@ -110,6 +112,7 @@ class Training:
     sched: object  # a timm scheduler, stepped by step_update(step)
     feed: StepBatches
     val_ds: object
+    holdout_ds: object  # the training images --holdout keeps out (None: none)
     recorder: object
     log: RunLog
     device: torch.device
@@ -132,6 +135,7 @@ def _setup(spec: RunSpec, prepared: Prepared, dctx: DistContext, rd: RunDir, rep
     torch.manual_seed(spec.seed)
     model = fresh_model(s, prepared.num_classes)
     train_ds, val_ds = load_data(s, spec.seed, prepared.img_size, prepared.transform)
+    holdout_ds = load_holdout(s, spec.seed, prepared.img_size, prepared.transform)
     model.to(device).train()
     feed = StepBatches(train_ds, s.batch_size, spec.seed, dctx.rank, dctx.world)
     _check_micro_batches(s, dctx)
@@ -160,8 +164,8 @@ def _setup(spec: RunSpec, prepared: Prepared, dctx: DistContext, rd: RunDir, rep
         log.open_tensorboard(spec.directory)  # every row kept in metrics.jsonl, then the new ones
     if ckpt is not None:
         set_rng_state(ckpt["rng"])
-    return Training(model, wrapped, params, opt, sched, feed, val_ds, recorder, log, device, amp, parts, auto,
-                    count_parameters(model, names), state, start)
+    return Training(model, wrapped, params, opt, sched, feed, val_ds, holdout_ds, recorder, log, device, amp,
+                    parts, auto, count_parameters(model, names), state, start)
 
 
 def _check_micro_batches(s, dctx: DistContext) -> None:
@@ -236,6 +240,10 @@ def _after_step(t: Training, spec: RunSpec, it: int, rd: RunDir, dctx: DistConte
         t.state["last_acc"], t.state["best_acc"] = acc, max(t.state["best_acc"], acc)
         t.log.log({"kind": "eval", "iter": it, "step": done, "acc": acc, "loss": vloss})
         bar.set_postfix(acc=f"{acc:.3f}", refresh=False)
+    if done == s.steps and t.holdout_ds is not None:  # before the last checkpoint, which then holds it
+        acc, hloss = evaluate(t.model, t.holdout_ds, t.device, limit=s.eval_limit, dctx=dctx, amp=t.amp)
+        t.state["holdout_acc"] = acc
+        t.log.log({"kind": "holdout", "iter": it, "step": done, "acc": acc, "loss": hloss})
     bar.update(1)
     if (s.checkpoint_every and done % s.checkpoint_every == 0) or done == s.steps:
         t.log.flush()  # every row of the iterations before the checkpoint is on disk with it
@@ -276,7 +284,8 @@ def _finish(spec: RunSpec, prepared: Prepared, t: Training, rd: RunDir, dctx: Di
     summary = {
         "train": spec.train, "lr": spec.lr, "seed": spec.seed, "trained": list(t.parts),
         "final_acc": t.state["last_acc"], "best_acc": t.state["best_acc"],
-        "initial_acc": t.state["initial_acc"], "plasticity_start": t.state["plasticity_start"],
+        "initial_acc": t.state["initial_acc"], "holdout_acc": t.state.get("holdout_acc"),
+        "plasticity_start": t.state["plasticity_start"],
         "trainable_params": t.n_train, "total_params": count_parameters(t.model),
         "steps": s.steps, "world_size": dctx.world, "seconds": seconds,
         "run_dir": str(spec.directory), "model": s.model, "data": s.data, "provenance": prepared.provenance,

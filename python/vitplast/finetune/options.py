@@ -68,7 +68,8 @@ class RunSettings(RuntimeOptions, OptimOptions, DataOptions, ModelOptions):  # f
                         "batch", group="out", kind=integer(0))
     eval_every: int = option(0, "validation accuracy every K steps (0 = at the end only)", group="out",
                              kind=integer(0))
-    eval_limit: int = option(0, "validate on the first N images", group="out", kind=integer(0))
+    eval_limit: int = option(0, "validate on the first N images (of the held-out ones too, with --holdout)",
+                             group="out", kind=integer(0))
     checkpoint_every: int = option(50, group="out", kind=integer(0))
     tensorboard: bool = option(False, "also write TensorBoard logs (needs tensorboard): every row of "
                                "metrics.jsonl", group="out", action="store_true")

@@ -10,7 +10,8 @@ from .selection import TrainPlan, labels
 def aggregate(summaries: list[dict], components=None, plans=()) -> list[dict]:
     """Rows per (train, lr): accuracy mean +- std over seeds, plasticity of the trained component at
     the start, accuracy gain over linear probing (``head`` rows of the same lr) when present, else
-    over the accuracy before finetuning. ``components``: the run's component map (``--component``);
+    over the accuracy before finetuning; with ``--holdout``, ``holdout_acc`` (mean over seeds of the
+    held-out training images' accuracy). ``components``: the run's component map (``--component``);
     ``plans``: the grid's `TrainPlan`s (a summary's ``train`` not among them is parsed)."""
     known = {str(p): p for p in plans}
     groups: dict[tuple, list[dict]] = {}
@@ -29,6 +30,8 @@ def aggregate(summaries: list[dict], components=None, plans=()) -> list[dict]:
             "initial_acc": statistics.fmean(r["initial_acc"] for r in runs),
             "trainable_params": runs[0]["trainable_params"],
         }
+        if all(r.get("holdout_acc") is not None for r in runs):
+            row["holdout_acc"] = statistics.fmean(r["holdout_acc"] for r in runs)
         plan = known.get(train) or TrainPlan.parse(train, components)
         comps = [p for p in plan.parts if p in labels(components)]
         if len(comps) == 1 and comps[0] in start_plast:
@@ -44,9 +47,11 @@ def aggregate(summaries: list[dict], components=None, plans=()) -> list[dict]:
 
 def format_table(rows: list[dict]) -> str:
     """The per-component table (the paper's): accuracy mean +- std over seeds (``(n = 1)`` for a single
-    seed, which has no std), accuracy gain, plasticity, parameters."""
+    seed, which has no std), accuracy gain, plasticity, parameters; with ``--holdout``, the held-out
+    accuracy last."""
+    held = any("holdout_acc" in r for r in rows)
     head = (f"{'train':<16} {'lr':>8} {'seeds':>5} {'accuracy':>17} {'acc. gain':>9} {'plasticity':>10} "
-            f"{'params':>10}")
+            f"{'params':>10}" + (f" {'held-out':>8}" if held else ""))
     lines = [head, "-" * len(head)]
     for r in rows:
         plast = f"{r['plasticity']:.3f}" if "plasticity" in r else "-"
@@ -54,9 +59,13 @@ def format_table(rows: list[dict]) -> str:
         lines.append(
             f"{r['train']:<16} {r['lr']:>8.2g} {r['n']:>5} {r['acc_mean']:>9.4f} {spread}"
             f" {r['accuracy_gain']:>+9.4f} {plast:>10} {r['trainable_params']:>10,}"
+            + (f" {r['holdout_acc']:>8.4f}" if "holdout_acc" in r else f" {'-':>8}" if held else "")
         )
     if rows:
         over = rows[0]["accuracy_gain_over"]
         base = "linear probing (head)" if over == "head" else "the accuracy before finetuning"
         lines.append(f"(acc. gain: accuracy_gain, the accuracy difference over {base})")
+        if held:
+            lines.append("(held-out: holdout_acc, the accuracy on the training images --holdout kept out of "
+                         "training; accuracy: on the validation data)")
     return "\n".join(lines)

@@ -28,6 +28,7 @@ ADDED_OPTIONS = {
     "layer_decay": (None, "without --layer-decay"),
     "grad_accum": (1, "--grad-accum 1"),
     "trust_remote_code": (False, "without --trust-remote-code"),
+    "holdout": (0.0, "--holdout 0"),
 }
 
 

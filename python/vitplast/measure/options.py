@@ -49,8 +49,9 @@ class MeasureOptions(RuntimeOptions, DataOptions, ModelOptions):  # fields: the 
     data: str | None = option(
         None, "ImageFolder DIR, or a spec of load_dataset ('digits:0-4', 'cifar10:DIR', ...); default "
         f"{DEFAULT_DATA!r} with --pair-data {DEFAULT_PAIR_DATA!r}", metavar="SPEC", group="data")
-    # measuring never augments
+    # measuring never augments, nor holds training images out
     augment: bool = option(False, cli=False)
+    holdout: float = option(0.0, cli=False)
     pair_data: str | None = option(
         None, "matched cross-domain pairs: X from --data, Y from here (same spec forms as --data)",
         metavar="SPEC", group="data")

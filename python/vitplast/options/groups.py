@@ -8,7 +8,8 @@ group is typed with it (``build_model(opts: ModelOptions, ...)``) and accepts an
   is made (whatever composes it): nothing runs random weights without ``--random-init``
   (`vitplast.models.sources`), no code of a model folder runs without ``--trust-remote-code``;
 - `DataOptions`: the downstream data and how its images become the model's input (``--data``,
-  ``--workers``, ``--mean``, ``--std``, ``--no-model-transform``, ``--no-augment``);
+  ``--workers``, ``--mean``, ``--std``, ``--no-model-transform``, ``--no-augment``, ``--holdout``: the
+  part of the training images held out to validate on);
 - `OptimOptions`: how one finetuning run optimises (timm's optimisers and schedulers: optimiser,
   weight and layer decay, schedule, warm-up, clipping, accumulation, steps, batch);
 - `RuntimeOptions`: where and how it computes (``--device``, ``--amp``, progress bars).
@@ -71,6 +72,17 @@ def _workers(value):
     value = integer(0).check(value)
     check_workers(value, flag=None)  # the option's check names --workers
     return value
+
+
+def _holdout(value):
+    """A fraction in [0, 1) of the training data held out (0: none)."""
+    value = number(minimum=0.0).check(value)
+    if value >= 1:
+        raise ValueError(f"must be in [0, 1) (the fraction of the training images held out), got {value!r}")
+    return value
+
+
+HOLDOUT = checked(_holdout, number().parse)  # --holdout of every command that finetunes
 
 
 def _layer_decay(value):
@@ -145,6 +157,11 @@ class DataOptions:
     augment: bool = option(
         True, "no train-time augmentation of image files when finetuning (by default timm's: random resized "
         "crop, flip, colour jitter)", flag="--no-augment", action="store_false", group="data")
+    holdout: float = option(
+        0.0, "fraction of the training images held out, never trained on, and evaluated at the end of "
+        "each run (holdout_acc: a validation accuracy that chooses a learning rate without the test set); "
+        "the same positions of the training set in every run, whatever its seed, lr or --train (0: none; "
+        "default: %(default)s)", metavar="FRACTION", group="data", kind=HOLDOUT)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -148,10 +148,10 @@ def _strict_json(path):
 
 def test_claim_end_to_end_writes_reports(whole):
     out, res = whole
-    # the 8 runs planned, then full finetuning as the budgets' reference line (default --budgets 1: the
-    # single components' own runs)
-    assert res["plan"]["runs"] == 8 and res["plan"]["trained"] == 10 and res["plan"]["reused"] == 0
-    assert res["plan"]["budget_runs"] == 2
+    # the 8 runs of the components and head, and full finetuning as the budgets' reference line (default
+    # --budgets 1: the single components' own runs)
+    assert res["plan"]["runs"] == 10 and res["plan"]["trained"] == 10 and res["plan"]["reused"] == 0
+    assert res["plan"]["budget_runs"] == 2 and res["plan"]["budget_trains"] == ["full"]
     saved = _strict_json(out / "claim.json")
     record = saved["measurement"]["provenance"]  # versions, the weights and the images' preparation
     assert record["versions"]["torch"] and record["data"]["data"] and record["transform"]
@@ -172,6 +172,24 @@ def test_claim_end_to_end_writes_reports(whole):
     for name in runs:
         files = {p.name for p in (out / "runs" / name).iterdir()}
         assert {"config.json", "metrics.jsonl", "summary.json"} <= files
+
+
+def test_default_holds_out_training_images_and_reports_the_validated_relative_gain(whole, tmp_path):
+    out, res = whole
+    for run in (out / "runs").iterdir():  # default --holdout 0.1
+        assert json.loads((run / "config.json").read_text())["holdout"] == 0.1
+        assert 0 <= json.loads((run / "summary.json").read_text())["holdout_acc"] <= 1
+    rows = res["analysis"]["rows"]
+    assert all(r["relative_gain_validated"] is not None for r in rows)
+    # one lr: the validation split chooses the lr the test accuracy chose, so both gains agree
+    assert [r["relative_gain_validated"] for r in rows] == [r["relative_gain"] for r in rows]
+    assert "not available" not in res["analysis"]["relative_gain"]["validated"]
+    text = (out / "claim.txt").read_text()
+    assert "relative_gain (the paper's, lr chosen on the test accuracy)" in text
+    assert "relative_gain, lr chosen on held-out validation data" in text and "not available" not in text
+    with pytest.raises(ValueError, match=r"--holdout 0\.001: holds out 0 of the"):
+        _claim(tmp_path / "h", holdout=0.001)  # synthetic: 320 training images
+    assert not (tmp_path / "h").exists()
 
 
 def test_rerun_reuses_every_run_and_other_options_are_refused(whole):
