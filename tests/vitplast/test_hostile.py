@@ -191,7 +191,7 @@ def test_a_model_of_100000_layers_is_refused_by_its_option_before_it_is_built():
 
 
 def test_a_digits_config_of_100000_layers_is_refused():
-    from vitplast.models.builder import digits_config
+    from vitplast.models.digits import digits_config
 
     with pytest.raises(ValueError, match="pretrain_config: DigitsConfig depth=100000: at most"):
         digits_config({"depth": 100000})

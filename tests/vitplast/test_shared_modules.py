@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 from vitplast.models import builder as model_builder
+from vitplast.models import digits as digits_model
 from vitplast.outputs.plots import figure, save
 from vitplast.runtime.device import check_device, resolve_device
 
@@ -16,10 +17,10 @@ from vitplast_kernels import PlasticityResult
 
 def test_digits_model_options_are_checked_in_one_place():
     with pytest.raises(ValueError, match="--img-size 64: digits-vit takes 32x32 images"):
-        model_builder.check_digits_options({}, 64)
+        digits_model.check_digits_options({}, 64)
     with pytest.raises(ValueError, match="--model-arg does not apply to digits-vit"):
-        model_builder.check_digits_options({"depth": 2}, None)
-    assert model_builder.check_digits_options({}, None) == 32
+        digits_model.check_digits_options({"depth": 2}, None)
+    assert digits_model.check_digits_options({}, None) == 32
 
 
 def test_timm_model_input_size_and_random_init_asked_for():

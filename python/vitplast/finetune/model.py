@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from ..models.builder import BuiltModel
-from ..models.builder import build_model as build
+from ..models.builder import BuiltModel, build_model
 from ..models.families import family_of
 from ..options.groups import OPTIMIZERS, ModelOptions, OptimOptions, RuntimeOptions
 from ..runtime.device import resolve_device
@@ -20,7 +19,7 @@ def built_model(opts: ModelOptions, num_classes: int) -> BuiltModel:
     a family whose checkpoints keep their pretraining head (the digits ViT) gets a fresh one (drawn from
     the torch RNG); timm and transformers models get a fresh head when their own has another number
     of classes."""
-    built = build(opts, num_classes)
+    built = build_model(opts, num_classes)
     if family_of(built.name).keeps_pretraining_head:
         built.net.reset_classifier(num_classes)
     return built

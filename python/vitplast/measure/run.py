@@ -180,7 +180,8 @@ def _check_out(opts: MeasureOptions):
 def _architecture(opts: MeasureOptions) -> Architecture:
     """The model ``opts`` asks for (completed from the finetune run or model folder of ``--weights``; its
     ``--model-arg`` keywords over that run's), checked before anything is opened or built."""
-    from vitplast.models.builder import check_digits_options, plan_model
+    from vitplast.models.digits import check_digits_options
+    from vitplast.models.sources import plan_model
 
     plan = plan_model(opts)
     if plan.source.kind == "digits":

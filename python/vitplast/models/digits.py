@@ -36,12 +36,19 @@ import sys
 import time
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
 from vitplast.data.datasets import load_dataset
 from vitplast_kernels.atomic_io import atomic_write
+
+from .built import BuildRequest, BuiltModel
+from .sources import DIGITS_MODEL
+
+if TYPE_CHECKING:
+    from .sources import ModelPlan
 
 
 @dataclasses.dataclass(frozen=True)
@@ -359,3 +366,59 @@ def pretrained_digits_vit(cache_dir: str | os.PathLike | None = None, seed: int 
         warnings.warn(f"cached digits ViT {path} unreadable ({exc}); pretraining again", stacklevel=2)
         path.unlink(missing_ok=True)
         return build_digits_vit(cfg, weights=digits_checkpoint(cache_dir, seed, progress, cfg))
+
+
+def digits_config(pretrain_config: dict | None = None) -> DigitsConfig:
+    """The digits ViT's `DigitsConfig` with ``pretrain_config``'s overrides (ValueError naming an
+    unknown field or a bad value)."""
+    fields = {f.name for f in dataclasses.fields(DigitsConfig)}
+    unknown = sorted(set(pretrain_config or {}) - fields)
+    if unknown:
+        raise ValueError(f"pretrain_config: unknown DigitsConfig field(s) {unknown}; known: {sorted(fields)}")
+    try:
+        return DigitsConfig(**(pretrain_config or {}))
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"pretrain_config: {exc}") from None
+
+
+def check_digits_options(model_kwargs: dict | None, img_size: int | None,
+                         pretrain_config: dict | None = None) -> int:
+    """The digits ViT's input size; ValueError when ``--model-arg`` or another ``--img-size`` is asked
+    of its fixed architecture."""
+    size = digits_config(pretrain_config).img_size
+    if img_size is not None and img_size != size:
+        raise ValueError(f"--img-size {img_size}: {DIGITS_MODEL} takes {size}x{size} images")
+    if model_kwargs:
+        raise ValueError(f"--model-arg does not apply to {DIGITS_MODEL} (its architecture is fixed)")
+    return size
+
+
+def build_digits(plan: ModelPlan, request: BuildRequest) -> BuiltModel:
+    """The digits family's `BuiltModel`: without ``plan.weights`` the digits ViT pretrained here (the
+    shipped or cached checkpoint; pretrained first when absent), with them that architecture loaded
+    from them, with ``plan.random_init`` its random init. Its head keeps the pretraining classes;
+    images are scaled to [-1, 1] (mean and std 0.5 of images in [0, 1])."""
+    from vitplast.data.transforms import ImageTransform
+
+    from .weights import load_weights
+
+    check_digits_options(plan.model_kwargs, plan.img_size, request.pretrain_config)
+    cfg = digits_config(request.pretrain_config)
+    if plan.weights is not None:
+        net = load_weights(build_digits_vit(cfg), plan.weights, allow_partial=request.allow_partial)
+        desc, origin = f"digits ViT architecture with weights {plan.weights}", {"kind": "weights",
+                                                                              "file": str(plan.weights)}
+    elif plan.random_init:
+        net, desc, origin = build_digits_vit(cfg), "digits ViT architecture, random init", {"kind": "random"}
+    else:
+        cache, seed, progress = request.cache_dir, request.seed, request.progress
+        net = pretrained_digits_vit(cache, seed=seed, progress=progress, config=cfg)
+        path = digits_checkpoint(cache, seed=seed, progress=progress, config=cfg)
+        acc = float(checkpoint_info(path).get("val_acc", "nan"))
+        desc = (f"digits ViT (timm {cfg.model}: img {cfg.img_size}, patch {cfg.patch_size}, dim "
+                f"{cfg.embed_dim}, depth {cfg.depth}), pretrained on digits {cfg.classes} (val acc "
+                f"{acc:.3f}), " + ("shipped with the package" if path.parent == SHIPPED_DIR
+                                   else f"cached at {path}"))
+        origin = {"kind": "digits", "file": str(path)}
+    transform = ImageTransform(cfg.img_size, (0.5,) * 3, (0.5,) * 3, "bilinear", 1.0, "center", DIGITS_MODEL)
+    return BuiltModel(net.eval(), cfg.img_size, desc, DIGITS_MODEL, {}, transform, origin)

@@ -3,24 +3,49 @@ Hugging Face transformers models, each with what the commands need to know of it
 outside `vitplast.models` names a family. A ``--model`` name belongs to the family its source says
 (`vitplast.models.sources.model_source`).
 
-A new family is an entry here (and its loader in `vitplast.models.builder`): what its checkpoints keep
-(a pretraining head that finetuning replaces), whether its runs are small enough to share a CPU
-(one thread each, side by side), whether ``vitplast profile`` times it, its checks of the model options
-and the one-time work (a pretraining, a download) that is not a finetuning cost.
+A new family is a module of `vitplast.models` with its builder (``build_my(plan, request) ->
+BuiltModel``) and an entry here: its builder, what its checkpoints keep (a pretraining head that
+finetuning replaces), whether its runs are small enough to share a CPU (one thread each, side by
+side), whether ``vitplast profile`` times it, its checks of the model options and the one-time work (a
+pretraining, a download) that is not a finetuning cost. `vitplast.models.builder.build_model` builds
+every model through the entry of its source's family.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from .sources import DIGITS_MODEL, model_source
+
+if TYPE_CHECKING:
+    from .built import BuildRequest, BuiltModel
+    from .sources import ModelPlan
 
 DEFAULT_MODEL = DIGITS_MODEL  # every command's --model when none is given: the embedded digits ViT
 
 
+def _build_digits(plan: ModelPlan, request: BuildRequest) -> BuiltModel:
+    from .digits import build_digits
+
+    return build_digits(plan, request)
+
+
+def _build_timm(plan: ModelPlan, request: BuildRequest) -> BuiltModel:
+    from .timm_models import build_timm
+
+    return build_timm(plan, request)
+
+
+def _build_hf(plan: ModelPlan, request: BuildRequest) -> BuiltModel:
+    from .hf_models import build_hf
+
+    return build_hf(plan, request)
+
+
 def _check_digits(model_kwargs: dict | None, img_size: int | None) -> None:
-    from .builder import check_digits_options
+    from .digits import check_digits_options
 
     check_digits_options(model_kwargs, img_size)
 
@@ -33,9 +58,12 @@ def _pretrain_digits(progress: bool) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class ModelFamily:
-    """What the commands know of a family of models."""
+    """What the commands know of a family of models, and its builder (``build(plan, request)``: the
+    `BuiltModel` of a `ModelPlan` whose source is of this family; its modules are imported when it
+    builds)."""
 
     name: str
+    build: Callable[[ModelPlan, BuildRequest], BuiltModel]
     keeps_pretraining_head: bool = False  # finetuning replaces its head whatever the number of classes
     small: bool = False  # tiny matrices: on CPU one thread per run, and runs side by side
     profiled: bool = True  # `vitplast profile` times it
@@ -54,10 +82,10 @@ class ModelFamily:
 
 
 FAMILIES = {
-    "digits": ModelFamily("digits", keeps_pretraining_head=True, small=True, profiled=False,
+    "digits": ModelFamily("digits", _build_digits, keeps_pretraining_head=True, small=True, profiled=False,
                           check=_check_digits, warm_up=_pretrain_digits),
-    "timm": ModelFamily("timm"),
-    "hf": ModelFamily("hf"),
+    "timm": ModelFamily("timm", _build_timm),
+    "hf": ModelFamily("hf", _build_hf),
 }
 
 

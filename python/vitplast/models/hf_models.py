@@ -7,7 +7,8 @@ the commands run every model (images in, logits out), prepared as their image pr
 - `hf_data_config`: the model's input preparation from its ``AutoImageProcessor`` (or, for a folder
   without ``preprocessor_config.json``, the defaults of the processor class of its model type), in the
   form of timm's data config, so one transform builder serves both;
-- `hf_origin`: where the weights came from (hub id and revision, or the folder; the weights file).
+- `hf_origin`: where the weights came from (hub id and revision, or the folder; the weights file);
+- `build_hf`: the transformers family's builder, which puts them together.
 
 The components of a transformers ViT come from the ``hf-vit``/``hf-vit-layers`` presets of
 `vitplast_kernels.measure.presets` (their leading ``**`` takes the wrapper's ``model.`` prefix).
@@ -18,8 +19,14 @@ from __future__ import annotations
 import contextlib
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from torch import nn
+
+from .built import BuildRequest, BuiltModel, input_size
+
+if TYPE_CHECKING:
+    from .sources import ModelPlan
 
 # PIL resampling codes (what image processors store) -> timm / torchvision interpolation names
 RESAMPLE_NAMES = {0: "nearest", 1: "lanczos", 2: "bilinear", 3: "bicubic", 4: "box", 5: "hamming"}
@@ -260,3 +267,35 @@ def hf_origin(ref: str) -> dict:
         return {"dir": str(path), "file": str(found) if found else None, "revision": snapshot_revision(path)}
     repo, revision = split_revision(ref)
     return {"hub_id": repo, **cached_hub_file(repo, WEIGHT_FILES, revision)}
+
+
+def build_hf(plan: ModelPlan, request: BuildRequest) -> BuiltModel:
+    """The transformers family's `BuiltModel`: the image classifier with its weights (its config alone
+    with ``plan.random_init``), the head replaced when ``request.num_classes`` differs from its own, a
+    local checkpoint loaded over it with ``plan.weights``; its input preparation is its image
+    processor's."""
+    from ..data.transforms import from_data_config
+    from .weights import load_weights
+
+    net = create_hf(plan.source.ref, random_init=plan.random_init, trust_remote_code=plan.trust_remote_code,
+                    **plan.model_kwargs)
+    own = net.image_size
+    if plan.img_size is not None and own is not None and plan.img_size != own:
+        raise ValueError(f"--img-size {plan.img_size}: {plan.source.name} takes {own}x{own} images (its "
+                         "config's image_size)")
+    head = net.get_classifier()
+    if getattr(head, "out_features", request.num_classes) != request.num_classes:
+        net.reset_classifier(request.num_classes)
+    if plan.weights is not None:
+        load_weights(net, plan.weights, allow_partial=request.allow_partial)
+        origin, how = {"kind": "weights", "file": str(plan.weights)}, f"weights {plan.weights}"
+    elif plan.random_init:
+        origin, how = {"kind": "random"}, "its config, random init"
+    else:
+        origin, how = {"kind": "pretrained", **hf_origin(plan.source.ref)}, "its pretrained weights"
+    size = input_size(net, plan.img_size)
+    config, source = hf_data_config(plan.source.ref, net, trust_remote_code=plan.trust_remote_code)
+    transform = from_data_config(config, f"{plan.source.name}: {source}").resized(size)
+    desc = f"{plan.source.name} (transformers {type(net.model).__name__}, {how})"
+    return BuiltModel(net.eval(), size, desc, plan.source.name, dict(plan.model_kwargs), transform, origin,
+                      plan.trust_remote_code)

@@ -1,4 +1,6 @@
-"""What a ``--model`` name names, and whether the model options would leave its weights at random init.
+"""What a ``--model`` name names, the plan of what the model options build (`plan_model`: the source,
+completed from a ``--weights`` model folder or finetune run directory), and whether the model options
+would leave its weights at random init.
 
 A name is one of:
 
@@ -24,6 +26,10 @@ import dataclasses
 import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..options.groups import ModelOptions
 
 DIGITS_MODEL = "digits-vit"  # the embedded default of every command's --model
 HF_PREFIX = "hf:"
@@ -128,6 +134,73 @@ def weights_folder_source(weights: str | os.PathLike | None) -> ModelSource | No
     if kind == "hf":
         return ModelSource("hf", f"{HF_PREFIX}{path}", path)
     return None
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelPlan:
+    """What to build, before anything is built: the model's source, the local checkpoint loaded over it
+    (``weights``), whether its published weights are loaded (``pretrained``), its constructor arguments
+    and input size (None: the model's own), whether the model folder's own code may run
+    (``trust_remote_code``, transformers models only)."""
+
+    source: ModelSource
+    weights: str | None
+    pretrained: bool
+    random_init: bool
+    model_kwargs: dict
+    img_size: int | None
+    trust_remote_code: bool = False
+
+
+def plan_model(opts: ModelOptions) -> ModelPlan:
+    """The `ModelPlan` of the model options (nothing is built; a ``weights`` folder and a finetune
+    run directory give the model they hold)."""
+    trust = bool(getattr(opts, "trust_remote_code", False))
+    folder = weights_folder_source(opts.weights)
+    if folder is not None and _same_architecture(opts.model, folder):  # a model folder: the model it holds
+        source = ModelSource(folder.kind, opts.model or folder.name, folder.ref)
+        return ModelPlan(source, None, True, False, dict(opts.model_kwargs), opts.img_size, trust)
+    name, run_kwargs, img_size = resolve_architecture(opts.model, opts.weights, opts.img_size)
+    source = model_source(name)
+    pretrained = bool(opts.pretrained) or (source.kind == "hf" and not opts.random_init)
+    kwargs = {**run_kwargs, **opts.model_kwargs}
+    return ModelPlan(source, opts.weights, pretrained, bool(opts.random_init), kwargs, img_size, trust)
+
+
+def _same_architecture(model: str | None, folder: ModelSource) -> bool:
+    """Whether ``--model`` (None: not given) names the model of a ``--weights`` folder."""
+    if model is None:
+        return True
+    if folder.kind == "hf":
+        return model_source(model).kind == "hf" and model_source(model).ref == folder.ref
+    config = read_config(Path(folder.ref.partition(":")[2]) / "config.json")
+    return model.split(".")[0] == str(config.get("architecture")) or model == folder.name
+
+
+def finetune_run_config(weights: str | os.PathLike | None) -> dict | None:
+    """The ``config.json`` of the finetune run that wrote ``weights`` (a run directory, or a file in
+    one), or None."""
+    if weights is None:
+        return None
+    p = Path(weights).expanduser()
+    folder = p if p.is_dir() else p.parent if p.name in ("checkpoint.pt", "model.safetensors") else None
+    if folder is None or not (folder / "config.json").is_file():
+        return None
+    cfg = read_config(folder / "config.json")
+    return cfg if isinstance(cfg, dict) and "model" in cfg and "train" in cfg else None
+
+
+def resolve_architecture(model: str | None, weights, img_size: int | None) -> tuple[str, dict, int | None]:
+    """``(model name, timm constructor kwargs, img_size)``: what was asked, completed from the finetune
+    run that wrote ``weights`` when ``model`` is None or that run's model."""
+    run = finetune_run_config(weights)
+    kwargs: dict = {}
+    if run is not None and model in (None, run["model"]):
+        model = run["model"]
+        kwargs = dict(run.get("model_kwargs") or {})
+        if img_size is None and run.get("img_size"):
+            img_size = int(run["img_size"])
+    return model or DIGITS_MODEL, kwargs, img_size
 
 
 def overlay_weights(model_kwargs: dict) -> list[str]:

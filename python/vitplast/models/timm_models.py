@@ -1,7 +1,7 @@
 """A timm model by name: `create_vit`, the one function that creates a timm model (the digits ViT
 and every timm model of `vitplast.models.builder` come from it), and what the model says of itself
 afterwards: its data config (`timm_data_config`) and where its pretrained weights came from
-(`pretrained_origin`).
+(`pretrained_origin`); `build_timm`, the timm family's builder, puts them together.
 
 ``create_vit(name, num_classes, img_size=None, weights=None, pretrained=False, allow_partial=False,
 **timm_kwargs)``: ``name`` is any name ``timm.create_model`` takes (a registry name, with a pretrained
@@ -18,10 +18,15 @@ from __future__ import annotations
 import contextlib
 import os
 import warnings
+from typing import TYPE_CHECKING
 
 from torch import nn
 
+from .built import BuildRequest, BuiltModel, input_size
 from .weights import load_weights
+
+if TYPE_CHECKING:
+    from .sources import ModelPlan
 
 
 def create_vit(name: str, num_classes: int, img_size: int | None = None,
@@ -152,3 +157,27 @@ def _rejected(name: str, kwargs: dict, given: dict, exc: TypeError) -> str:
     blamed = named or sorted(given) or sorted(kwargs)
     what = "argument" if len(blamed) == 1 else "arguments"
     return f"model {name!r} does not take the {what} {', '.join(blamed)} (--model-arg): {text}"
+
+
+def build_timm(plan: ModelPlan, request: BuildRequest) -> BuiltModel:
+    """The timm family's `BuiltModel`: the timm model with a ``request.num_classes`` head, timm's
+    published weights with ``plan.pretrained``, a local checkpoint with ``plan.weights``, random init
+    with ``plan.random_init``; its input preparation is timm's data config at its input size."""
+    from ..data.transforms import from_data_config
+
+    name = plan.source.ref
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*no weights given.*")  # random init is asked for
+        net = create_vit(name, request.num_classes, img_size=plan.img_size, weights=plan.weights,
+                         pretrained=plan.pretrained, allow_partial=request.allow_partial, **plan.model_kwargs)
+    size = input_size(net, plan.img_size)
+    if plan.weights is not None:
+        origin, how = {"kind": "weights", "file": str(plan.weights)}, f"weights {plan.weights}"
+    elif plan.pretrained:
+        origin = {"kind": "pretrained", **pretrained_origin(net)}
+        how = f"timm's pretrained weights{' from ' + origin['hub_id'] if origin.get('hub_id') else ''}"
+    else:
+        origin, how = {"kind": "random"}, "random init"
+    transform = from_data_config(timm_data_config(net), f"timm data config of {plan.source.name}")
+    return BuiltModel(net.eval(), size, f"{plan.source.name} ({how})", plan.source.name,
+                      dict(plan.model_kwargs), transform.resized(size), origin)
