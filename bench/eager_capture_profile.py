@@ -127,11 +127,12 @@ def profile(model_name: str, batch: int, rounds: int) -> dict[str, float]:
 
 
 def step_breakdown(model: torch.nn.Module, images: torch.Tensor, reps: int = 3) -> dict[str, float]:
-    """Median seconds of the parts of one measurement step on CPU, the step `bench.end_to_end` and
-    ``vitplast profile`` time (a capture built and attached, the forward, the result read on the host):
+    """Median seconds of the parts of one measurement step on CPU, the step `bench.end_to_end` times
+    (`bench.end_to_end.capture_step`: one capture built before the steps, attached for each; the
+    forward; the result read on the host):
 
-    - ``setup``: building and attaching the capture (component matching, hook registration, the
-      accumulators' allocation);
+    - ``setup``: attaching the kept capture (hook registration; its component match, accumulators and
+      index constants were made once, before the first step);
     - ``op_calls``: the paired-op calls inside the hooks (op layer and kernel, on the spot);
     - ``bookkeeping``: the rest of the hooks' time (sharing, rows, the end-of-forward statistics);
     - ``result``: detaching, ``pairwise_plasticity`` and the host read of its statistics.
@@ -141,28 +142,31 @@ def step_breakdown(model: torch.nn.Module, images: torch.Tensor, reps: int = 3) 
     spent = {"hooks": 0.0, "op": 0.0}
 
     parts: dict[str, list[float]] = {k: [] for k in ("setup", "op_calls", "bookkeeping", "result")}
+    cap = vk.capture(model)
+    sq_sums = cap.pairing.sq_sums
+
+    def timed_sq_sums(tensors, **kw):
+        s = time.perf_counter()
+        try:
+            return sq_sums(tensors, **kw)
+        finally:
+            spent["op"] += time.perf_counter() - s
+
+    cap.pairing.sq_sums = timed_sq_sums
     with timed_hooks(spent):
-        for _ in range(reps):
+        for rep in range(reps + 1):  # the first step (accumulators allocated, constants made) untimed
             spent.update(hooks=0.0, op=0.0)
             t0 = time.perf_counter()
-            cap = vk.capture(model).attach()
+            cap.attach()
             t1 = time.perf_counter()
-            sq_sums = cap.pairing.sq_sums
-
-            def timed_sq_sums(tensors, _sq_sums=sq_sums, **kw):
-                s = time.perf_counter()
-                try:
-                    return _sq_sums(tensors, **kw)
-                finally:
-                    spent["op"] += time.perf_counter() - s
-
-            cap.pairing.sq_sums = timed_sq_sums
             with torch.no_grad():
                 model(images)
             t2 = time.perf_counter()
             cap.detach()
             vk.pairwise_plasticity(cap).stats.cpu()
             t3 = time.perf_counter()
+            if rep == 0:
+                continue
             parts["setup"].append(t1 - t0)
             parts["op_calls"].append(spent["op"])
             parts["bookkeeping"].append(spent["hooks"] - spent["op"])

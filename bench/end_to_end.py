@@ -1,18 +1,22 @@
 """End-to-end section of bench.compare: a whole measurement step on a timm ViT (random weights).
 
 Per model: seconds per batch of the plain forward, of forward + ``vitplast_kernels.capture``
-(in_situ, halves, result read on the host), of naive forward hooks with the paper's eager distance,
-and of the paper's protocol (every component on ``e``, outputs to the host, eager distances), timed in
-interleaved rounds (medians); ``x naive`` / ``x paper`` = their time / forward + capture time.
-``capture +%`` is the median over rounds of each round's capture / forward ratio (a drift of the
-machine between rounds cancels); ``noise +%`` is the same figure for a second, identical plain forward
-against the first: the smallest overhead the run can tell from zero.
-The measurements are those of ``vitplast profile`` (python/vitplast/profiler.py, profiler_peers.py).
+(in_situ, halves, result read on the host; one capture built before the rounds and attached for each
+step, as a measurement keeps one capture over its batches: `capture_step`), of naive forward hooks
+with the paper's eager distance, and of the paper's protocol (every component on ``e``, outputs to the
+host, eager distances), timed in interleaved rounds (medians). ``capture +%``, ``naive +%`` are the
+medians over rounds of each round's ratio to the plain forward (a drift of the machine between rounds
+cancels); ``noise +%`` is the same figure for a second, identical plain forward against the first:
+the smallest overhead the run can tell from zero. ``x naive`` = naive +% / capture +%: what naive
+hooks add to the forward over what the capture adds (the whole-step ratio, forward included, is near
+1 for both on a big model and says nothing about the hooks); ``x paper`` = paper time / capture time.
+The peers are those of ``vitplast profile`` (python/vitplast/profile/profiler.py, peers.py).
 """
 
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -36,6 +40,7 @@ COLUMNS = [
     ("capture_ms", "+capture ms", ".1f"),
     ("overhead_pct", "capture +%", ".1f"),
     ("noise_pct", "noise +%", ".1f"),
+    ("naive_pct", "naive +%", ".1f"),
     ("faults_forward", "faults/fwd", ".0f"),
     ("faults_capture", "faults/fwd+cap", ".0f"),
     ("reductions_ms", "kernels ms", ".1f"),
@@ -51,6 +56,29 @@ COLUMNS = [
 ]
 
 
+def added_cost_ratio(peer_pct: float, capture_pct: float) -> float:
+    """What a peer adds to the forward over what the capture adds (both in % of the forward); NaN when
+    the capture's figure is not above zero (the run cannot tell it from the forward)."""
+    return peer_pct / capture_pct if capture_pct > 0 else float("nan")
+
+
+def capture_step(model: torch.nn.Module, images: torch.Tensor) -> Callable[[], torch.Tensor]:
+    """One measurement step with a capture built once (component match, hooks' closures, the
+    accumulators and their index constants) and kept between steps: attach, forward, detach, result
+    read on the host. The sums accumulate over the steps, as over a measurement's batches; between
+    steps the model runs without hooks (the other peers of the rounds time the bare model)."""
+    import vitplast_kernels as vk
+
+    cap = vk.capture(model, protocol="in_situ", pairs="halves")
+
+    def run() -> torch.Tensor:
+        with torch.no_grad(), cap:
+            model(images)
+        return vk.pairwise_plasticity(cap).stats.cpu()
+
+    return run
+
+
 def _row(model_name: str, batch: int, dtype: torch.dtype, device: torch.device, reps: int) -> dict[str, Any]:
     import timm
     from vitplast.profile import peers
@@ -64,7 +92,7 @@ def _row(model_name: str, batch: int, dtype: torch.dtype, device: torch.device, 
     images = torch.randn(batch, 3, size, size, generator=gen).to(device=device, dtype=dtype)
     st = pf.structure(model)
     forward = pf.forward_fn(model, images)
-    fns = {"forward": forward, "capture": pf.capture_fn(model, images, "in_situ", "halves"),
+    fns = {"forward": forward, "capture": capture_step(model, images),
            "forward again": forward, "naive": peers.naive_hooks_fn(model, images, st),
            "paper": lambda: peers.paper_protocol(model, images, st)}
     faults: dict[str, list[int]] = {k: [] for k in fns}
@@ -93,9 +121,11 @@ def _row(model_name: str, batch: int, dtype: torch.dtype, device: torch.device, 
     return {"model": model_name, "batch": batch, "dtype": str(dtype).removeprefix("torch."),
             "forward_ms": 1e3 * t["forward"], "capture_ms": 1e3 * t["capture"],
             "overhead_pct": paired_pct("capture"), "noise_pct": paired_pct("forward again"),
+            "naive_pct": paired_pct("naive"),
             "faults_forward": statistics.median(faults["forward"]),
             "faults_capture": statistics.median(faults["capture"]), "naive_ms": 1e3 * t["naive"],
-            "paper_ms": 1e3 * t["paper"], "x_naive_hooks": t["naive"] / t["capture"],
+            "paper_ms": 1e3 * t["paper"],
+            "x_naive_hooks": added_cost_ratio(paired_pct("naive"), paired_pct("capture")),
             "x_paper": t["paper"] / t["capture"], "images_per_s": batch / t["capture"],
             "reductions_ms": 1e3 * red["per_forward_s"], "reductions_GBps": red["GBps"],
             "paper_host_GB": peers.paper_host_bytes(model, images, st) / 1e9, "layers": len(st.layers),
@@ -108,14 +138,15 @@ def rows(device: str, quick: bool = False) -> tuple[list[dict[str, Any]], str]:
     reps = 3 if quick else 7 if dev.type == "cpu" else 5
     out = [_row(m, b, dt, dev, reps) for m, b, dt in configs]
     note = (f"timm models, random weights, on {device}; medians of {reps} interleaved rounds; capture = "
-            "vitplast_kernels.capture(in_situ, halves) + pairwise_plasticity + host read; naive = forward "
-            "hooks with the eager formula; paper = its protocol (every component on e, outputs to host, "
-            "eager distances), all blocks; capture +% and noise +% (plain forward timed twice) = medians of "
-            "per-round ratios; faults = minor page faults per call (median); x = peer time / capture "
-            "time; kernels ms = block 0's distinct tensors reduced alone, times the depth (the kernels' "
-            "share of the capture cost); CPU only, the capture step's parts (medians of 3 more steps, see "
-            "bench.eager_capture_profile.step_breakdown): op calls = paired-op calls inside the hooks on the "
-            "spot, bookkeeping = the rest of the hooks, setup = capture built and attached (allocation, "
-            "hooks), result+host = pairwise_plasticity and the host read; same numbers "
-            "as `vitplast profile`")
+            "vitplast_kernels.capture(in_situ, halves) built once, attached for each step, + "
+            "pairwise_plasticity + host read; naive = forward hooks with the eager formula; paper = its "
+            "protocol (every component on e, outputs to host, eager distances), all blocks; capture +%, "
+            "naive +% and noise +% (plain forward timed twice) = medians of per-round ratios to the "
+            "forward; faults = minor page faults per call (median); x naive = naive +% / capture +% (added "
+            "cost over added cost); x paper = paper time / capture time; kernels ms = block 0's distinct "
+            "tensors reduced alone, times the depth (the kernels' share of the capture cost); CPU only, the "
+            "capture step's parts (medians of 3 more steps, see bench.eager_capture_profile.step_breakdown): "
+            "op calls = paired-op calls inside the hooks on the spot, bookkeeping = the rest of the hooks, "
+            "setup = the kept capture attached (hooks registered), result+host = pairwise_plasticity and "
+            "the host read; the peers are `vitplast profile`'s")
     return out, note
