@@ -24,8 +24,9 @@ the model, its constructor arguments and its image size (`vitplast.models.source
 
 The model options are read into a `ModelPlan` (`vitplast.models.sources.plan_model`), the plan built by
 its family's builder (`vitplast.models.families.FAMILIES`: `vitplast.models.digits.build_digits`,
-`vitplast.models.timm_models.build_timm`, `vitplast.models.hf_models.build_hf`), and the result checked
-for non-finite weights.
+`vitplast.models.timm_models.build_timm`, `vitplast.models.hf_models.build_hf`: the network with the
+weights the family has), a ``weights`` checkpoint loaded over it (`vitplast.models.weights.load_weights`)
+and the result checked for non-finite weights.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from typing import TYPE_CHECKING
 from .built import BuildRequest, BuiltModel, input_size
 from .families import FAMILIES
 from .sources import DIGITS_MODEL, ModelPlan, plan_model
+from .weights import load_weights
 
 if TYPE_CHECKING:
     from ..options.groups import ModelOptions
@@ -51,8 +53,10 @@ def build_model(opts: ModelOptions, num_classes: int, *, allow_partial: bool = F
     pretraining. Random initialisation (and a replaced head) draws from the torch RNG (callers seed it).
     """
     plan = plan_model(opts)
-    request = BuildRequest(num_classes, allow_partial, cache_dir, seed, pretrain_config, progress)
-    built = FAMILIES[plan.source.kind].build(plan, request)
+    request = BuildRequest(num_classes, cache_dir, seed, pretrain_config, progress)
+    built = FAMILIES[plan.source.kind].build(plan, request)  # the weights its family has, if any
+    if plan.weights is not None:  # a local checkpoint over them
+        load_weights(built.net, plan.weights, allow_partial=allow_partial)
     warn_nonfinite_weights(built)
     return built
 

@@ -1,5 +1,5 @@
 """What a model family's builder is asked for and what it gives: `BuildRequest` (the classes of the
-head, whether a checkpoint may fit partially, the one-time pretraining of a family that has one) and
+head, the one-time pretraining of a family that has one) and
 `BuiltModel` (the network with its input size, its own input preparation and where its weights came
 from); `input_size` reads a built network's own input size."""
 
@@ -16,12 +16,10 @@ if TYPE_CHECKING:
 @dataclasses.dataclass(frozen=True)
 class BuildRequest:
     """What `vitplast.models.builder.build_model` asks of a family besides the `ModelPlan`: a head of
-    ``num_classes``; ``allow_partial``: a checkpoint may leave tensors besides the head at random init;
-    ``cache_dir``, ``seed``, ``pretrain_config`` and ``progress``: the one-time pretraining of a family
-    that has one (the digits ViT)."""
+    ``num_classes``; ``cache_dir``, ``seed``, ``pretrain_config`` and ``progress``: the one-time
+    pretraining of a family that has one (the digits ViT)."""
 
     num_classes: int
-    allow_partial: bool = False
     cache_dir: str | os.PathLike | None = None
     seed: int = 0
     pretrain_config: dict | None = None

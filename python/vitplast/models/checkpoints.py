@@ -22,6 +22,7 @@ objects — raises `CheckpointError` (a ``ValueError``) naming the file.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pickle
 import re
@@ -32,6 +33,7 @@ import torch
 from ..outputs.text import plain_text, strip_escapes
 
 STATE_DICT_SUFFIXES = (".safetensors", ".pth", ".pt", ".bin", ".ckpt")
+NPZ_SUFFIXES = (".npz",)  # big_vision / JAX archives, read by the model's own loader
 RUN_DIR_FILES = ("model.safetensors", "checkpoint.pt")  # what a finetune run directory offers, in order
 # wrapper keys, in order of preference (timm training checkpoints: EMA weights first, as timm loads them)
 WRAPPER_KEYS = ("state_dict_ema", "model_ema", "state_dict", "model", "module")
@@ -288,3 +290,26 @@ def read_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
                               f"{STATE_DICT_SUFFIXES + ('.npz',)} or a vitplast finetune run directory")
     obj = _read_safetensors(p) if suffix == ".safetensors" else load_weights_only(p, f"weights: {str(p)!r}")
     return merge_lora(strip_prefixes(_unwrap(obj, p)))
+
+
+@dataclasses.dataclass(frozen=True)
+class Checkpoint:
+    """A checkpoint read for a model: its file (``path``) and its tensors named as the model's
+    (``state``, `align_prefix`); None for a ``.npz`` archive, which the model's own loader reads."""
+
+    path: Path
+    state: dict[str, torch.Tensor] | None
+
+
+def read_checkpoint(weights: str | os.PathLike, names) -> Checkpoint:
+    """The checkpoint ``weights`` (a file or a finetune run directory) read for a model whose tensors are
+    ``names``. `MissingCheckpoint` when it does not exist, `CheckpointError` for an unknown type or a file
+    that cannot be read."""
+    path = resolve_path(weights)
+    suffix = path.suffix.lower()
+    if suffix in NPZ_SUFFIXES:
+        return Checkpoint(path, None)
+    if suffix not in STATE_DICT_SUFFIXES:
+        raise CheckpointError(f"weights: unknown checkpoint type {suffix!r} for {str(path)!r}; "
+                              f"expected one of {STATE_DICT_SUFFIXES + NPZ_SUFFIXES}")
+    return Checkpoint(path, align_prefix(read_state_dict(path), names))

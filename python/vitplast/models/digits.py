@@ -395,17 +395,15 @@ def check_digits_options(model_kwargs: dict | None, img_size: int | None,
 
 def build_digits(plan: ModelPlan, request: BuildRequest) -> BuiltModel:
     """The digits family's `BuiltModel`: without ``plan.weights`` the digits ViT pretrained here (the
-    shipped or cached checkpoint; pretrained first when absent), with them that architecture loaded
-    from them, with ``plan.random_init`` its random init. Its head keeps the pretraining classes;
-    images are scaled to [-1, 1] (mean and std 0.5 of images in [0, 1])."""
+    shipped or cached checkpoint; pretrained first when absent), with them (which the builder loads)
+    or with ``plan.random_init`` that architecture at random init. Its head keeps the pretraining
+    classes; images are scaled to [-1, 1] (mean and std 0.5 of images in [0, 1])."""
     from vitplast.data.transforms import ImageTransform
-
-    from .weights import load_weights
 
     check_digits_options(plan.model_kwargs, plan.img_size, request.pretrain_config)
     cfg = digits_config(request.pretrain_config)
     if plan.weights is not None:
-        net = load_weights(build_digits_vit(cfg), plan.weights, allow_partial=request.allow_partial)
+        net = build_digits_vit(cfg)
         desc, origin = f"digits ViT architecture with weights {plan.weights}", {"kind": "weights",
                                                                               "file": str(plan.weights)}
     elif plan.random_init:

@@ -271,11 +271,9 @@ def hf_origin(ref: str) -> dict:
 
 def build_hf(plan: ModelPlan, request: BuildRequest) -> BuiltModel:
     """The transformers family's `BuiltModel`: the image classifier with its weights (its config alone
-    with ``plan.random_init``), the head replaced when ``request.num_classes`` differs from its own, a
-    local checkpoint loaded over it with ``plan.weights``; its input preparation is its image
-    processor's."""
+    with ``plan.random_init``; ``plan.weights`` the builder loads over it), the head replaced when
+    ``request.num_classes`` differs from its own; its input preparation is its image processor's."""
     from ..data.transforms import from_data_config
-    from .weights import load_weights
 
     net = create_hf(plan.source.ref, random_init=plan.random_init, trust_remote_code=plan.trust_remote_code,
                     **plan.model_kwargs)
@@ -287,14 +285,13 @@ def build_hf(plan: ModelPlan, request: BuildRequest) -> BuiltModel:
     if getattr(head, "out_features", request.num_classes) != request.num_classes:
         net.reset_classifier(request.num_classes)
     if plan.weights is not None:
-        load_weights(net, plan.weights, allow_partial=request.allow_partial)
         origin, how = {"kind": "weights", "file": str(plan.weights)}, f"weights {plan.weights}"
     elif plan.random_init:
         origin, how = {"kind": "random"}, "its config, random init"
     else:
         origin, how = {"kind": "pretrained", **hf_origin(plan.source.ref)}, "its pretrained weights"
-    size = input_size(net, plan.img_size)
     config, source = hf_data_config(plan.source.ref, net, trust_remote_code=plan.trust_remote_code)
+    size = input_size(net, plan.img_size)
     transform = from_data_config(config, f"{plan.source.name}: {source}").resized(size)
     desc = f"{plan.source.name} (transformers {type(net.model).__name__}, {how})"
     return BuiltModel(net.eval(), size, desc, plan.source.name, dict(plan.model_kwargs), transform, origin,

@@ -161,16 +161,17 @@ def _rejected(name: str, kwargs: dict, given: dict, exc: TypeError) -> str:
 
 def build_timm(plan: ModelPlan, request: BuildRequest) -> BuiltModel:
     """The timm family's `BuiltModel`: the timm model with a ``request.num_classes`` head, timm's
-    published weights with ``plan.pretrained``, a local checkpoint with ``plan.weights``, random init
-    with ``plan.random_init``; its input preparation is timm's data config at its input size."""
+    published weights with ``plan.pretrained``, else random init (``plan.weights``, which the builder
+    loads over it, or ``plan.random_init``); its input preparation is timm's data config at its input
+    size."""
     from ..data.transforms import from_data_config
 
     name = plan.source.ref
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*no weights given.*")  # random init is asked for
-        net = create_vit(name, request.num_classes, img_size=plan.img_size, weights=plan.weights,
-                         pretrained=plan.pretrained, allow_partial=request.allow_partial, **plan.model_kwargs)
-    size = input_size(net, plan.img_size)
+        net = create_vit(name, request.num_classes, img_size=plan.img_size, pretrained=plan.pretrained,
+                         **plan.model_kwargs)
+    config = timm_data_config(net)
     if plan.weights is not None:
         origin, how = {"kind": "weights", "file": str(plan.weights)}, f"weights {plan.weights}"
     elif plan.pretrained:
@@ -178,6 +179,7 @@ def build_timm(plan: ModelPlan, request: BuildRequest) -> BuiltModel:
         how = f"timm's pretrained weights{' from ' + origin['hub_id'] if origin.get('hub_id') else ''}"
     else:
         origin, how = {"kind": "random"}, "random init"
-    transform = from_data_config(timm_data_config(net), f"timm data config of {plan.source.name}")
+    size = input_size(net, plan.img_size)
+    transform = from_data_config(config, f"timm data config of {plan.source.name}")
     return BuiltModel(net.eval(), size, f"{plan.source.name} ({how})", plan.source.name,
                       dict(plan.model_kwargs), transform.resized(size), origin)

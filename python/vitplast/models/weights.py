@@ -24,10 +24,8 @@ import warnings
 
 from torch import nn
 
-from .checkpoints import STATE_DICT_SUFFIXES, CheckpointError, align_prefix, read_state_dict, resolve_path
+from .checkpoints import CheckpointError, read_checkpoint
 from .heads import head_prefixes
-
-NPZ_SUFFIXES = (".npz",)
 
 
 class WeightsError(CheckpointError):
@@ -62,29 +60,27 @@ def load_weights(model: nn.Module, weights: str | os.PathLike, *, allow_partial:
     Raises ``FileNotFoundError`` when ``weights`` does not exist, `CheckpointError` for an unknown,
     unreadable or corrupt file, `WeightsError` when it does not fit (see ``allow_partial``).
     """
-    path = resolve_path(weights)
-    if path.suffix.lower() in NPZ_SUFFIXES:
+    heads = head_prefixes(model)
+    filt = _filter_for(model)
+    own = model.state_dict()
+    checkpoint = read_checkpoint(weights, own)
+    path = checkpoint.path
+    if checkpoint.state is None:
         _npz(model, str(path))
         return model
-    if path.suffix.lower() not in STATE_DICT_SUFFIXES:
-        raise CheckpointError(f"weights: unknown checkpoint type {path.suffix.lower()!r} for {str(path)!r}; "
-                              f"expected one of {STATE_DICT_SUFFIXES + NPZ_SUFFIXES}")
-    state = align_prefix(read_state_dict(path), model.state_dict())
-    filt = _filter_for(model)
+    state = checkpoint.state
     if filt is not None:
         try:
             state = filt(state, model)
         except Exception as exc:  # a filter written for another layout: load the raw keys instead
             warnings.warn(f"weights: timm's checkpoint filter for {type(model).__name__} failed "
                           f"({type(exc).__name__}: {exc}); loading keys as they are", stacklevel=3)
-    own = model.state_dict()
     shared = any(k in own for k in state)
     mismatched = sorted(k for k, v in state.items() if k in own and tuple(v.shape) != tuple(own[k].shape))
     shapes = {k: (tuple(own[k].shape), tuple(state.pop(k).shape)) for k in mismatched}
     if not shared:
         raise WeightsError(f"weights: {str(path)!r} shares no tensor name with {type(model).__name__} "
                            f"(checkpoint keys start {sorted(state)[:3]}, model keys {sorted(own)[:3]})")
-    heads = head_prefixes(model)
     random_init = sorted(k for k in own if k not in state)
     unexpected = sorted(k for k in state if k not in own)
     beyond_head = [k for k in random_init if not k.startswith(heads)]
