@@ -139,23 +139,13 @@ def layer_sets(scores: dict[str, dict], units: list[str], sizes: dict, budget: i
     return BudgetSets(budget, picks, tuple(random), False)
 
 
-def upper_bound(budgets: list[int], *, units: list[str], draws: int, n_criteria: int,
-                sizes: dict | None = None) -> dict:
-    """How many sets the budgets may add before the criteria are scored: per budget every random set
-    when they are enumerated, else ``draws``, plus one set per criterion and the attention rule; sets
-    of one unit are the claim's own runs (component budget 1 adds nothing). ``sizes``: the layer
-    granularity's unit sizes (budgets in parameters), None at component granularity."""
-    per_budget = {}
-    for b in budgets:
-        if sizes is None:
-            n_sets = math.comb(len(units), b)
-            drawn = min(n_sets, draws + n_criteria)
-            per_budget[b] = 0 if b == 1 else n_sets if n_sets <= MAX_ENUMERATED else drawn
-        else:
-            fits = [u for u in units if 0 < sizes[u] <= b]
-            every = maximal_sets(fits, sizes, b)
-            random = draws if every is None else sum(len(s) > 1 for s in every)
-            per_budget[b] = random + n_criteria + 1
+def upper_bound(sets: list[BudgetSets], *, n_criteria: int, layer: bool) -> dict:
+    """At most how many sets the criteria add, once scored, to ``sets`` planned without scores (the
+    random sets and the attention rule's): none where the random sets are every component set of the
+    budget (a criterion's set is one of them); else one per criterion and budget (at layer granularity
+    a criterion undefined on some units may pick a set that no unit can be added to only among the
+    others, which is not among the maximal sets)."""
+    per_budget = {s.budget: 0 if s.enumerated and not layer else n_criteria for s in sets}
     return {"per_budget": per_budget, "sets": sum(per_budget.values())}
 
 

@@ -2,10 +2,11 @@
 
 Plan (every input checked, every existing run's config compared, nothing written), estimate, measure
 and score the criteria, train through the executor (this process, ``--jobs`` processes, Ray tasks;
-``--shard`` trains its slice and stops there), then the second phase: the sets of ``--budgets``, which
-depend on the criteria scores (`.budgets`), planned and trained through the same grid driver (a shard
-neither scores nor trains them: the final run without ``--shard`` does, as it does ``--lr auto``'s
-widening), then per dataset the analysis and its reports, and over several datasets the aggregate.
+``--shard`` trains its slice and stops there), then the second phase: the criteria's sets of
+``--budgets`` that the plan could not know before scoring (`.grid.plan_budgets`), planned and trained
+through the same grid driver (a shard neither scores nor trains them: the run without ``--shard`` does,
+as it does ``--lr auto``'s widening), then per dataset the analysis and its reports, and over several
+datasets the aggregate.
 This process, the driver, is the one writer of the experiment's summaries.
 """
 
@@ -272,7 +273,7 @@ def _train(opts: ClaimOptions, ses: Session, executor, grids: list[DatasetGrid],
     check_plan(added, Path(opts.out))
     if added:
         todo = sum(r.state != "finished" for r in added)
-        ses.reporter.say(f"budgets: {len(added)} runs of the sets and references not trained yet "
+        ses.reporter.say(f"budgets: {len(added)} runs of the criteria's sets outside the random sets "
                          f"({todo} to train)")
         for r, summary in zip(added, train(added), strict=True):
             groups[r.dataset].append(summary)
@@ -285,7 +286,7 @@ def _analyse(opts: ClaimOptions, ses: Session, g: DatasetGrid, measured: dict, s
              budget_sets: list, record: dict, est) -> dict:
     """One dataset's result (what its claim.json holds): the analysis of the claim's own runs, and the
     budgets' from every run."""
-    every, summaries = summaries, [s for s in summaries if s["train"] in g.trains]
+    every, summaries = summaries, [s for s in summaries if s["train"] in g.trains]  # the claim's own
     lrs = lrs_run(summaries) if opts.lr_auto else opts.lr
     common = dict(lrs=lrs, seeds=opts.seed, bootstrap=opts.bootstrap, permutations=opts.permutations,
                   seed=opts.stats_seed)
@@ -299,7 +300,7 @@ def _analyse(opts: ClaimOptions, ses: Session, g: DatasetGrid, measured: dict, s
     reused = sum(s["reused"] for s in every)
     plan = {"runs": len(g.runs), **counts(g.runs), "trains": g.trains, "lrs": opts.lr, "seeds": opts.seed,
             "steps": opts.steps, "trained": len(every) - reused, "reused": reused,
-            "budget_runs": len(every) - len(summaries)}
+            "budget_trains": g.budget_trains, "budget_runs": len(every) - len(summaries)}
     if opts.lr_auto:
         plan["lrs_run"] = lrs
     kept = ("components", "layers", "pairs", "chunks", "seconds", "provenance", "criteria_seconds")

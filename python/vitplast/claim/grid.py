@@ -1,9 +1,14 @@
 """The grid of a claim, planned before anything is written: per dataset, what is trained (the components
 and baselines, or a layer claim's units), the model and data checked once (`vitplast.finetune.prepare`)
 and the runs with the state of their directories; then the plan's one line and, on request, the
-estimate of how long the runs still to train take. The sets of ``--budgets`` (`.budgets`) depend on the
-criteria scores: they are planned after scoring (`plan_budgets`), a second phase of the same grid;
-before it, the plan says how many runs they may add at most (`budget_bound`)."""
+estimate of how long the runs still to train take.
+
+The sets of ``--budgets`` (`.budgets`) that do not depend on any score (the random sets, the attention
+rule's, and the head-only and full-finetuning references) are planned with the claim's own runs, so a
+``--shard`` trains its slice of them; a criterion's set that is none of those (only where the random
+sets are drawn, not enumerated) is known once the criteria are scored and is planned then
+(`plan_budgets`), a second phase of the same grid that the run without ``--shard`` trains. The plan
+says how many runs that second phase may add at most (`budget_bound`)."""
 
 from __future__ import annotations
 
@@ -35,10 +40,11 @@ class DatasetGrid:
 
     dataset: DatasetPlan
     key: str  # the runs' dataset name ("" for a claim over one dataset)
-    trains: list[str]
+    trains: list[str]  # the claim's own trains: the units or components and its baselines
     prepared: Prepared
-    runs: list[PlannedRun]
+    runs: list[PlannedRun]  # of the trains and of the budget_trains
     budgets: list[int]  # --budgets as resolved: components, or parameters at layer granularity
+    budget_trains: list[str]  # the budgets' sets and references known before scoring, not in trains
     units: list | None = None  # a layer claim's (component, layer) units
     sizes: dict | None = None  # and their trainable-parameter counts, by unit name
     measured: dict | None = None  # a layer claim measures first: its plan depends on it
@@ -52,18 +58,18 @@ def plan_dataset(opts: ClaimOptions, dataset: DatasetPlan, *, device, reporter: 
         measured = measure_dataset(opts, dataset, device, reporter, progress=progress, write=False)
         units, sizes, trains = plan_layers(opts, measured)
         budgets = list(opts.budgets or [2 * max(sizes.values())])
-        smallest = min(v for v in sizes.values() if v)
-        if min(budgets) < smallest:
-            raise ValueError(f"--budgets {min(budgets)}: no (component, layer) unit fits (the smallest has "
-                             f"{smallest:,} parameters)")
     else:
         saved_measurement(opts, dataset)  # one measured with other options is refused now
         trains = opts.trains
         budgets = list(opts.budgets or DEFAULT_COMPONENT_BUDGETS)
+    names = list(opts.ranked) if units is None else [unit_name(u) for u in units]
+    sets = budget_sets(opts, names, sizes, budgets, scores={})
+    references = [t for t in REFERENCES if t not in trains]
+    budget_trains = new_trains(sets, trains + references) + references
     prepared = prepare(dataset.settings, trains, opts.seed[0])  # the model and data checked once
     key = dataset.name if dataset.several else ""
-    runs = plan_runs(dataset.out, dataset.settings, trains, opts.lr, opts.seed, key)
-    return DatasetGrid(dataset, key, trains, prepared, runs, budgets, units, sizes, measured)
+    runs = plan_runs(dataset.out, dataset.settings, trains + budget_trains, opts.lr, opts.seed, key)
+    return DatasetGrid(dataset, key, trains, prepared, runs, budgets, budget_trains, units, sizes, measured)
 
 
 def plan_layers(opts: ClaimOptions, measured: dict):
@@ -80,35 +86,46 @@ def plan_layers(opts: ClaimOptions, measured: dict):
     return units, {unit_name(u): sizes[u] for u in units}, names + ["head"]
 
 
-def budget_units(opts: ClaimOptions, g: DatasetGrid) -> list[str]:
-    """What a budget counts: the ranked components, or a layer claim's units by name."""
-    return list(opts.ranked) if g.units is None else [unit_name(u) for u in g.units]
+def budget_sets(opts: ClaimOptions, units: list[str], sizes: dict | None, budgets: list[int],
+                scores: dict[str, dict]) -> list[BudgetSets]:
+    """Each budget's sets over ``units`` (component names, or a layer claim's unit names with their
+    ``sizes``) from the criteria ``scores`` (``{criterion: {unit: score}}``; none: the random sets and
+    the attention rule only)."""
+    common = dict(draws=opts.draws, seed=opts.stats_seed)
+    if sizes is None:
+        return [component_sets(scores, units, k, **common) for k in budgets]
+    return [layer_sets(scores, units, sizes, b, **common) for b in budgets]
 
 
 def plan_budgets(opts: ClaimOptions, g: DatasetGrid, scores: dict[str, dict]
                  ) -> tuple[list[BudgetSets], list[PlannedRun]]:
-    """Each budget's sets from the criteria ``scores`` (``{criterion: {unit: score}}``), and the runs
-    they add: every set not trained yet, and the head-only and full-finetuning references where the
-    claim does not train them, for every lr of ``--lr`` and seed."""
-    units = budget_units(opts, g)
-    common = dict(draws=opts.draws, seed=opts.stats_seed)
-    if g.units is None:
-        sets = [component_sets(scores, units, k, **common) for k in g.budgets]
-    else:
-        sets = [layer_sets(scores, units, g.sizes, b, **common) for b in g.budgets]
-    wanted = [t for s in sets for t in s.trains] + list(REFERENCES)
-    new = [t for t in dict.fromkeys(wanted) if t not in g.trains]
+    """Each budget's sets from the criteria ``scores``, and the runs of the criteria's sets that the
+    plan does not hold yet (for every lr of ``--lr`` and seed)."""
+    names = list(opts.ranked) if g.units is None else [unit_name(u) for u in g.units]
+    sets = budget_sets(opts, names, g.sizes, g.budgets, scores)
+    new = new_trains(sets, g.trains + g.budget_trains)
     return sets, plan_runs(g.dataset.out, g.dataset.settings, new, opts.lr, opts.seed, g.key)
 
 
 def budget_bound(opts: ClaimOptions, g: DatasetGrid) -> dict:
-    """At most how many runs ``--budgets`` adds to this dataset's plan (before the criteria are
-    scored: `vitplast.claim.budgets.upper_bound`), the references included."""
-    bound = upper_bound(g.budgets, units=budget_units(opts, g), draws=opts.draws,
-                        n_criteria=len(dict.fromkeys(["plasticity", *opts.criteria])), sizes=g.sizes)
-    references = [t for t in REFERENCES if t not in g.trains]
-    sets = bound["sets"] + len(references)
-    return {**bound, "references": references, "runs": sets * len(opts.lr) * len(opts.seed)}
+    """The budgets' runs in the plan, and at most how many more the criteria's sets add once scored
+    (`vitplast.claim.budgets.upper_bound`)."""
+    names = list(opts.ranked) if g.units is None else [unit_name(u) for u in g.units]
+    sets = budget_sets(opts, names, g.sizes, g.budgets, scores={})
+    bound = upper_bound(sets, n_criteria=len(dict.fromkeys(["plasticity", *opts.criteria])),
+                        layer=g.units is not None)
+    per_run = len(opts.lr) * len(opts.seed)
+    return {"planned": len(g.budget_trains) * per_run, "after_scoring_at_most": bound["sets"] * per_run,
+            "per_budget": bound["per_budget"]}
+
+
+def new_trains(sets: list[BudgetSets], planned: list[str]) -> list[str]:
+    """The trains of ``sets`` not in ``planned``, each once (sets several criteria pick are one run)."""
+    return [t for t in dict.fromkeys(t for s in sets for t in s.trains) if t not in planned]
+
+
+def _listed(trains: list[str], most: int = 6) -> str:
+    return ", ".join(trains[:most]) + (f" ... ({len(trains) - most} more)" if len(trains) > most else "")
 
 
 def counts(runs: Sequence[PlannedRun]) -> dict:
@@ -123,19 +140,22 @@ def plan_summary(opts: ClaimOptions, grids: Sequence[DatasetGrid], reporter: Rep
     listing = ", ".join(first.trains) if first.units is None else (
         f"{len(first.units)} (component, layer) units, head")
     over = f"{len(grids)} datasets x " if len(grids) > 1 else ""
-    reporter.say(f"claim: {len(runs)} finetuning runs = {over}{len(first.trains)} trained ({listing}) x "
-                 f"{len(opts.lr)} learning rates x {len(opts.seed)} seeds, {opts.steps} steps each; "
-                 f"{states['finished']} finished, {states['partial']} partial, {states['new']} new")
+    n_trains = len(first.trains) + len(first.budget_trains)
+    reporter.say(f"claim: {len(runs)} finetuning runs = {over}{n_trains} trained ({listing}; "
+                 f"{len(first.budget_trains)} for the budgets) x {len(opts.lr)} learning rates x "
+                 f"{len(opts.seed)} seeds, {opts.steps} steps each; {states['finished']} finished, "
+                 f"{states['partial']} partial, {states['new']} new")
     plan = {"runs": len(runs), **states, "trains": first.trains, "lrs": opts.lr, "seeds": opts.seed,
             "steps": opts.steps, "datasets": [g.dataset.spec for g in grids]}
     bounds = [budget_bound(opts, g) for g in grids]
-    plan["budget_runs_at_most"] = sum(b["runs"] for b in bounds)
+    planned, most = sum(b["planned"] for b in bounds), sum(b["after_scoring_at_most"] for b in bounds)
+    plan["budget_runs"] = planned
+    plan["budget_runs_after_scoring_at_most"] = most
     unit = "components" if first.units is None else "parameters"
-    reporter.say(f"budgets {', '.join(f'{b:,}' for b in first.budgets)} ({unit}): after the criteria are "
-                 f"scored, at most {plan['budget_runs_at_most']} more runs (sets per budget: "
-                 + ", ".join(f"{b:,}: {n}" for b, n in bounds[0]["per_budget"].items())
-                 + (f"; references {', '.join(bounds[0]['references'])}" if bounds[0]["references"] else "")
-                 + f"; x {len(opts.lr)} learning rates x {len(opts.seed)} seeds{over and ' x datasets'})")
+    reporter.say(f"budgets {', '.join(f'{b:,}' for b in first.budgets)} ({unit}): {planned} of these runs "
+                 f"({len(first.budget_trains)} sets and references: {_listed(first.budget_trains)}); "
+                 f"after the criteria are scored, at most {most} more (a criterion's set outside the "
+                 "random sets)")
     if opts.shard is not None:
         mine = opts.shard.select(runs)
         plan["shard"] = {"shard": str(opts.shard), "runs": len(mine), **counts(mine)}
@@ -159,8 +179,8 @@ def estimate(opts: ClaimOptions, grids: Sequence[DatasetGrid], runs: Sequence[Pl
     if on_cluster:
         procs = " of run time in all (the cluster divides it by the runs it trains at once)"
     note = "; --lr auto may add runs" if opts.lr_auto else ""
-    most = sum(budget_bound(opts, g)["runs"] for g in grids)
-    note += f"; --budgets may add up to {most} runs (not in this estimate)" if most else ""
+    most = sum(budget_bound(opts, g)["after_scoring_at_most"] for g in grids)
+    note += f"; the criteria's sets may add up to {most} runs (not in this estimate)" if most else ""
     note += "; timed on the first dataset" if len(grids) > 1 else ""
     if opts.granularity == "layer" and opts.steps == LAYER_STEPS:
         note += (f"; a layer claim trains {LAYER_STEPS} steps per run by default ({COMPONENT_STEPS} for a "

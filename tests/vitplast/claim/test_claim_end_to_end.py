@@ -148,10 +148,10 @@ def _strict_json(path):
 
 def test_claim_end_to_end_writes_reports(whole):
     out, res = whole
-    # the 8 runs planned, then full finetuning as the budgets' reference line (default --budgets 1: the
-    # single components' own runs)
-    assert res["plan"]["runs"] == 8 and res["plan"]["trained"] == 10 and res["plan"]["reused"] == 0
-    assert res["plan"]["budget_runs"] == 2
+    # the 8 runs of the components and head, and full finetuning as the budgets' reference line (default
+    # --budgets 1: the single components' own runs)
+    assert res["plan"]["runs"] == 10 and res["plan"]["trained"] == 10 and res["plan"]["reused"] == 0
+    assert res["plan"]["budget_runs"] == 2 and res["plan"]["budget_trains"] == ["full"]
     saved = _strict_json(out / "claim.json")
     record = saved["measurement"]["provenance"]  # versions, the weights and the images' preparation
     assert record["versions"]["torch"] and record["data"]["data"] and record["transform"]
@@ -221,14 +221,14 @@ def test_dry_run_plans_and_estimates_without_training(whole, tmp_path, capsys):
     out, _ = whole
     said = []
     res = _claim(tmp_path / "d", dry_run=True, reporter=collecting(said))
-    assert res["plan"]["runs"] == 8 and res["plan"]["new"] == 8
+    assert res["plan"]["runs"] == 10 and res["plan"]["new"] == 10  # full finetuning: the budgets' reference
     est = res["estimate"]
     assert est["overhead_s"] > 0 and est["remaining_seconds"] > 0
     assert set(est["step_s"]) == {"MHA", "FC1", "LN1", "head"}
     assert not (tmp_path / "d").exists()  # nothing trained, nothing written
-    assert any("8 finetuning runs" in s for s in said) and any("about" in s for s in said)
+    assert any("10 finetuning runs" in s for s in said) and any("about" in s for s in said)
     done = _claim(out, dry_run=True)
-    assert done["plan"]["finished"] == 8 and done["estimate"]["remaining_seconds"] == 0
+    assert done["plan"]["finished"] == 10 and done["estimate"]["remaining_seconds"] == 0
     with pytest.raises(ValueError, match="time-budget"):
         _claim(tmp_path / "b", time_budget=1e-6)
 

@@ -40,8 +40,8 @@ def test_the_dry_run_names_every_run_of_other_options(whole, tmp_path):
     with pytest.raises(ValueError) as exc:
         claim(out=str(out), **{**SMALL, "steps": 7}, dry_run=True)
     text = str(exc.value)
-    assert ("8 existing run(s) were trained with options that differ: steps: saved 6, now 7 in 8 run(s)"
-            in text)
+    assert ("10 existing run(s) were trained with options that differ: steps: saved 6, now 7 in 10 run(s)"
+            in text)  # 8 of the components and head, 2 of full finetuning (the budgets' reference)
     for name in ("MHA-lr0.003-s0", "FC1-lr0.003-s1", "LN1-lr0.003-s0", "head-lr0.003-s1"):
         assert f"runs/{name}" in text
     with pytest.raises(ValueError, match="checkpoint_every: saved 3, now 2"):
@@ -54,19 +54,19 @@ def test_two_shards_and_an_analysis_pass_give_the_whole_result(whole, tmp_path, 
     sharded = tmp_path / "sharded"
     said = []
     first = claim(out=str(sharded), **{**SMALL, "reporter": collecting(said)}, shard="1/2")
-    assert first["plan"]["shard"] == {"shard": "1/2", "runs": 4, "finished": 0, "partial": 0, "new": 4}
+    assert first["plan"]["shard"] == {"shard": "1/2", "runs": 5, "finished": 0, "partial": 0, "new": 5}
     assert not (sharded / "claim.json").exists() and not (sharded / "plasticity_chunks.json").exists()
     assert any("without --shard" in s for s in said)
-    with pytest.raises(ValueError, match="--analyse-only: 4 of 8 runs are not finished"):
+    with pytest.raises(ValueError, match="--analyse-only: 5 of 10 runs are not finished"):
         claim(out=str(sharded), **SMALL, analyse_only=True)
     monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "1")  # the second task of a 0-based array of two
     monkeypatch.setenv("SLURM_ARRAY_TASK_COUNT", "2")
     second = claim(out=str(sharded), **SMALL)
-    assert second["plan"]["shard"]["shard"] == "2/2" and len(second["runs"]) == 4
+    assert second["plan"]["shard"]["shard"] == "2/2" and len(second["runs"]) == 5
     assert {(r["train"], r["seed"]) for r in first["runs"]}.isdisjoint((r["train"], r["seed"])
                                                                        for r in second["runs"])
     final = claim(out=str(sharded), **SMALL, analyse_only=True)  # the array's variables do not shard it
-    assert final["plan"]["trained"] == 0 and final["plan"]["reused"] == 8
+    assert final["plan"]["trained"] == 0 and final["plan"]["reused"] == 10
     assert final["analysis"] == ref["analysis"]
     assert _metrics(sharded) == _metrics(out)
     assert json.loads((sharded / "claim.json").read_text())["analysis"] == ref["analysis"]
@@ -96,7 +96,7 @@ def test_a_run_another_process_holds_is_waited_for(whole, tmp_path):
     assert time.monotonic() - t0 >= 4.0
     waits = [s for s in said if "is held by process" in s]
     assert len(waits) == 1 and f"process {proc.pid}" in waits[0] and "MHA lr=0.003 seed=0" in waits[0]
-    assert res["plan"]["trained"] == 8 and res["analysis"] == ref["analysis"]
+    assert res["plan"]["trained"] == 10 and res["analysis"] == ref["analysis"]
 
 
 @pytest.mark.slow
