@@ -37,22 +37,6 @@ def _options(name: str, opts: ClaimOptions, dataset: DatasetPlan, device) -> dic
     return options
 
 
-def _labelled(opts: ClaimOptions, data, device) -> list:
-    from ..criteria import Batch
-    from ..data.datasets import make_loader
-
-    out = []
-    for item in make_loader(data, opts.batch_size, shuffle=True, seed=opts.measure_seed):
-        if item is not None:
-            out.append(Batch(item[0].to(device), item[1].to(device)))
-        if len(out) == opts.criterion_batches:
-            break
-    if not out:
-        raise ValueError(f"--criterion-batches: {opts.criterion_batches}: the training split of "
-                         f"{opts.data} holds no labelled batch")
-    return out
-
-
 def score_dataset(opts: ClaimOptions, dataset: DatasetPlan, model: PreparedModel, names: tuple[str, ...],
                   device, reporter: Reporter, *, progress: bool, write: bool) -> dict:
     """``{name: CriterionResult}`` of ``names`` (plasticity left out) on ``dataset`` and its ``model``
@@ -65,11 +49,12 @@ def score_dataset(opts: ClaimOptions, dataset: DatasetPlan, model: PreparedModel
     names = tuple(n for n in names if n != "plasticity")
     if not names:
         return {}
+    options = {n: _options(n, opts, dataset, device) for n in names}
     built, transform = model.built, model.prepared.transform
     record = provenance(built, {"data": dataset.spec, "split": "train"},
                         transform_record(transform, built.img_size))
     folder = Path(dataset.out) / FOLDER
-    keys = {n: cache_key(record, _options(n, opts, dataset, device)) for n in names}
+    keys = {n: cache_key(record, options[n]) for n in names}
     out = {n: saved for n in names if (saved := cached(folder / f"{n}.json", keys[n])) is not None}
     todo = [n for n in names if n not in out]
     if todo:
@@ -92,8 +77,8 @@ def _score(opts: ClaimOptions, dataset: DatasetPlan, model: PreparedModel, names
     batches the training split's."""
     import torch
 
-    from ..criteria import Setting, get_criterion
-    from ..data.datasets import load_dataset
+    from ..criteria import Batch, Setting, get_criterion
+    from ..data.datasets import first_batches, load_dataset
     from ..finetune import fresh_model
 
     models: dict = {}
@@ -109,7 +94,11 @@ def _score(opts: ClaimOptions, dataset: DatasetPlan, model: PreparedModel, names
     if any(n in LABELLED for n in names):
         train = load_dataset(dataset.spec, "train", img_size=model.built.img_size, seed=opts.measure_seed,
                              transform=model.prepared.transform)
-        batches = _labelled(opts, train, device)
+        found = first_batches(train, opts.batch_size, opts.criterion_batches, opts.measure_seed)
+        if not found:
+            raise ValueError(f"--criterion-batches: {opts.criterion_batches}: the training split of "
+                             f"{opts.data} holds no labelled batch")
+        batches = [Batch(images.to(device), labels.to(device)) for images, labels in found]
     setting = Setting(model_for, seeds=tuple(opts.seed), batches=batches,
                       components=dataset.settings.components, device=device,
                       amp=autocast(opts.amp, device), progress=progress)

@@ -60,6 +60,9 @@ def measure_dataset(opts: ClaimOptions, dataset: DatasetPlan, device, reporter: 
     if model is None:
         model = prepare_model(dataset.settings, opts.seed[0])
     built, transform = model.built, model.prepared.transform
+    config = measurement_config(opts, dataset)  # what the chunks are measured with, and their record
+    data = {"pretrain_data": opts.pretrain_data, "data": dataset.spec, "split": opts.split}
+    record = provenance(built, data, transform_record(transform, built.img_size))
     x_set = load_dataset(opts.pretrain_data, opts.split, img_size=built.img_size, seed=opts.measure_seed,
                          transform=transform)
     y_set = load_dataset(dataset.spec, opts.split, img_size=built.img_size, seed=opts.measure_seed,
@@ -67,9 +70,7 @@ def measure_dataset(opts: ClaimOptions, dataset: DatasetPlan, device, reporter: 
     measured = measure_chunks(built.net, x_set, y_set, protocol=opts.protocol, pairs=opts.pairs,
                               pair_batch=opts.pair_batch, seed=opts.measure_seed, device=device,
                               amp=autocast(opts.amp, device), progress=progress)
-    measured["config"] = measurement_config(opts, dataset)
-    data = {"pretrain_data": opts.pretrain_data, "data": dataset.spec, "split": opts.split}
-    measured["provenance"] = provenance(built, data, transform_record(transform, built.img_size))
+    measured.update(config=config, provenance=record)
     if write:
         write_json_atomic(dataset.out / CHUNKS_FILE, measured)
     reporter.say(f"plasticity{dataset.tag}: {measured['pairs']} matched pairs in {measured['chunks']} "

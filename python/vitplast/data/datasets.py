@@ -322,6 +322,19 @@ def make_loader(dataset: Dataset, batch_size: int, shuffle: bool = True, seed: i
                       worker_init_fn=_loader_worker_init if num_workers else None)
 
 
+def first_batches(dataset: Dataset, batch_size: int, count: int, seed: int) -> list:
+    """The first ``count`` batches ``(images, labels)`` of `make_loader` over ``dataset`` (shuffled by
+    ``seed``); a batch of only bad images is skipped (fewer batches than ``count`` when the loader ends
+    first)."""
+    out = []
+    for item in make_loader(dataset, batch_size, shuffle=True, seed=seed):
+        if item is not None:
+            out.append(item)
+        if len(out) == count:
+            break
+    return out
+
+
 def _loader_worker_init(worker_id: int) -> None:
     """A data-loading process dies with the process it loads for (no worker outlives its command)."""
     from ..runtime.stops import die_with_parent

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from vitplast.data.datasets import load_dataset, make_loader
+from vitplast.data.datasets import first_batches, load_dataset, make_loader
 
 
 def _all(ds):
@@ -133,3 +133,11 @@ def test_make_loader_order_depends_only_on_seed():
     assert xb.shape == (16, 3, 8, 8) and yb.dtype == torch.int64
     with pytest.raises(ValueError, match="batch_size"):
         make_loader(ds, 0)
+
+
+def test_first_batches_are_the_loaders_first_in_its_order():
+    ds = load_dataset("synthetic", "val", img_size=8)
+    taken = first_batches(ds, 16, 3, seed=5)
+    loaded = [y.tolist() for _, y in make_loader(ds, 16, seed=5)]
+    assert [y.tolist() for _, y in taken] == loaded[:3]
+    assert len(first_batches(ds, 16, 10_000, seed=5)) == len(loaded)  # the loader ends first
