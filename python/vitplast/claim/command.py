@@ -24,7 +24,18 @@ For a model, a pretraining-side dataset X and a downstream dataset Y:
    with a bootstrap CI (seeds and pairs resampled) and exact permutation p-values.
 
 Per layer the claim is plasticity-only: the finetune driver trains a component in every block, so
-gains exist per component type; plasticity is reported per layer too.
+gains exist per component type; plasticity is reported per layer too (--granularity layer trains each
+(component, layer) alone instead).
+
+--criteria (default: all) are scored on the model the runs start from and correlated with the gains as
+plasticity is. --budgets K,K puts them to the practical test: at each budget (components; parameters
+besides the head with --granularity layer) each criterion's top set and the attention rule (MHA in
+every layer) are finetuned and their relative gain placed among every random set of that budget (at
+most 50, else --draws of them), full finetuning as the reference (OUT/budgets.png, criteria.json).
+Cost: the default --budgets 1 adds only full finetuning's 9 runs; --budgets 1,2 adds the C(5,2) = 10
+pairs, 90 runs beside the default's 63. The sets that depend on no score are planned (and sharded)
+with the claim's runs; a criterion's set outside the random ones is trained after scoring by the run
+without --shard.
 
 --components also takes the baselines full, lora and head: trained and reported beside
 the components (accuracy, gain), not ranked. Several downstream datasets (--data repeated, or
@@ -36,7 +47,8 @@ pooled within-dataset Spearman (gains permuted within each dataset), the per-dat
 Defaults: the embedded digits ViT (pretrained here on digits 0-4), X = digits 0-4, Y = digits 5-9.
 A killed claim continues where it stopped when run again with the same options (finished runs are
 loaded, partial ones resume from their last checkpoint); an existing run trained with other options is
-named before anything is trained (the dry run too). Writes OUT/claim.json, claim.txt, claim.png.
+named before anything is trained (the dry run too). Writes OUT/claim.json, claim.txt, claim.png,
+budgets.png, criteria.json.
 
 Where the runs train: --jobs N processes on this machine; --executor ray one Ray task per run on
 a Ray cluster (--ray-address auto after ray start; a run whose worker or node dies is retried
@@ -48,6 +60,7 @@ directory another process is writing is waited for, not trained twice.
 examples:
   vitplast claim --out runs/claim
   vitplast claim --out runs/claim --dry-run           # how many runs, how long on this machine
+  vitplast claim --out runs/claim --budgets 1,2       # each criterion's pair of components vs all 10
   vitplast claim --model vit_small_patch16_224 --weights vit_s.safetensors --img-size 224 \\
       --pretrain-data in1k_val/ --data flowers/ --data pets/ --components MHA,FC1,FC2,LN1,LN2,full,lora \\
       --device cuda --amp bf16 --batch-size 128 --steps 500 --lr 1e-4,3e-4,1e-3 --seed 0,1,2 \\

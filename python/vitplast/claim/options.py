@@ -120,7 +120,7 @@ class ClaimOptions(ExecutorOptions, RuntimeOptions, OptimOptions, DataOptions, M
         "are at most 50 (C(5,2) = 10 sets: 90 more runs on the default claim's 54), else --draws random ones "
         "and the criteria's, x lrs x seeds. --granularity layer: trainable parameters besides the head "
         "(default: twice the largest unit). Full finetuning is trained as the reference line",
-        group="train", kind=optional(csv(integer(1), unique=True)))
+        metavar="K,K", group="train", kind=optional(csv(integer(1), unique=True)))
     draws: int = option(20, "random sets per budget where there are more than 50 (default: %(default)s)",
                         group="train", kind=integer(1))
     baseline: str = option("head", "accuracy gain over the head-only run of the same seed (default) or the "
