@@ -35,6 +35,22 @@ inline __m256 load8_as(const typename L::T* p) {
   }
 }
 
+// The 16 double lanes acc[0..15] as four 4-lane registers, and back: every kernel below keeps lane
+// l of the span's sums in register l / 4 while it runs.
+struct Lanes {
+  __m256d s0, s1, s2, s3;
+};
+inline Lanes load_lanes(const double* acc) {
+  return {_mm256_loadu_pd(acc), _mm256_loadu_pd(acc + 4), _mm256_loadu_pd(acc + 8),
+          _mm256_loadu_pd(acc + 12)};
+}
+inline void store_lanes(const Lanes& l, double* acc) {
+  _mm256_storeu_pd(acc, l.s0);
+  _mm256_storeu_pd(acc + 4, l.s1);
+  _mm256_storeu_pd(acc + 8, l.s2);
+  _mm256_storeu_pd(acc + 12, l.s3);
+}
+
 // Adds (a - b)^2 of 8 elements into two double accumulators (low, high halves).
 inline void accumulate8(__m256 va, __m256 vb, __m256d& lo, __m256d& hi) {
   __m256d dlo = _mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(va)),
@@ -48,17 +64,13 @@ inline void accumulate8(__m256 va, __m256 vb, __m256d& lo, __m256d& hi) {
 template <class L>
 void span_sq_sum_vec(const typename L::T* a, const typename L::T* b, long long n, double* acc) {
   static_assert(kLanes == 16, "lane layout below assumes 16 lanes");
-  __m256d s0 = _mm256_loadu_pd(acc), s1 = _mm256_loadu_pd(acc + 4);
-  __m256d s2 = _mm256_loadu_pd(acc + 8), s3 = _mm256_loadu_pd(acc + 12);
+  Lanes s = load_lanes(acc);
   long long i = 0;
   for (; i + 16 <= n; i += 16) {
-    accumulate8(load8_as<L>(a + i), load8_as<L>(b + i), s0, s1);
-    accumulate8(load8_as<L>(a + i + 8), load8_as<L>(b + i + 8), s2, s3);
+    accumulate8(load8_as<L>(a + i), load8_as<L>(b + i), s.s0, s.s1);
+    accumulate8(load8_as<L>(a + i + 8), load8_as<L>(b + i + 8), s.s2, s.s3);
   }
-  _mm256_storeu_pd(acc, s0);
-  _mm256_storeu_pd(acc + 4, s1);
-  _mm256_storeu_pd(acc + 8, s2);
-  _mm256_storeu_pd(acc + 12, s3);
+  store_lanes(s, acc);
   span_sq_sum_scalar<L>(a + i, b + i, n - i, acc);
 }
 
@@ -96,8 +108,7 @@ inline bool lanes_trusted(__m256 f, __m256 z) {
 template <class L>
 void span_sq_sum_vec16(const typename L::T* a, const typename L::T* b, long long n, double* acc) {
   static_assert(kLanes == 16, "lane layout below assumes 16 lanes");
-  __m256d s0 = _mm256_loadu_pd(acc), s1 = _mm256_loadu_pd(acc + 4);
-  __m256d s2 = _mm256_loadu_pd(acc + 8), s3 = _mm256_loadu_pd(acc + 12);
+  Lanes s = load_lanes(acc);
   long long i = 0;
   while (i + 16 <= n) {
     const long long stop = (n - i >= kFlush) ? i + kFlush : i + ((n - i) / 16) * 16;
@@ -108,13 +119,10 @@ void span_sq_sum_vec16(const typename L::T* a, const typename L::T* b, long long
       f0 = _mm256_fmadd_ps(d0, d0, f0);
       f1 = _mm256_fmadd_ps(d1, d1, f1);
     }
-    flush8(f0, s0, s1);
-    flush8(f1, s2, s3);
+    flush8(f0, s.s0, s.s1);
+    flush8(f1, s.s2, s.s3);
   }
-  _mm256_storeu_pd(acc, s0);
-  _mm256_storeu_pd(acc + 4, s1);
-  _mm256_storeu_pd(acc + 8, s2);
-  _mm256_storeu_pd(acc + 12, s3);
+  store_lanes(s, acc);
   span_sq_sum_scalar<L>(a + i, b + i, n - i, acc);
 }
 
@@ -135,8 +143,7 @@ inline __m256i load_words(const unsigned short* p) {
 
 void span_sq_sum_bf16(const unsigned short* a, const unsigned short* b, long long n, double* acc) {
   static_assert(kLanes == 16, "lane layout below assumes 16 lanes");
-  __m256d s0 = _mm256_loadu_pd(acc), s1 = _mm256_loadu_pd(acc + 4);
-  __m256d s2 = _mm256_loadu_pd(acc + 8), s3 = _mm256_loadu_pd(acc + 12);
+  Lanes s = load_lanes(acc);
   long long i = 0;
   while (i + 32 <= n) {
     const long long start = i;
@@ -163,24 +170,17 @@ void span_sq_sum_bf16(const unsigned short* a, const unsigned short* b, long lon
     }
     if (!(lanes_trusted(e0, ze0) && lanes_trusted(o0, zo0) && lanes_trusted(e1, ze1) &&
           lanes_trusted(o1, zo1))) {
-      _mm256_storeu_pd(acc, s0);
-      _mm256_storeu_pd(acc + 4, s1);
-      _mm256_storeu_pd(acc + 8, s2);
-      _mm256_storeu_pd(acc + 12, s3);
+      store_lanes(s, acc);
       span_sq_sum_vec<BF16>(a + start, b + start, stop - start, acc);
-      s0 = _mm256_loadu_pd(acc), s1 = _mm256_loadu_pd(acc + 4);
-      s2 = _mm256_loadu_pd(acc + 8), s3 = _mm256_loadu_pd(acc + 12);
+      s = load_lanes(acc);
       continue;
     }
-    flush8(e0, s0, s1);
-    flush8(e1, s2, s3);
-    flush8(o0, s0, s1);
-    flush8(o1, s2, s3);
+    flush8(e0, s.s0, s.s1);
+    flush8(e1, s.s2, s.s3);
+    flush8(o0, s.s0, s.s1);
+    flush8(o1, s.s2, s.s3);
   }
-  _mm256_storeu_pd(acc, s0);
-  _mm256_storeu_pd(acc + 4, s1);
-  _mm256_storeu_pd(acc + 8, s2);
-  _mm256_storeu_pd(acc + 12, s3);
+  store_lanes(s, acc);
   span_sq_sum_scalar<BF16>(a + i, b + i, n - i, acc);
 }
 
