@@ -150,3 +150,24 @@ def test_claim_with_budgets_writes_its_rows_and_a_rerun_trains_nothing(tmp_path)
     again = _claim(tmp_path / "b", **kw)
     assert again["plan"]["trained"] == 0 and again["plan"]["reused"] == 16
     assert again["analysis"]["budgets"] == res["analysis"]["budgets"]
+
+
+@pytest.mark.slow
+def test_a_criterion_set_outside_the_random_sets_is_trained_after_scoring(tmp_path):
+    from test_layer_claim import _claim
+
+    # FC1 4,224 + FC1 4,224 + LN1 64 fit 8,512 parameters: the 4 maximal sets are planned with the units;
+    # spectral is undefined on LayerNorms, so its set FC1@0+FC1@1 is not maximal and waits for the scores
+    kw = dict(components="FC1,LN1", criteria="plasticity,spectral", budgets="8512", seed="0", jobs=1,
+              threads=1, progress=False)
+    first = _claim(tmp_path / "l", shard="1/1", **kw)  # a shard trains the planned runs only
+    assert first["plan"]["runs"] == 10 and first["plan"]["budget_runs_after_scoring_at_most"] == 2
+    with pytest.raises(ValueError, match="--analyse-only: 1 of 1 runs are not finished .*FC1@0_FC1@1"):
+        _claim(tmp_path / "l", analyse_only=True, **kw)
+    res = _claim(tmp_path / "l", **kw)
+    assert res["plan"]["trained"] == 1 and res["plan"]["budget_runs"] == 6
+    rows = {r["criterion"]: r for r in res["analysis"]["budgets"]["rows"]}
+    assert rows["spectral"]["train"] == "FC1@0+FC1@1" and rows["spectral"]["random_sets"] == 4
+    assert rows["attention"]["train"] is None  # no MHA unit
+    again = _claim(tmp_path / "l", analyse_only=True, **kw)
+    assert again["plan"]["trained"] == 0 and again["analysis"]["budgets"] == res["analysis"]["budgets"]
