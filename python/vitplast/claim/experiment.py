@@ -291,7 +291,8 @@ def _analyse(opts: ClaimOptions, ses: Session, g: DatasetGrid, measured: dict, s
     common = dict(lrs=lrs, seeds=opts.seed, bootstrap=opts.bootstrap, permutations=opts.permutations,
                   seed=opts.stats_seed)
     if g.units is not None:
-        analysis = analyse_layers(measured, summaries, units=g.units, **common)
+        analysis = analyse_layers(measured, summaries, units=g.units, criteria=measured.get("unit_scores"),
+                                  **common)
     else:
         analysis = analyse(measured, summaries, components=opts.ranked, baseline=opts.baseline,
                            extra=opts.extra_baselines, criteria=measured.get("criteria"), **common)

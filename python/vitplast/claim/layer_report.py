@@ -17,6 +17,7 @@ from .report import (
     P_DEFINITION,
     _ci,
     _num,
+    criteria_lines,
     disagreement_lines,
     edge_mark,
     gain_interval,
@@ -87,6 +88,7 @@ def format_layer_report(result: dict) -> str:
                      f"{b['pair_chunks']} pair chunks, the best lr chosen again in each; {P_DEFINITION})")
     lines += disagreement_lines(an["correlations"]["spearman"])
     lines.append(lr_position_line(an["rows"], an["baseline"], "unit"))
+    lines += criteria_lines(an.get("criteria"), within_types=True)
     lines += budget_lines(an.get("budgets"))
     lines += ["", lr_edge_line(an["rows"], base, "unit")]
     lines += ["", "what this can and cannot tell:"] + [f"- {s}" for s in reading(an, record)]

@@ -11,13 +11,16 @@ trainable size, so the association **within** types is free of the size confound
   permutation p-values, and the same for the trainable-parameter count (the size-only rival);
 - a stratified permutation test permuting gains only among units of the same component type (the
   pooled within-type Spearman), and the per-type Spearman;
-- the partial Spearman of plasticity and gain with the trainable-parameter count held fixed.
+- the partial Spearman of plasticity and gain with the trainable-parameter count held fixed;
+- the same within-type statistics for every criterion of ``--criteria`` (`layer_criteria_rows`).
 
 Which set of units each criterion would finetune under a parameter budget, against random sets of the
 same budget, is `.budgets` (shared with the component claim).
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -36,6 +39,7 @@ from .analysis import (
 from .plasticity import chunk_result, unit_means
 from .statistics import (
     STATISTICS,
+    kendall_tau_b,
     partial_p_greater,
     partial_spearman,
     percentile_interval,
@@ -87,8 +91,9 @@ def _rank_block(x: np.ndarray, y: np.ndarray, x_reps: np.ndarray, y_reps: np.nda
 
 def analyse_layers(measured: dict, summaries: list[dict], *, units: list[tuple[str, int]],
                    lrs: list[float], seeds: list[int], bootstrap: int = 2000, permutations: int = 10000,
-                   seed: int = 0) -> dict:
-    """The layer-granularity result: per-unit rows and the statistics above."""
+                   seed: int = 0, criteria: dict | None = None) -> dict:
+    """The layer-granularity result: per-unit rows and the statistics above; ``criteria``: ``{name:
+    {unit name: score}}`` (plasticity's included), each compared with the gains within types."""
     names = [unit_name(u) for u in units]
     trains = names + ["head"]
     acc, initial, params = accuracy_cube(summaries, trains, lrs, seeds)
@@ -147,6 +152,8 @@ def analyse_layers(measured: dict, summaries: list[dict], *, units: list[tuple[s
                     "ci": _boot(part_reps, withheld),
                     "p_greater": _finite(partial_p_greater(part, n_u)), "controls": "trainable parameters"},
         "trend": {"method": "theil-sen", "slope": _finite(slope), "intercept": _finite(intercept)},
+        "criteria": layer_criteria_rows(criteria or {}, names, types, gain[:n_u], g_reps, sizes,
+                                        permutations=permutations, seed=seed, withheld=withheld),
         "layers": list(measured["layers"]),
         "lr_edges": [r["unit"] for r in rows if r["lr_edge"]] + (["head"] if base["lr_edge"] else []),
         "bootstrap": {"replicates": bootstrap, "seeds": n_s, "pair_chunks": int(measured["chunks"]),
@@ -165,3 +172,47 @@ def _per_type(types, p_value, gain, p_reps, g_reps, sizes, withheld: str | None 
                   "ci": _boot(reps, withheld), "units": int(m.sum()),
                   "trainable_params": int(sizes[m][0])}
     return out
+
+
+def pooled_within(x: np.ndarray, ys: np.ndarray, types: np.ndarray, statistic) -> np.ndarray:
+    """``(R,)``: for each row of ``ys`` ``(R, U)``, ``statistic`` of ``x`` ``(U,)`` and the row within
+    each component type, averaged over the types weighted by their units (types where it is undefined
+    left out): the pooled within-type association (`.statistics.within_strata`, for many rows)."""
+    num, den = np.zeros(len(ys)), np.zeros(len(ys))
+    for c in dict.fromkeys(types.tolist()):
+        m = types == c
+        if m.sum() < 2:
+            continue
+        v = np.asarray(statistic(np.broadcast_to(x[m], ys[:, m].shape), ys[:, m]), dtype=np.float64)
+        num, den = num + np.where(np.isfinite(v), v * m.sum(), 0.0), den + np.isfinite(v) * m.sum()
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 0, num / np.maximum(den, 1), np.nan)
+
+
+def layer_criteria_rows(criteria: dict, names: list[str], types: np.ndarray, gain: np.ndarray,
+                        g_reps: np.ndarray, sizes: np.ndarray, *, permutations: int, seed: int,
+                        withheld: str | None) -> list[dict]:
+    """One row per criterion at layer granularity, within component type across layers (where every
+    unit of a type has the same size): over the ``n`` units where the score and the gain are defined,
+    the pooled within-type Spearman (its bootstrap interval over seeds from ``g_reps``, none when
+    ``withheld``) and Kendall tau-b, the one-sided stratified permutation p of the Spearman (gains
+    permuted among units of the same type; H1: rho > 0), and the partial Spearman over all units with
+    the trainable-parameter count held fixed (null for ``size``)."""
+    rows = []
+    for name, per_unit in criteria.items():
+        x = np.array([math.nan if per_unit.get(u) is None else per_unit[u] for u in names], dtype=np.float64)
+        ok = np.isfinite(x) & np.isfinite(gain)
+        row = {"criterion": name, "granularity": "layer", "n": int(ok.sum()), "spearman": None,
+               "spearman_ci": [None, None], "kendall": None, "p_value": None, "partial_size": None}
+        xs, ys, ts = x[ok], gain[ok], types[ok]
+        rho = float(pooled_within(xs, ys[None], ts, spearman)[0]) if ok.sum() >= 3 else math.nan
+        if math.isfinite(rho):
+            test = stratified_permutation_test(xs, ys, ts, permutations=permutations, seed=seed)
+            reps = pooled_within(xs, g_reps[:, ok], ts, spearman)
+            row.update(spearman=_finite(rho), spearman_ci=_boot(reps, withheld),
+                       kendall=_finite(float(pooled_within(xs, ys[None], ts, kendall_tau_b)[0])),
+                       p_value=_finite(test["greater"]),
+                       partial_size=None if name == "size" else _finite(float(partial_spearman(xs, ys,
+                                                                                               sizes[ok]))))
+        rows.append(row)
+    return rows

@@ -206,15 +206,18 @@ def disagreement_lines(c: dict) -> list[str]:
             "a large p)"]
 
 
-def criteria_lines(rows: list[dict] | None) -> list[str]:
+def criteria_lines(rows: list[dict] | None, *, within_types: bool = False) -> list[str]:
     """The criteria against the accuracy gains: one line per criterion (n, Spearman with its bootstrap
-    interval, Kendall, one-sided permutation p, partial Spearman on size)."""
+    interval, Kendall, one-sided permutation p, partial Spearman on size); ``within_types``: a layer
+    claim's rows, pooled within component types with a stratified permutation p."""
     if not rows:
         return []
     head = (f"{'criterion':<11} {'n':>3}  {'Spearman [95% CI]':<28} {'Kendall':>7} {'p (>0)':>8} "
             f"{'partial|size':>12}")
-    out = ["", "criteria vs accuracy gain (higher score = finetune first; p: one-sided permutation; partial: "
-           "Spearman with the trainable-parameter count held fixed):", head, "-" * len(head)]
+    how = ("Spearman and Kendall pooled within component types across layers; p: one-sided stratified "
+           "permutation, gains permuted within types" if within_types else "p: one-sided permutation")
+    out = ["", f"criteria vs accuracy gain (higher score = finetune first; {how}; partial: Spearman over all "
+           "units with the trainable-parameter count held fixed):", head, "-" * len(head)]
     for r in rows:
         rho = f"{_num(r['spearman'], '+.3f')} {_ci(r['spearman_ci'], '+.2f')}"
         out.append(f"{r['criterion']:<11} {r['n']:>3}  {rho:<28} {_num(r['kendall'], '+.3f'):>7} "

@@ -64,6 +64,33 @@ def test_analysis_within_type_and_partial_by_hand():
     assert all(r["lr_edge"] == "high" for r in an["rows"]) and "head" in an["lr_edges"]
 
 
+def test_criteria_rows_within_types_by_hand():
+    measured, summaries = _made_up()
+    units = units_of(measured, ["MHA", "LN1"])
+    criteria = {
+        "plasticity": {"MHA@0": 0.5, "MHA@1": 1.0, "MHA@2": 1.5, "LN1@0": 0.2, "LN1@1": 0.4, "LN1@2": 0.6},
+        "rgn": {"MHA@0": 3.0, "MHA@1": 2.0, "MHA@2": 1.0, "LN1@0": 3.0, "LN1@1": 1.0, "LN1@2": 2.0},
+        "spectral": {"MHA@0": 1.0, "MHA@1": 2.0, "MHA@2": 3.0},  # undefined on LayerNorms
+        "size": {"MHA@0": 105, "MHA@1": 105, "MHA@2": 105, "LN1@0": 13, "LN1@1": 13, "LN1@2": 13},
+    }
+    an = analyse_layers(measured, summaries, units=units, lrs=[1e-3, 1e-2], seeds=[0, 1], bootstrap=100,
+                        permutations=500, criteria=criteria)
+    rows = {r["criterion"]: r for r in an["criteria"]}
+    assert all(r["granularity"] == "layer" for r in rows.values())
+    # plasticity orders the gains inside each type: pooled rho 1, only 1 of the 3! x 3! orders reaches it
+    p = rows["plasticity"]
+    assert p["n"] == 6 and p["spearman"] == pytest.approx(1) and p["kendall"] == pytest.approx(1)
+    assert p["p_value"] == pytest.approx(1 / 36) and p["spearman"] == an["within_type"]["pooled_spearman"]
+    assert p["partial_size"] == pytest.approx(an["partial"]["spearman"])
+    # rgn: MHA reversed (rho -1), LN1 rho -0.5: pooled (3 x -1 + 3 x -0.5) / 6 = -0.75
+    assert rows["rgn"]["spearman"] == pytest.approx(-0.75) and rows["rgn"]["p_value"] > 0.5
+    # spectral: 3 MHA units only; one type, its 3! orders
+    assert rows["spectral"]["n"] == 3 and rows["spectral"]["p_value"] == pytest.approx(1 / 6)
+    # size is constant within each type: no within-type rank correlation, and no partial on itself
+    assert rows["size"]["spearman"] is None and rows["size"]["partial_size"] is None
+    assert all(r["spearman_ci"] == [None, None] for r in rows.values())  # 2 seeds: no bootstrap interval
+
+
 TINY = dict(model="vit_tiny_patch16_224", random_init=True, img_size=16, granularity="layer",
             model_kwargs=dict(patch_size=8, depth=2, embed_dim=32, num_heads=2),
             pretrain_data="synthetic", data="synthetic", components="MHA,LN1", lr="3e-3",
@@ -100,6 +127,10 @@ def test_layer_claim_end_to_end(whole):
     picks = {r["criterion"]: r["train"] for r in budgets["rows"]}
     assert picks["attention"] == "MHA@0+MHA@1" and budgets["full"]["relative_gain"] is not None
     assert budgets["budgets"][0]["enumerated"]
+    record = json.loads((out / "criteria.json").read_text())
+    assert [(r["criterion"], r["granularity"], r["n"]) for r in record["rows"]] == [
+        ("plasticity", "layer", 4), ("size", "layer", 4)]
+    assert {r["criterion"] for r in record["budget_rows"]} == {"plasticity", "size", "attention"}
     text = (out / "claim.txt").read_text()
     for words in ("within component type", "stratified permutation p", "partial Spearman",
                   "selection at equal budget", "what this can and cannot tell",
