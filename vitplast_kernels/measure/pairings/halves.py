@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import torch
 
-from ...ops.paired import grouped_sq_sums
+from ...ops.paired import grouped_sq_sums, halves_sq_sums
 from .base import Pairing, register_pairing
 
 
@@ -35,7 +35,7 @@ class Halves(Pairing):
         b = n // 2
         dtype = tensors[0].dtype
         if all(t.dtype == dtype for t in tensors):  # the usual case: the grouped op's (G, P) as it is
-            return grouped_sq_sums([t[:b] for t in tensors], [t[b:] for t in tensors], backend=backend)
+            return halves_sq_sums(tensors, backend=backend)
         # mixed dtypes: one grouped launch per dtype (the op takes one); results back in input order
         out: list[torch.Tensor | None] = [None] * len(tensors)
         by_dtype: dict[torch.dtype, list[int]] = {}
