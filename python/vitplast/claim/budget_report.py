@@ -1,6 +1,7 @@
 """Reports of the selection at equal budget (`.budgets`): the table of the claim's text report and
-``OUT/budgets.png`` (relative gain against budget: one line per criterion, the random sets as a band
-from their minimum to their maximum with their median dashed, full finetuning as a horizontal line),
+``OUT/budgets.png`` (relative gain against budget: one line per criterion, its points side by side at
+each budget so that criteria picking the same set stay visible, the random sets as a band from their
+minimum to their maximum with their median dashed, full finetuning as a horizontal line),
 drawn in the commands' one plotting style (`vitplast.outputs.plots`)."""
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from pathlib import Path
 from ..outputs.plots import figure, legend_outside, save
 
 RULE_COLOR, BAND_COLOR, FULL_COLOR = "0.25", "0.6", "#637939"
+DODGE = 0.03  # criteria at one budget drawn this share of the budgets' spacing apart
 
 
 def budget_lines(budgets: dict | None) -> list[str]:
@@ -65,9 +67,14 @@ def plot_budgets(result: dict, path) -> Path:
                   alpha=0.35)
         ax.fill_between(xs, [_nan(v[0]) for v in band], [_nan(v[1]) for v in band], color=BAND_COLOR,
                         alpha=0.3, label="random sets (min-max)", step=None)
-        ax.plot(xs, [_nan(v[2]) for v in band], "--", color=BAND_COLOR, label="random sets (median)")
-    for name, rows in _by_criterion(budgets.get("rows") or []).items():
-        pts = [(r["budget"], r["relative_gain"]) for r in rows if r["relative_gain"] is not None]
+        ax.plot(xs, [_nan(v[2]) for v in band], "--", color=BAND_COLOR, marker="_", ms=14,
+                label="random sets (median)")
+    criteria = _by_criterion(budgets.get("rows") or [])
+    spacing = min(b - a for a, b in zip(xs, xs[1:], strict=False)) if len(xs) > 1 else 1
+    step = DODGE * spacing
+    for i, (name, rows) in enumerate(criteria.items()):
+        shift = (i - (len(criteria) - 1) / 2) * step  # side by side: criteria picking one set overlap
+        pts = [(r["budget"] + shift, r["relative_gain"]) for r in rows if r["relative_gain"] is not None]
         if pts:
             style = {"color": RULE_COLOR, "marker": "s"} if name == "attention" else {"marker": "o"}
             ax.plot([p[0] for p in pts], [p[1] for p in pts], "-", label=name, **style)
@@ -83,6 +90,7 @@ def plot_budgets(result: dict, path) -> Path:
     ax.set_title("selection at equal budget: each criterion's set against random sets", fontsize=10)
     if xs:
         ax.set_xticks(xs)
+        ax.set_xlim(xs[0] - spacing / 2, xs[-1] + spacing / 2)
         legend_outside(ax)
     ax.grid(alpha=0.3)
     return save(fig, path)
