@@ -151,11 +151,12 @@ def plan_summary(opts: ClaimOptions, grids: Sequence[DatasetGrid], reporter: Rep
     planned, most = sum(b["planned"] for b in bounds), sum(b["after_scoring_at_most"] for b in bounds)
     plan["budget_runs"] = planned
     plan["budget_runs_after_scoring_at_most"] = most
+    plan["budget_runs_at_most"] = planned + most
     unit = "components" if first.units is None else "parameters"
     reporter.say(f"budgets {', '.join(f'{b:,}' for b in first.budgets)} ({unit}): {planned} of these runs "
                  f"({len(first.budget_trains)} sets and references: {_listed(first.budget_trains)}); "
                  f"after the criteria are scored, at most {most} more (a criterion's set outside the "
-                 "random sets)")
+                 f"random sets): at most {planned + most} runs for the budgets in all")
     if opts.shard is not None:
         mine = opts.shard.select(runs)
         plan["shard"] = {"shard": str(opts.shard), "runs": len(mine), **counts(mine)}

@@ -131,8 +131,9 @@ def test_claim_with_budgets_writes_its_rows_and_a_rerun_trains_nothing(tmp_path)
     # 3 components and head, then for budget 2 the C(3, 2) = 3 pairs (every criterion's pair among
     # them) and full finetuning: 4 sets x 1 lr x 2 seeds, none added after scoring
     assert dry["plan"]["runs"] == 16 and dry["plan"]["budget_runs"] == 8
-    assert dry["plan"]["budget_runs_after_scoring_at_most"] == 0
-    assert any("budgets 1, 2 (components): 8 of these runs" in s for s in said)
+    assert dry["plan"]["budget_runs_after_scoring_at_most"] == 0 and dry["plan"]["budget_runs_at_most"] == 8
+    assert any("budgets 1, 2 (components): 8 of these runs" in s and "at most 8 runs for the budgets" in s
+               for s in said)
     res = _claim(tmp_path / "b", **kw)
     assert res["plan"]["trained"] == 16 and res["plan"]["budget_runs"] == 8
     record = json.loads((tmp_path / "b" / "criteria.json").read_text())
@@ -162,6 +163,7 @@ def test_a_criterion_set_outside_the_random_sets_is_trained_after_scoring(tmp_pa
               threads=1, progress=False)
     first = _claim(tmp_path / "l", shard="1/1", **kw)  # a shard trains the planned runs only
     assert first["plan"]["runs"] == 10 and first["plan"]["budget_runs_after_scoring_at_most"] == 2
+    assert first["plan"]["budget_runs_at_most"] == 5 + 2  # 4 maximal sets and full, then spectral's
     with pytest.raises(ValueError, match="--analyse-only: 1 of 1 runs are not finished .*FC1@0_FC1@1"):
         _claim(tmp_path / "l", analyse_only=True, **kw)
     res = _claim(tmp_path / "l", **kw)
