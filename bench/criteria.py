@@ -238,7 +238,9 @@ def main(argv: list[str] | None = None) -> int:
     how = ("CUDA max_memory_allocated" if torch.device(args.device).type == "cuda" else
            "CPU resident set of a fresh process per row: high-water mark minus the resident set before the "
            "model and images")
-    note = [machine_line(info), f"peak: {how}; verdict: peak <= {LIMIT:g}x the training step's"]
+    command = "python -m bench.criteria " + " ".join(sys.argv[1:] if argv is None else argv)
+    note = [machine_line(info), f"command: {command.strip()}",
+            f"peak: {how}; verdict: peak <= {LIMIT:g}x the training step's"]
     if not all([r.pop("reset") for r in out]):
         note.append("note: the high-water mark could not be reset after building the model: peaks include "
                     "its transients")
@@ -247,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     print_table(f"criteria on {args.model} (random init, img {args.img_size}), {args.images} images, batch "
                 f"{args.batch_size}, on {args.device}", out, COLUMNS, note="\n".join(note))
     if args.json:
-        write_json(args.json, {"machine": info, "command": sys.argv, "rows": out})
+        write_json(args.json, {"machine": info, "command": command.strip(), "rows": out})
     return 0
 
 
