@@ -249,10 +249,11 @@ class Capture:
                         self._note_skip()
                     return [None] * len(items)
             sums = self.pairing.sq_sums([self._view(items[i][2], where) for i in todo], backend=self.backend)
+            rows = sums.unbind(0)  # one call for every tensor's (P,) row, each kept and returned
             for j, i in enumerate(todo):
-                out[i] = sums[j]
+                out[i] = rows[j]
             if share:
-                f.keep(li, [(items[i][2], sums[j]) for j, i in enumerate(todo)])
+                f.keep(li, [(items[i][2], rows[j]) for j, i in enumerate(todo)])
         for i, (_, _, t) in enumerate(items):  # duplicates inside this call
             if out[i] is None:
                 out[i] = out[next(j for j in todo if items[j][2] is t)]
