@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..finetune import PreparedModel, prepare_model
+from ..finetune import PreparedModel
 from ..outputs.reporter import Reporter
 from ..runs.rundir import write_json_atomic
 from ..runtime.precision import autocast
@@ -103,19 +103,6 @@ def _score(opts: ClaimOptions, dataset: DatasetPlan, model: PreparedModel, names
                       components=dataset.settings.components, device=device,
                       amp=autocast(opts.amp, device), progress=progress)
     return {n: get_criterion(n).score(setting) for n in names}
-
-
-def claim_criteria(opts: ClaimOptions, datasets: list[tuple[str, DatasetPlan]], device, reporter: Reporter,
-                   *, progress: bool, write: bool,
-                   models: dict[str, PreparedModel] | None = None) -> dict[str, dict]:
-    """``{dataset key: {name: {"scores": {component: score}, "seconds": s}}}``: what
-    `vitplast.claim.analysis.analyse` correlates with the gains, for each ``(key, dataset)`` of a
-    component claim (``--criteria``; plasticity is the claim's own measurement), scored on ``models[key]``."""
-    out = {}
-    for key, dataset in datasets:
-        model = (models or {}).get(key) or prepare_model(dataset.settings, opts.seed[0])
-        out[key] = dataset_criteria(opts, dataset, model, device, reporter, progress=progress, write=write)
-    return out
 
 
 def dataset_criteria(opts: ClaimOptions, dataset: DatasetPlan, model: PreparedModel, device,

@@ -27,11 +27,12 @@ from ..runs.grid import GridSession, refuse_unfinished, runs_of_this_process
 from ..runs.rundir import write_json_atomic
 from ..runtime.device import resolve_device
 from ..runtime.distributed import DistContext
+from ..runtime.environment import world
 from .aggregate import aggregate_claims, format_aggregate, plot_aggregate
 from .analysis import analyse
 from .budget_report import plot_budgets
 from .budgets import analyse_budgets
-from .criteria_scores import claim_criteria, criteria_record, criteria_seconds
+from .criteria_scores import criteria_record, criteria_seconds, dataset_criteria
 from .datasets import dataset_plans
 from .finetuning import PlannedRun, check_plan, plan_runs, train_all
 from .grid import DatasetGrid, counts, estimate, plan_budgets, plan_dataset, plan_summary
@@ -77,7 +78,7 @@ def _jobs(opts: ClaimOptions, device) -> int:
     if opts.jobs is not None:
         return opts.jobs
     small = family_of(opts.model).small and device.type == "cpu"
-    if small and int(os.environ.get("WORLD_SIZE", "1")) == 1:
+    if small and world()[0] == 1:
         return max(1, min(2, os.cpu_count() or 1))
     return 1
 
@@ -196,9 +197,9 @@ def _measure(opts: ClaimOptions, ses: Session, grids: list[DatasetGrid]) -> dict
                 out[g.key]["unit_scores"], out[g.key]["criteria_seconds"] = _unit_scores(opts, ses, g, write)
         elif opts.shard is None:
             out[g.key] = measure_dataset(opts, g.dataset, ses.device, ses.reporter, progress=ses.progress,
-                                         write=write)
-            out[g.key]["criteria"] = claim_criteria(opts, [(g.key, g.dataset)], ses.device, ses.reporter,
-                                                    progress=ses.progress, write=write)[g.key]
+                                         write=write, model=g.model)
+            out[g.key]["criteria"] = dataset_criteria(opts, g.dataset, g.model, ses.device, ses.reporter,
+                                                      progress=ses.progress, write=write)
             out[g.key]["criteria_seconds"] = criteria_seconds(out[g.key])
     return out
 
@@ -206,13 +207,12 @@ def _measure(opts: ClaimOptions, ses: Session, grids: list[DatasetGrid]) -> dict
 def _unit_scores(opts: ClaimOptions, ses: Session, g: DatasetGrid, write: bool) -> tuple[dict, dict]:
     """A layer claim's ``({criterion: {unit name: score}}, {criterion: seconds})``: plasticity from its
     measurement, the other ``--criteria`` scored (or read back) on the model the runs start from."""
-    from ..finetune import prepare_model
     from .criteria_scores import score_dataset
 
     index = {c: i for i, c in enumerate(g.measured["components"])}
     plasticity = unit_means(g.measured)
     scores = {"plasticity": {unit_name(u): float(plasticity[index[u[0]], u[1]]) for u in g.units}}
-    results = score_dataset(opts, g.dataset, prepare_model(g.dataset.settings, opts.seed[0]),
+    results = score_dataset(opts, g.dataset, g.model,
                             tuple(opts.criteria), ses.device, ses.reporter, progress=ses.progress,
                             write=write)
     for name, r in results.items():

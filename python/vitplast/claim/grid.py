@@ -15,8 +15,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from ..finetune import Prepared, prepare, unit_sizes
-from ..models.builder import build_model
+from ..finetune import Prepared, PreparedModel, check_trains_fit, prepare_model, unit_sizes
 from ..models.families import family_of
 from ..outputs.reporter import Reporter
 from .budgets import (
@@ -41,7 +40,7 @@ class DatasetGrid:
     dataset: DatasetPlan
     key: str  # the runs' dataset name ("" for a claim over one dataset)
     trains: list[str]  # the claim's own trains: the units or components and its baselines
-    prepared: Prepared
+    model: PreparedModel  # the dataset's model and data, built and checked once
     runs: list[PlannedRun]  # of the trains and of the budget_trains
     budgets: list[int]  # --budgets as resolved: components, or parameters at layer granularity
     budget_trains: list[str]  # the budgets' sets and references known before scoring, not in trains
@@ -49,14 +48,20 @@ class DatasetGrid:
     sizes: dict | None = None  # and their trainable-parameter counts, by unit name
     measured: dict | None = None  # a layer claim measures first: its plan depends on it
 
+    @property
+    def prepared(self) -> Prepared:
+        return self.model.prepared
+
 
 def plan_dataset(opts: ClaimOptions, dataset: DatasetPlan, *, device, reporter: Reporter,
                  progress: bool) -> DatasetGrid:
     """The dataset's trains, checks and runs; a layer claim measures plasticity first (in memory)."""
+    model = prepare_model(dataset.settings, opts.seed[0])  # the model and data built and checked once
     measured = units = sizes = None
     if opts.granularity == "layer":
-        measured = measure_dataset(opts, dataset, device, reporter, progress=progress, write=False)
-        units, sizes, trains = plan_layers(opts, measured)
+        measured = measure_dataset(opts, dataset, device, reporter, progress=progress, write=False,
+                                   model=model)
+        units, sizes, trains = plan_layers(opts, measured, model.built.net)
         budgets = list(opts.budgets or [2 * max(sizes.values())])
     else:
         saved_measurement(opts, dataset)  # one measured with other options is refused now
@@ -66,18 +71,18 @@ def plan_dataset(opts: ClaimOptions, dataset: DatasetPlan, *, device, reporter: 
     sets = budget_sets(opts, names, sizes, budgets, scores={})
     references = [t for t in REFERENCES if t not in trains]
     budget_trains = new_trains(sets, trains + references) + references
-    prepared = prepare(dataset.settings, trains, opts.seed[0])  # the model and data checked once
+    check_trains_fit(dataset.settings, trains, model)
     key = dataset.name if dataset.several else ""
     runs = plan_runs(dataset.out, dataset.settings, trains + budget_trains, opts.lr, opts.seed, key)
-    return DatasetGrid(dataset, key, trains, prepared, runs, budgets, budget_trains, units, sizes, measured)
+    return DatasetGrid(dataset, key, trains, model, runs, budgets, budget_trains, units, sizes, measured)
 
 
-def plan_layers(opts: ClaimOptions, measured: dict):
+def plan_layers(opts: ClaimOptions, measured: dict, net):
     """``(units, sizes, trains)`` of a layer-granularity claim: every (component, layer) unit of
-    ``--components``, each unit's trainable-parameter count by name, and the trains (each unit, then
-    the head-only baseline, as ``vitplast finetune --train`` values)."""
-    built = build_model(opts, 10)
-    sizes = unit_sizes(built.net)
+    ``--components``, each unit's trainable-parameter count by name (read from ``net``, the dataset's
+    model), and the trains (each unit, then the head-only baseline, as ``vitplast finetune --train``
+    values)."""
+    sizes = unit_sizes(net)
     units = units_of(measured, opts.components)
     missing = [u for u in units if u not in sizes]
     if missing:

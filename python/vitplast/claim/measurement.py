@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..finetune import PreparedModel, prepare_model
+from ..finetune import PreparedModel
 from ..outputs.reporter import Reporter
 from ..runs.rundir import write_json_atomic
 from ..runtime.precision import autocast
@@ -45,7 +45,7 @@ def saved_measurement(opts: ClaimOptions, dataset: DatasetPlan) -> dict | None:
 
 
 def measure_dataset(opts: ClaimOptions, dataset: DatasetPlan, device, reporter: Reporter, *, progress: bool,
-                    write: bool, model: PreparedModel | None = None) -> dict:
+                    write: bool, model: PreparedModel) -> dict:
     """The dataset's chunks: saved ones (`saved_measurement`), else measured now on ``model`` (the
     dataset's model, built and checked once by `vitplast.finetune.prepare_model`; its images prepared
     as the runs prepare theirs) and written when ``write``."""
@@ -57,8 +57,6 @@ def measure_dataset(opts: ClaimOptions, dataset: DatasetPlan, device, reporter: 
     if saved is not None:
         reporter.say(f"plasticity{dataset.tag}: loaded from {dataset.out / CHUNKS_FILE}")
         return saved
-    if model is None:
-        model = prepare_model(dataset.settings, opts.seed[0])
     built, transform = model.built, model.prepared.transform
     config = measurement_config(opts, dataset)  # what the chunks are measured with, and their record
     data = {"pretrain_data": opts.pretrain_data, "data": dataset.spec, "split": opts.split}
