@@ -134,7 +134,7 @@ def grid(out: Path, tmp: Path) -> list[str]:
 def claim(out: Path, tmp: Path) -> list[str]:
     run(CLAIM, out=out, tmp=tmp)
     fresh(out / "claim").mkdir(parents=True)
-    for name in ("claim.txt", "claim.json", "claim.png", "criteria.json"):
+    for name in ("claim.txt", "claim.json", "claim.png", "criteria.json", "budgets.png"):
         if (tmp / "runs" / "claim" / name).is_file():
             shutil.copy(tmp / "runs" / "claim" / name, out / "claim" / name)
     return [CLAIM]
