@@ -37,7 +37,7 @@ from vitplast.cli import main as cli_main
 GOLDEN = Path(__file__).resolve().parent / "golden"
 UPDATE = os.environ.get("VITPLAST_UPDATE_GOLDEN") == "1"
 TINY = {"epochs": 1, "depth": 2, "embed_dim": 32, "num_heads": 2, "batch_size": 256, "warmup_epochs": 0}
-# wall times; library versions (in the fingerprint); the model's description and the reproducibility
+# wall times (and every key ending in _seconds); library versions (in the fingerprint); the model's description and the reproducibility
 # record (wording and metadata that other changes may extend, not results)
 VOLATILE = {"seconds", "train_seconds", "versions", "model_desc", "provenance"}
 ANALYSIS_DERIVED = {"correlations", "params_correlations", "trend", "ranking", "verdict"}
@@ -66,7 +66,8 @@ def fingerprint() -> dict:
 def normalised(obj, roots: dict[str, str]):
     """``obj`` without wall times and versions, with the temporary folders named by placeholders."""
     if isinstance(obj, dict):
-        return {k: normalised(v, roots) for k, v in obj.items() if k not in VOLATILE}
+        return {k: normalised(v, roots) for k, v in obj.items()
+                if k not in VOLATILE and not k.endswith("_seconds")}
     if isinstance(obj, list):
         return [normalised(v, roots) for v in obj]
     if isinstance(obj, str):
