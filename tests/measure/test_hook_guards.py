@@ -29,6 +29,7 @@ def _flag() -> bool:
     return torch._dynamo.config.skip_nnmodule_hook_guards
 
 
+@pytest.mark.slow
 def test_import_leaves_dynamo_config_untouched():
     """A fresh interpreter: torch._dynamo's whole config is the same before and after importing the
     kernels and the applications' integrations."""

@@ -589,6 +589,7 @@ def test_world_size_is_checked_for_python_callers_too(tmp_path, monkeypatch):
     assert _tree(tmp_path) == []
 
 
+@pytest.mark.slow
 def test_kernel_library_reads_its_variables_at_use_not_import(tmp_path):
     code = ("import vitplast_kernels, vitplast.cli\n"
             "from vitplast_kernels.backends import cuda\n"
@@ -706,6 +707,7 @@ def test_ctrl_c_on_jobs_2_leaks_no_semaphore_exit_130(tmp_path):
 # -- item 13: output never costs results ---------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_ascii_terminal_keeps_the_measurement(tmp_path, monkeypatch):
     import io
 

@@ -34,6 +34,7 @@ def whole(tmp_path_factory):
     return out, claim(out=str(out), **SMALL)
 
 
+@pytest.mark.slow
 def test_the_dry_run_names_every_run_of_other_options(whole, tmp_path):
     out, _ = whole
     before = _tree(out)
@@ -49,6 +50,7 @@ def test_the_dry_run_names_every_run_of_other_options(whole, tmp_path):
     assert _tree(out) == before  # nothing written, nothing trained
 
 
+@pytest.mark.slow
 def test_two_shards_and_an_analysis_pass_give_the_whole_result(whole, tmp_path, monkeypatch):
     out, ref = whole
     sharded = tmp_path / "sharded"

@@ -54,6 +54,7 @@ def _changed(before: dict, after: dict) -> set[str]:
     return {n for n in before if not torch.equal(before[n], after[n])}
 
 
+@pytest.mark.slow
 def test_custom_labels_train_and_monitor_exactly_their_modules(tmp_path):
     import timm
     from safetensors.torch import load_file, save_file
@@ -121,6 +122,7 @@ def test_lora_targets_are_checked_with_the_options(options, match):
         resolve_options(**{"out": "x", **options})
 
 
+@pytest.mark.slow
 def test_lora_targets_restrict_the_adapters_to_their_layers(tmp_path):
     pytest.importorskip("peft")
     import warnings

@@ -119,6 +119,7 @@ def test_grid_aggregates_and_refuses_to_overwrite(tmp_path):
     assert [s["final_acc"] for s in again["runs"]] == [s["final_acc"] for s in res["runs"]]
 
 
+@pytest.mark.slow
 def test_auto_picks_components_within_budget(tmp_path):
     res = _run(tmp_path, train="auto", budget=700, steps=3, batch_size=16, monitor_every=0)
     s = res["runs"][0]

@@ -82,6 +82,7 @@ def test_defaults_are_the_papers_protocol_and_the_schedule_warms_up():
     assert all(a > b for a, b in zip(lrs[2:], lrs[3:], strict=False)) and lrs[-1] < 0.01
 
 
+@pytest.mark.slow
 def test_grad_accum_takes_the_same_steps(tmp_path):
     common = dict(**TINY, train="MHA", steps=3, batch_size=16, lr="0.05", monitor_every=0, export=True,
                   reporter=quiet())
@@ -99,6 +100,7 @@ def test_grad_accum_takes_the_same_steps(tmp_path):
     assert not (tmp_path / "bad").exists()
 
 
+@pytest.mark.slow
 def test_a_run_written_before_the_recipe_options_resumes_only_as_it_ran(tmp_path):
     from helpers import Killed, kill_after
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 from vitplast.finetune.log import tensorboard_write
 from vitplast.finetune.plots import STEP_HEATMAP, plot_curves, plot_grid, seed_note
 from vitplast.finetune.report import format_table
@@ -48,6 +49,7 @@ def test_tensorboard_carries_per_layer_values():
     assert all(step == 10 for _, _, step in tb.scalars)
 
 
+@pytest.mark.slow
 def test_curves_and_the_steps_heatmap(tmp_path):
     path = plot_curves(_records(), tmp_path / "plots" / "curves.png", title="MHA lr=0.001 seed=0")
     assert path.stat().st_size > 10_000

@@ -161,6 +161,7 @@ def test_out_existing_file_and_read_only_dir_before_any_work(tmp_path, capsys, m
     assert rc == 2 and "holds files this run did not write (notes.txt)" in _one_error_line(err)
 
 
+@pytest.mark.slow
 def test_model_without_preset(images, capsys):
     argv = ["measure", "--model", "resnet18", "--random-init", "--img-size", "32", "--data", str(images),
             "--no-progress", "--batch-size", "4", "--batches", "1"]

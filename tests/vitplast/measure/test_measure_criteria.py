@@ -19,6 +19,7 @@ def test_the_option_lists_every_registered_criterion():
     assert CRITERION_NAMES == tuple(CRITERIA)
 
 
+@pytest.mark.slow
 def test_size_gives_each_units_exact_parameter_count(tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["measure", "--criterion", "size", "--model", "vit_tiny_patch16_224", "--random-init",

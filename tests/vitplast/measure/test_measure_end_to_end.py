@@ -150,6 +150,7 @@ def test_cache_dir_from_environment(monkeypatch, tmp_path):
     assert digits.cache_root(tmp_path / "x") == tmp_path / "x"
 
 
+@pytest.mark.slow
 def test_options_object_keywords_and_overrides_measure_alike(cache):
     import dataclasses
 

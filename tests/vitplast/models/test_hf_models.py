@@ -86,6 +86,7 @@ def test_measure_cli_on_an_hf_folder(vit_dir, images, tmp_path, capsys):
     assert record["transform"]["mean"] == pytest.approx([0.1, 0.2, 0.3])
 
 
+@pytest.mark.slow
 def test_finetune_cli_on_an_hf_folder_replaces_the_head(vit_dir, tmp_path, capsys):
     out = tmp_path / "run"
     argv = ["finetune", "--model", f"hf:{vit_dir}", "--data", "synthetic", "--train", "MHA", "--steps", "2",

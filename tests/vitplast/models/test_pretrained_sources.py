@@ -65,6 +65,7 @@ def _cli(argv, capsys) -> tuple[int, list[str]]:
     return rc, [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
 
 
+@pytest.mark.slow
 def test_tagged_and_hf_hub_names_load_the_cached_weights(hub, weights):
     for name in (TAG, f"hf-hub:{REPO}"):
         built = build_model(ModelOptions(model=name, pretrained=True), 2)
@@ -76,6 +77,7 @@ def test_tagged_and_hf_hub_names_load_the_cached_weights(hub, weights):
         assert (t.mean, t.std, t.interpolation, t.crop_pct) == ((0.5,) * 3, (0.5,) * 3, "bicubic", 0.9)
 
 
+@pytest.mark.slow
 def test_model_arg_pretrained_and_overlay_file(hub, weights, tmp_path):
     built = build_model(ModelOptions(model=TAG, model_kwargs={"pretrained": True}), 3)
     assert _same_blocks(built.net, weights[1])
@@ -152,6 +154,7 @@ def test_the_normalisation_comes_from_the_model_config():
     assert deit.mean == pytest.approx((0.485, 0.456, 0.406)) and deit.interpolation == "bicubic"
 
 
+@pytest.mark.slow
 def test_finetune_and_claim_take_the_same_model_arguments(hub, weights, images, tmp_path, capsys):
     out = tmp_path / "run"
     rc, lines = _cli(["finetune", "--model", TAG, "--pretrained", "--data", str(images), "--img-size", "32",

@@ -29,6 +29,7 @@ def _metrics(out):
     return {p.parent.name: p.read_text() for p in sorted(out.glob("*/metrics.jsonl"))}
 
 
+@pytest.mark.slow
 def test_shards_then_analyse_only_give_the_grid(here, tmp_path):
     out, ref = here
     said = []

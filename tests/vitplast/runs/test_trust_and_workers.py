@@ -87,6 +87,7 @@ def test_claim_refuses_a_planted_pickle_in_a_run(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------ item 9
+@pytest.mark.slow
 def test_measure_replays_from_its_seed(tmp_path):
     from vitplast.measure import measure
 
