@@ -121,7 +121,8 @@ def setting_for(opts: MeasureOptions, subject, names: tuple[str, ...], progress:
     import torch
 
     from vitplast.criteria import Setting
-    from vitplast.models.builder import DIGITS_MODEL, build_model
+    from vitplast.models.builder import build_model
+    from vitplast.models.families import family_of
     from vitplast.runtime.precision import autocast
 
     downstream = subject.data.y if subject.data.y is not None else subject.data.x
@@ -135,7 +136,7 @@ def setting_for(opts: MeasureOptions, subject, names: tuple[str, ...], progress:
                 built = build_model(opts, classes, allow_partial=opts.allow_partial_weights,
                                     cache_dir=opts.cache_dir, seed=opts.seed,
                                     pretrain_config=opts.pretrain_config)
-                if built.name == DIGITS_MODEL:  # it keeps its pretraining head: a run replaces it
+                if family_of(built.name).keeps_pretraining_head:  # a finetuning run replaces it
                     built.net.reset_classifier(classes)
             models[seed] = built.net.to(subject.device).eval()
         return models[seed]

@@ -180,16 +180,12 @@ def _check_out(opts: MeasureOptions):
 def _architecture(opts: MeasureOptions) -> Architecture:
     """The model ``opts`` asks for (completed from the finetune run or model folder of ``--weights``; its
     ``--model-arg`` keywords over that run's), checked before anything is opened or built."""
-    from vitplast.models.digits import check_digits_options
+    from vitplast.models.families import FAMILIES
     from vitplast.models.sources import plan_model
 
     plan = plan_model(opts)
-    if plan.source.kind == "digits":
-        check_digits_options(plan.model_kwargs, plan.img_size, opts.pretrain_config)
-        if plan.weights is None and not plan.random_init:  # it will be pretrained into the cache unless there
-            from vitplast.models.digits import check_cache_dir
-
-            check_cache_dir(opts.cache_dir)
+    family = FAMILIES[plan.source.kind]
+    family.check_build(plan, pretrain_config=opts.pretrain_config, cache_dir=opts.cache_dir)
     return Architecture(plan.source.name, plan.model_kwargs)
 
 

@@ -50,6 +50,14 @@ def _check_digits(model_kwargs: dict | None, img_size: int | None) -> None:
     check_digits_options(model_kwargs, img_size)
 
 
+def _check_digits_plan(plan: ModelPlan, pretrain_config: dict | None, cache_dir) -> None:
+    from .digits import check_cache_dir, check_digits_options
+
+    check_digits_options(plan.model_kwargs, plan.img_size, pretrain_config)
+    if plan.weights is None and not plan.random_init:  # pretrained into the cache on its first use
+        check_cache_dir(cache_dir)
+
+
 def _pretrain_digits(progress: bool) -> None:
     from .digits import pretrained_digits_vit
 
@@ -69,6 +77,13 @@ class ModelFamily:
     profiled: bool = True  # `vitplast profile` times it
     check: Callable[[dict | None, int | None], None] | None = None  # of --model-arg and --img-size
     warm_up: Callable[[bool], None] | None = None  # one-time work before anything is timed
+    check_plan: Callable[[ModelPlan, dict | None, object], None] | None = None  # before a build
+
+    def check_build(self, plan: ModelPlan, *, pretrain_config: dict | None = None, cache_dir=None) -> None:
+        """ValueError when building ``plan`` cannot work: its model options, and where its one-time
+        work would write (``cache_dir``, ``pretrain_config``: the digits ViT's pretraining)."""
+        if self.check_plan is not None:
+            self.check_plan(plan, pretrain_config, cache_dir)
 
     def check_options(self, model_kwargs: dict | None, img_size: int | None) -> None:
         """ValueError when the model options ask what this family's models cannot do."""
@@ -83,7 +98,7 @@ class ModelFamily:
 
 FAMILIES = {
     "digits": ModelFamily("digits", _build_digits, keeps_pretraining_head=True, small=True, profiled=False,
-                          check=_check_digits, warm_up=_pretrain_digits),
+                          check=_check_digits, warm_up=_pretrain_digits, check_plan=_check_digits_plan),
     "timm": ModelFamily("timm", _build_timm),
     "hf": ModelFamily("hf", _build_hf),
 }
