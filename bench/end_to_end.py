@@ -63,20 +63,12 @@ def added_cost_ratio(peer_pct: float, capture_pct: float) -> float:
 
 
 def capture_step(model: torch.nn.Module, images: torch.Tensor) -> Callable[[], torch.Tensor]:
-    """One measurement step with a capture built once (component match, hooks' closures, the
-    accumulators and their index constants) and kept between steps: attach, forward, detach, result
-    read on the host. The sums accumulate over the steps, as over a measurement's batches; between
-    steps the model runs without hooks (the other peers of the rounds time the bare model)."""
-    import vitplast_kernels as vk
+    """One measurement step as `vitplast profile` times it (`vitplast.profile.profiler.capture_fn`,
+    in_situ, halves): a capture built once and kept between steps, attached for each forward, the
+    result read on the host."""
+    from vitplast.profile import profiler as pf
 
-    cap = vk.capture(model, protocol="in_situ", pairs="halves")
-
-    def run() -> torch.Tensor:
-        with torch.no_grad(), cap:
-            model(images)
-        return vk.pairwise_plasticity(cap).stats.cpu()
-
-    return run
+    return pf.capture_fn(model, images, "in_situ", "halves")
 
 
 def _row(model_name: str, batch: int, dtype: torch.dtype, device: torch.device, reps: int) -> dict[str, Any]:

@@ -100,13 +100,16 @@ def forward_fn(model: nn.Module, images: torch.Tensor) -> Callable[[], Any]:
 
 
 def capture_fn(model: nn.Module, images: torch.Tensor, protocol: str, pairs: str) -> Callable[[], Any]:
-    """One measurement step: capture around the forward, the result, its statistics read on the host."""
+    """One measurement step with a capture built once (component match, hooks' closures, accumulators)
+    and kept between steps, as a measurement keeps it over its batches: attach, forward, detach, the
+    result's statistics read on the host. The sums accumulate over the steps; between steps the model
+    runs without hooks."""
+    cap = vk.capture(model, protocol=protocol, pairs=pairs)
 
     def run():
-        with torch.no_grad(), vk.capture(model, protocol=protocol, pairs=pairs) as acts:
+        with torch.no_grad(), cap:
             model(images)
-        res = vk.pairwise_plasticity(acts)
-        return res.stats.cpu()
+        return vk.pairwise_plasticity(cap).stats.cpu()
 
     return run
 
