@@ -35,7 +35,8 @@ test: install
 	$(BIN)/python -m pytest -q tests
 
 # the quick loop: every test but those marked slow (multi-process, torch.compile/inductor, runs killed
-# and resumed in subprocesses, Lightning); about 3 minutes on 2 cores (172 s on 2026-12-03; the target is 2). `make test` still runs them all
+# and resumed in subprocesses, Lightning); about 2.5 minutes on 2 cores (144 s of tests on a quiet 2026-12-03,
+# 172 s before the slowest were marked; the target is 2). `make test` still runs them all
 test-fast: install
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q -m "not slow" tests
@@ -58,7 +59,8 @@ lint: install
 docs: install
 	$(BIN)/mkdocs build --strict --site-dir $(SITE)
 
-# every table and figure the pages show from a command, rerun into docs/generated/ (about 3 min on 2 cores)
+# every table and figure the pages show from a command, rerun into docs/generated/ (about 10 min on 2 cores,
+# 7 of them the default claim)
 docs-data: install
 	$(BIN)/python docs/generate.py
 
