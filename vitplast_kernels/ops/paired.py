@@ -160,25 +160,19 @@ def grouped_sq_sums(
     return call_backend(resolve(backend, a[0].device, dtype=a[0].dtype).grouped, a, b, (*a, *b))
 
 
-# eager calls of `halves_sq_sums`: the backend of each (name, device, dtype) once it has resolved
-_RESOLVED: dict[tuple[str, torch.device, torch.dtype], object] = {}
-
-
 def halves_sq_sums(tensors: Sequence[torch.Tensor], *, backend: str = "auto") -> torch.Tensor:
     """``G`` tensors ``(2B, ...)`` of one dtype and device -> ``(G, B)`` float64 sums of squared
     differences of rows ``i`` and ``i + B``: ``grouped_sq_sums([t[:B] ...], [t[B:] ...])``, the
-    capture's call on every hook. In eager mode the checks run once per tensor rather than per half and
-    the backend is resolved once per (backend, device, dtype); anything else (a tensor that fails a
-    check, a traced call) takes `grouped_sq_sums` itself, whose errors name the offending tensor."""
+    capture's call on every hook. In eager mode the checks run once per tensor rather than per half;
+    the backend is resolved on every call, as every op resolves it (``VITPLAST_*`` variables are read
+    when used); anything else (a tensor that fails a check, a traced call) takes `grouped_sq_sums`
+    itself, whose errors name the offending tensor."""
     first = tensors[0]
     n = first.shape[0] if isinstance(first, torch.Tensor) and first.dim() >= 2 else 0
     half = n // 2
     if torch.compiler.is_compiling() or n < 2 or n % 2 or not _same_kind(tensors, first, n):
         return grouped_sq_sums([t[:half] for t in tensors], [t[half:] for t in tensors], backend=backend)
-    key = (backend, first.device, first.dtype)
-    chosen = _RESOLVED.get(key)
-    if chosen is None:
-        chosen = _RESOLVED[key] = resolve(backend, first.device, dtype=first.dtype)
+    chosen = resolve(backend, first.device, dtype=first.dtype)
     return call_backend(chosen.grouped, [t[:half] for t in tensors], [t[half:] for t in tensors], tensors)
 
 
