@@ -67,7 +67,7 @@ def plan_dataset(opts: ClaimOptions, dataset: DatasetPlan, *, device, reporter: 
         saved_measurement(opts, dataset)  # one measured with other options is refused now
         trains = opts.trains
         budgets = list(opts.budgets or DEFAULT_COMPONENT_BUDGETS)
-    names = list(opts.ranked) if units is None else [unit_name(u) for u in units]
+    names = unit_names(opts, units)
     sets = budget_sets(opts, names, sizes, budgets, scores={})
     references = [t for t in REFERENCES if t not in trains]
     budget_trains = new_trains(sets, trains + references) + references
@@ -102,11 +102,17 @@ def budget_sets(opts: ClaimOptions, units: list[str], sizes: dict | None, budget
     return [layer_sets(scores, units, sizes, b, **common) for b in budgets]
 
 
+def unit_names(opts: ClaimOptions, units: list | None) -> list[str]:
+    """What a budget's sets are made of: ``--components`` ranked by the claim, or a layer claim's
+    ``(component, layer)`` units by name (``MHA@3``)."""
+    return list(opts.ranked) if units is None else [unit_name(u) for u in units]
+
+
 def plan_budgets(opts: ClaimOptions, g: DatasetGrid, scores: dict[str, dict]
                  ) -> tuple[list[BudgetSets], list[PlannedRun]]:
     """Each budget's sets from the criteria ``scores``, and the runs of the criteria's sets that the
     plan does not hold yet (for every lr of ``--lr`` and seed)."""
-    names = list(opts.ranked) if g.units is None else [unit_name(u) for u in g.units]
+    names = unit_names(opts, g.units)
     sets = budget_sets(opts, names, g.sizes, g.budgets, scores)
     new = new_trains(sets, g.trains + g.budget_trains)
     return sets, plan_runs(g.dataset.out, g.dataset.settings, new, opts.lr, opts.seed, g.key)
@@ -115,7 +121,7 @@ def plan_budgets(opts: ClaimOptions, g: DatasetGrid, scores: dict[str, dict]
 def budget_bound(opts: ClaimOptions, g: DatasetGrid) -> dict:
     """The budgets' runs in the plan, and at most how many more the criteria's sets add once scored
     (`vitplast.claim.budgets.upper_bound`)."""
-    names = list(opts.ranked) if g.units is None else [unit_name(u) for u in g.units]
+    names = unit_names(opts, g.units)
     sets = budget_sets(opts, names, g.sizes, g.budgets, scores={})
     bound = upper_bound(sets, n_criteria=len(dict.fromkeys(["plasticity", *opts.criteria])),
                         layer=g.units is not None)
