@@ -35,7 +35,7 @@ test: install
 	$(BIN)/python -m pytest -q tests
 
 # the quick loop: every test but those marked slow (multi-process, torch.compile/inductor, runs killed
-# and resumed in subprocesses, Lightning); about 2.5 minutes on 2 cores (144 s of tests on a quiet 2026-12-03,
+# and resumed in subprocesses, Lightning); about 2 minutes on 2 cores (112 s of tests on a quiet 2026-12-03,
 # 172 s before the slowest were marked; the target is 2). `make test` still runs them all
 test-fast: install
 	$(BIN)/ruff check .
