@@ -15,19 +15,8 @@ from pathlib import Path
 from ..criteria import CRITERIA
 from ..finetune import TRAIN_ORDER, RunSettings, import_peft
 from ..models.families import family_of
-from ..options.fields import (
-    Kind,
-    OptionError,
-    checked,
-    choice,
-    csv,
-    fail_on,
-    integer,
-    number,
-    option,
-    optional,
-    settle,
-)
+from ..options import fields
+from ..options.fields import OptionError, choice, csv, integer, option, optional, settle
 from ..options.groups import GROUP_TITLES, HOLDOUT, DataOptions, ModelOptions, OptimOptions, RuntimeOptions
 from ..options.parsing import MAX_SEED, MAX_STEPS
 from ..outputs.paths import check_out_dir, foreign_files
@@ -68,7 +57,7 @@ def _data_specs(value):
     return values
 
 
-_LRS = csv(number(positive=True), unique=True)
+_LRS = csv(fields.number(positive=True), unique=True)
 
 
 def _lr_text(text: str):
@@ -85,10 +74,10 @@ class ClaimOptions(ExecutorOptions, RuntimeOptions, OptimOptions, DataOptions, M
         None, f"Y, a downstream dataset: pairs and finetuning (default: {DEFAULT_DATA}); repeat it (or use "
         "--datasets) for one experiment over several: each analysed alone, then all together; ImageFolder "
         "DIR, digits:CLASSES, cifar10:DIR, cifar100:DIR", metavar="SPEC", group="data", action="append",
-        kind=optional(Kind(str, _data_specs)))
+        kind=optional(fields.Kind(str, _data_specs)))
     datasets: list | None = option(None, "downstream datasets, comma-separated (as repeated --data)",
                                    metavar="SPEC,SPEC", group="data",
-                                   kind=optional(csv(checked(str.strip), unique=True)))
+                                   kind=optional(csv(fields.checked(str.strip), unique=True)))
     steps: int | None = option(None, f"steps per run (default: {COMPONENT_STEPS}; {LAYER_STEPS} with "
                                "--granularity layer)", group="optim", kind=optional(integer(1, MAX_STEPS)))
     pretrain_data: str = option("digits:0-4", "X, the pretraining-side data of the matched pairs (default: "
@@ -108,7 +97,7 @@ class ClaimOptions(ExecutorOptions, RuntimeOptions, OptimOptions, DataOptions, M
     components: list = option(
         ",".join(TRAIN_ORDER), "components trained alone (default: %(default)s), and the baselines full, "
         "lora (peft) and head, trained and reported beside them but not ranked (the paper's grid: "
-        "MHA,FC1,FC2,LN1,LN2,full,lora)", group="train", kind=csv(checked(_component), unique=True))
+        "MHA,FC1,FC2,LN1,LN2,full,lora)", group="train", kind=csv(fields.checked(_component), unique=True))
     granularity: str = option(
         "component", "component: each component in every layer at once (default); layer: each (component, "
         "layer) alone", group="train",
@@ -128,7 +117,7 @@ class ClaimOptions(ExecutorOptions, RuntimeOptions, OptimOptions, DataOptions, M
     lr: list | str | None = option(
         None, f"learning-rate grid; each train keeps its best (default: auto); auto: {LR_GRID} "
         f"({LAYER_LR_GRID} with --granularity layer), widened x3 (at most twice per side) for a train whose "
-        "best lr is at an edge", group="train", kind=optional(Kind(_lr_text, _lr_check)))
+        "best lr is at an edge", group="train", kind=optional(fields.Kind(_lr_text, _lr_check)))
     seed: list = option("0,1,2", "seeds (default: %(default)s)", group="train",
                         kind=csv(integer(0, MAX_SEED), unique=True))
     eval_limit: int = option(0, "validate on the first N images", group="train", kind=integer(0))
@@ -157,7 +146,7 @@ class ClaimOptions(ExecutorOptions, RuntimeOptions, OptimOptions, DataOptions, M
                            "nothing", group="out", action="store_true")
     time_budget: float | None = option(None, "estimate first (as --dry-run) and refuse to start beyond this "
                                        "many minutes", metavar="MINUTES", group="out",
-                                       kind=optional(number(positive=True)))
+                                       kind=optional(fields.number(positive=True)))
     run_plots: bool = option(False, "also draw each run's curves", group="out", action="store_true")
     calibrate_steps: int = option(10, kind=integer(1), cli=False)
     lr_auto: bool = option(False, cli=False)  # set by validate: --lr auto was given (lr is then the grid)
@@ -198,7 +187,7 @@ class ClaimOptions(ExecutorOptions, RuntimeOptions, OptimOptions, DataOptions, M
             raise OptionError("--components: the baselines full, lora and head apply to --granularity "
                               "component (a layer claim compares every unit with the head-only run)")
         if "lora" in self.components:
-            fail_on("--components lora", import_peft)
+            fields.fail_on("--components lora", import_peft)
         self.validate_executor()
         if self.pairs < self.pair_batch:
             raise OptionError(f"--pairs ({self.pairs}) must be at least --pair-batch ({self.pair_batch})")
