@@ -45,13 +45,14 @@ def _build_hf(plan: ModelPlan, request: BuildRequest) -> BuiltModel:
 
 
 def _check_digits(model_kwargs: dict | None, img_size: int | None) -> None:
-    from .digits import check_digits_options
+    from .digits_vit import check_digits_options
 
     check_digits_options(model_kwargs, img_size)
 
 
 def _check_digits_plan(plan: ModelPlan, pretrain_config: dict | None, cache_dir) -> None:
-    from .digits import check_cache_dir, check_digits_options
+    from .digits import check_cache_dir
+    from .digits_vit import check_digits_options
 
     check_digits_options(plan.model_kwargs, plan.img_size, pretrain_config)
     if plan.weights is None and not plan.random_init:  # pretrained into the cache on its first use
