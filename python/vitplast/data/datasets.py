@@ -9,7 +9,8 @@
 become the model's input: image files are resized, cropped and normalised as it says, the digits
 normalised with its mean and std; None is each dataset's fixed preparation (below). ``augment`` adds
 timm's train-time augmentation to image files; an item addressed as ``dataset[(index, seed)]`` draws its
-augmentation from ``seed`` alone (the same image, crop and flip in any process, on any resume).
+augmentation from ``seed`` alone (the same image, crop and flip in any process, on any resume), while
+``dataset[index]`` is the image without augmentation.
 
 Specs:
 
@@ -96,18 +97,21 @@ def seeded_draws(seed: int):
 
 
 class _Labelled(Dataset):
-    """A dataset (or subset/concat of one) that exposes ``.classes`` and ``.num_classes``; with
-    ``skip_bad_images`` an undecodable image gives the item ``None`` and its path in ``.bad_images``;
-    ``augmented``: its items draw a random augmentation (``dataset[(index, seed)]`` draws it from
-    ``seed``)."""
+    """A dataset (or subset/concat of one) of undecoded images that exposes ``.classes`` and
+    ``.num_classes`` and prepares each image with ``transform``; with ``skip_bad_images`` an undecodable
+    image gives the item ``None`` and its path in ``.bad_images``. With an ``augmentation`` (then
+    ``.augmented``), ``dataset[(index, seed)]`` prepares the image with it, its random draws taken from
+    ``seed``, while ``dataset[index]`` stays the plain preparation: one dataset serves the training steps
+    and the evaluation of held-out training images."""
 
     def __init__(self, inner: Dataset, classes: Sequence[str], skip_bad_images: bool = False,
-                 augmented: bool = False):
+                 transform=None, augmentation=None):
         self.inner = inner
         self.classes = list(classes)
         self.num_classes = len(self.classes)
         self.skip_bad_images = skip_bad_images
-        self.augmented = augmented
+        self.transform, self.augmentation = transform, augmentation
+        self.augmented = augmentation is not None
         self.bad_images: list[str] = []
 
     def __len__(self) -> int:
@@ -117,7 +121,10 @@ class _Labelled(Dataset):
         if isinstance(idx, tuple):
             index, seed = idx
             with seeded_draws(int(seed)):
-                return self[int(index)]
+                return self._prepared(int(index), self.augmentation or self.transform)
+        return self._prepared(idx, self.transform)
+
+    def _prepared(self, idx: int, transform):
         try:
             image, label = self.inner[idx]
         except BadImageError as exc:
@@ -126,7 +133,7 @@ class _Labelled(Dataset):
             if exc.path not in self.bad_images:
                 self.bad_images.append(exc.path)
             return None
-        return image, int(label)
+        return (image if transform is None else transform(image)), int(label)
 
 
 def _check_split(split: str) -> None:
@@ -211,11 +218,11 @@ def _synthetic(split: str, img_size: int, seed: int, num_classes: int = 4, per_c
     return TensorImageDataset(images[idx], labels[idx], [f"class{c}" for c in range(num_classes)])
 
 
-def _file_transform(img_size: int, transform: ImageTransform | None, augment: bool):
-    """The transform of image files: ``transform`` at ``img_size`` (None: the fixed one), augmented
-    when ``augment``."""
+def _file_transforms(img_size: int, transform: ImageTransform | None, augment: bool):
+    """``(transform, augmentation)`` of image files: ``transform`` at ``img_size`` (None: the fixed one),
+    and its train-time augmentation when ``augment`` (else None)."""
     tf = (transform or fixed_transform(img_size)).resized(img_size)
-    return tf.image_transform(augment=augment)
+    return tf.image_transform(), (tf.image_transform(augment=True) if augment else None)
 
 
 def _cifar(kind: str, root: str, split: str, img_size: int, transform: ImageTransform | None = None,
@@ -227,11 +234,11 @@ def _cifar(kind: str, root: str, split: str, img_size: int, transform: ImageTran
     root = os.path.expanduser(root)
     if os.path.basename(os.path.normpath(root)) == folder:  # DIR given as the extracted folder itself
         root = os.path.dirname(os.path.normpath(root))
-    tf = _file_transform(img_size, transform, augment)
+    transforms = _file_transforms(img_size, transform, augment)
     parts = []
     for train in ([True, False] if split == "all" else [split == "train"]):
         try:
-            parts.append(cls(root=root, train=train, download=False, transform=tf))
+            parts.append(cls(root=root, train=train, download=False))
         except RuntimeError as exc:
             raise FileNotFoundError(
                 f"{kind} not found under {root!r}: expected the python-version archive extracted as "
@@ -239,31 +246,31 @@ def _cifar(kind: str, root: str, split: str, img_size: int, transform: ImageTran
                 f"`tar xzf {cls.filename} -C {root}`); nothing is downloaded"
             ) from exc
     ds = parts[0] if len(parts) == 1 else ConcatDataset(parts)
-    return _Labelled(ds, parts[0].classes, augmented=augment)
+    return _Labelled(ds, parts[0].classes, False, *transforms)
 
 
 def _image_folder(root: str, split: str, img_size: int, seed: int, skip_bad: bool = False,
                   transform: ImageTransform | None = None, augment: bool = False) -> Dataset:
     from .folders import ImageFolder
 
-    tf = _file_transform(img_size, transform, augment)
+    transforms = _file_transforms(img_size, transform, augment)
     train_dir, val_dir = os.path.join(root, "train"), os.path.join(root, "val")
     if os.path.isdir(train_dir) and os.path.isdir(val_dir):
         dirs = {"train": [train_dir], "val": [val_dir], "all": [train_dir, val_dir]}[split]
-        parts = [ImageFolder(d, transform=tf, loader=open_image) for d in dirs]
+        parts = [ImageFolder(d, loader=open_image) for d in dirs]
         if len(parts) == 2 and parts[0].classes != parts[1].classes:
             raise ValueError(f"{train_dir} and {val_dir} hold different class folders: "
                              f"{parts[0].classes} vs {parts[1].classes}")
         ds = parts[0] if len(parts) == 1 else ConcatDataset(parts)
-        return _Labelled(ds, parts[0].classes, skip_bad, augment)
+        return _Labelled(ds, parts[0].classes, skip_bad, *transforms)
     try:
-        full = ImageFolder(root, transform=tf, loader=open_image)
+        full = ImageFolder(root, loader=open_image)
     except FileNotFoundError as exc:
         raise FileNotFoundError(f"no images found in {root!r}: an ImageFolder needs DIR/<class>/<image> "
                                 f"(or DIR/train/<class>/... and DIR/val/<class>/...)") from exc
     labels = torch.tensor(full.targets, dtype=torch.long)
     subset = Subset(full, _split_indices(labels, split, seed).tolist())
-    return _Labelled(subset, full.classes, skip_bad, augment)
+    return _Labelled(subset, full.classes, skip_bad, *transforms)
 
 
 def load_dataset(spec: str, split: str = "train", img_size: int = 32, seed: int = 0,

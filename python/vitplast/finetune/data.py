@@ -161,29 +161,21 @@ def evaluate(model, dataset, device, *, limit=0, batch_size=256, dctx=None, amp=
 
 
 def load_data(opts: DataOptions, seed: int, img_size: int, transform=None):
-    """``(train, val)`` datasets of ``--data`` at ``img_size``, prepared by ``transform`` (a
+    """``(train, val, holdout)`` datasets of ``--data`` at ``img_size``, prepared by ``transform`` (a
     `vitplast.data.transforms.ImageTransform`; None: the fixed preparation), the training images
-    augmented unless ``--no-augment``; with ``--holdout``, ``train`` is the part not held out
-    (`holdout_split`: ValueError naming ``--holdout`` when a part would be empty)."""
+    augmented unless ``--no-augment``. With ``--holdout``, ``train`` is the part not held out and
+    ``holdout`` the held-out part (`holdout_split`: ValueError naming ``--holdout`` when a part would be
+    empty), addressed by plain indices and so prepared as the validation images are, without
+    augmentation; without it ``holdout`` is None."""
     from ..data.datasets import load_dataset
 
     train = load_dataset(opts.data, "train", img_size=img_size, seed=seed, transform=transform,
                          augment=opts.augment)
-    if opts.holdout:
-        train = Positions(train, holdout_split(len(train), opts.holdout, opts.data)[0])
-    return train, load_dataset(opts.data, "val", img_size=img_size, seed=seed, transform=transform)
-
-
-def load_holdout(opts: DataOptions, seed: int, img_size: int, transform=None):
-    """The training images ``--holdout`` keeps out of `load_data`'s ``train`` (the same positions of the
-    same training set), prepared as the validation images are (no augmentation); None without
-    ``--holdout``."""
-    from ..data.datasets import load_dataset
-
+    val = load_dataset(opts.data, "val", img_size=img_size, seed=seed, transform=transform)
     if not opts.holdout:
-        return None
-    train = load_dataset(opts.data, "train", img_size=img_size, seed=seed, transform=transform)
-    return Positions(train, holdout_split(len(train), opts.holdout, opts.data)[1])
+        return train, val, None
+    kept, held = holdout_split(len(train), opts.holdout, opts.data)
+    return Positions(train, kept), val, Positions(train, held)
 
 
 def probe_batch(train_ds, n: int, dctx: DistContext, device) -> torch.Tensor:

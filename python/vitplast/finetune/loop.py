@@ -30,7 +30,7 @@ from ..runs.rundir import RunDir, RunDirError, rng_state, set_rng_state
 from ..runtime.distributed import DistContext
 from ..runtime.precision import autocast
 from .auto import trained_parts
-from .data import StepBatches, evaluate, load_data, load_holdout, probe_batch
+from .data import StepBatches, evaluate, load_data, probe_batch
 from .export import export_weights
 from .log import RunLog
 from .model import current_lr, fresh_model, make_optimizer, make_scheduler, make_trainable, run_device
@@ -134,8 +134,7 @@ def _setup(spec: RunSpec, prepared: Prepared, dctx: DistContext, rd: RunDir, rep
     amp = autocast(s.amp, device)
     torch.manual_seed(spec.seed)
     model = fresh_model(s, prepared.num_classes)
-    train_ds, val_ds = load_data(s, spec.seed, prepared.img_size, prepared.transform)
-    holdout_ds = load_holdout(s, spec.seed, prepared.img_size, prepared.transform)
+    train_ds, val_ds, holdout_ds = load_data(s, spec.seed, prepared.img_size, prepared.transform)
     model.to(device).train()
     feed = StepBatches(train_ds, s.batch_size, spec.seed, dctx.rank, dctx.world)
     _check_micro_batches(s, dctx)

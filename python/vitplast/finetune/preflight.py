@@ -66,11 +66,11 @@ def prepare_model(settings: RunSettings, seed: int) -> PreparedModel:
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        first, _ = load_data(settings, seed, CHECK_SIZE)
+        first, _, _ = load_data(settings, seed, CHECK_SIZE)
         built = built_model(settings, first.num_classes)
         model, size = built.net, built.img_size
         transform = with_overrides(built.transform, settings)
-        train_ds, val_ds = load_data(settings, seed, size, transform)
+        train_ds, val_ds, _ = load_data(settings, seed, size, transform)
     if settings.batch_size % settings.grad_accum:
         raise ValueError(f"--grad-accum {settings.grad_accum}: must divide --batch-size "
                          f"{settings.batch_size}")

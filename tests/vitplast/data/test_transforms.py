@@ -84,6 +84,23 @@ def test_augmentation_draws_from_the_item_seed(folder):
     assert not load_dataset(str(folder), "val", img_size=24, transform=AUGREG).augmented
 
 
+def test_an_augmented_dataset_addressed_by_index_is_not_augmented(folder):
+    """Held-out training images (``--holdout``) are read by plain index from the training set itself:
+    there the augmented dataset gives the images the evaluation preparation gives."""
+    from vitplast.finetune.data import load_data
+    from vitplast.finetune.options import RunSettings
+
+    ds = load_dataset(str(folder), "train", img_size=24, transform=AUGREG, augment=True)
+    plain = load_dataset(str(folder), "train", img_size=24, transform=AUGREG)
+    assert all(torch.equal(ds[i][0], plain[i][0]) for i in range(len(ds)))
+    assert not torch.equal(ds[(0, 11)][0], plain[0][0])
+    settings = RunSettings(model="vit_tiny_patch16_224", random_init=True, data=str(folder), holdout=0.25)
+    train, _, held = load_data(settings, 0, 24, AUGREG)
+    assert train.augmented and len(held) == 2
+    for k, position in enumerate(held.positions.tolist()):
+        assert torch.equal(held[k][0], plain[position][0])
+
+
 def test_augmented_training_batches_replay_from_seed_and_iteration(folder):
     from vitplast.finetune.data import StepBatches
 

@@ -12,7 +12,7 @@ import torch
 from helpers import Killed, kill_after, quiet
 from vitplast.cli import main as cli_main
 from vitplast.finetune import finetune
-from vitplast.finetune.data import StepBatches, holdout_split, load_data, load_holdout
+from vitplast.finetune.data import StepBatches, holdout_split, load_data
 from vitplast.finetune.options import RunSettings
 from vitplast.runs.rundir import read_jsonl
 
@@ -40,9 +40,10 @@ def test_split_is_disjoint_complete_and_the_same_in_another_process():
 
 def test_no_held_out_image_is_ever_trained_on():
     settings = RunSettings(model="vit_tiny_patch16_224", random_init=True, data="digits:0-2", holdout=0.2)
-    train, _ = load_data(settings, 3, 8)
-    held = load_holdout(settings, 3, 8)
-    whole, _ = load_data(RunSettings(model="vit_tiny_patch16_224", random_init=True, data="digits:0-2"), 3, 8)
+    train, _, held = load_data(settings, 3, 8)
+    whole, _, none = load_data(RunSettings(model="vit_tiny_patch16_224", random_init=True, data="digits:0-2"),
+                               3, 8)
+    assert none is None
     assert len(train) + len(held) == len(whole) and len(held) == round(0.2 * len(whole))
     # the rows each part holds are the rows of the whole training set at its positions
     assert torch.equal(train.images, whole.images[train.positions])
