@@ -11,18 +11,18 @@ draws. ``plasticity`` is the claim's own measurement (its chunks), not scored ag
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from ..finetune import PreparedModel
 from ..outputs.reporter import Reporter
 from ..runs.rundir import write_json_atomic
-from ..runtime.precision import autocast
 from .datasets import DatasetPlan
 from .options import ClaimOptions
+from .plasticity import chunk_result, unit_means
+from .scoring import LABELLED, PER_SEED, score_now
 
 FOLDER = "criteria"
-LABELLED = ("rgn", "fisher", "cka")
-PER_SEED = ("rgn", "fisher")
 
 
 def _options(name: str, opts: ClaimOptions, dataset: DatasetPlan, device) -> dict:
@@ -58,7 +58,7 @@ def score_dataset(opts: ClaimOptions, dataset: DatasetPlan, model: PreparedModel
     out = {n: saved for n in names if (saved := cached(folder / f"{n}.json", keys[n])) is not None}
     todo = [n for n in names if n not in out]
     if todo:
-        scored = _score(opts, dataset, model, todo, device, progress=progress)
+        scored = score_now(opts, dataset, model, todo, device, progress=progress)
         for n in todo:
             scored[n].meta.update(cache_key=keys[n], data=dataset.spec, model=built.name)
             out[n] = scored[n]
@@ -70,56 +70,37 @@ def score_dataset(opts: ClaimOptions, dataset: DatasetPlan, model: PreparedModel
     return {n: out[n] for n in names}
 
 
-def _score(opts: ClaimOptions, dataset: DatasetPlan, model: PreparedModel, names: list[str], device, *,
-           progress: bool) -> dict:
-    """``{name: CriterionResult}`` of ``names``, scored now: each seed's model as its finetuning run
-    starts it (built anew: the checks of the prepared one changed which parameters train), the labelled
-    batches the training split's."""
-    import torch
+def claim_scores(opts: ClaimOptions, dataset: DatasetPlan, model: PreparedModel, measured: dict,
+                 units: list | None, names: list[str], device, reporter: Reporter, *, progress: bool,
+                 write: bool) -> dict[str, dict]:
+    """``{criterion: {unit: score}}`` the budgets' sets are picked by on one dataset: plasticity from
+    its ``measured`` chunks first, then the other ``--criteria``, scored (or read back) on ``model``,
+    the model its runs start from. A component claim's ``units`` are None (``names``: its ranked
+    components); a layer claim's are its (component, layer) units, ``names`` theirs.
 
-    from ..criteria import Batch, Setting, get_criterion
-    from ..data.datasets import first_batches, load_dataset
-    from ..finetune import fresh_model
-
-    models: dict = {}
-
-    def model_for(seed: int):
-        if seed not in models:
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(seed)  # as the finetuning run of this seed builds its model
-                models[seed] = fresh_model(dataset.settings, model.prepared.num_classes).to(device).eval()
-        return models[seed]
-
-    batches = ()
-    if any(n in LABELLED for n in names):
-        train = load_dataset(dataset.spec, "train", img_size=model.built.img_size, seed=opts.measure_seed,
-                             transform=model.prepared.transform)
-        found = first_batches(train, opts.batch_size, opts.criterion_batches, opts.measure_seed)
-        if not found:
-            raise ValueError(f"--criterion-batches: {opts.criterion_batches}: the training split of "
-                             f"{opts.data} holds no labelled batch")
-        batches = [Batch(images.to(device), labels.to(device)) for images, labels in found]
-    setting = Setting(model_for, seeds=tuple(opts.seed), batches=batches,
-                      components=dataset.settings.components, device=device,
-                      amp=autocast(opts.amp, device), progress=progress)
-    return {n: get_criterion(n).score(setting) for n in names}
-
-
-def dataset_criteria(opts: ClaimOptions, dataset: DatasetPlan, model: PreparedModel, device,
-                     reporter: Reporter, *, progress: bool, write: bool) -> dict[str, dict]:
-    """``{name: {"scores": {component: score}, "seconds": s}}`` of a component claim's ``--criteria`` on
-    one dataset: what `vitplast.claim.analysis.analyse` correlates with the gains (plasticity is the
-    claim's own measurement)."""
-    scored = score_dataset(opts, dataset, model, tuple(opts.criteria), device, reporter, progress=progress,
-                           write=write)
-    return {n: {"scores": {c: r.overall(c) for c in r.components}, "seconds": r.cost.seconds}
-            for n, r in scored.items()}
-
-
-def criteria_seconds(measured: dict) -> dict[str, float]:
-    """Each criterion's scoring seconds, plasticity's the measurement's."""
-    return {"plasticity": measured.get("seconds"),
-            **{n: v["seconds"] for n, v in (measured.get("criteria") or {}).items()}}
+    Adds to ``measured`` what the analysis reads: ``"criteria"`` (a component claim's ``{name:
+    {"scores": {component: score}, "seconds": s}}``, what `vitplast.claim.analysis.analyse` correlates
+    with the gains) or ``"unit_scores"`` (a layer claim's scores, these), and ``"criteria_seconds"``
+    (each criterion's scoring seconds, plasticity's the measurement's)."""
+    results = score_dataset(opts, dataset, model, tuple(opts.criteria), device, reporter, progress=progress,
+                            write=write)
+    seconds = {"plasticity": measured.get("seconds"), **{n: r.cost.seconds for n, r in results.items()}}
+    if units is None:
+        measured["criteria"] = {n: {"scores": {c: r.overall(c) for c in r.components},
+                                    "seconds": r.cost.seconds} for n, r in results.items()}
+        measured["criteria_seconds"] = seconds
+        plasticity = chunk_result(measured)
+        return {"plasticity": {c: plasticity.overall(c) for c in names},
+                **{n: v["scores"] for n, v in measured["criteria"].items()}}
+    index = {c: i for i, c in enumerate(measured["components"])}
+    means = unit_means(measured)
+    named = list(zip(names, units, strict=True))
+    scores = {"plasticity": {n: float(means[index[u[0]], u[1]]) for n, u in named}}
+    for name, r in results.items():
+        scores[name] = {n: float(r.values[r.components.index(u[0]), u[1]]) if u[0] in r.components
+                        else math.nan for n, u in named}
+    measured["unit_scores"], measured["criteria_seconds"] = scores, seconds
+    return scores
 
 
 def criteria_record(result: dict) -> dict:

@@ -1,17 +1,21 @@
 """The plasticity a claim measures before finetuning, per dataset: loaded from the dataset's
 ``plasticity_chunks.json`` when it was measured with the same options, else measured
 (`vitplast.claim.plasticity.measure_chunks`) on the model the finetuning runs start from, its
-images prepared as theirs are."""
+images prepared as theirs are; then the other criteria scored beside it (`measure_claim`, the phase
+between the plan and the training)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 from ..finetune import PreparedModel
 from ..outputs.reporter import Reporter
 from ..runs.rundir import write_json_atomic
 from ..runtime.precision import autocast
+from .budget_plan import budget_sets
+from .criteria_scores import claim_scores
 from .datasets import DatasetPlan
 from .options import ClaimOptions
 from .plasticity import measure_chunks
@@ -44,19 +48,47 @@ def saved_measurement(opts: ClaimOptions, dataset: DatasetPlan) -> dict | None:
     return saved
 
 
+def planned_measurement(opts: ClaimOptions, dataset: DatasetPlan, device, reporter: Reporter, *,
+                        progress: bool, model: PreparedModel) -> dict | None:
+    """What planning needs of the measurement: a layer claim's chunks (its units come from them),
+    measured (or loaded) in memory; for a component claim None, once a measurement saved with other
+    options is refused (`saved_measurement`)."""
+    if opts.granularity != "layer":
+        saved_measurement(opts, dataset)
+        return None
+    return measure_dataset(opts, dataset, device, reporter, progress=progress, write=False, model=model)
+
+
 def measure_dataset(opts: ClaimOptions, dataset: DatasetPlan, device, reporter: Reporter, *, progress: bool,
-                    write: bool, model: PreparedModel) -> dict:
-    """The dataset's chunks: saved ones (`saved_measurement`), else measured now on ``model`` (the
-    dataset's model, built and checked once by `vitplast.finetune.prepare_model`; its images prepared
-    as the runs prepare theirs) and written when ``write``."""
+                    write: bool, model: PreparedModel, measured: dict | None = None) -> dict:
+    """The dataset's chunks: ``measured`` when given (a layer claim measures while it plans), else saved
+    ones (`saved_measurement`), else measured now on ``model`` (the dataset's model, built and checked
+    once by `vitplast.finetune.prepare_model`; its images prepared as the runs prepare theirs); written
+    when ``write`` unless saved already."""
+    now = measured is None
+    if now:
+        saved = saved_measurement(opts, dataset)
+        if saved is not None:
+            reporter.say(f"plasticity{dataset.tag}: loaded from {dataset.out / CHUNKS_FILE}")
+            return saved
+        measured = _measure_now(opts, dataset, device, progress=progress, model=model)
+    path: Path = dataset.out / CHUNKS_FILE
+    if write and not path.exists():
+        write_json_atomic(path, measured)
+    if now:
+        reporter.say(f"plasticity{dataset.tag}: {measured['pairs']} matched pairs in {measured['chunks']} "
+                     f"chunks, {measured['seconds']:.1f} s")
+    return measured
+
+
+def _measure_now(opts: ClaimOptions, dataset: DatasetPlan, device, *, progress: bool, model: PreparedModel
+                 ) -> dict:
+    """The dataset's chunks measured on ``model``, with the options they were measured with and the
+    model's provenance."""
     from ..data.datasets import load_dataset
     from ..data.transforms import transform_record
     from ..runs.provenance import provenance
 
-    saved = saved_measurement(opts, dataset)
-    if saved is not None:
-        reporter.say(f"plasticity{dataset.tag}: loaded from {dataset.out / CHUNKS_FILE}")
-        return saved
     built, transform = model.built, model.prepared.transform
     config = measurement_config(opts, dataset)  # what the chunks are measured with, and their record
     data = {"pretrain_data": opts.pretrain_data, "data": dataset.spec, "split": opts.split}
@@ -69,15 +101,26 @@ def measure_dataset(opts: ClaimOptions, dataset: DatasetPlan, device, reporter: 
                               pair_batch=opts.pair_batch, seed=opts.measure_seed, device=device,
                               amp=autocast(opts.amp, device), progress=progress)
     measured.update(config=config, provenance=record)
-    if write:
-        write_json_atomic(dataset.out / CHUNKS_FILE, measured)
-    reporter.say(f"plasticity{dataset.tag}: {measured['pairs']} matched pairs in {measured['chunks']} "
-                 f"chunks, {measured['seconds']:.1f} s")
     return measured
 
 
-def write_measurement(dataset: DatasetPlan, measured: dict) -> None:
-    """Saves chunks measured earlier (a layer claim measures before it plans) unless already saved."""
-    path: Path = dataset.out / CHUNKS_FILE
-    if not path.exists():
-        write_json_atomic(path, measured)
+def measure_claim(opts: ClaimOptions, grids: Sequence, device, reporter: Reporter, *, progress: bool,
+                  write: bool) -> tuple[dict[str, dict], dict[str, tuple[list, list[str]]]]:
+    """The measure and score phase over ``grids`` (each dataset's `DatasetGrid`): each dataset's
+    plasticity chunks (written when ``write``; a layer claim's measured while planning), its
+    ``--criteria`` scored (`.criteria_scores.claim_scores`), and from those scores the budgets' sets
+    with the trains the plan does not hold yet (`.budget_plan.budget_sets`: the budgets' second
+    phase); both by the runs' dataset name. A ``--shard`` measures and scores nothing (the final pass
+    does)."""
+    measured: dict[str, dict] = {}
+    budgets: dict[str, tuple[list, list[str]]] = {}
+    if opts.shard is not None:
+        return measured, budgets
+    for g in grids:
+        measured[g.key] = measure_dataset(opts, g.dataset, device, reporter, progress=progress, write=write,
+                                          model=g.model, measured=g.measured)
+        scores = claim_scores(opts, g.dataset, g.model, measured[g.key], g.units, g.names, device, reporter,
+                              progress=progress, write=write)
+        budgets[g.key] = budget_sets(opts, g.names, g.sizes, g.budgets.budgets, scores,
+                                     g.trains + g.budget_trains)
+    return measured, budgets

@@ -13,11 +13,13 @@ is a module-level function, its arguments and its directory.
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from ..outputs.reporter import Reporter
+from ..runtime.device import resolve_device
 from ..runtime.distributed import DistContext, init_distributed
 from .executors import GridProgress, Job, make_executor, run_jobs
 from .executors.options import ExecutorOptions
@@ -68,14 +70,26 @@ class GridSession:
             torch.set_num_threads(self._saved_threads)
         self.dist.close()
 
-    def use_threads(self, threads: int | None) -> None:
-        """The intra-op threads of the runs trained here, once the session has found them (restored at
-        its end)."""
+    def place_runs(self, opts: ExecutorOptions, *, small: bool, threads: int | None, jobs: int | None):
+        """``(device, executor)`` of the runs of this session: the device of this rank (``auto``
+        resolved; under torchrun a bare ``cuda`` is this rank's GPU), and the executor ``opts`` name.
+        Threads per run trained here (restored at the session's end): ``threads``, else 1 for a
+        ``small`` model on CPU (its matrices are tiny: more threads per run only add synchronisation),
+        else torch's default. Runs at once on this machine: ``jobs``, else for a small model on CPU one
+        per core up to 2 when this process is alone on its machine (torchrun's ranks share the cores),
+        else 1 (a large model uses the cores, or the GPU, within one run); executors that place runs on
+        a cluster do not use it."""
         import torch
 
-        self.threads = threads
-        if threads:
-            torch.set_num_threads(threads)
+        device = resolve_device(self.device, self.dist.local_rank if self.dist.enabled else None)
+        small_on_cpu = small and device.type == "cpu"
+        self.threads = threads if threads is not None else (1 if small_on_cpu else None)
+        if self.threads:
+            torch.set_num_threads(self.threads)
+        if jobs is None:
+            jobs = max(1, min(2, os.cpu_count() or 1)) if small_on_cpu and not self.dist.enabled else 1
+        return device, make_executor(opts, jobs=jobs, threads=self.threads, device_type=device.type,
+                                     lockstep=self.dist.enabled)
 
     def executor(self, opts: ExecutorOptions, *, jobs: int, device_type: str):
         """The executor ``opts`` name for this session (a context manager; under torchrun every rank

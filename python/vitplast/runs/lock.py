@@ -292,3 +292,19 @@ class RunLock:
             with contextlib.suppress(FileNotFoundError):
                 self.path.unlink()
         self.me = None
+
+
+@contextlib.contextmanager
+def holding(directory: str | os.PathLike, *, hold: bool = True) -> Iterator[None]:
+    """``directory`` (created if missing) held by this process while the block runs: its ``.lock``
+    acquired (`RunLock.acquire`: RunBusy naming a live holder), released at the end; nothing taken
+    when not ``hold``."""
+    if not hold:
+        yield
+        return
+    Path(directory).mkdir(parents=True, exist_ok=True)
+    lock = RunLock(directory).acquire()
+    try:
+        yield
+    finally:
+        lock.release()

@@ -1,0 +1,61 @@
+"""The runs of ``--budgets`` (`.budgets`) in a claim's grid: the sets that depend on no score (the
+random sets, the attention rule's, and the head-only and full-finetuning references) planned with the
+claim's own runs (`plan_budget_sets`), with at most how many runs the criteria's sets add once scored;
+then, from the criteria's scores, each budget's sets and the trains the plan does not hold yet
+(`budget_sets`)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from .budgets import (
+    DEFAULT_COMPONENT_BUDGETS,
+    REFERENCES,
+    BudgetSets,
+    component_sets,
+    layer_sets,
+    upper_bound,
+)
+from .options import ClaimOptions
+
+
+@dataclasses.dataclass(frozen=True)
+class BudgetPlan:
+    """The budgets of one dataset's grid as planned before scoring."""
+
+    budgets: list[int]  # --budgets as resolved: components, or parameters at layer granularity
+    trains: list[str]  # the budgets' sets and references known before scoring, not in the claim's trains
+    bound: dict  # runs planned, and at most how many more the criteria's sets add once scored
+
+
+def plan_budget_sets(opts: ClaimOptions, names: list[str], sizes: dict | None, trains: list[str]
+                     ) -> BudgetPlan:
+    """The budgets' trains known before scoring (each budget's sets over ``names``, component names or
+    a layer claim's unit names with their ``sizes``, beside the claim's ``trains``), and the bound on
+    the runs the criteria's sets add once scored (`vitplast.claim.budgets.upper_bound`)."""
+    default = DEFAULT_COMPONENT_BUDGETS if sizes is None else [2 * max(sizes.values())]
+    budgets = list(opts.budgets or default)
+    references = [t for t in REFERENCES if t not in trains]
+    sets, new = budget_sets(opts, names, sizes, budgets, {}, trains + references)
+    bound = upper_bound(sets, n_criteria=len(dict.fromkeys(["plasticity", *opts.criteria])),
+                        layer=sizes is not None)
+    budget_trains = new + references
+    per_run = len(opts.lr) * len(opts.seed)
+    return BudgetPlan(budgets, budget_trains, {"planned": len(budget_trains) * per_run,
+                                               "after_scoring_at_most": bound["sets"] * per_run,
+                                               "per_budget": bound["per_budget"]})
+
+
+def budget_sets(opts: ClaimOptions, names: list[str], sizes: dict | None, budgets: list[int],
+                     scores: dict[str, dict], planned: list[str]) -> tuple[list[BudgetSets], list[str]]:
+    """Each budget's sets over ``names`` (component names, or a layer claim's unit names with their
+    ``sizes``) from the criteria ``scores`` (``{criterion: {unit: score}}``; none: the random sets and
+    the attention rule only), and their trains not in ``planned``, each once (sets several criteria
+    pick are one run)."""
+    common = dict(draws=opts.draws, seed=opts.stats_seed)
+    if sizes is None:
+        sets = [component_sets(scores, names, k, **common) for k in budgets]
+    else:
+        sets = [layer_sets(scores, names, sizes, b, **common) for b in budgets]
+    new = [t for t in dict.fromkeys(t for s in sets for t in s.trains) if t not in planned]
+    return sets, new

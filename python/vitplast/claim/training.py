@@ -1,0 +1,76 @@
+"""The training phase of a claim: every run of the plan trained (or loaded) through the executor; a
+``--shard`` trains its slice and stops there. The run without ``--shard`` then widens ``--lr auto``'s
+grid where a best lr sits at an edge (`vitplast.claim.lr_auto.widen_groups`, every dataset at once)
+and trains the second phase of the budgets: the criteria's sets that the plan could not know before
+scoring (`vitplast.claim.budget_plan.budget_sets`), widened again with ``--lr auto``."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+
+from ..runs.grid import refuse_unfinished
+from .finetuning import PlannedRun, plan_runs, train_all
+from .grid import ClaimPlan
+from .lr_auto import widen_groups
+from .options import ClaimOptions
+from .session import ClaimSession
+
+
+@dataclasses.dataclass(frozen=True)
+class Trained:
+    """What the training phase leaves: each dataset's summaries (its claim's runs, the runs ``--lr
+    auto`` added and the budgets'; by the runs' dataset name) and each dataset's budgets' sets; a
+    ``--shard``'s own summaries only."""
+
+    groups: dict[str, list[dict]]
+    budget_sets: dict[str, list]
+    shard: list[dict] | None = None
+
+
+def train_claim(opts: ClaimOptions, ses: ClaimSession, executor, plan: ClaimPlan,
+                budgets: dict[str, tuple[list, list[str]]], after_step: Callable[[int], None] | None
+                ) -> Trained:
+    """Train the plan's runs; then ``--lr auto``'s widening and the budgets' second phase (``budgets``:
+    each dataset's sets from the criteria's scores, and the trains of those the plan does not hold).
+    A shard trains its own runs and ends with the line that says so. With ``--analyse-only`` every run
+    must be finished already."""
+    reporter, root = ses.reporter, Path(opts.out)
+    prepared = {g.key: g.prepared for g in plan.grids}
+    by_key = {g.key: g for g in plan.grids}
+
+    def train(planned: list[PlannedRun]) -> list[dict]:
+        if opts.analyse_only:
+            refuse_unfinished([r.spec.directory for r in planned],
+                              then="train them first (every --shard, or a run without --analyse-only)")
+        return train_all(planned, prepared, executor, reporter, progress=ses.progress, after_step=after_step)
+
+    def plan_lr(key: str, train_name: str, lr: float) -> list[PlannedRun]:
+        g = by_key[key]
+        return plan_runs(g.dataset.out, g.dataset.settings, [train_name], [lr], opts.seed, key, root=root)
+
+    if opts.shard is None:
+        added = [r for g in plan.grids
+                 for r in plan_runs(g.dataset.out, g.dataset.settings, budgets[g.key][1], opts.lr, opts.seed,
+                                    g.key, root=root)]
+        summaries = train(plan.runs)
+        groups, k = {}, 0
+        for g in plan.grids:
+            groups[g.key], k = summaries[k:k + len(g.runs)], k + len(g.runs)
+        if opts.lr_auto:
+            _, groups = widen_groups(groups, start=opts.lr, plan=plan_lr, train=train, say=reporter.say)
+        if added:
+            todo = sum(r.state != "finished" for r in added)
+            reporter.say(f"budgets: {len(added)} runs of the criteria's sets outside the random sets "
+                         f"({todo} to train)")
+            for r, summary in zip(added, train(added), strict=True):
+                groups[r.dataset].append(summary)
+            if opts.lr_auto:
+                _, groups = widen_groups(groups, start=opts.lr, plan=plan_lr, train=train, say=reporter.say)
+        return Trained(groups, {key: sets for key, (sets, _) in budgets.items()})
+    summaries = train(plan.mine)
+    ses.grid.shard_done(opts, len(plan.mine), len(plan.runs), reused=sum(s["reused"] for s in summaries),
+                        then="when every shard is done, run the same command without --shard (or "
+                        "with --analyse-only) for the analysis")
+    return Trained({}, {}, summaries)
