@@ -35,7 +35,9 @@ import math
 
 import numpy as np
 
-from .analysis import _best, _finite, accuracy_cube, relative_gains
+from .analysis import finite
+from .samples import relative_gain_table
+from .statistics import percentile_of_score, quantile_summary
 
 MAX_ENUMERATED = 50  # every random set is trained when there are at most this many
 MAX_ENUMERATED_UNITS = 16  # layer granularity: sets enumerated over the 2**n subsets of at most 16 units
@@ -149,46 +151,24 @@ def upper_bound(sets: list[BudgetSets], *, n_criteria: int, layer: bool) -> dict
     return {"per_budget": per_budget, "sets": sum(per_budget.values())}
 
 
-def percentile(value: float, random: np.ndarray) -> float | None:
-    """Where ``value`` lies among the finite ``random`` gains, in percent, ties counted half (mid-rank);
-    None when either is missing."""
-    from scipy.stats import percentileofscore
-
-    random = random[np.isfinite(random)]
-    if not math.isfinite(value) or random.size == 0:
-        return None
-    return float(percentileofscore(random, value, kind="mean"))
-
-
 def analyse_budgets(sets: list[BudgetSets], summaries: list[dict], *, seeds: list[int], unit: str) -> dict:
     """Each budget's picks with their relative gain and random percentile, the random sets' spread and
     full finetuning's relative gain, from every run summary of the dataset. ``unit``: what a budget
-    counts (``components`` or ``parameters``)."""
-    trains = list(dict.fromkeys(s["train"] for s in summaries))
-    lrs = sorted({float(s["lr"]) for s in summaries})
-    acc, _, params = accuracy_cube(summaries, trains, lrs, seeds)
-    best, _ = _best(acc.mean(-1))
-    gain = dict(zip(trains, relative_gains(best, trains.index("head") if "head" in trains else None),
-                    strict=True))
-    rows, spread = [], []
-    for b in sets:
-        random = np.array([gain[t] for t in b.random], dtype=np.float64)
-        finite = random[np.isfinite(random)]
-        spread.append({"budget": b.budget, "random_sets": len(b.random), "enumerated": b.enumerated,
-                       "random_relative_gain": _quantiles(finite)})
-        for name, t in b.picks.items():
-            g = gain[t] if t else math.nan
-            rows.append({"criterion": name, "budget": b.budget, "train": t, "relative_gain": _finite(g),
-                         "random_percentile": percentile(g, random), "random_sets": len(b.random),
-                         "trainable_params": params.get(t)})
-    full = gain.get("full", math.nan)
-    return {"unit": unit, "rows": rows, "budgets": spread,
-            "full": {"train": "full", "relative_gain": _finite(full), "trainable_params": params.get("full")},
+    counts (``components`` or ``parameters``). The arrays first (`vitplast.claim.samples`), then the
+    percentiles and quantiles (`vitplast.claim.statistics`), then the rows."""
+    gain, params = relative_gain_table(summaries, seeds)
+    random = {b.budget: np.array([gain[t] for t in b.random], dtype=np.float64) for b in sets}
+    spread = {b: quantile_summary(g[np.isfinite(g)]) for b, g in random.items()}
+    places = {(b.budget, name): percentile_of_score(gain[t] if t else math.nan, random[b.budget])
+              for b in sets for name, t in b.picks.items()}
+    rows = [{"criterion": name, "budget": b.budget, "train": t,
+             "relative_gain": finite(gain[t] if t else math.nan),
+             "random_percentile": finite(places[b.budget, name]), "random_sets": len(b.random),
+             "trainable_params": params.get(t)} for b in sets for name, t in b.picks.items()]
+    return {"unit": unit, "rows": rows,
+            "budgets": [{"budget": b.budget, "random_sets": len(b.random), "enumerated": b.enumerated,
+                         "random_relative_gain": {k: finite(v) for k, v in spread[b.budget].items()}}
+                        for b in sets],
+            "full": {"train": "full", "relative_gain": finite(gain.get("full", math.nan)),
+                     "trainable_params": params.get("full")},
             "percentile": "mid-rank: 100 (#{random < g} + #{random <= g}) / (2 n)"}
-
-
-def _quantiles(values: np.ndarray) -> dict:
-    if values.size == 0:
-        return {k: None for k in ("min", "p10", "median", "p90", "max")}
-    q = np.quantile(values, [0.0, 0.1, 0.5, 0.9, 1.0])
-    return dict(zip(("min", "p10", "median", "p90", "max"), (float(v) for v in q), strict=True))

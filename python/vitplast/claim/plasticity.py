@@ -14,19 +14,14 @@ the same weights).
 
 from __future__ import annotations
 
-import math
 import time
 import warnings
 
 import numpy as np
 
-# layout of the saved chunk statistics along their last axis: the result's first stat_fields (checked
-# when measured), read by name below
-CHUNK_FIELDS = ("count", "sum", "sumsq", "identical", "nonfinite")
+from .samples import CHUNK_FIELDS, chunk_result, unit_means
 
-
-def _field(stats: np.ndarray, name: str) -> np.ndarray:
-    return stats[..., CHUNK_FIELDS.index(name)]
+__all__ = ["chunk_result", "measure_chunks", "plan_chunks", "unit_means"]
 
 
 def _images(dataset, idx: np.ndarray):
@@ -85,55 +80,3 @@ def measure_chunks(net, x_set, y_set, *, protocol: str, pairs: int, pair_batch: 
     stats = res.chunk_stats[..., : len(CHUNK_FIELDS)].detach().to("cpu", torch.float64)
     return {"components": list(res.components), "layers": list(res.layers), "stats": stats.numpy().tolist(),
             "pairs": chunks * pair_batch, "chunks": chunks, "seconds": time.perf_counter() - t0}
-
-
-def chunk_result(measured: dict):
-    """The ``PlasticityResult`` of saved chunk statistics (each chunk's sums kept): its statistics, and
-    the bootstrap replicates over chunks (``replicate_means``), are the kernel package's."""
-    import torch
-
-    from vitplast_kernels.measure.chunks import ChunkedResult
-
-    stats = torch.tensor(measured["stats"], dtype=torch.float64)  # (K, C, L, 5)
-    return ChunkedResult(stats, measured["components"], measured["layers"])
-
-
-def unit_means(measured: dict) -> np.ndarray:
-    """``(C, L)`` mean rate of every (component, layer) over all pairs (NaN without pairs)."""
-    res = chunk_result(measured)
-    return np.stack([res.mean(c).numpy() for c in res.components])
-
-
-def summarize_chunks(measured: dict, counts: np.ndarray, level: float = 0.95) -> dict:
-    """Point values and bootstrap intervals from the chunk statistics.
-
-    ``counts``: ``(B, chunks)`` resample multiplicities (shared with the correlation bootstrap, so
-    every replicate sees the same pairs for every component). Returns per component ``value``
-    (all pairs), ``ci`` (``[None, None]`` from fewer than 5 chunks: no bootstrap interval),
-    ``per_layer``, ``per_layer_ci``, ``pairs``, ``excluded`` and the replicate matrix ``replicates``
-    ``(B, C)``.
-    """
-    from .statistics import percentile_interval, too_few_to_resample
-
-    withheld = too_few_to_resample(pair_chunks=int(len(measured["stats"])))
-
-    def interval(values) -> list:
-        return [None, None] if withheld else list(percentile_interval(values, level))
-
-    res = chunk_result(measured)
-    total = res.stats.numpy()  # (C, L, 5)
-    per_layer = np.stack([res.mean(c).numpy() for c in res.components])  # (C, L)
-    value = [res.overall(c) for c in res.components]
-    reps_layer, reps = (t.numpy() for t in res.replicate_means(counts))  # (B, C, L), (B, C)
-    out = {}
-    for i, c in enumerate(measured["components"]):
-        out[c] = {
-            "value": float(value[i]),
-            "ci": interval(reps[:, i]),
-            "per_layer": [float(v) if math.isfinite(v) else None for v in per_layer[i]],
-            "per_layer_ci": [interval(reps_layer[:, i, l])
-                             for l in range(per_layer.shape[1])],
-            "pairs": int(_field(total[i], "count").min()),
-            "excluded": int(_field(total[i], "identical").sum() + _field(total[i], "nonfinite").sum()),
-        }
-    return {"components": out, "replicates": reps}

@@ -8,8 +8,10 @@
 
 What scipy lacks is here: the **stratified** permutation test (gains permuted only among rows of the
 same stratum, e.g. the same component type, whose trainable size is constant), the **partial**
-Spearman correlation (plasticity vs gain with the trainable-parameter count held fixed) and the
-percentile bootstrap helpers (the joint resampling of seeds and pair chunks is in ``analysis``).
+Spearman correlation (plasticity vs gain with the trainable-parameter count held fixed), the
+percentile bootstrap helpers (the joint resampling of seeds and pair chunks is `.samples`'), and the
+tests the analyses run on their arrays (`rank_tests`, `association`, `within_association`). Pure
+functions on arrays: nothing here calls the rest of the claim.
 
 p-values: ``greater`` is the share of permutations whose statistic is >= the observed one (the
 claim's direction: more plastic, more gain). ``two_sided`` is **scipy's definition, twice the smaller
@@ -72,9 +74,9 @@ def kendall_tau_b(x, y) -> np.ndarray | float:
 STATISTICS = {"spearman": spearman, "kendall": kendall_tau_b}
 
 
-def _nan_result(observed: float, n_perm: int = 0) -> dict:
+def _nan_result(observed: float) -> dict:
     return {"observed": observed, "greater": math.nan, "two_sided": math.nan, "exact": None,
-            "permutations": n_perm}
+            "permutations": 0}
 
 
 def permutation_test(x, y, statistic, *, permutations: int = 10000, seed: int = 0) -> dict:
@@ -212,11 +214,6 @@ def percentile_interval(values, level: float = 0.95) -> tuple[float, float]:
     return float(lo), float(hi)
 
 
-def resample_counts(rng: np.random.Generator, n: int, replicates: int) -> np.ndarray:
-    """``(replicates, n)`` multiplicities of a bootstrap resample of ``n`` units (each row sums to n)."""
-    return rng.multinomial(n, np.full(n, 1.0 / n), size=replicates).astype(np.float64)
-
-
 def t_interval(values, level: float = 0.95) -> tuple[float, float, float]:
     """``(mean, lo, hi)``: the Student-t interval (``scipy.stats.t``) of the mean of independent
     ``values`` (across seeds). One value: NaN interval; identical values: a point."""
@@ -303,3 +300,100 @@ def paired_tests(reference: str, accuracy: dict[str, list[float]]) -> dict:
     return {"reference": reference, "comparisons": rows,
             "tests": "paired t (two-sided, scipy.stats.ttest_rel); Wilcoxon signed-rank (one-sided, "
                      "reference more accurate, scipy.stats.wilcoxon); Holm-corrected over the comparisons"}
+
+
+# ------------------------------------------------------------------------------------------ the claim's tests
+def rank_tests(x, y, x_reps=None, y_reps=None, *, permutations: int, seed: int, level: float = 0.95) -> dict:
+    """Every statistic of `STATISTICS` between ``x`` and ``y`` (1-D): its value, its `permutation_test`
+    p-values (``greater``, ``two_sided``, ``exact``, ``permutations``) and, with bootstrap replicates
+    ``x_reps``, ``y_reps`` ``(B, n)``, its `percentile_interval` over them (``interval``, None
+    without) and how many replicates define it (``defined``). ``{name: {...}}``."""
+    out = {}
+    for name, statistic in STATISTICS.items():
+        perm = permutation_test(x, y, statistic, permutations=permutations, seed=seed)
+        reps = None if x_reps is None else np.asarray(statistic(x_reps, y_reps))
+        out[name] = {**perm, "interval": None if reps is None else percentile_interval(reps, level),
+                     "defined": None if reps is None else int(np.isfinite(reps).sum())}
+    return out
+
+
+def association(x, y, y_reps, z, *, permutations: int, seed: int, level: float = 0.95) -> dict:
+    """How ``x`` ranks ``y`` (1-D, at least 3 items): ``spearman`` with its `percentile_interval` over
+    the bootstrap replicates ``y_reps`` ``(B, n)`` of ``y`` (``interval``), ``kendall``, the one-sided
+    permutation p of Spearman (``p_greater``) and the `partial_spearman` with ``z`` held fixed."""
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    perm = permutation_test(x, y, spearman, permutations=permutations, seed=seed)
+    reps = np.asarray(spearman(np.broadcast_to(x, y_reps.shape), y_reps))
+    return {"spearman": float(spearman(x, y)), "interval": percentile_interval(reps, level),
+            "kendall": float(kendall_tau_b(x, y)), "p_greater": perm["greater"],
+            "partial": float(partial_spearman(x, y, z))}
+
+
+def pooled_within(x: np.ndarray, ys: np.ndarray, strata: np.ndarray, statistic) -> np.ndarray:
+    """``(R,)``: for each row of ``ys`` ``(R, n)``, ``statistic`` of ``x`` ``(n,)`` and the row within
+    each stratum, averaged over the strata weighted by their items (strata where it is undefined left
+    out): `within_strata` for many rows at once."""
+    num, den = np.zeros(len(ys)), np.zeros(len(ys))
+    for s in dict.fromkeys(strata.tolist()):
+        m = strata == s
+        if m.sum() < 2:
+            continue
+        v = np.asarray(statistic(np.broadcast_to(x[m], ys[:, m].shape), ys[:, m]), dtype=np.float64)
+        num, den = num + np.where(np.isfinite(v), v * m.sum(), 0.0), den + np.isfinite(v) * m.sum()
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 0, num / np.maximum(den, 1), np.nan)
+
+
+def within_association(x, y, strata, y_reps, z, *, permutations: int, seed: int,
+                       level: float = 0.95) -> dict:
+    """`association` within strata: the pooled within-stratum Spearman (`pooled_within`, NaN with
+    fewer than 3 items; then nothing else is computed) with its interval over ``y_reps``, the pooled
+    Kendall, the one-sided `stratified_permutation_test` p and the `partial_spearman` over all items
+    with ``z`` held fixed."""
+    x, y, strata = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64), np.asarray(strata)
+    rho = float(pooled_within(x, y[None], strata, spearman)[0]) if len(x) >= 3 else math.nan
+    if not math.isfinite(rho):
+        return {"spearman": rho}
+    test = stratified_permutation_test(x, y, strata, permutations=permutations, seed=seed)
+    reps = pooled_within(x, y_reps, strata, spearman)
+    return {"spearman": rho, "interval": percentile_interval(reps, level),
+            "kendall": float(pooled_within(x, y[None], strata, kendall_tau_b)[0]),
+            "p_greater": test["greater"], "partial": float(partial_spearman(x, y, z))}
+
+
+def per_stratum_spearman(x, y, x_reps, y_reps, strata, level: float = 0.95) -> dict:
+    """Spearman's rho of ``x`` and ``y`` within each stratum, with its `percentile_interval` over the
+    bootstrap replicates ``x_reps``, ``y_reps`` ``(B, n)``: ``{stratum: {"spearman", "interval"}}``."""
+    out = {}
+    for s in dict.fromkeys(strata.tolist()):
+        m = strata == s
+        out[s] = {"spearman": float(spearman(x[m], y[m])),
+                  "interval": percentile_interval(np.asarray(spearman(x_reps[:, m], y_reps[:, m])), level)}
+    return out
+
+
+def bounded_t_interval(values, bounds: tuple[float, float], level: float = 0.95) -> tuple:
+    """`t_interval` of ``values`` cut to ``bounds`` (with few seeds the t interval can reach beyond what
+    an accuracy or a gain can be): ``(mean, lo, hi, clipped)``, ``clipped`` naming the bound(s) it was
+    cut at (``"low"``, ``"high"``, ``"both"``, None); an undefined bound stays NaN."""
+    mean, lo, hi = t_interval(values, level)
+    cut_lo, cut_hi = math.isfinite(lo) and lo < bounds[0], math.isfinite(hi) and hi > bounds[1]
+    clipped = "both" if cut_lo and cut_hi else "low" if cut_lo else "high" if cut_hi else None
+    lo, hi = max(lo, bounds[0]) if math.isfinite(lo) else lo, min(hi, bounds[1]) if math.isfinite(hi) else hi
+    return mean, lo, hi, clipped
+
+
+def percentile_of_score(value: float, others: np.ndarray) -> float:
+    """Where ``value`` lies among the finite ``others``, in percent, ties counted half (mid-rank,
+    ``scipy.stats.percentileofscore(kind="mean")``); NaN when either is missing."""
+    others = np.asarray(others, dtype=np.float64)
+    others = others[np.isfinite(others)]
+    if not math.isfinite(value) or others.size == 0:
+        return math.nan
+    return float(stats.percentileofscore(others, value, kind="mean"))
+
+
+def quantile_summary(values: np.ndarray) -> dict:
+    """``{"min", "p10", "median", "p90", "max"}`` of ``values`` (NaN when there are none)."""
+    q = np.quantile(values, [0.0, 0.1, 0.5, 0.9, 1.0]) if np.asarray(values).size else np.full(5, np.nan)
+    return dict(zip(("min", "p10", "median", "p90", "max"), (float(v) for v in q), strict=True))

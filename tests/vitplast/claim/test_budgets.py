@@ -16,9 +16,9 @@ from vitplast.claim.budgets import (
     component_sets,
     layer_sets,
     maximal_sets,
-    percentile,
     upper_bound,
 )
+from vitplast.claim.statistics import percentile_of_score
 
 FIVE = ["MHA", "FC1", "FC2", "LN1", "LN2"]
 
@@ -80,12 +80,13 @@ def test_layer_sets_are_drawn_when_there_are_too_many():
 
 def test_percentile_counts_ties_half():
     random = np.array([1.0, 2.0, 3.0])
-    assert percentile(2.0, random) == pytest.approx(50.0)  # (1 below + 2 at or below) / 2 / 3
-    assert percentile(3.0, random) == pytest.approx(100 * 2.5 / 3)
-    assert percentile(0.0, random) == 0.0 and percentile(4.0, random) == 100.0
-    assert percentile(1.0, np.array([1.0, 1.0, 1.0, 1.0])) == pytest.approx(50.0)
-    assert percentile(1.0, np.array([0.0, 1.0, math.nan])) == pytest.approx(75.0)  # NaN left out
-    assert percentile(math.nan, random) is None and percentile(1.0, np.array([math.nan])) is None
+    assert percentile_of_score(2.0, random) == pytest.approx(50.0)  # (1 below + 2 at or below) / 2 / 3
+    assert percentile_of_score(3.0, random) == pytest.approx(100 * 2.5 / 3)
+    assert percentile_of_score(0.0, random) == 0.0 and percentile_of_score(4.0, random) == 100.0
+    assert percentile_of_score(1.0, np.array([1.0, 1.0, 1.0, 1.0])) == pytest.approx(50.0)
+    assert percentile_of_score(1.0, np.array([0.0, 1.0, math.nan])) == pytest.approx(75.0)  # NaN left out
+    assert math.isnan(percentile_of_score(math.nan, random))
+    assert math.isnan(percentile_of_score(1.0, np.array([math.nan])))
 
 
 def test_upper_bound_of_the_runs_the_scores_may_add():

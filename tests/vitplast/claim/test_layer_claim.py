@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from helpers import Killed, collecting, kill_after, quiet
 from vitplast.claim import claim
-from vitplast.claim.analysis import accuracy_cube, lr_edge
 from vitplast.claim.layers import analyse_layers, units_of
 from vitplast.claim.lr_auto import lrs_run, widen, widen_groups
+from vitplast.claim.samples import accuracy_cube, lr_edge
 from vitplast.cli import main as cli_main
 
 

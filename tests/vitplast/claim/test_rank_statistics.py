@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 from vitplast.claim import statistics as S
+from vitplast.claim.samples import resample_counts
 from vitplast.claim.statistics import (
     average_ranks,
     kendall_tau_b,
     percentile_interval,
     permutation_test,
-    resample_counts,
     spearman,
     t_interval,
     theil_sen,
