@@ -1,4 +1,4 @@
-"""Reports of the selection at equal budget (`.budgets`): the table of the claim's text report and
+"""The figure of the selection at equal budget (`.budgets`; its table is `.report.budget_lines`):
 ``OUT/budgets.png`` (relative gain against budget: one line per criterion, its points side by side at
 each budget so that criteria picking the same set stay visible, the random sets as a band from their
 minimum to their maximum with their median dashed, full finetuning as a horizontal line),
@@ -13,44 +13,6 @@ from ..outputs.plots import figure, legend_outside, save
 
 RULE_COLOR, BAND_COLOR, FULL_COLOR = "0.25", "0.6", "#637939"
 DODGE = 0.03  # criteria at one budget drawn this share of the budgets' spacing apart
-
-
-def budget_lines(budgets: dict | None) -> list[str]:
-    """Per budget, each criterion's set with its relative gain and random percentile, the random sets'
-    count and spread, and full finetuning's relative gain as the reference."""
-    if not budgets or not budgets.get("rows"):
-        return []
-    unit = budgets["unit"]
-    full = budgets["full"]["relative_gain"]
-    besides = " besides the head" if unit == "parameters" else ""
-    out = ["", f"selection at equal budget (budget: {unit}{besides}"
-           f"; relative_gain as above; percentile among the random sets of the budget, ties counted half; "
-           f"full finetuning: relative_gain {_num(full, '+.3f')}):"]
-    head = f"{'budget':>10}  {'criterion':<11} {'relative_gain':>13} {'percentile':>10}  set"
-    out += [head, "-" * len(head)]
-    spread = {b["budget"]: b for b in budgets["budgets"]}
-    for b, row in _by_budget(budgets["rows"]).items():
-        for r in row:
-            pct = "-" if r["random_percentile"] is None else f"{r['random_percentile']:.0f}"
-            out.append(f"{b:>10,}  {r['criterion']:<11} {_num(r['relative_gain'], '+.3f'):>13} {pct:>10}  "
-                       f"{r['train'] or '(not defined at this budget)'}")
-        s = spread[b]
-        q = s["random_relative_gain"]
-        how = "every set" if s["enumerated"] else "random draws"
-        out.append(f"{b:>10,}  {'random':<11} {s['random_sets']} sets ({how}): min {_num(q['min'], '+.3f')}, "
-                   f"median {_num(q['median'], '+.3f')}, max {_num(q['max'], '+.3f')}")
-    return out
-
-
-def _num(v, fmt: str) -> str:
-    return "nan" if v is None or not math.isfinite(v) else format(v, fmt)
-
-
-def _by_budget(rows: list[dict]) -> dict[int, list[dict]]:
-    out: dict[int, list[dict]] = {}
-    for r in rows:
-        out.setdefault(r["budget"], []).append(r)
-    return out
 
 
 def plot_budgets(result: dict, path) -> Path:

@@ -12,11 +12,11 @@ from pathlib import Path
 
 from ..finetune import TRAIN_ORDER
 from ..outputs.plots import component_color, figure, legend_outside, save
-from .budget_report import budget_lines
 from .report import (
     P_DEFINITION,
     _ci,
     _num,
+    budget_lines,
     criteria_lines,
     disagreement_lines,
     edge_mark,
@@ -34,8 +34,11 @@ def _row(unit, plasticity, params, lr, accuracy, gain) -> str:
 
 
 def format_layer_report(result: dict) -> str:
+    """The layer claim's table, statistics, criteria, budgets and, last, what they can and cannot tell
+    (`reading`), as plain text."""
     record, an = result["config"], result["analysis"]
     base = an["baseline"]
+    sentences = reading(an, record)
     lines = [
         "Which (component, layer) to finetune? Plasticity before finetuning vs the gain of training one "
         "unit alone",
@@ -91,7 +94,7 @@ def format_layer_report(result: dict) -> str:
     lines += criteria_lines(an.get("criteria"), within_types=True)
     lines += budget_lines(an.get("budgets"))
     lines += ["", lr_edge_line(an["rows"], base, "unit")]
-    lines += ["", "what this can and cannot tell:"] + [f"- {s}" for s in reading(an, record)]
+    lines += ["", "what this can and cannot tell:"] + [f"- {s}" for s in sentences]
     return "\n".join(lines)
 
 

@@ -1,4 +1,7 @@
-"""Reports of `vitplast claim`: the text table and the figure (gain against plasticity).
+"""Reports of `vitplast claim`: the pieces of text every report shares (numbers and intervals, the
+setup lines, the criteria, the selection at equal budget, the MHA tests, the learning rates), the
+component claim's text table and its figure (gain against plasticity). The layer claim's report
+(`.layer_report`) and the aggregate's (`.aggregate`) are made of the same pieces.
 
 The figure is drawn on a bare ``matplotlib.figure.Figure`` with the Agg canvas (no pyplot, so no
 global figure state is created or left behind), with each component in its one colour
@@ -12,7 +15,6 @@ import math
 from pathlib import Path
 
 from ..outputs.plots import component_color, figure, legend_outside, save
-from .budget_report import budget_lines
 
 
 def _num(v, fmt: str) -> str:
@@ -240,6 +242,40 @@ def relative_gain_lines(an: dict, key: str) -> list[str]:
     else:
         out.append("relative_gain with the lr chosen on held-out validation data: not available (the runs "
                    "hold no held-out validation accuracy)")
+    return out
+
+
+def budget_lines(budgets: dict | None) -> list[str]:
+    """Per budget, each criterion's set with its relative gain and random percentile, the random sets'
+    count and spread, and full finetuning's relative gain as the reference."""
+    if not budgets or not budgets.get("rows"):
+        return []
+    unit = budgets["unit"]
+    full = budgets["full"]["relative_gain"]
+    besides = " besides the head" if unit == "parameters" else ""
+    out = ["", f"selection at equal budget (budget: {unit}{besides}"
+           f"; relative_gain as above; percentile among the random sets of the budget, ties counted half; "
+           f"full finetuning: relative_gain {_num(full, '+.3f')}):"]
+    head = f"{'budget':>10}  {'criterion':<11} {'relative_gain':>13} {'percentile':>10}  set"
+    out += [head, "-" * len(head)]
+    spread = {b["budget"]: b for b in budgets["budgets"]}
+    for b, row in _by_budget(budgets["rows"]).items():
+        for r in row:
+            pct = "-" if r["random_percentile"] is None else f"{r['random_percentile']:.0f}"
+            out.append(f"{b:>10,}  {r['criterion']:<11} {_num(r['relative_gain'], '+.3f'):>13} {pct:>10}  "
+                       f"{r['train'] or '(not defined at this budget)'}")
+        s = spread[b]
+        q = s["random_relative_gain"]
+        how = "every set" if s["enumerated"] else "random draws"
+        out.append(f"{b:>10,}  {'random':<11} {s['random_sets']} sets ({how}): min {_num(q['min'], '+.3f')}, "
+                   f"median {_num(q['median'], '+.3f')}, max {_num(q['max'], '+.3f')}")
+    return out
+
+
+def _by_budget(rows: list[dict]) -> dict[int, list[dict]]:
+    out: dict[int, list[dict]] = {}
+    for r in rows:
+        out.setdefault(r["budget"], []).append(r)
     return out
 
 
