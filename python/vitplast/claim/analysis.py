@@ -69,9 +69,10 @@ def analyse(measured: dict, summaries: list[dict], *, components: list[str], lrs
     p_value, p_reps = plast.overall[col], plast.overall_reps[:, col]  # (C,), (B, C)
     gain = acc.gains_seed[: len(components)].mean(-1)
     sizes = np.array([acc.params[c] for c in components], dtype=np.float64)
-    scores = {name: np.array([c["scores"].get(k, math.nan) for k in components], dtype=np.float64)
-              for name, c in {"plasticity": {"scores": dict(zip(components, p_value.tolist(), strict=True))},
-                              **(criteria or {})}.items()}
+    scored = {"plasticity": dict(zip(components, p_value.tolist(), strict=True)),  # {criterion: {c: score}}
+              **{name: c["scores"] for name, c in (criteria or {}).items()}}
+    scores = {name: np.array([per_component.get(k, math.nan) for k in components], dtype=np.float64)
+              for name, per_component in scored.items()}  # None (undefined) becomes NaN
     defined = {name: np.isfinite(x) & np.isfinite(gain) for name, x in scores.items()}
 
     tests = {

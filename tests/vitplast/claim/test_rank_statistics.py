@@ -229,3 +229,40 @@ def test_enumerated_permutations_match_itertools():
     obs = spearman(x, y)
     p = permutation_test(x, y, spearman)
     assert p["greater"] == pytest.approx(np.mean([v >= obs - 1e-12 for v in null]))
+
+
+def test_the_analyses_tests_by_hand():
+    x, y = [1.0, 2.0, 3.0, 4.0], [10.0, 20.0, 30.0, 40.0]
+    reps = np.array([[1.0, 2.0, 3.0, 4.0], [4.0, 3.0, 2.0, 1.0]])  # one replicate agrees, one reverses
+    tests = S.rank_tests(x, y, np.array([x, x]), reps, permutations=100, seed=0)
+    sp = tests["spearman"]
+    assert sp["observed"] == pytest.approx(1) and sp["exact"] and sp["greater"] == pytest.approx(1 / 24)
+    assert sp["interval"] == pytest.approx((-0.95, 0.95)) and sp["defined"] == 2
+    assert tests["kendall"]["observed"] == pytest.approx(1)
+    assert S.rank_tests(x, y, permutations=100, seed=0)["spearman"]["interval"] is None
+    # association: the same tests of a criterion, and its partial Spearman with z held fixed
+    z = [4.0, 1.0, 3.0, 2.0]
+    assoc = S.association(x, y, reps, z, permutations=100, seed=0)
+    assert assoc["spearman"] == pytest.approx(1) and assoc["kendall"] == pytest.approx(1)
+    assert assoc["p_greater"] == pytest.approx(1 / 24) and assoc["interval"] == pytest.approx((-0.95, 0.95))
+    assert assoc["partial"] == pytest.approx(S.partial_spearman(x, y, z))
+    # within strata: each stratum ordered alike, the 3! x 3! within-stratum orders, one reaching it
+    strata = np.array(list("aaabbb"))
+    xs, ys = np.array([1.0, 2, 3, 1, 2, 3]), np.array([5.0, 6, 7, 1, 2, 3])
+    within = S.within_association(xs, ys, strata, ys[None], np.ones(6), permutations=100, seed=0)
+    assert within["spearman"] == pytest.approx(1) and within["p_greater"] == pytest.approx(1 / 36)
+    assert within["kendall"] == pytest.approx(1) and within["interval"] == pytest.approx((1, 1))
+    assert math.isnan(S.within_association(xs[:2], ys[:2], strata[:2], ys[None, :2], np.ones(2),
+                                           permutations=10, seed=0)["spearman"])
+    per = S.per_stratum_spearman(xs, -ys, xs[None], -ys[None], strata)
+    assert per["a"]["spearman"] == pytest.approx(-1) and per["b"]["interval"] == pytest.approx((-1, -1))
+
+
+def test_bounded_intervals_percentiles_and_quantiles():
+    mean, lo, hi, clipped = S.bounded_t_interval([0.9, 1.0, 1.0], (0.0, 1.0))
+    assert mean == pytest.approx(29 / 30) and hi == 1.0 and clipped == "high" and 0.0 < lo < mean
+    mean, lo, hi, clipped = S.bounded_t_interval([0.5], (0.0, 1.0))
+    assert mean == 0.5 and math.isnan(lo) and math.isnan(hi) and clipped is None
+    assert S.quantile_summary(np.arange(11.0)) == {"min": 0.0, "p10": 1.0, "median": 5.0, "p90": 9.0,
+                                                   "max": 10.0}
+    assert all(math.isnan(v) for v in S.quantile_summary(np.array([])).values())
