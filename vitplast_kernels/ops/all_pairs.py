@@ -12,7 +12,8 @@ finite float32 number, even when ``S`` is not). The op is differentiable: with `
 symmetrised upstream gradient, ``grad_a = 2 (diag(rowsum(G)) - G) a`` (formed in float64, returned in
 ``a``'s dtype).
 
-Backends (``backend=``): ``"cpu"`` Gram matrix through BLAS (``torch.bmm``) on CPU tensors;
+Backends (``backend=``): ``"cpu"`` Gram matrix from the AVX-512 tile kernel of ``_C`` (lower triangle
+only; BLAS ``torch.bmm`` of the lower block triangle on CPUs without AVX-512) on CPU tensors;
 ``"triton"`` Gram matrix through ``tl.dot`` (tensor cores) on CUDA tensors, and on CPU tensors when
 ``TRITON_INTERPRET=1``; ``"torch"`` the plain reference path (one direct difference per pair, any
 device, slow: O(N^2 K) memory traffic); ``"auto"``: CUDA -> triton, CPU -> cpu.
@@ -25,9 +26,10 @@ an absolute error ``e`` on the Gram entries becomes a relative error on the dist
 against float64) for float32, float16 and bfloat16 inputs:
 
 1. **Split-K, float64 combination.** The flattened length ``K = n * d`` is cut into ``S`` chunks of
-   length ``L``; each chunk's Gram is a float32 product (BLAS ``bmm`` on CPU, one program per tile
-   and chunk on GPU) and the ``S`` partial Grams are summed in float64 in a fixed order
-   (deterministic, no atomics). Partial errors are independent, so the Gram error drops from about
+   length ``L``; each chunk's Gram is a float32 product (float32 sums of 512-column blocks in the CPU
+   tile kernel, BLAS ``bmm`` without it, one program per tile and chunk on GPU) and the ``S``
+   partial Grams are summed in float64 in a fixed order (deterministic, no atomics).
+   Partial errors are independent, so the Gram error drops from about
    ``c u sqrt(K)`` to ``c u sqrt(K) / S`` (``u = 2^-24``); ``c`` is the largest
    ``rel_err(d) * r / (u sqrt(L / S))`` over the pairs, ``r = S_ij / (n_i + n_j)``, which
    ``bench/all_pairs.py`` reports as ``c_gram``. bf16/fp16 products are exact in float32, float32
