@@ -20,7 +20,7 @@ the claim's single units; a set several criteria pick is trained once.
   the ``MHA`` component, one unit, so the rule applies at budget 1 only; at layer granularity it is
   ``MHA@0+...+MHA@L-1``, applied at every parameter budget it fits in (the same set at each).
 
-A set's gain is the claim's: ``relative_gain = (acc - acc_LP) / acc_LP`` (`.analysis.relative_gains`:
+A set's gain is the claim's: ``relative_gain = (acc - acc_LP) / acc_LP`` (`.samples.relative_gains`:
 acc the best over learning rates of the mean accuracy over seeds, acc_LP the head-only run's). Its
 ``random_percentile`` places it among the random sets' gains with mid-rank ties:
 ``100 (#{g_r < g} + #{g_r <= g}) / (2 n)`` (scipy.stats.percentileofscore, ``kind="mean"``). Full

@@ -124,9 +124,8 @@ class Accuracy:
     best lr index ``best_idx`` ``(T,)``, accuracy there ``per_seed`` ``(T, S)``, its ``lr_edge`` and
     mean accuracy per lr (``by_lr``); every train's gain over the reference seed by seed
     (``gains_seed`` ``(T, S)``), the bootstrap replicates ``gain_reps`` ``(B, R)`` of the ``R`` ranked
-    trains' mean gains; the paper's ``relative_gain`` and
-    ``relative_gain_validated`` ``(T,)`` (NaN where undefined) and whether the runs held out a
-    validation split (``holdout``)."""
+    trains' mean gains; the paper's ``relative_gain`` and ``relative_gain_validated`` ``(T,)`` (NaN
+    where undefined) and whether the runs held out a validation split (``holdout``)."""
 
     trains: list[str]
     acc: np.ndarray
