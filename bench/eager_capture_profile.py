@@ -41,18 +41,18 @@ from .harness import (
 
 
 @contextlib.contextmanager
-def timed_hooks(spent: dict[str, float]):
-    """While open, every in-situ hook's time is added to ``spent["hooks"]``; the hook is restored after
-    (the staticmethod itself, as it was)."""
+def timed_hooks(spent: dict[str, float], clock=time.perf_counter):
+    """While open, every in-situ hook's time (by ``clock``) is added to ``spent["hooks"]``; the hook is
+    restored after (the staticmethod itself, as it was)."""
     hook = protocols.InSitu._hook
     saved = protocols.InSitu.__dict__["_hook"]
 
     def timed_hook(*args, **kwargs):
-        t0 = time.perf_counter()
+        t0 = clock()
         try:
             return hook(*args, **kwargs)
         finally:
-            spent["hooks"] += time.perf_counter() - t0
+            spent["hooks"] += clock() - t0
 
     protocols.InSitu._hook = staticmethod(timed_hook)
     try:
@@ -124,54 +124,6 @@ def profile(model_name: str, batch: int, rounds: int) -> dict[str, float]:
                               ("calls", "calls")):
                     rows[k].append(spent[kk])
     return {k: statistics.median(v) for k, v in rows.items()}
-
-
-def step_breakdown(model: torch.nn.Module, images: torch.Tensor, reps: int = 3) -> dict[str, float]:
-    """Median seconds of the parts of one measurement step on CPU, the step `bench.end_to_end` times
-    (`bench.end_to_end.capture_step`: one capture built before the steps, attached for each; the
-    forward; the result read on the host):
-
-    - ``setup``: attaching the kept capture (hook registration; its component match, accumulators and
-      index constants were made once, before the first step);
-    - ``op_calls``: the paired-op calls inside the hooks (op layer and kernel, on the spot);
-    - ``bookkeeping``: the rest of the hooks' time (sharing, rows, the end-of-forward statistics);
-    - ``result``: detaching, ``pairwise_plasticity`` and the host read of its statistics.
-
-    What remains of the step's extra time is outside all four: hook dispatch and the model's own kernels
-    slowed by the reads. Restores what it wraps."""
-    spent = {"hooks": 0.0, "op": 0.0}
-
-    parts: dict[str, list[float]] = {k: [] for k in ("setup", "op_calls", "bookkeeping", "result")}
-    cap = vk.capture(model)
-    sq_sums = cap.pairing.sq_sums
-
-    def timed_sq_sums(tensors, **kw):
-        s = time.perf_counter()
-        try:
-            return sq_sums(tensors, **kw)
-        finally:
-            spent["op"] += time.perf_counter() - s
-
-    cap.pairing.sq_sums = timed_sq_sums
-    with timed_hooks(spent):
-        for rep in range(reps + 1):  # the first step (accumulators allocated, constants made) untimed
-            spent.update(hooks=0.0, op=0.0)
-            t0 = time.perf_counter()
-            cap.attach()
-            t1 = time.perf_counter()
-            with torch.no_grad():
-                model(images)
-            t2 = time.perf_counter()
-            cap.detach()
-            vk.pairwise_plasticity(cap).stats.cpu()
-            t3 = time.perf_counter()
-            if rep == 0:
-                continue
-            parts["setup"].append(t1 - t0)
-            parts["op_calls"].append(spent["op"])
-            parts["bookkeeping"].append(spent["hooks"] - spent["op"])
-            parts["result"].append(t3 - t2)
-    return {k: statistics.median(v) for k, v in parts.items()}
 
 
 def main(argv: list[str] | None = None) -> int:

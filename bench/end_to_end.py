@@ -44,10 +44,14 @@ COLUMNS = [
     ("faults_forward", "faults/fwd", ".0f"),
     ("faults_capture", "faults/fwd+cap", ".0f"),
     ("reductions_ms", "kernels ms", ".1f"),
+    ("added_ms", "added ms", ".1f"),
     ("op_calls_ms", "op calls ms", ".1f"),
     ("bookkeeping_ms", "bookkeeping ms", ".1f"),
+    ("modules_ms", "modules ms", ".1f"),
+    ("other_ms", "other ms", ".1f"),
     ("setup_ms", "setup ms", ".1f"),
     ("result_ms", "result+host ms", ".1f"),
+    ("residual_ms", "residual ms", ".1f"),
     ("naive_ms", "naive hooks ms", ".1f"),
     ("paper_ms", "paper ms", ".1f"),
     ("x_naive_hooks", "x naive", ".2f"),
@@ -107,9 +111,11 @@ def _row(model_name: str, batch: int, dtype: torch.dtype, device: torch.device, 
     red = pf.reduction_rate(model, images, st, reps=reps)
     parts = {}
     if device.type == "cpu":  # host clocks: the parts of a CPU step (on CUDA they would time launches)
-        from .eager_capture_profile import step_breakdown
+        from .capture_step_parts import step_parts
 
-        parts = {f"{k}_ms": 1e3 * v for k, v in step_breakdown(model, images, reps=min(reps, 3)).items()}
+        found = step_parts(model, images, reps=min(reps, 5))
+        parts = {f"{k}_ms": 1e3 * v for k, v in found.items() if k != "faults"}
+        parts["step_faults"] = found["faults"]
     return {"model": model_name, "batch": batch, "dtype": str(dtype).removeprefix("torch."),
             "forward_ms": 1e3 * t["forward"], "capture_ms": 1e3 * t["capture"],
             "overhead_pct": paired_pct("capture"), "noise_pct": paired_pct("forward again"),
@@ -137,8 +143,12 @@ def rows(device: str, quick: bool = False) -> tuple[list[dict[str, Any]], str]:
             "forward; faults = minor page faults per call (median); x naive = naive +% / capture +% (added "
             "cost over added cost); x paper = paper time / capture time; kernels ms = block 0's distinct "
             "tensors reduced alone, times the depth (the kernels' share of the capture cost); CPU only, the "
-            "capture step's parts (medians of 3 more steps, see bench.eager_capture_profile.step_breakdown): "
-            "op calls = paired-op calls inside the hooks on the spot, bookkeeping = the rest of the hooks, "
-            "setup = the kept capture attached (hooks registered), result+host = pairwise_plasticity and "
-            "the host read; the peers are `vitplast profile`'s")
+            "capture step's added time split by clocks inside the step (bench.capture_step_parts: 5 more "
+            "interleaved rounds of plain forward and capture step, each part the median of the rounds' "
+            "differences): added = the whole step's, op calls = paired-op calls inside the hooks on the "
+            "spot (kernels ms: the same reads cache-hot), bookkeeping = the rest of the hooks, modules = "
+            "the hooked modules' own forwards (the model's kernels slowed by the capture), other = the "
+            "rest of the forward (other model kernels, calling the hooks), setup = the kept capture "
+            "attached, result+host = detach, pairwise_plasticity and the host read, residual = added - "
+            "the parts (what the medians do not split); the peers are `vitplast profile`'s")
     return out, note

@@ -33,17 +33,22 @@ def test_profile_prints_its_breakdown_and_restores_the_hooks(capsys, monkeypatch
     assert re.search(r"at the machine's read bandwidth \(40\.0 GB/s", out)
 
 
-def test_step_breakdown_times_every_part_and_restores_the_hooks():
+def test_step_parts_split_the_added_time_and_restore_what_they_wrap():
     import timm
     import torch
 
-    model = timm.create_model("vit_tiny_patch16_224", pretrained=False).eval()
-    images = torch.randn(2, 3, 224, 224, generator=torch.Generator().manual_seed(0))
+    from bench.capture_step_parts import PARTS, step_parts
+
+    model = timm.create_model("vit_small_patch16_224", img_size=32, patch_size=16, depth=12, embed_dim=64,
+                              num_heads=2, num_classes=10, pretrained=False).eval()
+    images = torch.randn(4, 3, 32, 32, generator=torch.Generator().manual_seed(0))
     hook = protocols.InSitu.__dict__["_hook"]
-    parts = eager_capture_profile.step_breakdown(model, images, reps=1)
+    parts = step_parts(model, images, reps=1)
     assert protocols.InSitu.__dict__["_hook"] is hook
-    assert set(parts) == {"setup", "op_calls", "bookkeeping", "result"}
-    assert all(v > 0 for v in parts.values()), parts
+    assert not any("forward" in m.__dict__ for m in model.modules())  # the timed forwards removed
+    assert set(parts) == {"added", *PARTS, "residual", "faults"}
+    assert all(parts[k] > 0 for k in ("op_calls", "bookkeeping", "setup", "result")), parts
+    assert parts["residual"] == pytest.approx(parts["added"] - sum(parts[k] for k in PARTS))
 
 
 def test_hook_overhead_reports_sixty_hooks_and_a_positive_cost(capsys):
