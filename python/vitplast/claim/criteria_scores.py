@@ -101,23 +101,3 @@ def claim_scores(opts: ClaimOptions, dataset: DatasetPlan, model: PreparedModel,
                         else math.nan for n, u in named}
     measured["unit_scores"], measured["criteria_seconds"] = scores, seconds
     return scores
-
-
-def criteria_record(result: dict) -> dict:
-    """What ``criteria.json`` holds: a row per (criterion, granularity) (``criterion``, ``granularity``,
-    ``n``, ``spearman``, ``spearman_ci``, ``kendall``, ``p_value``, ``partial_size``, ``seconds``), and
-    under ``budget_rows`` a row per (criterion, budget) (``criterion``, ``budget``, ``relative_gain``,
-    ``random_percentile``, ``train``, ``random_sets``; `vitplast.claim.budgets`) with full finetuning's
-    relative gain beside them (``full_relative_gain``)."""
-    seconds = result["measurement"].get("criteria_seconds") or {}
-    rows = [{**r, "seconds": seconds.get(r["criterion"])} for r in result["analysis"].get("criteria") or []]
-    budgets = result["analysis"].get("budgets") or {}
-    kept = ("criterion", "budget", "relative_gain", "random_percentile", "train", "random_sets")
-    budget_rows = [{k: r[k] for k in kept} for r in budgets.get("rows", [])]
-    full = (budgets.get("full") or {}).get("relative_gain")
-    return {"format": "vitplast-criteria/1", "rows": rows, "budget_rows": budget_rows,
-            "budget_unit": budgets.get("unit"), "full_relative_gain": full,
-            "note": "higher score = finetune first; p_value: one-sided permutation (H1: rho > 0); "
-                    "partial_size: Spearman with the trainable-parameter count held fixed (null for size); "
-                    "random_percentile: where the set's relative gain lies among random sets of the same "
-                    "budget (mid-rank ties)"}

@@ -11,22 +11,20 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..finetune import Prepared, RunSettings, RunSpec
-from ..models.families import family_of
 from ..outputs.reporter import Reporter
 from .finetuning import PlannedRun, train_one_run
 from .grid import ClaimPlan
 from .options import COMPONENT_STEPS, LAYER_STEPS, ClaimOptions
 
 
-def estimate_claim(opts: ClaimOptions, plan: ClaimPlan, *, n_procs: int, on_cluster: bool, progress: bool,
+def estimate_claim(opts: ClaimOptions, plan: ClaimPlan, *, n_procs: int, on_cluster: bool,
                    reporter: Reporter) -> dict | None:
     """With ``--dry-run`` or ``--time-budget`` (else None): short timed runs (on the first dataset, in
     this process), the wall time of this process's runs still to train (``n_procs`` at once;
     ``on_cluster``: a cluster decides how many), and ``--time-budget``'s refusal."""
     if not opts.dry_run and opts.time_budget is None:
         return None
-    family_of(opts.model).prepare(progress)  # a one-time pretraining is not a finetuning cost
-    first = plan.grids[0]
+    first = plan.grids[0]  # its model built by the plan: a one-time pretraining is not timed here
     calib = calibrate(first.dataset.settings, first.prepared, first.trains,
                       probe_steps=min(opts.calibrate_steps, opts.steps))
     seconds = estimate_seconds(plan.mine, calib, opts.steps, n_procs)

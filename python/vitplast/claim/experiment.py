@@ -52,7 +52,7 @@ def claim(opts: ClaimOptions | None = None, /, *, reporter: Reporter | None = No
         plan = plan_claim(opts, device=ses.device, reporter=ses.reporter, progress=ses.progress,
                           run_bars=ses.progress and ses.executor.in_process, n_procs=ses.n_procs)
         est = estimate_claim(opts, plan, n_procs=ses.n_procs, on_cluster=ses.executor.runs_at_once is None,
-                             progress=ses.progress, reporter=ses.reporter)
+                             reporter=ses.reporter)
         if opts.dry_run:
             return {"config": plan.record, "plan": plan.summary, "estimate": est}
         # one claim writes --out at a time; a shard's runs share it with the other shards'

@@ -51,44 +51,27 @@ def saved_measurement(opts: ClaimOptions, dataset: DatasetPlan) -> dict | None:
 def planned_measurement(opts: ClaimOptions, dataset: DatasetPlan, device, reporter: Reporter, *,
                         progress: bool, model: PreparedModel) -> dict | None:
     """What planning needs of the measurement: a layer claim's chunks (its units come from them),
-    measured (or loaded) in memory; for a component claim None, once a measurement saved with other
-    options is refused (`saved_measurement`)."""
+    saved ones or measured now, in memory (`measure_claim` writes them); for a component claim None,
+    once a measurement saved with other options is refused (`saved_measurement`)."""
     if opts.granularity != "layer":
         saved_measurement(opts, dataset)
         return None
-    return measure_dataset(opts, dataset, device, reporter, progress=progress, write=False, model=model)
+    return _saved_or_measured(opts, dataset, device, reporter, progress=progress, model=model)
 
 
-def measure_dataset(opts: ClaimOptions, dataset: DatasetPlan, device, reporter: Reporter, *, progress: bool,
-                    write: bool, model: PreparedModel, measured: dict | None = None) -> dict:
-    """The dataset's chunks: ``measured`` when given (a layer claim measures while it plans), else saved
-    ones (`saved_measurement`), else measured now on ``model`` (the dataset's model, built and checked
-    once by `vitplast.finetune.prepare_model`; its images prepared as the runs prepare theirs); written
-    when ``write`` unless saved already."""
-    now = measured is None
-    if now:
-        saved = saved_measurement(opts, dataset)
-        if saved is not None:
-            reporter.say(f"plasticity{dataset.tag}: loaded from {dataset.out / CHUNKS_FILE}")
-            return saved
-        measured = _measure_now(opts, dataset, device, progress=progress, model=model)
-    path: Path = dataset.out / CHUNKS_FILE
-    if write and not path.exists():
-        write_json_atomic(path, measured)
-    if now:
-        reporter.say(f"plasticity{dataset.tag}: {measured['pairs']} matched pairs in {measured['chunks']} "
-                     f"chunks, {measured['seconds']:.1f} s")
-    return measured
-
-
-def _measure_now(opts: ClaimOptions, dataset: DatasetPlan, device, *, progress: bool, model: PreparedModel
-                 ) -> dict:
-    """The dataset's chunks measured on ``model``, with the options they were measured with and the
-    model's provenance."""
+def _saved_or_measured(opts: ClaimOptions, dataset: DatasetPlan, device, reporter: Reporter, *,
+                       progress: bool, model: PreparedModel) -> dict:
+    """The dataset's chunks: saved ones (`saved_measurement`), else measured now on ``model`` (the
+    dataset's model, built and checked once by `vitplast.finetune.prepare_model`; its images prepared
+    as the runs prepare theirs), with the options they were measured with and the model's provenance."""
     from ..data.datasets import load_dataset
     from ..data.transforms import transform_record
     from ..runs.provenance import provenance
 
+    saved = saved_measurement(opts, dataset)
+    if saved is not None:
+        reporter.say(f"plasticity{dataset.tag}: loaded from {dataset.out / CHUNKS_FILE}")
+        return saved
     built, transform = model.built, model.prepared.transform
     config = measurement_config(opts, dataset)  # what the chunks are measured with, and their record
     data = {"pretrain_data": opts.pretrain_data, "data": dataset.spec, "split": opts.split}
@@ -101,6 +84,8 @@ def _measure_now(opts: ClaimOptions, dataset: DatasetPlan, device, *, progress: 
                               pair_batch=opts.pair_batch, seed=opts.measure_seed, device=device,
                               amp=autocast(opts.amp, device), progress=progress)
     measured.update(config=config, provenance=record)
+    reporter.say(f"plasticity{dataset.tag}: {measured['pairs']} matched pairs in {measured['chunks']} "
+                 f"chunks, {measured['seconds']:.1f} s")
     return measured
 
 
@@ -117,8 +102,11 @@ def measure_claim(opts: ClaimOptions, grids: Sequence, device, reporter: Reporte
     if opts.shard is not None:
         return measured, budgets
     for g in grids:
-        measured[g.key] = measure_dataset(opts, g.dataset, device, reporter, progress=progress, write=write,
-                                          model=g.model, measured=g.measured)
+        measured[g.key] = g.measured if g.measured is not None else _saved_or_measured(
+            opts, g.dataset, device, reporter, progress=progress, model=g.model)
+        path: Path = g.dataset.out / CHUNKS_FILE
+        if write and not path.exists():
+            write_json_atomic(path, measured[g.key])
         scores = claim_scores(opts, g.dataset, g.model, measured[g.key], g.units, g.names, device, reporter,
                               progress=progress, write=write)
         budgets[g.key] = budget_sets(opts, g.names, g.sizes, g.budgets.budgets, scores,

@@ -10,7 +10,7 @@ import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
-from ..runs.grid import refuse_unfinished
+from ..runs.grid import refuse_not_finished
 from .finetuning import PlannedRun, plan_runs, train_all
 from .grid import ClaimPlan
 from .lr_auto import widen_groups
@@ -42,8 +42,8 @@ def train_claim(opts: ClaimOptions, ses: ClaimSession, executor, plan: ClaimPlan
 
     def train(planned: list[PlannedRun]) -> list[dict]:
         if opts.analyse_only:
-            refuse_unfinished([r.spec.directory for r in planned],
-                              then="train them first (every --shard, or a run without --analyse-only)")
+            refuse_not_finished([r.spec.directory for r in planned if r.state != "finished"], len(planned),
+                                then="train them first (every --shard, or a run without --analyse-only)")
         return train_all(planned, prepared, executor, reporter, progress=ses.progress, after_step=after_step)
 
     def plan_lr(key: str, train_name: str, lr: float) -> list[PlannedRun]:

@@ -1,6 +1,7 @@
-"""The files a claim writes once analysed, by the first rank: per dataset claim.json, criteria.json,
-claim.txt, claim.png and budgets.png (in OUT, or OUT/datasets/NAME/ over several datasets), and over
-several the aggregate's (OUT/aggregate.json, .txt, .png); each report also said on the reporter."""
+"""The files a claim writes once analysed, by the first rank: per dataset claim.json, criteria.json
+(`criteria_record`), claim.txt, claim.png and budgets.png (in OUT, or OUT/datasets/NAME/ over several
+datasets), and over several the aggregate's (OUT/aggregate.json, .txt, .png); each report also said
+on the reporter."""
 
 from __future__ import annotations
 
@@ -11,47 +12,65 @@ from vitplast_kernels.atomic_io import atomic_write_bytes
 from ..runs.rundir import write_json_atomic
 from .aggregate import plot_aggregate
 from .budget_report import plot_budgets
-from .criteria_scores import criteria_record
-from .grid import ClaimPlan, DatasetGrid
+from .grid import ClaimPlan
 from .layer_report import plot_layer_claim
 from .report import plot_claim
 from .session import ClaimSession
 
 
 def write_claim(result: dict, plan: ClaimPlan, ses: ClaimSession, out: Path) -> dict:
-    """Each dataset's files and report (`write_dataset`), then over several datasets the aggregate's
-    in ``out`` (``--out``); returns ``result``."""
-    for g in plan.grids:
-        write_dataset(result["datasets"][g.dataset.name] if plan.several else result, g, ses,
-                      say=not plan.several)
-    if not plan.several:
-        return result
+    """Each dataset's files (claim.json, criteria.json, claim.txt, then its figures), over several
+    datasets the aggregate's in ``out`` (``--out``), all by the first rank; then the lines that name
+    them on the reporter (one dataset: its report first; several: the aggregate's). Returns
+    ``result``."""
+    reports = [(g, result["datasets"][g.dataset.name] if plan.several else result) for g in plan.grids]
     if ses.dist.is_main:
-        write_json_atomic(out / "aggregate.json",
-                          {k: v for k, v in result.items() if k not in ("text", "datasets")})
-        atomic_write_bytes(out / "aggregate.txt", (result["text"] + "\n").encode())
-        plot_aggregate(result["aggregate"], out / "aggregate.png")
-    ses.reporter.say(result["text"])
-    ses.reporter.say(f"(wrote {out / 'aggregate.json'}, {out / 'aggregate.txt'}, {out / 'aggregate.png'}; "
-                     f"each dataset's report in {out / 'datasets'})")
+        files = [(g.dataset.out, {"claim.json": {k: v for k, v in r.items() if k != "text"},
+                                  "criteria.json": criteria_record(r)}, {"claim.txt": r["text"]})
+                 for g, r in reports]
+        if plan.several:
+            record = {k: v for k, v in result.items() if k not in ("text", "datasets")}
+            files.append((out, {"aggregate.json": record}, {"aggregate.txt": result["text"]}))
+        for folder, records, texts in files:
+            for name, record in records.items():
+                write_json_atomic(folder / name, record)
+            for name, text in texts.items():
+                atomic_write_bytes(folder / name, (text + "\n").encode())
+        for g, r in reports:
+            (plot_layer_claim if g.units is not None else plot_claim)(r, g.dataset.out / "claim.png")
+            plot_budgets(r, g.dataset.out / "budgets.png")
+        if plan.several:
+            plot_aggregate(result["aggregate"], out / "aggregate.png")
+    for g, r in reports:
+        folder, counts = g.dataset.out, r["plan"]
+        if not plan.several:
+            ses.reporter.say(r["text"])
+        named = g.dataset.name + ": " if plan.several else ""
+        ses.reporter.say(f"({named}{counts['trained']} runs trained, {counts['reused']} reused, "
+                         f"{counts['seconds']:.0f} s; wrote {folder / 'claim.json'}, {folder / 'claim.txt'}, "
+                         f"{folder / 'claim.png'}, {folder / 'budgets.png'})")
+    if plan.several:
+        ses.reporter.say(result["text"])
+        ses.reporter.say(f"(wrote {out / 'aggregate.json'}, {out / 'aggregate.txt'}, "
+                         f"{out / 'aggregate.png'}; each dataset's report in {out / 'datasets'})")
     return result
 
 
-def write_dataset(result: dict, g: DatasetGrid, ses: ClaimSession, *, say: bool) -> None:
-    """claim.json, criteria.json, claim.txt, claim.png and budgets.png of one dataset (rank 0), and
-    the line naming them on the reporter (``say``: its report too)."""
-    out = g.dataset.out
-    if ses.dist.is_main:
-        records = {"claim.json": {k: v for k, v in result.items() if k != "text"},
-                   "criteria.json": criteria_record(result)}
-        for name, record in records.items():
-            write_json_atomic(out / name, record)
-        atomic_write_bytes(out / "claim.txt", (result["text"] + "\n").encode())
-        (plot_layer_claim if g.units is not None else plot_claim)(result, out / "claim.png")
-        plot_budgets(result, out / "budgets.png")
-    plan = result["plan"]
-    if say:
-        ses.reporter.say(result["text"])
-    ses.reporter.say(f"({g.dataset.name + ': ' if g.dataset.several else ''}{plan['trained']} runs trained, "
-                     f"{plan['reused']} reused, {plan['seconds']:.0f} s; wrote {out / 'claim.json'}, "
-                     f"{out / 'claim.txt'}, {out / 'claim.png'}, {out / 'budgets.png'})")
+def criteria_record(result: dict) -> dict:
+    """What ``criteria.json`` holds: a row per (criterion, granularity) (``criterion``, ``granularity``,
+    ``n``, ``spearman``, ``spearman_ci``, ``kendall``, ``p_value``, ``partial_size``, ``seconds``), and
+    under ``budget_rows`` a row per (criterion, budget) (``criterion``, ``budget``, ``relative_gain``,
+    ``random_percentile``, ``train``, ``random_sets``; `vitplast.claim.budgets`) with full finetuning's
+    relative gain beside them (``full_relative_gain``)."""
+    seconds = result["measurement"].get("criteria_seconds") or {}
+    rows = [{**r, "seconds": seconds.get(r["criterion"])} for r in result["analysis"].get("criteria") or []]
+    budgets = result["analysis"].get("budgets") or {}
+    kept = ("criterion", "budget", "relative_gain", "random_percentile", "train", "random_sets")
+    budget_rows = [{k: r[k] for k in kept} for r in budgets.get("rows", [])]
+    full = (budgets.get("full") or {}).get("relative_gain")
+    return {"format": "vitplast-criteria/1", "rows": rows, "budget_rows": budget_rows,
+            "budget_unit": budgets.get("unit"), "full_relative_gain": full,
+            "note": "higher score = finetune first; p_value: one-sided permutation (H1: rho > 0); "
+                    "partial_size: Spearman with the trainable-parameter count held fixed (null for size); "
+                    "random_percentile: where the set's relative gain lies among random sets of the same "
+                    "budget (mid-rank ties)"}

@@ -109,10 +109,16 @@ class GridSession:
 def refuse_unfinished(directories: Sequence[Path], *, then: str) -> None:
     """``--analyse-only``: ValueError naming the run directories not finished (``then``: how to finish
     them)."""
-    unfinished = [str(d) for d in directories if RunDir(d).state() != "finished"]
+    refuse_not_finished([d for d in directories if RunDir(d).state() != "finished"], len(directories),
+                        then=then)
+
+
+def refuse_not_finished(unfinished: Sequence[Path], total: int, *, then: str) -> None:
+    """``--analyse-only``: ValueError naming the ``unfinished`` run directories of a grid of ``total``
+    (their states read when planned; ``then``: how to finish them)."""
     if unfinished:
-        shown = ", ".join(unfinished[:10]) + (" ..." if len(unfinished) > 10 else "")
-        raise ValueError(f"--analyse-only: {len(unfinished)} of {len(directories)} runs are not finished "
+        shown = ", ".join(str(d) for d in unfinished[:10]) + (" ..." if len(unfinished) > 10 else "")
+        raise ValueError(f"--analyse-only: {len(unfinished)} of {total} runs are not finished "
                          f"({shown}); {then}")
 
 
