@@ -4,12 +4,13 @@ return float64 sums.
 
 The all-pairs Gram comes from ``_C``'s AVX-512 tile kernel (``vitplast::gram_lower_f32``,
 csrc/cpu/gram_tiles_avx512.cpp: 4x4 tiles of the lower triangle only, float32 block sums of 512
-columns added in float64, the anchor subtracted on the fly) where the CPU has AVX-512 F/DQ, otherwise
-from batched BLAS products of the lower block triangle. On the 2-core Zen 4 VM of
-bench/measured/cpu-2026-12-03-kernels-2 the kernel is 1.7x the BLAS path on one thread (80-86% of
-the ``torch.mm`` rate on the triangle's FLOPs against 47-52%). The trust threshold keeps the BLAS
-path's chunk count (``K // chunk``): the kernel's measured error constant is 0.04-0.07 in its own
-model (L = 512) and under 0.04 in that coarser one, so the same pairs are recomputed as before.
+columns added in float64, the anchor subtracted on the fly) where the CPU has AVX-512 F/DQ and the
+batch has at most `TILE_GRAM_MAX_ROWS` rows; otherwise from batched BLAS products of the lower block
+triangle. On the 2-core Zen 4 VM of bench/measured/cpu-2026-12-03-kernels-2 the kernel is 1.7x the
+BLAS path on one thread (80-86% of the ``torch.mm`` rate on the triangle's FLOPs against 47-52%).
+The trust threshold keeps the BLAS path's chunk count (``K // chunk``): the kernel's measured error
+constant is 0.04-0.07 in its own model (L = 512) and under 0.04 in that coarser one, so the same
+pairs are recomputed as before.
 
 Range of the all-pairs Gram: products of float32 rows overflow float32 above about 2^64 and lose
 precision below 2^-63. When the Gram's diagonal shows it (a norm not finite, or under
@@ -50,6 +51,16 @@ def dispatcher_grouped(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]) -> 
 GROUP_BYTES = 8 << 20  # centred chunks per batched product: a slab that stays in cache
 
 
+# Rows up to which the tile kernel beats BLAS on one core (bench/measured/cpu-2026-12-03-kernels-2:
+# 1.9x at N = 32, 1.7x at 128, 1.3x at 512, 0.9x at 1024 and 2048, where a 512-column block of all
+# the rows no longer fits in L2).
+TILE_GRAM_MAX_ROWS = 512
+
+
+def _use_tile_gram(x: torch.Tensor) -> bool:
+    return x.dtype == torch.float32 and x.shape[0] <= TILE_GRAM_MAX_ROWS and tile_gram_usable()
+
+
 @functools.cache
 def tile_gram_usable() -> bool:
     """Whether ``_C`` has the AVX-512 tile Gram (``vitplast::gram_lower_f32``) and this CPU runs it."""
@@ -61,15 +72,15 @@ def tile_gram_usable() -> bool:
 def _split_gram(x: torch.Tensor, chunk: int, anchor: torch.Tensor | None = None) -> tuple[torch.Tensor, int]:
     """``(N, K)`` float32 with unit inner stride -> ``((N, N)`` float64 Gram, number of chunks).
 
-    With `tile_gram_usable`: the tile kernel (see the module docstring). Otherwise each chunk's
-    float32 Gram (batched matrix products over chunks of about ``chunk`` columns) is summed in
-    float64. Only the lower block triangle is multiplied (rows ``[0, h)`` against
-    themselves, rows ``[h, N)`` against all: 3/4 of the full product's work), then mirrored.
+    Up to `TILE_GRAM_MAX_ROWS` rows, with `tile_gram_usable`: the tile kernel (module docstring).
+    Otherwise each chunk's float32 Gram (batched matrix products over chunks of about ``chunk``
+    columns) is summed in float64. Only the lower block triangle is multiplied (rows ``[0, h)``
+    against themselves, rows ``[h, N)`` against all: 3/4 of the full product's work), then mirrored.
     ``anchor`` ``(K,)``: the Gram of ``x - anchor``, centred a cache-sized slab of chunks at a time
     (no centred copy of ``x`` is written to memory)."""
     n, k = x.shape
     splits = max(1, k // chunk)
-    if x.dtype == torch.float32 and tile_gram_usable():
+    if _use_tile_gram(x):
         return torch.ops.vitplast.gram_lower_f32(x, anchor), splits
     length = k // splits
     h = n // 2
@@ -179,7 +190,7 @@ def _probe_wants_centring(x: torch.Tensor, chunk: int) -> bool:
     if k < 4 * PROBE_SLICES * PROBE_WIDTH:
         return False  # short rows: a second Gram is cheap, the fallback handles it
     gram = torch.zeros(n, n, dtype=torch.float64)
-    tiles = x.dtype == torch.float32 and tile_gram_usable()
+    tiles = _use_tile_gram(x)
     for start in torch.linspace(0, k - PROBE_WIDTH, PROBE_SLICES).long().tolist():
         part = x[:, start : start + PROBE_WIDTH]
         gram += torch.ops.vitplast.gram_lower_f32(part, None) if tiles else (part @ part.T).to(torch.float64)
