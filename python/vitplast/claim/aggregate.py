@@ -24,7 +24,8 @@ import numpy as np
 from scipy import stats
 
 from ..outputs.plots import component_color, figure, save
-from .statistics import paired_tests, stratified_permutation_test
+from .paired import paired_tests
+from .statistics import stratified_permutation_test
 
 
 def _finite(v) -> float | None:

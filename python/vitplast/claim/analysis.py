@@ -27,11 +27,11 @@ import math
 
 import numpy as np
 
+from .paired import paired_tests
 from .samples import Accuracy, Plasticity, claim_samples
 from .statistics import (
     association,
     bounded_t_interval,
-    paired_tests,
     percentile_interval,
     rank_tests,
     theil_sen,

@@ -266,3 +266,11 @@ def test_bounded_intervals_percentiles_and_quantiles():
     assert S.quantile_summary(np.arange(11.0)) == {"min": 0.0, "p10": 1.0, "median": 5.0, "p90": 9.0,
                                                    "max": 10.0}
     assert all(math.isnan(v) for v in S.quantile_summary(np.array([])).values())
+
+
+def test_holm_by_hand():
+    from vitplast.claim.paired import holm
+
+    # sorted 0.01, 0.03, 0.04 of m = 3 (NaN not counted): 3 x 0.01, 2 x 0.03, then kept monotone
+    out = holm([0.01, 0.04, 0.03, math.nan])
+    assert out[:3] == pytest.approx([0.03, 0.06, 0.06]) and math.isnan(out[3])
