@@ -1,12 +1,8 @@
-"""The criteria a claim compares with plasticity, scored per dataset on the model its finetuning runs
-start from: ``DATASET_OUT/criteria/NAME.json`` (a ``CriterionResult``), reused when its cache key
-(model provenance, data, options) is unchanged.
-
-Loss-based criteria (``rgn``, ``fisher``) are scored per seed of the claim with the head that seed's
-finetuning run starts from (the model built as the run builds it: ``torch.manual_seed(seed)``, then
-``vitplast.finetune.fresh_model``); they, and ``cka``, read ``--criterion-batches`` batches of
-``--batch-size`` labelled images of the dataset's training split, in the order ``--measure-seed``
-draws. ``plasticity`` is the claim's own measurement (its chunks), not scored again here.
+"""The criteria a claim compares with plasticity, per dataset, on the model its finetuning runs start
+from: read back from ``DATASET_OUT/criteria/NAME.json`` (a ``CriterionResult``) when its cache key
+(model provenance, data, options) is unchanged, else scored now (`.scoring.score_now`) and written;
+then the scores the claim's analysis and its budgets' sets use (`claim_scores`). ``plasticity`` is the
+claim's own measurement (its chunks), not scored again here.
 """
 
 from __future__ import annotations
