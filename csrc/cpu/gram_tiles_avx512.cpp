@@ -20,8 +20,8 @@
 // into L2 while the current one is used, so DRAM reads (each input element once per thread) overlap
 // the arithmetic. Measured on the 2-core Zen 4 VM (bench/measured/cpu-2026-12-03-kernels-2, one
 // thread, CPU time): 128 x 98688 float32 in 20-23 ms, 70-80 GFLOP/s on the triangle's FLOPs, 1.1-1.2x
-// the torch.mm (MKL) rate of a 1024^2 product on the same core; the BLAS path it replaces (3/4 of the
-// square through bmm, float64 sums of the chunk products) took 40-64 ms. Without hardware counters
+// the torch.mm (MKL) rate of a 1024^2 product on the same core; the whole all-pairs call takes 25-30
+// ms with it, 40-64 ms on the BLAS path (3/4 of the square through bmm, float64 sums of chunk products). Without hardware counters
 // the share of peak is not known; 512 vs 1024 columns per block and the L2 prefetch each moved the
 // time by 2-4%.
 #include "gram_tiles.h"
