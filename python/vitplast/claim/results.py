@@ -15,7 +15,6 @@ from .budgets import analyse_budgets
 from .grid import ClaimPlan, DatasetGrid
 from .layer_report import format_layer_report
 from .layers import analyse_layers
-from .lr_auto import lrs_run
 from .options import ClaimOptions
 from .plan_summary import counts
 from .report import format_report
@@ -36,14 +35,20 @@ def analyse_claim(opts: ClaimOptions, plan: ClaimPlan, measured: dict[str, dict]
     "estimate", "datasets": {name: result}, "aggregate", "text"}``. ``started``: when the claim
     began (``time.perf_counter``), for its wall time."""
     results = {g.key: analyse_dataset(opts, g, measured[g.key], trained.groups[g.key],
-                                      trained.budget_sets[g.key], plan.record, est) for g in plan.grids}
+                                      trained.budget_sets[g.key], trained.lrs[g.key], plan.record, est)
+               for g in plan.grids}
     seconds = time.perf_counter() - started
     for r in results.values():
         r["plan"].update(train_seconds=train_seconds, seconds=seconds)
+    agg = None
+    if plan.several:
+        named = {g.dataset.name: results[g.key] for g in plan.grids}
+        agg = finite_or_none(aggregate_claims(named, permutations=opts.permutations, seed=opts.stats_seed))
+    for g in plan.grids:  # each dataset's report
+        r = results[g.key]
+        r["text"] = format_layer_report(r) if g.units is not None else format_report(r)
     if not plan.several:
         return results[""]
-    named = {g.dataset.name: results[g.key] for g in plan.grids}
-    agg = finite_or_none(aggregate_claims(named, permutations=opts.permutations, seed=opts.stats_seed))
     summary = {**plan.summary, "trained": sum(r["plan"]["trained"] for r in named.values()),
                "reused": sum(r["plan"]["reused"] for r in named.values())}
     return {"config": plan.record, "plan": summary, "estimate": est, "datasets": named, "aggregate": agg,
@@ -51,16 +56,16 @@ def analyse_claim(opts: ClaimOptions, plan: ClaimPlan, measured: dict[str, dict]
 
 
 def analyse_dataset(opts: ClaimOptions, g: DatasetGrid, measured: dict, summaries: list[dict],
-                    budget_sets: list, record: dict, est) -> dict:
-    """One dataset's result (what its claim.json holds, and its report under ``"text"``): the analysis
-    of the claim's own runs, and the budgets' from every run (``summaries``)."""
+                    budget_sets: list, lrs: list[float], record: dict, est) -> dict:
+    """One dataset's result (what its claim.json holds; `analyse_claim` adds its report under
+    ``"text"``): the analysis of the claim's own runs (``lrs``: the learning rates they used), and the
+    budgets' from every run (``summaries``)."""
     every, summaries = summaries, [s for s in summaries if s["train"] in g.trains]  # the claim's own
     runs = [_kept(s) for s in every]
     reused = sum(s["reused"] for s in every)
     plan = {"runs": len(g.runs), **counts(g.runs), "trains": g.trains, "lrs": opts.lr, "seeds": opts.seed,
             "steps": opts.steps, "trained": len(every) - reused, "reused": reused,
             "budget_trains": g.budget_trains, "budget_runs": len(every) - len(summaries)}
-    lrs = lrs_run(summaries) if opts.lr_auto else opts.lr
     common = dict(lrs=lrs, seeds=opts.seed, bootstrap=opts.bootstrap, permutations=opts.permutations,
                   seed=opts.stats_seed)
     if g.units is not None:
@@ -74,10 +79,8 @@ def analyse_dataset(opts: ClaimOptions, g: DatasetGrid, measured: dict, summarie
     if opts.lr_auto:
         plan["lrs_run"] = lrs
     measurement = {k: measured[k] for k in MEASUREMENT_KEYS if k in measured}
-    result = finite_or_none({"config": {**record, "data": g.dataset.spec}, "plan": plan, "estimate": est,
-                             "measurement": measurement, "analysis": analysis, "runs": runs})
-    result["text"] = format_layer_report(result) if g.units is not None else format_report(result)
-    return result
+    return finite_or_none({"config": {**record, "data": g.dataset.spec}, "plan": plan, "estimate": est,
+                           "measurement": measurement, "analysis": analysis, "runs": runs})
 
 
 def _kept(summary: dict) -> dict:

@@ -13,7 +13,7 @@ from pathlib import Path
 from ..runs.grid import refuse_not_finished
 from .finetuning import PlannedRun, plan_runs, train_all
 from .grid import ClaimPlan
-from .lr_auto import widen_groups
+from .lr_auto import lrs_run, widen_groups
 from .options import ClaimOptions
 from .session import ClaimSession
 
@@ -26,6 +26,7 @@ class Trained:
 
     groups: dict[str, list[dict]]
     budget_sets: dict[str, list]
+    lrs: dict[str, list[float]]  # the learning rates the claim's own runs used (``--lr auto``: widened)
     shard: list[dict] | None = None
 
 
@@ -68,9 +69,11 @@ def train_claim(opts: ClaimOptions, ses: ClaimSession, executor, plan: ClaimPlan
                 groups[r.dataset].append(summary)
             if opts.lr_auto:
                 _, groups = widen_groups(groups, start=opts.lr, plan=plan_lr, train=train, say=reporter.say)
-        return Trained(groups, {key: sets for key, (sets, _) in budgets.items()})
+        own = {g.key: [s for s in groups[g.key] if s["train"] in g.trains] for g in plan.grids}
+        lrs = {key: lrs_run(summaries) if opts.lr_auto else opts.lr for key, summaries in own.items()}
+        return Trained(groups, {key: sets for key, (sets, _) in budgets.items()}, lrs)
     summaries = train(plan.mine)
     ses.grid.shard_done(opts, len(plan.mine), len(plan.runs), reused=sum(s["reused"] for s in summaries),
                         then="when every shard is done, run the same command without --shard (or "
                         "with --analyse-only) for the analysis")
-    return Trained({}, {}, summaries)
+    return Trained({}, {}, {}, summaries)
