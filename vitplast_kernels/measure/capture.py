@@ -210,7 +210,8 @@ class Capture:
         return False
 
     def _view(self, t: torch.Tensor, where: str) -> torch.Tensor:
-        t = t.detach()
+        if t.requires_grad:  # no_grad forwards (a measurement's usual case) pass tensors as they are
+            t = t.detach()
         if t.dtype not in validate.SUPPORTED_DTYPES:  # named by module, not by the op's argument
             raise TypeError(validate.dtype_problem(f"capture: the activation of {where}", t.dtype))
         if t.dim() < 2:

@@ -11,6 +11,8 @@ after the graph is a few attribute stores whose values at the end of a forward a
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 
 Row = tuple[int, torch.Tensor, torch.Tensor]  # (row index, s_in (P,), s_out (P,) or (H, P) per head)
@@ -44,8 +46,9 @@ class ForwardState:
 
     def new_rows(self) -> None:
         """Forgets the rows and the reduced tensors (they were flushed), keeps partial components and e."""
-        # layer -> ((tensor, its per-pair sums, version), ...): tensors shared by two hooks of a layer
-        self.slots: dict[int, tuple[tuple[torch.Tensor, torch.Tensor, int], ...]] = {}
+        # layer -> ((tensor or a weak reference to it, its per-pair sums, version), ...): tensors shared
+        # by two hooks of a layer
+        self.slots: dict[int, tuple[tuple[torch.Tensor | weakref.ref, torch.Tensor, int], ...]] = {}
         self.rows: tuple[Row, ...] = ()
         self.head_rows: tuple[Row, ...] = ()
         self.seen: tuple[int, ...] = ()  # row indices added during this forward
@@ -53,7 +56,7 @@ class ForwardState:
     def reduced(self, li: int, t: torch.Tensor) -> torch.Tensor | None:
         """The sums of ``t`` if it was reduced in layer ``li`` during this forward and not changed since."""
         for src, sums, version in self.slots.get(li, ()):
-            if src is t and version == version_of(t):
+            if (src if isinstance(src, torch.Tensor) else src()) is t and version == version_of(t):
                 return sums
         return None
 
@@ -61,8 +64,12 @@ class ForwardState:
         """Records ``(tensor, sums)`` pairs reduced in layer ``li``, for `reduced`. Only the
         layer's own are kept: holding every layer's activations to the end of the forward kept the
         whole forward's activations alive in eager mode (memory, and fresh pages for every layer
-        instead of the allocator's reused ones); a tensor shared across layers is reduced again."""
-        new = tuple((t, s, version_of(t)) for t, s in reduced)
+        instead of the allocator's reused ones); a tensor shared across layers is reduced again. In
+        eager mode a weak reference stands for the tensor, so that no activation outlives its last
+        use by the model (FC1's output and FC2's input, 4x the width, were held to the next layer);
+        a traced forward keeps the tensor (one value of the graph: nothing is held past it)."""
+        compiling = torch.compiler.is_compiling()
+        new = tuple((t if compiling else weakref.ref(t), s, version_of(t)) for t, s in reduced)
         self.slots = {li: (*self.slots.get(li, ()), *new)}
 
     def gather(self, ci: int, li: int, nparts: int, s_in: torch.Tensor, s_out: torch.Tensor

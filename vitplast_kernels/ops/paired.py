@@ -173,7 +173,8 @@ def halves_sq_sums(tensors: Sequence[torch.Tensor], *, backend: str = "auto") ->
     if torch.compiler.is_compiling() or n < 2 or n % 2 or not _same_kind(tensors, first, n):
         return grouped_sq_sums([t[:half] for t in tensors], [t[half:] for t in tensors], backend=backend)
     chosen = resolve(backend, first.device, dtype=first.dtype)
-    return call_backend(chosen.grouped, [t[:half] for t in tensors], [t[half:] for t in tensors], tensors)
+    halves = [t.chunk(2) for t in tensors]  # (t[:B], t[B:]): the same two views in one call
+    return call_backend(chosen.grouped, [h[0] for h in halves], [h[1] for h in halves], tensors)
 
 
 def _same_kind(tensors: Sequence[torch.Tensor], first: torch.Tensor, n: int) -> bool:

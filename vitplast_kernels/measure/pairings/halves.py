@@ -30,12 +30,10 @@ class Halves(Pairing):
         return n // 2
 
     def sq_sums(self, tensors: Sequence[torch.Tensor], *, backend: str = "auto") -> torch.Tensor:
-        tensors = list(tensors)
-        n = tensors[0].shape[0]
-        b = n // 2
         dtype = tensors[0].dtype
         if all(t.dtype == dtype for t in tensors):  # the usual case: the grouped op's (G, P) as it is
             return halves_sq_sums(tensors, backend=backend)
+        b = tensors[0].shape[0] // 2
         # mixed dtypes: one grouped launch per dtype (the op takes one); results back in input order
         out: list[torch.Tensor | None] = [None] * len(tensors)
         by_dtype: dict[torch.dtype, list[int]] = {}
