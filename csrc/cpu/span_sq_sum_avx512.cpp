@@ -17,8 +17,9 @@
 // instructions. Against the loop a compiler writes for sum((a - b)^2) (float32 lanes, no exact
 // differences; bench/measured/cpu-2026-12-03-kernels-2, stream2.cpp) on the same DRAM inputs in the
 // same rounds, at one and two threads: float32 1.00-1.12x its rate, bfloat16 0.93-1.04x (centred on
-// 1.0); both reach 0.80-0.96 of a two-stream read-only max. In L2 the arithmetic is the bound (float32 ~54 GB/s, bfloat16 ~51 GB/s per core):
-// hence the shift-and-mask conversion and one conversion instruction per eight float32 elements.
+// 1.0); both reach 0.80-0.96 of a two-stream read-only max. In L2 the arithmetic is the bound
+// (float32 ~54 GB/s, bfloat16 ~51 GB/s per core): hence the shift-and-mask conversion and one
+// conversion instruction per eight float32 elements.
 #include "span_sq_sum_api.h"
 
 #if defined(__x86_64__) || defined(__i386__)
