@@ -35,7 +35,7 @@ class DatasetGrid:
     trains: list[str]  # the claim's own trains: the units or components and its baselines
     model: PreparedModel  # the dataset's model and data, built and checked once
     runs: list[PlannedRun]  # of the trains and of the budget_trains
-    budgets: BudgetPlan  # --budgets as resolved, the sets known before scoring and their trains
+    budget_plan: BudgetPlan  # --budgets as resolved, the trains of the sets known before scoring
     names: list[str]  # what the claim ranks: --components ranked, or a layer claim's units by name
     units: list | None = None  # a layer claim's (component, layer) units
     sizes: dict | None = None  # and their trainable-parameter counts, by unit name
@@ -48,7 +48,7 @@ class DatasetGrid:
     @property
     def budget_trains(self) -> list[str]:
         """The budgets' sets and references known before scoring, not in trains."""
-        return self.budgets.trains
+        return self.budget_plan.trains
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,9 +94,9 @@ def plan_dataset(opts: ClaimOptions, dataset: DatasetPlan, *, device, reporter: 
         trains = names + ["head"]
     else:
         trains, names = opts.trains, list(opts.ranked)
-    budgets = plan_budget_sets(opts, names, sizes, trains)
+    budget_plan = plan_budget_sets(opts, names, sizes, trains)
     check_trains_fit(dataset.settings, trains, model)
     key = dataset.name if dataset.several else ""
-    runs = plan_runs(dataset.out, dataset.settings, trains + budgets.trains, opts.lr, opts.seed, key,
+    runs = plan_runs(dataset.out, dataset.settings, trains + budget_plan.trains, opts.lr, opts.seed, key,
                      root=Path(opts.out))
-    return DatasetGrid(dataset, key, trains, model, runs, budgets, names, units, sizes, measured)
+    return DatasetGrid(dataset, key, trains, model, runs, budget_plan, names, units, sizes, measured)

@@ -109,6 +109,6 @@ def measure_claim(opts: ClaimOptions, grids: Sequence, device, reporter: Reporte
             write_json_atomic(path, measured[g.key])
         scores = claim_scores(opts, g.dataset, g.model, measured[g.key], g.units, g.names, device, reporter,
                               progress=progress, write=write)
-        budgets[g.key] = budget_sets(opts, g.names, g.sizes, g.budgets.budgets, scores,
+        budgets[g.key] = budget_sets(opts, g.names, g.sizes, g.budget_plan.budgets, scores,
                                      g.trains + g.budget_trains)
     return measured, budgets

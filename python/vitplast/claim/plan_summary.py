@@ -34,14 +34,14 @@ def plan_summary(opts: ClaimOptions, grids: Sequence, reporter: Reporter) -> dic
                  f"{states['partial']} partial, {states['new']} new")
     plan = {"runs": len(runs), **states, "trains": first.trains, "lrs": opts.lr, "seeds": opts.seed,
             "steps": opts.steps, "datasets": [g.dataset.spec for g in grids]}
-    planned = sum(g.budgets.bound["planned"] for g in grids)
-    most = sum(g.budgets.bound["after_scoring_at_most"] for g in grids)
+    planned = sum(g.budget_plan.bound["planned"] for g in grids)
+    most = sum(g.budget_plan.bound["after_scoring_at_most"] for g in grids)
     plan["budget_runs"] = planned
     plan["budget_runs_after_scoring_at_most"] = most
     plan["budget_runs_at_most"] = planned + most
     unit = "components" if first.units is None else "parameters"
     listed = _listed(first.budget_trains)
-    reporter.say(f"budgets {', '.join(f'{b:,}' for b in first.budgets.budgets)} ({unit}): {planned} of "
+    reporter.say(f"budgets {', '.join(f'{b:,}' for b in first.budget_plan.budgets)} ({unit}): {planned} of "
                  f"these runs ({len(first.budget_trains)} sets and references: {listed}); "
                  f"after the criteria are scored, at most {most} more (a criterion's set outside the "
                  f"random sets): at most {planned + most} runs for the budgets in all")
