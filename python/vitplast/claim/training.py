@@ -72,7 +72,7 @@ def train_claim(opts: ClaimOptions, ses: ClaimSession, executor, plan: ClaimPlan
         own = {g.key: [s for s in groups[g.key] if s["train"] in g.trains] for g in plan.grids}
         lrs = {key: lrs_run(summaries) if opts.lr_auto else opts.lr for key, summaries in own.items()}
         return Trained(groups, {key: sets for key, (sets, _) in budgets.items()}, lrs)
-    summaries = train(plan.mine)
+    summaries = train(plan.mine)  # a --shard: its own runs, then the line it ends with
     ses.grid.shard_done(opts, len(plan.mine), len(plan.runs), reused=sum(s["reused"] for s in summaries),
                         then="when every shard is done, run the same command without --shard (or "
                         "with --analyse-only) for the analysis")
