@@ -15,7 +15,7 @@ from ..outputs.reporter import Reporter
 from ..runs.rundir import write_json_atomic
 from .datasets import DatasetPlan
 from .options import ClaimOptions
-from .plasticity import chunk_result, unit_means
+from .samples import chunk_result, unit_means
 from .scoring import LABELLED, PER_SEED, score_now
 
 FOLDER = "criteria"

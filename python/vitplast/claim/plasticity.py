@@ -19,9 +19,9 @@ import warnings
 
 import numpy as np
 
-from .samples import CHUNK_FIELDS, chunk_result, unit_means
+from .samples import CHUNK_FIELDS
 
-__all__ = ["chunk_result", "measure_chunks", "plan_chunks", "unit_means"]
+__all__ = ["measure_chunks", "plan_chunks"]
 
 
 def _images(dataset, idx: np.ndarray):
