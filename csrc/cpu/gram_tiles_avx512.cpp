@@ -16,14 +16,16 @@
 // entries for 10), so the work is ~(N/4)(N/4+1)/2 * 16 * K FMAs, 2.3% over the triangle's at N = 128
 // (the BLAS path multiplied 3/4 of the full square). 8 loads per 16 FMAs keep the load ports under
 // the FMA rate; one block of the rows a thread touches (N * kBlockCols * 4 bytes = 256 KiB at
-// N = 128) stays in its L2 while every tile of that block runs, and the next block is prefetched
-// into L2 while the current one is used, so DRAM reads (each input element once per thread) overlap
-// the arithmetic. Measured on the 2-core Zen 4 VM (bench/measured/cpu-2026-12-03-kernels-2, one
+// N = 128) stays in its L2 while every tile of that block runs, and the next block of every row the
+// thread reads is prefetched into L2 while the current one is used, so DRAM reads (each input element
+// once per thread) overlap the arithmetic (prefetching only a thread's own diagonal rows was 5% slower
+// at two threads: the other rows came from DRAM on demand, since Zen 4's L3 holds L2 victims only). Measured on the 2-core Zen 4 VM (bench/measured/cpu-2026-12-03-kernels-2, one
 // thread, CPU time): 128 x 98688 float32 in 20-23 ms, 70-80 GFLOP/s on the triangle's FLOPs, 1.1-1.2x
 // the torch.mm (MKL) rate of a 1024^2 product on the same core; the whole all-pairs call takes 25-30
 // ms with it, 40-64 ms on the BLAS path (3/4 of the square through bmm, float64 sums of chunk products). Without hardware counters
 // the share of peak is not known; 512 vs 1024 columns per block and the L2 prefetch each moved the
-// time by 2-4%.
+// time by 2-4% on one thread. Two threads, CPU time of the slower one (what the wall time would be
+// on an idle machine): 14.1-14.5 ms (random rows), 15.8-19.3 ms (with the anchor), 1.7x one thread.
 #include "gram_tiles.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -105,19 +107,22 @@ template <bool kCentred>
 void gram_tiles_impl(const GramInput& in, long long t0, long long t1, double* tile_sums) {
   const long long n = in.n;
   std::fill(tile_sums, tile_sums + 16 * (t1 - t0), 0.0);
+  // rows [0, rows) are the ones these tiles read (every full tile row starts at column block 0); the
+  // next block of all of them is prefetched into L2, spread evenly over this block's tiles
+  const long long rows = std::min(n, 4 * (tile_of(t1 - 1).row + 1)), count = t1 - t0;
   for (long long k0 = 0; k0 < in.k; k0 += kBlockCols) {
     const long long k1 = std::min(in.k, k0 + kBlockCols);
     const long long next1 = std::min(in.k, k1 + kBlockCols);
     for (long long t = t0; t < t1; ++t) {
       const TileIndex tile = tile_of(t);
+      if (k1 < in.k) {
+        prefetch_rows(in, (t - t0) * rows / count, (t - t0 + 1) * rows / count, k1, next1);
+      }
       const float* ri[4];
       const float* rj[4];
       for (int a = 0; a < 4; ++a) {
         ri[a] = in.x + std::min(4 * tile.row + a, n - 1) * in.ld;
         rj[a] = in.x + std::min(4 * tile.col + a, n - 1) * in.ld;
-      }
-      if (tile.col == tile.row && k1 < in.k) {  // last tile of its row block: fetch its next block
-        prefetch_rows(in, 4 * tile.row, std::min(n, 4 * tile.row + 4), k1, next1);
       }
       __m512 acc[16];
       tile_block<kCentred>(ri, rj, in.anchor, k0, k1, acc);
