@@ -28,8 +28,10 @@ bool gram_lower_supported() {
 #endif
 }
 
-// Below this many FMAs (about 50 us of one core) the tiles run on one thread.
-constexpr long long kSerialFmas = 1LL << 22;
+// Below this many FMAs (about 100 us of one core) the tiles run on one thread: a parallel region costs
+// a scheduler slice whenever the other thread is descheduled (the all-pairs probe's 512-column slices
+// of 128 rows, 4.3M FMAs each, took 8 ms per call at two threads on a loaded 2-core VM, 0.1 ms on one).
+constexpr long long kSerialFmas = 1LL << 23;
 
 at::Tensor gram_lower_f32_cpu(const at::Tensor& x, const std::optional<at::Tensor>& anchor) {
   TORCH_CHECK(gram_lower_supported(), "vitplast: gram_lower_f32 needs a CPU with AVX-512 F and DQ");

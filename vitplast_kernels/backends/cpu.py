@@ -190,7 +190,7 @@ def _probe_wants_centring(x: torch.Tensor, chunk: int) -> bool:
     if k < 4 * PROBE_SLICES * PROBE_WIDTH:
         return False  # short rows: a second Gram is cheap, the fallback handles it
     gram = torch.zeros(n, n, dtype=torch.float64)
-    tiles = _use_tile_gram(x)
+    tiles = _use_tile_gram(x)  # each slice's call runs on one thread up to N = 128 (no parallel region)
     for start in torch.linspace(0, k - PROBE_WIDTH, PROBE_SLICES).long().tolist():
         part = x[:, start : start + PROBE_WIDTH]
         gram += torch.ops.vitplast.gram_lower_f32(part, None) if tiles else (part @ part.T).to(torch.float64)
@@ -210,9 +210,10 @@ def _all_pairs_cpu(a: torch.Tensor, chunk: int = CPU_CHUNK) -> torch.Tensor:
         x = x.contiguous()
     # centring on an anchor row (row 0: the mean row would add a read), chunk by chunk in cache
     centred = _probe_wants_centring(x, chunk)
-    sq, unreliable, _ = _gram_sq(x, chunk, x[0].clone() if centred else None)
+    # (x[0] itself, not a copy: a copy of a long row is one more parallel region)
+    sq, unreliable, _ = _gram_sq(x, chunk, x[0] if centred else None)
     if not centred and int(unreliable.sum()) > n // 2:  # the probe missed it
-        sq, unreliable, _ = _gram_sq(x, chunk, x[0].clone())
+        sq, unreliable, _ = _gram_sq(x, chunk, x[0])
     out = sq
     rows, cols = unreliable.nonzero(as_tuple=True)
     if rows.numel():
