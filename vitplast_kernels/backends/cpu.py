@@ -179,12 +179,14 @@ def _recompute_pairs(x: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) ->
     return torch.cat(parts) if parts else torch.empty(0, dtype=torch.float64, device=x.device)
 
 
-PROBE_SLICES, PROBE_WIDTH = 8, 512
+# 4 slices of 512 columns: 0.8-0.9 ms at N = 128 on the Zen 4 VM where 8 took 1.7 (the slices are cold
+# reads of short runs; bench/measured/cpu-2026-12-03-kernels-2)
+PROBE_SLICES, PROBE_WIDTH = 4, 512
 
 
 def _probe_wants_centring(x: torch.Tensor, chunk: int) -> bool:
     """Whether more than N/2 pairs would be unreliable, judged on ``PROBE_SLICES`` column slices of
-    ``PROBE_WIDTH`` spread over K (about ``4096 / K`` of the Gram's cost): then the rows are centred
+    ``PROBE_WIDTH`` spread over K (about ``2048 / K`` of the Gram's cost): then the rows are centred
     before the Gram instead of after a wasted one."""
     n, k = x.shape
     if k < 4 * PROBE_SLICES * PROBE_WIDTH:

@@ -47,7 +47,7 @@ against float64) for float32, float16 and bfloat16 inputs:
    Identical rows are always unreliable (S = 0) and come out exactly 0.
 3. **Centre when many pairs are unreliable (CPU).** Distances are translation invariant but the
    cancellation is not: rows sharing a large common component (positional embeddings, massive
-   activations) all have small ``r``. A probe Gram over 8 column slices of 512 (a few % of the
+   activations) all have small ``r``. A probe Gram over 4 column slices of 512 (a few % of the
    cost) predicts whether more than ``N / 2`` pairs will be unreliable; if so the rows are centred
    (the first row subtracted, in float32: any common vector works, this one costs no extra read)
    before the Gram; if the probe missed it, the Gram is redone once on centred rows. Centring
