@@ -38,7 +38,7 @@ def test_tile_gram_matches_float64(n, k, gen):
 
 @needs_kernel
 def test_tile_gram_bits_do_not_depend_on_threads(gen):
-    x = torch.randn(37, 5000, generator=gen)  # above the one-thread cutoff: tiles split over threads
+    x = torch.randn(37, 20000, generator=gen)  # 17.6M FMAs, over the 2^23 one-thread cutoff: tiles split
     anchor = x[3].clone()
     before = torch.get_num_threads()
     try:
