@@ -31,7 +31,7 @@ import torch
 
 import vitplast_kernels as vk
 
-from .eager_capture_profile import timed_hooks
+from .eager_capture_profile import timed_calls, timed_hooks
 from .harness import minor_faults
 
 PARTS = ("modules", "op_calls", "bookkeeping", "other", "setup", "result")
@@ -43,18 +43,8 @@ def timed_forwards(modules: list[torch.nn.Module], spent: dict[str, float], cloc
     """While open, each module's own ``forward`` (its hooks excluded) adds its time to
     ``spent["modules"]``; the modules' ``forward`` attributes are restored after."""
     saved = [(m, m.__dict__.get("forward")) for m in modules]
-
-    def timed(forward):
-        def run(*args, **kwargs):
-            t0 = clock()
-            try:
-                return forward(*args, **kwargs)
-            finally:
-                spent["modules"] += clock() - t0
-        return run
-
     for m in modules:
-        m.forward = timed(m.forward)
+        m.forward = timed_calls(m.forward, spent, "modules", clock)
     try:
         yield
     finally:

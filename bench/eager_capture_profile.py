@@ -40,21 +40,24 @@ from .harness import (
 )
 
 
+def timed_calls(fn, spent: dict[str, float], key: str, clock=time.perf_counter):
+    """``fn`` wrapped so that each call's time (by ``clock``) is added to ``spent[key]``."""
+    def timed(*args, **kwargs):
+        t0 = clock()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            spent[key] += clock() - t0
+
+    return timed
+
+
 @contextlib.contextmanager
 def timed_hooks(spent: dict[str, float], clock=time.perf_counter):
     """While open, every in-situ hook's time (by ``clock``) is added to ``spent["hooks"]``; the hook is
     restored after (the staticmethod itself, as it was)."""
-    hook = protocols.InSitu._hook
     saved = protocols.InSitu.__dict__["_hook"]
-
-    def timed_hook(*args, **kwargs):
-        t0 = clock()
-        try:
-            return hook(*args, **kwargs)
-        finally:
-            spent["hooks"] += clock() - t0
-
-    protocols.InSitu._hook = staticmethod(timed_hook)
+    protocols.InSitu._hook = staticmethod(timed_calls(protocols.InSitu._hook, spent, "hooks", clock))
     try:
         yield
     finally:
