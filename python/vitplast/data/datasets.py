@@ -42,14 +42,12 @@ batches leave it out.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import random
-from collections.abc import Sequence
 
 import torch
 from torch.utils.data import ConcatDataset, DataLoader, Dataset, Subset
 
+from .dataset_types import LabelledFiles, TensorImageDataset
 from .images import BadImageError, open_image
 from .transforms import ImageTransform, fixed_transform
 
@@ -57,83 +55,6 @@ __all__ = ["BadImageError", "TensorImageDataset", "check_images", "load_dataset"
 
 SPLITS = ("train", "val", "all")
 VAL_FRACTION = 0.2
-
-
-class TensorImageDataset(Dataset):
-    """Images held in memory.
-
-    ``images``: float32 ``(N, 3, H, W)``, already normalised; ``labels``: int64 ``(N,)``.
-    """
-
-    def __init__(self, images: torch.Tensor, labels: torch.Tensor, classes: Sequence[str]):
-        if images.ndim != 4 or images.shape[1] != 3:
-            raise ValueError(f"images must have shape (N, 3, H, W), got {tuple(images.shape)}")
-        if labels.shape != (images.shape[0],):
-            raise ValueError(f"labels must have shape ({images.shape[0]},), got {tuple(labels.shape)}")
-        self.images = images.contiguous()
-        self.labels = labels.long()
-        self.classes = list(classes)
-        self.num_classes = len(self.classes)
-
-    def __len__(self) -> int:
-        return self.images.shape[0]
-
-    def __getitem__(self, idx: int) -> tuple[torch.Tensor, int]:
-        return self.images[idx], int(self.labels[idx])
-
-
-@contextlib.contextmanager
-def seeded_draws(seed: int):
-    """The torch (CPU) and python generators seeded from ``seed`` inside, restored after: an item's
-    random augmentation then depends on ``seed`` alone."""
-    state = random.getstate()
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        random.seed(seed)
-        try:
-            yield
-        finally:
-            random.setstate(state)
-
-
-class _Labelled(Dataset):
-    """A dataset (or subset/concat of one) of undecoded images that exposes ``.classes`` and
-    ``.num_classes`` and prepares each image with ``transform``; with ``skip_bad_images`` an undecodable
-    image gives the item ``None`` and its path in ``.bad_images``. With an ``augmentation`` (then
-    ``.augmented``), ``dataset[(index, seed)]`` prepares the image with it, its random draws taken from
-    ``seed``, while ``dataset[index]`` stays the plain preparation: one dataset serves the training steps
-    and the evaluation of held-out training images."""
-
-    def __init__(self, inner: Dataset, classes: Sequence[str], skip_bad_images: bool = False,
-                 transform=None, augmentation=None):
-        self.inner = inner
-        self.classes = list(classes)
-        self.num_classes = len(self.classes)
-        self.skip_bad_images = skip_bad_images
-        self.transform, self.augmentation = transform, augmentation
-        self.augmented = augmentation is not None
-        self.bad_images: list[str] = []
-
-    def __len__(self) -> int:
-        return len(self.inner)
-
-    def __getitem__(self, idx):
-        if isinstance(idx, tuple):
-            index, seed = idx
-            with seeded_draws(int(seed)):
-                return self._prepared(int(index), self.augmentation or self.transform)
-        return self._prepared(idx, self.transform)
-
-    def _prepared(self, idx: int, transform):
-        try:
-            image, label = self.inner[idx]
-        except BadImageError as exc:
-            if not self.skip_bad_images:
-                raise
-            if exc.path not in self.bad_images:
-                self.bad_images.append(exc.path)
-            return None
-        return (image if transform is None else transform(image)), int(label)
 
 
 def _check_split(split: str) -> None:
@@ -246,7 +167,7 @@ def _cifar(kind: str, root: str, split: str, img_size: int, transform: ImageTran
                 f"`tar xzf {cls.filename} -C {root}`); nothing is downloaded"
             ) from exc
     ds = parts[0] if len(parts) == 1 else ConcatDataset(parts)
-    return _Labelled(ds, parts[0].classes, False, *transforms)
+    return LabelledFiles(ds, parts[0].classes, False, *transforms)
 
 
 def _image_folder(root: str, split: str, img_size: int, seed: int, skip_bad: bool = False,
@@ -262,7 +183,7 @@ def _image_folder(root: str, split: str, img_size: int, seed: int, skip_bad: boo
             raise ValueError(f"{train_dir} and {val_dir} hold different class folders: "
                              f"{parts[0].classes} vs {parts[1].classes}")
         ds = parts[0] if len(parts) == 1 else ConcatDataset(parts)
-        return _Labelled(ds, parts[0].classes, skip_bad, *transforms)
+        return LabelledFiles(ds, parts[0].classes, skip_bad, *transforms)
     try:
         full = ImageFolder(root, loader=open_image)
     except FileNotFoundError as exc:
@@ -270,7 +191,7 @@ def _image_folder(root: str, split: str, img_size: int, seed: int, skip_bad: boo
                                 f"(or DIR/train/<class>/... and DIR/val/<class>/...)") from exc
     labels = torch.tensor(full.targets, dtype=torch.long)
     subset = Subset(full, _split_indices(labels, split, seed).tolist())
-    return _Labelled(subset, full.classes, skip_bad, *transforms)
+    return LabelledFiles(subset, full.classes, skip_bad, *transforms)
 
 
 def load_dataset(spec: str, split: str = "train", img_size: int = 32, seed: int = 0,
@@ -358,12 +279,12 @@ def _collate_present(items: list):
 
 
 def _file_of(dataset, idx: int) -> str | None:
-    """The image file behind item ``idx`` (through ``_Labelled``, ``Subset`` and ``ConcatDataset``), or
+    """The image file behind item ``idx`` (through ``LabelledFiles``, ``Subset`` and ``ConcatDataset``), or
     None for in-memory data."""
     import bisect
 
     while True:
-        if isinstance(dataset, _Labelled):
+        if isinstance(dataset, LabelledFiles):
             dataset = dataset.inner
         elif isinstance(dataset, Subset):
             dataset, idx = dataset.dataset, int(dataset.indices[idx])
