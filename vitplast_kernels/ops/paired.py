@@ -170,23 +170,11 @@ def halves_sq_sums(tensors: Sequence[torch.Tensor], *, backend: str = "auto") ->
     first = tensors[0]
     n = first.shape[0] if isinstance(first, torch.Tensor) and first.dim() >= 2 else 0
     half = n // 2
-    if torch.compiler.is_compiling() or n < 2 or n % 2 or not _same_kind(tensors, first, n):
+    if torch.compiler.is_compiling() or n < 2 or n % 2 or not validate.group_is_valid(tensors, tensors):
         return grouped_sq_sums([t[:half] for t in tensors], [t[half:] for t in tensors], backend=backend)
     chosen = resolve(backend, first.device, dtype=first.dtype)
     halves = [t.chunk(2) for t in tensors]  # (t[:B], t[B:]): the same two views in one call
     return call_backend(chosen.grouped, [h[0] for h in halves], [h[1] for h in halves], tensors)
-
-
-def _same_kind(tensors: Sequence[torch.Tensor], first: torch.Tensor, n: int) -> bool:
-    """Every tensor a supported ``(n, ...)`` tensor with ``first``'s dtype and device."""
-    if first.dtype not in validate.SUPPORTED_DTYPES:
-        return False
-    dtype, device = first.dtype, first.device
-    for t in tensors:
-        if not (isinstance(t, torch.Tensor) and t.dtype == dtype and t.dim() >= 2 and t.shape[0] == n
-                and t.device == device):
-            return False
-    return True
 
 
 def pair_sq_distances_grouped(
