@@ -11,21 +11,15 @@
 #include <algorithm>
 #include <optional>
 
+#include "cpu_features.h"
 #include "gram_tiles.h"
 
 namespace vitplast {
 namespace {
 
 bool gram_lower_supported() {
-#if defined(__x86_64__) || defined(__i386__)
-  static const bool ok = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
-  }();
+  static const bool ok = cpu_has_avx512();
   return ok;
-#else
-  return false;
-#endif
 }
 
 // Below this many FMAs (about 100 us of one core) the tiles run on one thread: a parallel region costs

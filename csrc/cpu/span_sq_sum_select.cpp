@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "cpu_features.h"
 #include "span_sq_sum_api.h"
 
 namespace vitplast {
@@ -12,12 +13,9 @@ namespace vitplast {
 SpanSqSumFn select_span_sq_sum() {
   const char* cap = std::getenv("VITPLAST_CPU_KERNEL");
   const std::string want = cap == nullptr ? "auto" : cap;
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_cpu_init();
-  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                    __builtin_cpu_supports("f16c");
-  const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
-  if (avx512 && (want == "auto" || want == "avx512")) return &span_sq_sum_avx512;
+#if defined(__x86_64__) || defined(__i386__)  // the vector kernels are built for x86 only
+  const bool avx2 = cpu_has_avx2();
+  if (avx2 && cpu_has_avx512() && (want == "auto" || want == "avx512")) return &span_sq_sum_avx512;
   if (avx2 && want != "generic") return &span_sq_sum_avx2;
 #endif
   return &span_sq_sum_generic;
