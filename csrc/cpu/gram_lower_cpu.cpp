@@ -46,9 +46,11 @@ at::Tensor gram_lower_f32_cpu(const at::Tensor& x, const std::optional<at::Tenso
   const GramInput in{x.const_data_ptr<float>(), n, k, n > 1 ? x.stride(0) : k, anchor_ptr};
   const long long tiles = tile_count(n);
   const long long grain = 16 * tiles * k < kSerialFmas ? std::max(tiles, 1LL) : 1;
+#if defined(__x86_64__) || defined(__i386__)  // the tile kernel is built for x86 only (checked above)
   at::parallel_for(0, tiles, grain, [&](int64_t begin, int64_t end) {
     gram_tiles_avx512(in, begin, end, gram);
   });
+#endif
   for (long long i = 0; i < n; ++i) {
     for (long long j = 0; j < i; ++j) gram[j * n + i] = gram[i * n + j];
   }
