@@ -6,7 +6,7 @@ module to print the table: ``python -m bench.all_pairs [--device cpu|cuda] [--qu
 Cases and their targets:
 - CPU, N=128 sequences, K=257*384 (ViT-Small tokens x channels), float32: ours >= 3x cdist and >= 50%
   (random rows) / 40% (shared rows) of the float32 matmul rate measured in the same run, at equal or
-  better accuracy (issue 37).
+  better accuracy.
 - CUDA, N=256, K=257*1280 (ViT-Huge), bfloat16: ours >= 2x cdist on float32 up-casts, >= 50% of the
   bf16 matmul rate measured in the same run, counting only one triangle's FLOPs ``N(N+1)/2 * K * 2``.
 Each size runs on ``random`` rows and on ``shared`` rows (a common component 10x the per-row spread,

@@ -12,20 +12,21 @@
 // arithmetic depends only on x and the tile, not on which thread computes it: bitwise repeatable
 // across thread counts and processes.
 //
-// Bound: the FMA pipes. The triangle is cut at 4-row granularity (the diagonal tiles compute 16
-// entries for 10), so the work is ~(N/4)(N/4+1)/2 * 16 * K FMAs, 2.3% over the triangle's at N = 128
-// (the BLAS path multiplied 3/4 of the full square). 8 loads per 16 FMAs keep the load ports under
-// the FMA rate; one block of the rows a thread touches (N * kBlockCols * 4 bytes = 256 KiB at
-// N = 128) stays in its L2 while every tile of that block runs, and the next block of every row the
-// thread reads is prefetched into L2 while the current one is used, so DRAM reads (each input element
-// once per thread) overlap the arithmetic (prefetching only a thread's own diagonal rows was 5% slower
-// at two threads: the other rows came from DRAM on demand, since Zen 4's L3 holds L2 victims only). Measured on the 2-core Zen 4 VM (bench/measured/cpu-2026-12-03-kernels-2, one
-// thread, CPU time): 128 x 98688 float32 in 20-23 ms, 70-80 GFLOP/s on the triangle's FLOPs, 1.1-1.2x
-// the torch.mm (MKL) rate of a 1024^2 product on the same core; the whole all-pairs call takes 25-30
-// ms with it, 40-64 ms on the BLAS path (3/4 of the square through bmm, float64 sums of chunk products). Without hardware counters
-// the share of peak is not known; 512 vs 1024 columns per block and the L2 prefetch each moved the
-// time by 2-4% on one thread. Two threads, CPU time of the slower one (what the wall time would be
-// on an idle machine): 14.1-14.5 ms (random rows), 15.8-19.3 ms (with the anchor), 1.7x one thread.
+// Bound: the FMA pipes. The triangle is cut at 4-row granularity (the diagonal tiles compute 16 entries
+// for 10), so the work is ~(N/4)(N/4+1)/2 * 16 * K FMAs, 2.3% over the triangle's at N = 128 (the BLAS
+// path multiplied 3/4 of the full square). 8 loads per 16 FMAs keep the load ports under the FMA rate; one
+// block of the rows a thread touches (N * kBlockCols * 4 bytes = 256 KiB at N = 128) stays in its L2 while
+// every tile of that block runs, and the next block of every row the thread reads is prefetched into L2
+// while the current one is used, so DRAM reads (each input element once per thread) overlap the arithmetic
+// (prefetching only a thread's own diagonal rows was 5% slower at two threads: the other rows came from
+// DRAM on demand, since Zen 4's L3 holds L2 victims only). Measured on the 2-core Zen 4 VM
+// (bench/measured/cpu-2026-12-03-kernels-2, one thread, CPU time): 128 x 98688 float32 in 20-23 ms, 70-80
+// GFLOP/s on the triangle's FLOPs, 1.1-1.2x the torch.mm (MKL) rate of a 1024^2 product on the same core;
+// the whole all-pairs call takes 25-30 ms with it, 40-64 ms on the BLAS path (3/4 of the square through
+// bmm, float64 sums of chunk products). Without hardware counters the share of peak is not known; 512 vs
+// 1024 columns per block and the L2 prefetch each moved the time by 2-4% on one thread. Two threads, CPU
+// time of the slower one (what the wall time would be on an idle machine): 14.1-14.5 ms (random rows),
+// 15.8-19.3 ms (with the anchor), 1.7x one thread.
 #include "gram_tiles.h"
 
 #if defined(__x86_64__) || defined(__i386__)

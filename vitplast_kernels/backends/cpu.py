@@ -9,8 +9,8 @@ batch has at most `TILE_GRAM_MAX_ROWS` rows; otherwise from batched BLAS product
 triangle. On the 2-core Zen 4 VM of bench/measured/cpu-2026-12-03-kernels-2 the kernel is 1.7x the
 BLAS path on one thread (80-86% of the ``torch.mm`` rate on the triangle's FLOPs against 47-52%).
 The trust threshold keeps the BLAS path's chunk count (``K // chunk``): the kernel's measured error
-constant is 0.04-0.07 in its own model (L = 512) and under 0.04 in that coarser one, so the same
-pairs are recomputed as before.
+constant is 0.04-0.07 in its own model (L = 512) and under 0.04 in that coarser one, so both paths
+recompute the same pairs.
 
 Range of the all-pairs Gram: products of float32 rows overflow float32 above about 2^64 and lose
 precision below 2^-63. When the Gram's diagonal shows it (a norm not finite, or under
@@ -179,8 +179,9 @@ def _recompute_pairs(x: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) ->
     return torch.cat(parts) if parts else torch.empty(0, dtype=torch.float64, device=x.device)
 
 
-# 4 slices of 512 columns: 0.8-0.9 ms at N = 128 on the Zen 4 VM where 8 took 1.7 (the slices are cold
-# reads of short runs; bench/measured/cpu-2026-12-03-kernels-2)
+# 4 slices of 512 columns: each slice is a cold read of N short runs, about 0.2 ms at N = 128 on the
+# Zen 4 VM of bench/measured/cpu-2026-12-03-kernels-2, and 4 decide as 8 do on the bench's and the
+# tests' cases
 PROBE_SLICES, PROBE_WIDTH = 4, 512
 
 

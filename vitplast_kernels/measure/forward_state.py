@@ -66,7 +66,7 @@ class ForwardState:
         whole forward's activations alive in eager mode (memory, and fresh pages for every layer
         instead of the allocator's reused ones); a tensor shared across layers is reduced again. In
         eager mode a weak reference stands for the tensor, so that no activation outlives its last
-        use by the model (FC1's output and FC2's input, 4x the width, were held to the next layer);
+        use by the model (a strong reference would hold FC1's output, 4x the width, to the next layer);
         a traced forward keeps the tensor (one value of the graph: nothing is held past it)."""
         compiling = torch.compiler.is_compiling()
         new = tuple((t if compiling else weakref.ref(t), s, version_of(t)) for t, s in reduced)
