@@ -9,6 +9,7 @@ from bench import criteria
 TINY = dict(images=4, batch_size=2, img_size=16, patch_size=8, depth=1, embed_dim=16, num_heads=2)
 
 
+@pytest.mark.slow  # 2-6 s: make test-fast stays under 2 minutes; CI runs it
 def test_rows_on_a_tiny_model():
     out = criteria.rows("cpu", "vit_tiny_patch16_224", fresh_process=False, **TINY)
     names = [r["criterion"] for r in out]

@@ -51,6 +51,7 @@ def test_step_parts_split_the_added_time_and_restore_what_they_wrap():
     assert parts["residual"] == pytest.approx(parts["added"] - sum(parts[k] for k in PARTS))
 
 
+@pytest.mark.slow  # 2-6 s: make test-fast stays under 2 minutes; CI runs it
 def test_hook_overhead_reports_sixty_hooks_and_a_positive_cost(capsys):
     from bench import hook_overhead
 

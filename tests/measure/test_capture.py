@@ -448,6 +448,7 @@ def test_no_grad_inference_mode_autocast(small, gen):
         assert torch.allclose(out["bf16"].mean(c), out["no_grad"].mean(c), rtol=0.1), c
 
 
+@pytest.mark.slow  # 2-6 s: make test-fast stays under 2 minutes; CI runs it
 def test_a_model_compiled_and_run_before_the_capture_is_measured_or_raises(gen, monkeypatch):
     """Hooks added after a compiled model ran: with ``skip_nnmodule_hook_guards = False`` set first, the
     cached code guards on hooks, so the model recompiles and is measured; with torch's default, the

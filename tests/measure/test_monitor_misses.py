@@ -147,6 +147,7 @@ def _matrix(scenarios, fullgraphs):
             for s in scenarios for fg in fullgraphs]
 
 
+@pytest.mark.slow  # 2-6 s: make test-fast stays under 2 minutes; CI runs it
 @pytest.mark.parametrize("scenario, fullgraph", _matrix(SCENARIOS, (True, False)))
 def test_every_forward_is_measured_when_the_user_guards_on_hooks(scenario, fullgraph, images, reference):
     """With ``skip_nnmodule_hook_guards = False`` set by the user before anything is compiled, each case
@@ -161,6 +162,7 @@ def test_every_forward_is_measured_when_the_user_guards_on_hooks(scenario, fullg
 
 @pytest.mark.parametrize("scenario", [pytest.param(monitored_then_compiled),
                                       pytest.param(two_monitored_models, marks=pytest.mark.slow)])
+@pytest.mark.slow  # 2-6 s: make test-fast stays under 2 minutes; CI runs it
 def test_attached_before_compiling_is_measured_with_torchs_default(scenario, images, reference):
     """Attached before compiling, with torch's own setting: the attach makes the compiled code guard on
     the hooks (the batch of 12 recompiles with them), every forward is measured."""
@@ -172,6 +174,7 @@ def test_attached_before_compiling_is_measured_with_torchs_default(scenario, ima
 
 @pytest.mark.parametrize("scenario, fullgraph",
                          _matrix([s for s in SCENARIOS if s is not two_monitored_models], (True,)))
+@pytest.mark.slow  # 2-6 s: make test-fast stays under 2 minutes; CI runs it
 def test_hookless_code_raises_at_the_first_missed_step(scenario, fullgraph, images):
     """With torch's default setting, code compiled before the monitor was attached has no hook guards:
     the cached code without hooks runs, and the monitor raises, naming step 0, the cause and the remedy."""
@@ -188,6 +191,7 @@ def test_two_monitored_models_need_no_guard(images, reference):
             torch.testing.assert_close(res.stats, reference, rtol=1e-12, atol=0)
 
 
+@pytest.mark.slow  # 2-6 s: make test-fast stays under 2 minutes; CI runs it
 def test_a_step_without_forward_is_not_a_miss_in_eager_or_when_paused(images):
     """An eager model that did not run in a step missed nothing; a compiled one may skip a due step
     inside measuring(False)."""

@@ -72,6 +72,7 @@ def test_in_process_results_in_order_and_failures_named_after_the_others(tmp_pat
     assert InProcessExecutor().run(_jobs(tmp_path, [square, square, square]), _progress()) == [0, 1, 4]
 
 
+@pytest.mark.slow  # 2-6 s: make test-fast stays under 2 minutes; CI runs it
 def test_a_directory_another_writer_holds_is_waited_for(tmp_path):
     held = RunLock(tmp_path / "r0")
     (tmp_path / "r0").mkdir()
