@@ -2,7 +2,7 @@
 //
 // Each row (pair) is cut into fixed blocks of kBlock logical elements; a task is one
 // (tensor, row, block). All tasks of a call (one tensor pair, or a whole group) run in one
-// parallel region (at::parallel_for, OpenMP in torch builds); each writes its own double
+// parallel region (guided_tasks.h: chunks claimed from a shared counter); each writes its own double
 // partial, and partials are summed per row in block order: bitwise repeatable whatever the
 // thread count or the group's composition. Every input element is read once; no temporaries
 // besides the partials. Outputs are the float64 sums: squares of float32 differences range from
@@ -17,6 +17,7 @@
 
 #include "../ops.h"
 #include "../row_layout.h"
+#include "guided_tasks.h"
 #include "span_sq_sum_api.h"
 
 namespace vitplast {
@@ -71,23 +72,25 @@ void group_sq_distances_into(const std::vector<PairLayout>& group, int64_t rows,
     elements += rows * group[g].row_len;
   }
   std::vector<double> partial(static_cast<size_t>(first_task[G]));
-  // Less than one block of work in all (small activations, one hook of a small model): one thread,
-  // as starting the parallel region would cost about as much as the work; the partials and their
-  // order are the same either way.
-  const int64_t grain = elements < kBlock ? std::max<int64_t>(first_task[G], 1) : 1;
-  at::parallel_for(0, first_task[G], grain, [&](int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t) {
-      const int64_t g =
-          std::upper_bound(first_task.begin(), first_task.end(), t) - first_task.begin() - 1;
-      const PairLayout& p = group[g];
-      const int64_t local = t - first_task[g];
-      const int64_t row = local / blocks[g], blk = local % blocks[g];
-      const int64_t k0 = blk * kBlock, k1 = std::min(p.row_len, k0 + kBlock);
-      partial[t] = block_sq_sum(p, static_cast<const char*>(p.a.const_data_ptr()),
-                                static_cast<const char*>(p.b.const_data_ptr()), p.a.element_size(),
-                                span_dtype(p.a.scalar_type()), row, k0, k1);
-    }
-  });
+  auto run_task = [&](int64_t t) {
+    const int64_t g =
+        std::upper_bound(first_task.begin(), first_task.end(), t) - first_task.begin() - 1;
+    const PairLayout& p = group[g];
+    const int64_t local = t - first_task[g];
+    const int64_t row = local / blocks[g], blk = local % blocks[g];
+    const int64_t k0 = blk * kBlock, k1 = std::min(p.row_len, k0 + kBlock);
+    partial[t] = block_sq_sum(p, static_cast<const char*>(p.a.const_data_ptr()),
+                              static_cast<const char*>(p.b.const_data_ptr()), p.a.element_size(),
+                              span_dtype(p.a.scalar_type()), row, k0, k1);
+  };
+  // Less than one block of work in all (small activations, one hook of a small model): the calling
+  // thread alone, as starting the parallel region would cost about as much as the work; the partials
+  // and their order are the same either way.
+  if (elements < kBlock) {
+    for (int64_t t = 0; t < first_task[G]; ++t) run_task(t);
+  } else {
+    run_tasks_guided(first_task[G], run_task);
+  }
   for (int64_t g = 0; g < G; ++g) {
     for (int64_t r = 0; r < rows; ++r) {
       double s = 0.0;
