@@ -20,7 +20,7 @@ import torch
 
 import vitplast_kernels as vk
 
-from .harness import floor_probe, rel_error, tensor_bytes, time_interleaved
+from .harness import floor_probe, per_round_ratio, rel_error, tensor_bytes, time_interleaved
 
 SHAPES = ((16, 197, 768), (64, 257, 1280), (32, 257, 5120))
 QUICK_SHAPES = ((16, 197, 768), (64, 257, 1280))
@@ -62,16 +62,19 @@ COLUMNS = [
 
 
 def rows(device: str, quick: bool = False, compile_peer: bool = True) -> list[dict[str, Any]]:
-    """One row per (shape, dtype); times are medians of one run, ratios are peer time / our time.
+    """One row per (shape, dtype); times are medians of one run; ``x_<peer>`` is the median over
+    interleaved rounds of the peer's time / ours in that round.
 
     The floor (read bandwidth on CPU, copy bandwidth on GPU, see ``harness.floor_probe``) is timed in
-    the same interleaved rounds as ours and the peers, so the % column sees the same machine load.
+    the same interleaved rounds as ours and the peers, and ``pct_floor`` is the median over rounds of our
+    rate / the floor's rate in that round, so the % column sees the same machine load. Per-round ratios:
+    on a VM that shares its memory bandwidth, the floor itself moves by a third within minutes.
     """
     dev = torch.device(device)
     probe, probe_bytes, _ = floor_probe(dev)
     gen = torch.Generator().manual_seed(0)
     out = []
-    min_time = 0.3 if quick else 1.0
+    min_time, min_rounds = (0.3, 5) if quick else (3.0, 15)
     compiled = torch.compile(eager, dynamic=False) if compile_peer else None
     for shape in QUICK_SHAPES if quick else SHAPES:
         for dtype in DTYPES:
@@ -92,17 +95,18 @@ def rows(device: str, quick: bool = False, compile_peer: bool = True) -> list[di
                 peers["compile"] = compiled
             fns = {"ours": lambda x=x, y=y: vk.pair_sq_distances(x, y), "floor": probe}
             fns.update({name: (lambda fn=fn, x=x, y=y: fn(x, y)) for name, fn in peers.items()})
-            times = time_interleaved(fns, device=dev, min_time=min_time)
+            times = time_interleaved(fns, device=dev, min_time=min_time, min_rounds=min_rounds)
             ours = times["ours"]
             for name, fn in peers.items():
                 row[f"{name}_ms"] = times[name].median * 1e3
-                row[f"x_{name}"] = times[name].median / ours.median
+                row[f"x_{name}"] = per_round_ratio(times[name].times, ours.times)
                 row[f"err_{name}"] = rel_error(fn(x, y), ref)
             floor_bps = probe_bytes / times["floor"].median
             row.update(MB=nbytes / 1e6, floor_GBps=floor_bps / 1e9, ours_ms=ours.median * 1e3,
                        ours_q10_ms=ours.q10 * 1e3, ours_q90_ms=ours.q90 * 1e3,
-                       GBps=nbytes / ours.median / 1e9,
-                       pct_floor=100 * nbytes / ours.median / floor_bps)
+                       GBps=nbytes / ours.median / 1e9, rounds=ours.reps,
+                       pct_floor=100 * nbytes / probe_bytes
+                       * per_round_ratio(times["floor"].times, ours.times))
             out.append(row)
             del x, y, ref
     return out
