@@ -77,9 +77,10 @@ def run_sections(args: argparse.Namespace, floors: dict[str, float]) -> dict[str
         t0 = time.perf_counter()
         rows = mod.rows(device, quick=args.quick, compile_peer=not args.no_compile)
         note = (f"pair_sq_distances (auto backend) on {device}; x peer = median over interleaved rounds of "
-                f"peer time / our time; MB read = both inputs once; % floor = median over the same rounds of "
-                f"our GB/s / {floor_name} (inputs under the cache size may exceed 100%); err = max relative "
-                f"error of distances vs float64 ({time.perf_counter() - t0:.0f} s)")
+                f"peer time / our time (each sample after an untimed call of the same function); MB read = "
+                f"both inputs once; % floor = median over the same rounds of our GB/s / {floor_name} (inputs "
+                f"under the cache size may exceed 100%); err = max relative error of distances vs float64 "
+                f"({time.perf_counter() - t0:.0f} s)")
         results["paired"] = _section(mod, rows, "paired: one distance per pair", note)
 
     if "gpu grouped" in wanted:

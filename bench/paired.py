@@ -63,7 +63,8 @@ COLUMNS = [
 
 def rows(device: str, quick: bool = False, compile_peer: bool = True) -> list[dict[str, Any]]:
     """One row per (shape, dtype); times are medians of one run; ``x_<peer>`` is the median over
-    interleaved rounds of the peer's time / ours in that round.
+    interleaved rounds of the peer's time / ours in that round (each sample after one untimed call of
+    the same function).
 
     The floor (read bandwidth on CPU, copy bandwidth on GPU, see ``harness.floor_probe``) is timed in
     the same interleaved rounds as ours and the peers, and ``pct_floor`` is the median over rounds of our
@@ -95,7 +96,9 @@ def rows(device: str, quick: bool = False, compile_peer: bool = True) -> list[di
                 peers["compile"] = compiled
             fns = {"ours": lambda x=x, y=y: vk.pair_sq_distances(x, y), "floor": probe}
             fns.update({name: (lambda fn=fn, x=x, y=y: fn(x, y)) for name, fn in peers.items()})
-            times = time_interleaved(fns, device=dev, min_time=min_time, min_rounds=min_rounds)
+            # settle=1: an untimed call of the same function before each sample, so that no sample
+            # pays for the dirty cache lines of the eager peers' 100-300 MB temporaries before it
+            times = time_interleaved(fns, device=dev, min_time=min_time, min_rounds=min_rounds, settle=1)
             ours = times["ours"]
             for name, fn in peers.items():
                 row[f"{name}_ms"] = times[name].median * 1e3
