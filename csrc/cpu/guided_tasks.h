@@ -7,9 +7,9 @@
 // shared with its neighbours, and whose second OpenMP thread wakes up late for a short call, the two
 // halves of a static split finish at different times and the call lasts as long as the slower half.
 // Claimed chunks let the thread that is ahead take the other's share. Measured on the 2-core Zen 4 VM
-// (bench/measured/cpu-2026-12-03-guided): pair_sq_distances 2-15% faster on inputs larger than the
-// last-level cache, and up to 1.9x on a 2.4M-element pair in cache, where the static split waited
-// for the second thread to wake.
+// (bench/measured/cpu-2026-12-03-guided, median times against the static split in the same rounds):
+// pair_sq_distances 1.00-1.09x on inputs larger than the last-level cache, 1.7-3.6x on a 2.4M-element
+// pair in cache, where the static split waited for the second thread to wake.
 //
 // The caller writes one result per task, indexed by t, and combines them in task order afterwards, so
 // results do not depend on which thread ran which task (bitwise repeatable at any thread count).
