@@ -80,7 +80,7 @@ def warm_faults(fn: Callable[[], Any], warmup: int = 20, calls: int = 5) -> floa
     calls its steps. A capture step touches 1-3 fresh pages per call for its first ~15 calls (with
     MALLOC_ARENA_MAX=1 or one thread alike, no cyclic garbage, no Python-level growth beyond the
     hooks' handles; measured on the 2-core VM) and none after; the plain forward has none from its
-    third call. The interleaved rounds' counts (in the JSON) also see the peers' allocations, which
+    fourth call. The interleaved rounds' counts (in the JSON) also see the peers' allocations, which
     leave fresh heap pages between our calls."""
     for _ in range(warmup):
         fn()
