@@ -135,8 +135,9 @@ def time_interleaved(
     min_sample: float | None = None,
     settle: int = 0,
 ) -> dict[str, Timing]:
-    """Times several functions in interleaved rounds (one sample of each per round, order rotated;
-    ``settle`` untimed calls before each sample, see ``vitplast_kernels.timing.interleaved_samples``).
+    """Times several functions in interleaved rounds (one sample of each per round, order rotated and
+    reversed every other cycle: ``vitplast_kernels.timing.round_order``; ``settle`` untimed calls
+    before each sample, see ``vitplast_kernels.timing.interleaved_samples``).
 
     On a shared machine the load changes from second to second; interleaving gives every function
     the same share of it, so the ratios of the medians are far steadier than back-to-back runs.

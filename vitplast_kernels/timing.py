@@ -8,7 +8,7 @@ Used by the backends' opt-in autotuning, ``vitplast profile`` and the benchmarks
   ``time.perf_counter`` with the device synchronised before and after.
 - ``median_ms``: median of ``reps`` samples of one function.
 - ``interleaved_samples`` / ``interleaved_medians``: several functions timed in rounds (each once per
-  round, order rotated) so that their ratios see the same machine state.
+  round, order rotated, reversed every other cycle) so that their ratios see the same machine state.
 - ``mark`` / ``elapsed_ms``: points in time taken inside a running computation (hooks), CUDA events on
   a CUDA device, ``perf_counter`` otherwise.
 """
@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 import torch
 
@@ -79,6 +79,15 @@ def median_ms(fn: Callable[[], object], *, device: torch.device | None = None, r
     return statistics.median(time_once_ms(fn, device) for _ in range(reps))
 
 
+def round_order(names: Sequence[str], r: int) -> list[str]:
+    """The order of round ``r`` in `interleaved_samples`: ``names`` rotated by ``r`` places in rounds
+    ``0 .. n-1`` (mod ``2n``), ``names`` reversed and rotated in rounds ``n .. 2n-1``."""
+    n = len(names)
+    base = list(names) if (r // n) % 2 == 0 else list(reversed(names))
+    shift = r % n
+    return base[shift:] + base[:shift]
+
+
 def interleaved_samples(fns: Mapping[str, Callable[[], object]], *, device: torch.device | None = None,
                         rounds: int = 7, warmup: int = 1, min_time_ms: float = 0.0,
                         max_rounds: int | None = None, min_sample_ms: float = 0.0,
@@ -90,7 +99,12 @@ def interleaved_samples(fns: Mapping[str, Callable[[], object]], *, device: torc
     ``rounds`` rounds). A sample is ``calls_per_sample(fn, min_sample_ms=...)`` back-to-back calls,
     sized per function after the warm-up. ``settle``: untimed calls of a function right before each of
     its samples, so that no sample is the first call after another function (which may pay for the
-    other's cache and allocator state; rotating the order spreads that cost, unevenly).
+    other's cache and allocator state).
+
+    Order (`round_order`): rounds ``0 .. n-1`` rotate ``fns``' order, rounds ``n .. 2n-1`` rotate it
+    reversed, and so on. A rotation alone keeps the cyclic order, so every sample of a function would
+    follow the same other function and pay for its state (a fixed bias in every ratio); with the
+    reversed rotations each function follows its two neighbours in turn.
     """
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {rounds}")
@@ -104,8 +118,7 @@ def interleaved_samples(fns: Mapping[str, Callable[[], object]], *, device: torc
     times: dict[str, list[float]] = {name: [] for name in names}
     spent, done = 0.0, 0
     while done < max_rounds and (done < rounds or spent < min_time_ms):
-        shift = done % len(names)
-        for name in names[shift:] + names[:shift]:
+        for name in round_order(names, done):
             for _ in range(settle):
                 fns[name]()
             t = time_once_ms(fns[name], device, calls=calls[name], wall=wall)

@@ -45,6 +45,17 @@ def test_interleaved_samples_rotate_the_order():
     assert {k: len(v) for k, v in samples.items()} == {"a": 3, "b": 3, "c": 3}
 
 
+def test_interleaved_rounds_reverse_the_order_every_other_cycle():
+    order = []
+    fns = {name: (lambda name=name: order.append(name)) for name in "abcd"}
+    timing.interleaved_samples(fns, device=CPU, rounds=8, warmup=0)
+    rounds = ["".join(order[i:i + 4]) for i in range(0, 32, 4)]
+    assert rounds == ["abcd", "bcda", "cdab", "dabc", "dcba", "cbad", "badc", "adcb"]
+    # each function follows both of its neighbours, not always the same one
+    before = {name: {r[r.index(name) - 1] for r in rounds if r.index(name) > 0} for name in "abcd"}
+    assert before == {"a": {"b", "d"}, "b": {"a", "c"}, "c": {"b", "d"}, "d": {"a", "c"}}
+
+
 def test_interleaved_samples_settle_each_function_before_its_sample(monkeypatch):
     # a settling call of the same function right before each timed one, which alone is recorded
     order, timed = [], []
