@@ -112,3 +112,27 @@ def file_tree(root) -> dict[str, tuple[int, int]]:
     return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns)
             for p in root.rglob("*") if p.is_file()}
 
+
+def lane_pattern_inputs(dtype, device, gen, *, rows=3, width=4 * 256 + 37):
+    """``(rows, width)`` pairs that drive the 16-bit kernels' per-block range check (blocks of 256
+    elements, lanes by element index mod 32) down each of its branches: lanes whose differences are
+    all 0 beside lanes that are not, +0 against -0, whole rows identical, and (where the dtype holds
+    them) one block of differences near 2^70 and lanes of differences near 2^-40, whose float32 squares
+    overflow or leave float32's normal range."""
+    x = torch.randn((rows, width), generator=gen)
+    y = x.clone()
+    lane = torch.arange(width) % 32
+    wide_range = dtype != torch.float16
+    for r in range(rows):
+        kind = r % 3
+        if kind == 0:  # lanes 0-7 differ, lanes 8-31 identical; +0 against -0 in the last block
+            y[r, lane < 8] += torch.randn(int((lane < 8).sum()), generator=gen)
+            x[r, -20:], y[r, -20:] = 0.0, -0.0
+        elif kind == 1:  # identical but for one block, of huge differences where the dtype holds them
+            y[r, 256:512] += torch.randn(256, generator=gen) * (2.0**70 if wide_range else 1.0)
+        else:  # tiny differences in lanes 16-31 (wide range) next to identical lanes
+            x[r] *= 2.0**-40 if wide_range else 1.0
+            y[r] = x[r]
+            y[r, lane >= 16] += torch.randn(int((lane >= 16).sum()), generator=gen) * (
+                2.0**-41 if wide_range else 1.0)
+    return x.to(dtype).to(device), y.to(dtype).to(device)

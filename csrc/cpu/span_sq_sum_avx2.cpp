@@ -90,8 +90,12 @@ inline void flush8(__m256 f, __m256d& lo, __m256d& hi) {
 // float32 square overflows for differences above 2^64 and loses precision below 2^-63. So for bf16
 // each flushed block is checked: every float32 lane sum must lie in [2^-60, 2^100] (then squares lost
 // below float32's normal range, <= 8 * 2^-126 per lane, are negligible) or be the sum of exact zero
-// differences; otherwise the block is summed again on the double path (exact at any magnitude). Normal
-// activations never leave the fast path; one decision per block, from the data alone: deterministic.
+// differences (that test reads the block again, only when a lane sum is out of range: no OR per
+// difference in the loop); otherwise the block is summed again on the double path (exact at any
+// magnitude). Normal activations never leave the fast path; one decision per block, from the data
+// alone: deterministic. Reading the block again only for such blocks rather than OR-ing every
+// difference in the loop: ~10% less time per bfloat16 call in cache (16x197x768 pairs, 78 against
+// 88-99 us on the 2-core Zen 4 VM, 2026-12-04), the same decisions and bits.
 constexpr long long kFlush = 1024;
 constexpr long long kFlushBF16 = 256;
 
@@ -102,6 +106,12 @@ inline bool lanes_trusted(__m256 f, __m256 z) {
   const __m256 zeros =
       _mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_castps_si256(z), _mm256_setzero_si256()));
   return _mm256_movemask_ps(_mm256_or_ps(in_range, zeros)) == 0xff;
+}
+
+inline bool lanes_in_range(__m256 f) {
+  const __m256 in_range = _mm256_and_ps(_mm256_cmp_ps(f, _mm256_set1_ps(0x1p-60f), _CMP_GE_OQ),
+                                        _mm256_cmp_ps(f, _mm256_set1_ps(0x1p100f), _CMP_LE_OQ));
+  return _mm256_movemask_ps(in_range) == 0xff;
 }
 
 // float16: 16 elements per step, lane l of the float lanes takes element 16k + l.
@@ -150,8 +160,6 @@ void span_sq_sum_bf16(const unsigned short* a, const unsigned short* b, long lon
     const long long stop = (n - i >= kFlushBF16) ? i + kFlushBF16 : i + ((n - i) / 32) * 32;
     __m256 e0 = _mm256_setzero_ps(), e1 = _mm256_setzero_ps();  // even lanes 0-7, 8-15
     __m256 o0 = _mm256_setzero_ps(), o1 = _mm256_setzero_ps();  // odd lanes 0-7, 8-15
-    __m256 ze0 = _mm256_setzero_ps(), ze1 = _mm256_setzero_ps();
-    __m256 zo0 = _mm256_setzero_ps(), zo1 = _mm256_setzero_ps();
     for (; i < stop; i += 32) {
       const __m256i wa0 = load_words(a + i), wb0 = load_words(b + i);
       const __m256i wa1 = load_words(a + i + 16), wb1 = load_words(b + i + 16);
@@ -163,13 +171,24 @@ void span_sq_sum_bf16(const unsigned short* a, const unsigned short* b, long lon
       o0 = _mm256_fmadd_ps(do0, do0, o0);
       e1 = _mm256_fmadd_ps(de1, de1, e1);
       o1 = _mm256_fmadd_ps(do1, do1, o1);
-      ze0 = _mm256_or_ps(ze0, de0);
-      zo0 = _mm256_or_ps(zo0, do0);
-      ze1 = _mm256_or_ps(ze1, de1);
-      zo1 = _mm256_or_ps(zo1, do1);
     }
-    if (!(lanes_trusted(e0, ze0) && lanes_trusted(o0, zo0) && lanes_trusted(e1, ze1) &&
-          lanes_trusted(o1, zo1))) {
+    bool trusted =
+        lanes_in_range(e0) && lanes_in_range(o0) && lanes_in_range(e1) && lanes_in_range(o1);
+    if (!trusted) {  // the zero test, only now: the block's bytes again (in L1), OR of its differences
+      __m256 ze0 = _mm256_setzero_ps(), ze1 = _mm256_setzero_ps();
+      __m256 zo0 = _mm256_setzero_ps(), zo1 = _mm256_setzero_ps();
+      for (long long j = start; j < stop; j += 32) {
+        const __m256i wa0 = load_words(a + j), wb0 = load_words(b + j);
+        const __m256i wa1 = load_words(a + j + 16), wb1 = load_words(b + j + 16);
+        ze0 = _mm256_or_ps(ze0, _mm256_sub_ps(bf16_even(wa0), bf16_even(wb0)));
+        zo0 = _mm256_or_ps(zo0, _mm256_sub_ps(bf16_odd(wa0), bf16_odd(wb0)));
+        ze1 = _mm256_or_ps(ze1, _mm256_sub_ps(bf16_even(wa1), bf16_even(wb1)));
+        zo1 = _mm256_or_ps(zo1, _mm256_sub_ps(bf16_odd(wa1), bf16_odd(wb1)));
+      }
+      trusted = lanes_trusted(e0, ze0) && lanes_trusted(o0, zo0) && lanes_trusted(e1, ze1) &&
+                lanes_trusted(o1, zo1);
+    }
+    if (!trusted) {
       store_lanes(s, acc);
       span_sq_sum_vec<BF16>(a + start, b + start, stop - start, acc);
       s = load_lanes(acc);

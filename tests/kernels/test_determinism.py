@@ -19,6 +19,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from helpers import lane_pattern_inputs
 
 import vitplast_kernels as vk
 from vitplast_kernels.backends.registry import usable
@@ -66,7 +67,9 @@ def group_inputs(dtype, device, gen, *, rows=3, wide=9 * 4096 + 5):
           _rand(gen, (rows, 11, 4), dtype, device).transpose(1, 2), _rand(gen, (rows, wide), dtype, device)]
     ys = [_rand(gen, (rows, 5, 13), dtype, device), big[1::2], runs[:, :, 7:136],
           _rand(gen, (rows, 4, 11), dtype, device), _rand(gen, (rows, wide), dtype, device)]
-    return xs, ys
+    lx, ly = lane_pattern_inputs(dtype, device, gen, rows=rows)
+    return xs + [lx], ys + [ly]
+
 
 
 def all_pairs_inputs(dtype, device, gen, *, n=11):
