@@ -122,6 +122,30 @@ def test_deterministic_across_runs_and_thread_counts(gen):
         torch.set_num_threads(threads)
 
 
+ALIAS_PERIOD = 2**28  # bytes: csrc/cpu/span_sq_sum_avx512.cpp stages b when a - b is near a multiple
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("skew", [0, 4, -4, 64, 200, -4096])  # bytes beyond 2^28 between a's and b's rows
+def test_streams_a_multiple_of_2_28_bytes_apart(dtype, skew, gen):
+    # a and b carved out of one untouched 256 MiB allocation (only the rows' pages are written): the
+    # CPU kernels read such b through a copy on the stack; the bits must be those of the same rows
+    # anywhere else, and right against float64 (rows of 3 x 1100 + 7 elements: staged blocks and tails)
+    rows, width = 3, 1100 * 3 + 7
+    item = torch.tensor([], dtype=dtype).element_size()
+    off = (ALIAS_PERIOD + skew) // item
+    pool = torch.empty(off + rows * width, dtype=dtype)
+    a = pool[: rows * width].view(rows, width)
+    b = pool[off: off + rows * width].view(rows, width)
+    a.copy_(rand((rows, width), dtype, gen))
+    b.copy_(rand((rows, width), dtype, gen))
+    b[1, 500:900] = a[1, 500:900]  # identical stretches: zero lanes in the 16-bit range check
+    got = vk.pair_sq_distances(a, b, backend="cpu")
+    elsewhere = vk.pair_sq_distances(a.clone(), b.clone(), backend="cpu")
+    assert torch.equal(got, elsewhere), f"{dtype} skew {skew}: {got.tolist()} vs {elsewhere.tolist()}"
+    assert_close_rel(got, vk.pair_sq_distances_reference(a, b), SQ_RTOL[dtype], f"{dtype} skew {skew}")
+
+
 @pytest.mark.parametrize("backend", ["cpu", "torch"])
 def test_grouped_matches_single(backend, gen):
     shapes = [(3, 17, 24), (3, 17, 96), (3, 5), (3, 1, 1000)]
