@@ -152,7 +152,9 @@ inline void flush16(__m512 f, __m512d& lo, __m512d& hi) {
 void span_sq_sum_bf16(const unsigned short* a, const unsigned short* b, long long n, double* acc) {
   static_assert(kLanes == 16, "lane layout below assumes 16 lanes");
   __m512d s0 = _mm512_loadu_pd(acc), s1 = _mm512_loadu_pd(acc + 8);
-  const bool stage = streams_alias(a, b);  // see span_sq_sum_f32: b's block read from a copy on the stack
+  // see span_sq_sum_f32: b's block (512 B) read from a copy on the stack; staging 1 KB (two blocks)
+  // at a time instead was slower on aliased inputs (21-22 against 28-31 GB/s, 2026-12-04)
+  const bool stage = streams_alias(a, b);
   alignas(64) unsigned short staged[kFlushBF16];
   long long i = 0;
   while (i + 32 <= n) {
