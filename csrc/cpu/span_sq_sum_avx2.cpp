@@ -6,6 +6,8 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 
+#include <cstdint>
+
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
 
@@ -61,11 +63,48 @@ inline void accumulate8(__m256 va, __m256 vb, __m256d& lo, __m256d& hi) {
   hi = _mm256_fmadd_pd(dhi, dhi, hi);
 }
 
+// Streams whose addresses agree in bits 6-27: read b through a copy on the stack (span_sq_sum_avx512.cpp,
+// streams_alias, has the measurements; AMD's L1 data caches tell their ways apart by a hash of those
+// linear-address bits). The same arithmetic in the same order: the same bits.
+constexpr std::uintptr_t kAliasPeriod = std::uintptr_t{1} << 28;
+constexpr std::uintptr_t kAliasSlack = 128;
+constexpr long long kStageBytes = 1024;
+
+inline bool streams_alias(const void* a, const void* b) {
+  const std::uintptr_t d =
+      (reinterpret_cast<std::uintptr_t>(a) - reinterpret_cast<std::uintptr_t>(b)) & (kAliasPeriod - 1);
+  return d < kAliasSlack || d > kAliasPeriod - kAliasSlack;
+}
+
+// Copies `bytes` (a multiple of 64) of b into the 32-byte aligned `dst`, 64 bytes per step, and keeps the
+// compiler from reading b instead of the copy.
+inline void copy_staged(char* dst, const char* src, long long bytes) {
+  for (long long j = 0; j < bytes; j += 64) {
+    const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + j));
+    const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + j + 32));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(dst + j), lo);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(dst + j + 32), hi);
+  }
+  __asm__ volatile("" : : "r"(dst) : "memory");
+}
+
 template <class L>
 void span_sq_sum_vec(const typename L::T* a, const typename L::T* b, long long n, double* acc) {
   static_assert(kLanes == 16, "lane layout below assumes 16 lanes");
+  using T = typename L::T;
   Lanes s = load_lanes(acc);
   long long i = 0;
+  if (streams_alias(a, b)) {
+    constexpr long long kStage = kStageBytes / sizeof(T);
+    alignas(32) T staged[kStage];
+    for (; i + kStage <= n; i += kStage) {
+      copy_staged(reinterpret_cast<char*>(staged), reinterpret_cast<const char*>(b + i), sizeof staged);
+      for (long long j = 0; j < kStage; j += 16) {
+        accumulate8(load8_as<L>(a + i + j), load8_as<L>(staged + j), s.s0, s.s1);
+        accumulate8(load8_as<L>(a + i + j + 8), load8_as<L>(staged + j + 8), s.s2, s.s3);
+      }
+    }
+  }
   for (; i + 16 <= n; i += 16) {
     accumulate8(load8_as<L>(a + i), load8_as<L>(b + i), s.s0, s.s1);
     accumulate8(load8_as<L>(a + i + 8), load8_as<L>(b + i + 8), s.s2, s.s3);
@@ -154,15 +193,23 @@ inline __m256i load_words(const unsigned short* p) {
 void span_sq_sum_bf16(const unsigned short* a, const unsigned short* b, long long n, double* acc) {
   static_assert(kLanes == 16, "lane layout below assumes 16 lanes");
   Lanes s = load_lanes(acc);
+  const bool stage = streams_alias(a, b);  // b's block read from a copy on the stack (span_sq_sum_vec)
+  alignas(32) unsigned short staged[kFlushBF16];
   long long i = 0;
   while (i + 32 <= n) {
     const long long start = i;
     const long long stop = (n - i >= kFlushBF16) ? i + kFlushBF16 : i + ((n - i) / 32) * 32;
+    const unsigned short* block_b = b + start;
+    if (stage) {
+      copy_staged(reinterpret_cast<char*>(staged), reinterpret_cast<const char*>(b + start),
+                  (stop - start) * static_cast<long long>(sizeof(unsigned short)));
+      block_b = staged;
+    }
     __m256 e0 = _mm256_setzero_ps(), e1 = _mm256_setzero_ps();  // even lanes 0-7, 8-15
     __m256 o0 = _mm256_setzero_ps(), o1 = _mm256_setzero_ps();  // odd lanes 0-7, 8-15
     for (; i < stop; i += 32) {
-      const __m256i wa0 = load_words(a + i), wb0 = load_words(b + i);
-      const __m256i wa1 = load_words(a + i + 16), wb1 = load_words(b + i + 16);
+      const __m256i wa0 = load_words(a + i), wb0 = load_words(block_b + (i - start));
+      const __m256i wa1 = load_words(a + i + 16), wb1 = load_words(block_b + (i - start) + 16);
       const __m256 de0 = _mm256_sub_ps(bf16_even(wa0), bf16_even(wb0));
       const __m256 do0 = _mm256_sub_ps(bf16_odd(wa0), bf16_odd(wb0));
       const __m256 de1 = _mm256_sub_ps(bf16_even(wa1), bf16_even(wb1));
