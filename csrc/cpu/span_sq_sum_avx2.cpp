@@ -6,7 +6,7 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 
-#include <cstdint>
+#include "stream_alias.h"
 
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
@@ -63,19 +63,8 @@ inline void accumulate8(__m256 va, __m256 vb, __m256d& lo, __m256d& hi) {
   hi = _mm256_fmadd_pd(dhi, dhi, hi);
 }
 
-// Streams whose addresses agree in bits 6-27: read b through a copy on the stack (span_sq_sum_avx512.cpp,
-// streams_alias, has the measurements; AMD's L1 data caches tell their ways apart by a hash of those
-// linear-address bits). The same arithmetic in the same order: the same bits.
-constexpr std::uintptr_t kAliasPeriod = std::uintptr_t{1} << 28;
-constexpr std::uintptr_t kAliasSlack = 128;
-constexpr long long kStageBytes = 1024;
-
-inline bool streams_alias(const void* a, const void* b) {
-  const std::uintptr_t d =
-      (reinterpret_cast<std::uintptr_t>(a) - reinterpret_cast<std::uintptr_t>(b)) & (kAliasPeriod - 1);
-  return d < kAliasSlack || d > kAliasPeriod - kAliasSlack;
-}
-
+// Streams 2^28 bytes apart (stream_alias.h): b read through a copy on the stack, the same arithmetic
+// in the same order, the same bits.
 // Copies `bytes` (a multiple of 64) of b into the 32-byte aligned `dst`, 64 bytes per step, and keeps the
 // compiler from reading b instead of the copy.
 inline void copy_staged(char* dst, const char* src, long long bytes) {
@@ -85,7 +74,7 @@ inline void copy_staged(char* dst, const char* src, long long bytes) {
     _mm256_store_si256(reinterpret_cast<__m256i*>(dst + j), lo);
     _mm256_store_si256(reinterpret_cast<__m256i*>(dst + j + 32), hi);
   }
-  __asm__ volatile("" : : "r"(dst) : "memory");
+  keep_staged(dst);
 }
 
 template <class L>

@@ -36,7 +36,7 @@
 
 #include <immintrin.h>
 
-#include <cstdint>
+#include "stream_alias.h"
 
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512dq,avx2,fma,f16c")
@@ -56,30 +56,17 @@ inline __m512d diff8(const float* a, const float* b) {
 }
 
 // Streams whose addresses agree in bits 6-27 (one input 2^28, 2^29, ... bytes after the other, within a
-// cache line): on Zen 4 the L1 data cache tells its ways apart by a hash of those linear-address bits,
-// so line k of a and line k of b, needed at the same time, cannot both stay in L1 and the lines the
-// prefetcher brings in evict each other. Measured on the 2-core Zen 4 VM (2026-12-04, 64x257x1280
-// float32 pairs carved out of one buffer, 2 threads): 22-25 GB/s at offsets 2^28, 2^29, 2^30 against
-// 43-47 GB/s at 2^27, 3 * 2^27 or 2^28 + 4 KB; bfloat16 24 against 39 GB/s. The allocator produces such
+// cache line; stream_alias.h): on Zen 4 the L1 data cache tells its ways apart by a hash of those
+// linear-address bits, so line k of a and line k of b, needed at the same time, cannot both stay in L1
+// and the lines the prefetcher brings in evict each other. Measured on the 2-core Zen 4 VM (2026-12-04,
+// 64x257x1280 float32 pairs carved out of one buffer, 2 threads): 22-25 GB/s at offsets 2^28, 2^29,
+// 2^30 against 43-47 GB/s at 2^27, 3 * 2^27 or 2^28 + 4 KB; bfloat16 24 against 39 GB/s. The allocator produces such
 // offsets (bench.compare's 64x257x1280 float32 inputs landed 2^28 apart in 3 of 6 runs), and so do
 // halves of a batch whose half is a power of two bytes. For such streams b is copied 1 KB at a time
 // into a buffer on the stack (in L1, at another address) and read from there: 38-42 GB/s at those
 // offsets (python -m bench.paired_offsets, bench/measured/cpu-2026-12-04-aliasing: 91-95% of the read
 // floor against 72-74% before, bfloat16 96-101% against 52-54%). The arithmetic and its order are the
 // same on both paths, so are the bits.
-constexpr std::uintptr_t kAliasPeriod = std::uintptr_t{1} << 28;
-constexpr std::uintptr_t kAliasSlack = 128;  // two cache lines either way
-constexpr long long kStageBytes = 1024;
-
-inline bool streams_alias(const void* a, const void* b) {
-  const std::uintptr_t d =
-      (reinterpret_cast<std::uintptr_t>(a) - reinterpret_cast<std::uintptr_t>(b)) & (kAliasPeriod - 1);
-  return d < kAliasSlack || d > kAliasPeriod - kAliasSlack;
-}
-
-// Keeps the compiler from reading b instead of the staged copy (the copy is the point).
-inline void keep_staged(const void* p) { __asm__ volatile("" : : "r"(p) : "memory"); }
-
 void span_sq_sum_f32(const float* a, const float* b, long long n, double* acc) {
   static_assert(kLanes == 16, "lane layout below assumes 16 lanes");
   __m512d s0 = _mm512_loadu_pd(acc), s1 = _mm512_loadu_pd(acc + 8);
