@@ -38,6 +38,7 @@ from .harness import (
 OFFSETS = {  # name -> bytes from a's start to b's start (each at least the size of a)
     "2^28": 2**28, "2^29": 2**29, "2^28 + 64 B": 2**28 + 64, "2^28 + 4 KiB": 2**28 + 4096,
     "2^28 + 1 MiB": 2**28 + 2**20, "2^27 + 2^26": 2**27 + 2**26, "3 * 2^27": 3 * 2**27,
+    "a's size + 4 KiB": None,  # where two allocations in a row put them (mmap, one page of header)
 }
 COLUMNS = [
     ("offset", "b - a", None),
@@ -68,7 +69,8 @@ def rows(shape: tuple[int, ...], dtype: torch.dtype, min_time: float = 3.0) -> l
         numel *= s
     item = torch.empty((), dtype=dtype).element_size()
     nbytes = numel * item
-    offsets = {k: v for k, v in OFFSETS.items() if v >= nbytes and v % item == 0}
+    offsets = {k: (nbytes + 4096 if v is None else v) for k, v in OFFSETS.items()}
+    offsets = {k: v for k, v in offsets.items() if v >= nbytes and v % item == 0}
     pool = torch.empty(max(offsets.values()) // item + numel, dtype=dtype)
     gen = torch.Generator().manual_seed(0)
     a = pool[:numel].view(shape)
