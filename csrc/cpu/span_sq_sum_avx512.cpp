@@ -61,8 +61,9 @@ inline __m512d diff8(const float* a, const float* b) {
 // and the lines the prefetcher brings in evict each other. Measured on the 2-core Zen 4 VM (2026-12-04,
 // 64x257x1280 float32 pairs carved out of one buffer, 2 threads): 22-25 GB/s at offsets 2^28, 2^29,
 // 2^30 against 43-47 GB/s at 2^27, 3 * 2^27 or 2^28 + 4 KB; bfloat16 24 against 39 GB/s. The allocator
-// produces such offsets (bench.compare's 64x257x1280 float32 inputs landed 2^28 apart in 3 of 6 runs),
-// and so do halves of a batch whose half is a power of two bytes. For such streams b is copied 1 KB at a time
+// produces such offsets (bench.compare's 64x257x1280 float32 row fell to 53-74% of the floor in 5 of 8
+// runs of its section; in the one checked, y lay exactly 2^28 bytes from x), and so do halves of a
+// batch whose half is a power of two bytes. For such streams b is copied 1 KB at a time
 // into a buffer on the stack (in L1, at another address) and read from there: 38-42 GB/s at those
 // offsets (python -m bench.paired_offsets, bench/measured/cpu-2026-12-04-aliasing: 91-95% of the read
 // floor against 72-74% before, bfloat16 96-101% against 52-54%). The arithmetic and its order are the
