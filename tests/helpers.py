@@ -136,3 +136,17 @@ def lane_pattern_inputs(dtype, device, gen, *, rows=3, width=4 * 256 + 37):
             y[r, lane >= 16] += torch.randn(int((lane >= 16).sum()), generator=gen) * (
                 2.0**-41 if wide_range else 1.0)
     return x.to(dtype).to(device), y.to(dtype).to(device)
+
+
+def carved_pair(x: torch.Tensor, y: torch.Tensor, offset: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Copies of ``x`` and ``y`` (same shape and dtype, on the CPU) in one allocation, ``y``'s copy
+    ``offset`` bytes after ``x``'s. Only the two copies' pages are written: a 256 MiB offset costs no
+    more memory than the copies. With ``offset`` near a multiple of 2^28 the CPU kernels read the second
+    input through a copy on the stack (csrc/cpu/stream_alias.h)."""
+    n, item = x.numel(), x.element_size()
+    assert offset % item == 0 and offset >= n * item, f"offset {offset} must hold x and be whole elements"
+    pool = torch.empty(offset // item + n, dtype=x.dtype)
+    a, b = pool[:n].view(x.shape), pool[offset // item:].view(y.shape)
+    a.copy_(x)
+    b.copy_(y)
+    return a, b

@@ -123,7 +123,7 @@ inline void flush8(__m256 f, __m256d& lo, __m256d& hi) {
 // magnitude). Normal activations never leave the fast path; one decision per block, from the data
 // alone: deterministic. Reading the block again only for such blocks rather than OR-ing every
 // difference in the loop: ~10% less time per bfloat16 call in cache (16x197x768 pairs, 78 against
-// 88-99 us on the 2-core Zen 4 VM, 2026-12-04), the same decisions and bits.
+// 88-99 us on a 2-core Zen 4), the same decisions and bits.
 constexpr long long kFlush = 1024;
 constexpr long long kFlushBF16 = 256;
 

@@ -22,13 +22,13 @@
 // 1.0); both reach 0.80-0.96 of a two-stream read-only max. In L2 the arithmetic is the bound
 // (float32 ~54 GB/s, bfloat16 ~51 GB/s per core): hence the shift-and-mask conversion and one
 // conversion instruction per eight float32 elements.
-// Tried on DRAM-sized float32 pairs (64x257x1280) on 2026-12-04, each against this loop and an amax
+// Tried on DRAM-sized float32 pairs (64x257x1280), each against this loop and an amax
 // read of 256 MiB in the same interleaved rounds, 1 and 2 threads: four accumulators instead of two,
 // float32 differences (half the conversions), software prefetch 4-16 KB ahead (T0/T1/T2), reading b's
 // next 8-32 KB first (prefetch or a max pass) so that DRAM sees one stream at a time, and tasks of 8-64
 // KB dealt to the threads in turn: none faster beyond noise (prefetch and the chunked passes 5-25%
 // slower); this loop reads at the rate of a two-stream read-only max (0.97-1.02x) and of the amax
-// floor at one thread (0.97-1.07x). On a day when two threads' amax reaches 50-60 GB/s the two
+// floor at one thread (0.97-1.07x). When two threads' amax reaches 50-60 GB/s the two
 // threads of this loop, each reading two streams, stay at about 23 GB/s per thread (91-96% of it).
 #include "span_sq_sum_api.h"
 
@@ -58,14 +58,14 @@ inline __m512d diff8(const float* a, const float* b) {
 // Streams whose addresses agree in bits 6-27 (one input 2^28, 2^29, ... bytes after the other, within a
 // cache line; stream_alias.h): on Zen 4 the L1 data cache tells its ways apart by a hash of those
 // linear-address bits, so line k of a and line k of b, needed at the same time, cannot both stay in L1
-// and the lines the prefetcher brings in evict each other. Measured on the 2-core Zen 4 VM (2026-12-04,
+// and the lines the prefetcher brings in evict each other. On the 2-core Zen 4 VM (bench.paired_offsets,
 // 64x257x1280 float32 pairs carved out of one buffer, 2 threads): 22-25 GB/s at offsets 2^28, 2^29,
 // 2^30 against 43-47 GB/s at 2^27, 3 * 2^27 or 2^28 + 4 KB; bfloat16 24 against 39 GB/s. The allocator
 // produces such offsets (bench.compare's 64x257x1280 float32 row fell to 53-74% of the floor in 5 of 8
 // runs of its section; in the one checked, y lay exactly 2^28 bytes from x), and so do halves of a
 // batch whose half is a power of two bytes. For such streams b is copied 1 KB at a time
 // into a buffer on the stack (in L1, at another address) and read from there: 38-42 GB/s at those
-// offsets (python -m bench.paired_offsets, bench/measured/cpu-2026-12-04-aliasing: 91-95% of the read
+// offsets (bench/measured/cpu-2026-12-04-aliasing: 91-95% of the read
 // floor against 72-74% before, bfloat16 96-101% against 52-54%). The arithmetic and its order are the
 // same on both paths, so are the bits.
 void span_sq_sum_f32(const float* a, const float* b, long long n, double* acc) {
@@ -143,7 +143,7 @@ void span_sq_sum_bf16(const unsigned short* a, const unsigned short* b, long lon
   static_assert(kLanes == 16, "lane layout below assumes 16 lanes");
   __m512d s0 = _mm512_loadu_pd(acc), s1 = _mm512_loadu_pd(acc + 8);
   // see span_sq_sum_f32: b's block (512 B) read from a copy on the stack; staging 1 KB (two blocks)
-  // at a time instead was slower on aliased inputs (21-22 against 28-31 GB/s, 2026-12-04)
+  // at a time instead was slower on aliased inputs (21-22 against 28-31 GB/s)
   const bool stage = streams_alias(a, b);
   alignas(64) unsigned short staged[kFlushBF16];
   long long i = 0;

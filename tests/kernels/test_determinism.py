@@ -19,7 +19,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from helpers import lane_pattern_inputs
+from helpers import carved_pair, lane_pattern_inputs
 
 import vitplast_kernels as vk
 from vitplast_kernels.backends.registry import usable
@@ -72,17 +72,6 @@ def group_inputs(dtype, device, gen, *, rows=3, wide=9 * 4096 + 5):
 
 
 
-def aliased_pair(x: torch.Tensor, y: torch.Tensor, period: int = 2**28) -> tuple[torch.Tensor, torch.Tensor]:
-    """Copies of ``x`` and ``y`` carved out of one untouched allocation ``period`` bytes apart: the CPU
-    kernels read such ``b`` through a copy on the stack (csrc/cpu/span_sq_sum_avx512.cpp, streams_alias)."""
-    n, item = x.numel(), x.element_size()
-    pool = torch.empty(period // item + n, dtype=x.dtype)
-    a, b = pool[:n].view(x.shape), pool[period // item:].view(y.shape)
-    a.copy_(x)
-    b.copy_(y)
-    return a, b
-
-
 def all_pairs_inputs(dtype, device, gen, *, n=11):
     """Odd ``n`` rows (not a multiple of any tile), contiguous and a strided view, near-duplicates."""
     x = _rand(gen, (n, 5, 13), dtype, device)
@@ -100,7 +89,8 @@ def run_all(device: str, backends: list[str], sizes: dict | None = None) -> dict
         gen = torch.Generator().manual_seed(SEED)
         xs, ys = group_inputs(dtype, device, gen, **sizes.get("group", {}))
         mats = all_pairs_inputs(dtype, device, gen, **sizes.get("all", {}))
-        aliased = aliased_pair(xs[-1], ys[-1]) if device == "cpu" else None
+        # the CPU kernels stage b when it lies 2^28 bytes from a (csrc/cpu/stream_alias.h)
+        aliased = carved_pair(xs[-1], ys[-1], 2**28) if device == "cpu" else None
         tag = str(dtype).removeprefix("torch.")
         for backend in backends:
             for g, (x, y) in enumerate(zip(xs, ys, strict=True)):

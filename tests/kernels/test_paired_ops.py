@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import DTYPES, SQ_RTOL, assert_close_rel, rand, strided_views
+from helpers import DTYPES, SQ_RTOL, assert_close_rel, carved_pair, rand, strided_views
 
 import vitplast_kernels as vk
 
@@ -132,13 +132,7 @@ def test_streams_a_multiple_of_2_28_bytes_apart(dtype, skew, gen):
     # CPU kernels read such b through a copy on the stack; the bits must be those of the same rows
     # anywhere else, and right against float64 (rows of 3 x 1100 + 7 elements: staged blocks and tails)
     rows, width = 3, 1100 * 3 + 7
-    item = torch.tensor([], dtype=dtype).element_size()
-    off = (ALIAS_PERIOD + skew) // item
-    pool = torch.empty(off + rows * width, dtype=dtype)
-    a = pool[: rows * width].view(rows, width)
-    b = pool[off: off + rows * width].view(rows, width)
-    a.copy_(rand((rows, width), dtype, gen))
-    b.copy_(rand((rows, width), dtype, gen))
+    a, b = carved_pair(rand((rows, width), dtype, gen), rand((rows, width), dtype, gen), ALIAS_PERIOD + skew)
     b[1, 500:900] = a[1, 500:900]  # identical stretches: zero lanes in the 16-bit range check
     got = vk.pair_sq_distances(a, b, backend="cpu")
     elsewhere = vk.pair_sq_distances(a.clone(), b.clone(), backend="cpu")
