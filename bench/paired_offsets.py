@@ -11,7 +11,7 @@ The allocator can place two tensors so (``bench.compare``'s 64x257x1280 float32 
 Every offset's call and the read floor (``harness.floor_probe``) are timed in the same interleaved
 rounds; ``% floor`` is the median over rounds of the call's rate / the floor's rate in that round.
 
-    python -m bench.paired_offsets [--dtype float32|bfloat16] [--shape 64x257x1280] [--json out.json]
+    python -m bench.paired_offsets [--dtype float32|bfloat16|float16] [--shape 64x257x1280] [--json out.json]
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--shape", type=parse_shape, default=(64, 257, 1280),
                    help="B x n x d (default 64x257x1280)")
-    p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
+    p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32")
     p.add_argument("--min-time", type=float, default=3.0, help="seconds of rounds at least (default 3)")
     p.add_argument("--json", metavar="PATH", help="write the machine line and the rows as JSON (atomic)")
     args = p.parse_args(argv)
