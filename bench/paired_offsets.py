@@ -5,8 +5,9 @@ buffer, ``b`` starting ``offset`` bytes after ``a``, for offsets that are and ar
 bytes. On Zen 4 the L1 data cache tells its ways apart by a hash of linear-address bits 12-27, so with
 ``b - a`` a multiple of 2^28 the line of ``a`` and the line of ``b`` read together evict each other
 (``csrc/cpu/span_sq_sum_avx512.cpp``, ``streams_alias``: such ``b`` is read through a copy on the stack).
-The allocator can place two tensors so (``bench.compare``'s 64x257x1280 float32 pair in 3 of 6 runs on
-2026-12-04), and the halves of a batch whose half is a power of two bytes sit so.
+The allocator can place two tensors so (``bench.compare``'s own 64x257x1280 float32 pair, in some runs:
+bench/measured/cpu-2026-12-04-aliasing/NOTES.md), and the halves of a batch whose half is a power of two
+bytes sit so.
 
 Every offset's call and the read floor (``harness.floor_probe``) are timed in the same interleaved
 rounds; ``% floor`` is the median over rounds of the call's rate / the floor's rate in that round.

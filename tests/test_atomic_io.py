@@ -1,5 +1,6 @@
 """vitplast_kernels.atomic_io: a signal in the middle of a write comes out as the plain interruption,
-after the file is complete (CI once saw a Ctrl-C inside ``torch.save`` end as a torn-writer RuntimeError)."""
+after the file is complete (raised inside ``torch.save``'s write callback, a Ctrl-C tears the zip
+writer and ends as an unrelated RuntimeError)."""
 
 from __future__ import annotations
 
