@@ -47,3 +47,14 @@ def test_help_texts_are_plain_words(command, capsys):
         main([command, "--help"])
     text = capsys.readouterr().out
     assert "``" not in text and not RAW_ROLE.search(text), text
+
+
+@pytest.mark.slow
+def test_site_carries_pages_not_build_scripts(site):
+    """The site ships no Python (docs/generate.py makes docs/generated/ and stays out of it); the home
+    page shows the demo's heatmap and its formulas as math (arithmatex spans, typeset by MathJax)."""
+    assert not list(site.rglob("*.py"))
+    home = (site / "index.html").read_text()
+    assert 'src="generated/demo/plasticity_heatmap.png"' in home
+    assert (site / "generated" / "demo" / "plasticity_heatmap.png").is_file()
+    assert 'class="arithmatex"' in home and "\\frac{" in home
