@@ -25,6 +25,7 @@ import torch
 
 from .cost import Cost
 from .loop import Batch
+from .result import CriterionResult
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,11 +106,22 @@ class Criterion:
         """The options that change this criterion's scores (recorded, and part of its cache key)."""
         return {}
 
-    def score(self, setting: Setting):
+    @property
+    def file_name(self) -> str:
+        """The file its scores are kept in: ``NAME.json``."""
+        return f"{self.name}.json"
+
+    def write(self, result, path) -> str:
+        """Writes ``result`` (a `CriterionResult`) to ``path`` with its checksum; returns the checksum."""
+        return result.to_json(path)
+
+    def read(self, path):
+        """The `CriterionResult` saved at ``path``, checked (`CriterionResult.from_json`)."""
+        return CriterionResult.from_json(path)
+
+    def score(self, setting: Setting) -> CriterionResult:
         """The `CriterionResult` of ``setting``: per seed when
         ``per_seed`` (the score the mean over seeds), with its `Cost`."""
-        from .result import CriterionResult
-
         cuda = torch.device(setting.device).type == "cuda"
         if cuda:
             torch.cuda.synchronize(setting.device)

@@ -1,12 +1,24 @@
-"""``plasticity``: the package's own criterion, the mean pair rate of each unit."""
+"""``plasticity``: the package's own criterion, the mean pair rate of each unit, and its file
+(``plasticity.json``: the kernels' ``PlasticityResult`` with its raw sums, a format and a checksum)."""
 
 from __future__ import annotations
 
+import math
+import os
+
 import numpy as np
 
+from ..outputs.result_files import ResultFileError, field, number, read_result_json, write_result_json
 from .base import Criterion, Setting, Units, unit_grid
 from .cost import Cost
 from .loop import measure_plasticity
+from .result import CriterionResult
+
+KIND, VERSION = "vitplast-plasticity", 1
+# of a result's meta, what plasticity.json keeps besides the measurement's own
+SAVED_META = ("cache_key", "batches", "bad_images")
+# keywords of the measuring loop a caller may set in the setting's options (not part of the cache key)
+LOOP_OPTIONS = ("limit", "chunks", "desc", "on_error", "make_capture")
 
 
 class Plasticity(Criterion):
@@ -16,11 +28,12 @@ class Plasticity(Criterion):
     (``halves`` or ``all``), measured through the one measuring loop
     (`vitplast.criteria.loop.measure_plasticity`). Odonnat, Chapel, Tavenard & Redko, *Vision
     Transformer Finetuning Benefits from Non-Smooth Components*, 2026. Forward only. Extra value:
-    ``pairs`` (pairs used per unit).
+    ``pairs`` (pairs used per unit). The kernels' ``PlasticityResult`` (sums, intervals; per chunk with
+    the option ``chunks``) is the result's ``measurement``.
     """
 
     name = "plasticity"
-    needs = frozenset({"images", "pairs"})
+    needs = frozenset({"pairs"})
 
     def options(self, setting: Setting) -> dict:
         o = setting.options
@@ -31,16 +44,91 @@ class Plasticity(Criterion):
         if setting.pair_batches is None:
             raise ValueError("plasticity: the setting has no paired images (pair_batches)")
         o = self.options(setting)
+        loop = {k: setting.options[k] for k in LOOP_OPTIONS if setting.options.get(k) is not None}
+        if "make_capture" not in loop:
+            loop.update(protocol=o["protocol"], pairs=o["pairs"], components=setting.components,
+                        embedding=o["embedding"])
         measured = measure_plasticity(net.eval(), setting.pair_batches(), amp=setting.amp,
-                                      limit=setting.options.get("limit"), protocol=o["protocol"],
-                                      pairs=o["pairs"], components=setting.components,
-                                      embedding=o["embedding"], progress=setting.progress)
+                                      progress=setting.progress, **loop)
         cost.forwards += measured.steps
         res = measured.result
         if res is None:
             raise ValueError("plasticity: no batch was measured")
-        values, pairs = unit_grid(units), unit_grid(units)
-        for i, c in enumerate(units.components):
-            values[i] = res.mean(c).numpy()
-            pairs[i] = res.n_pairs(c).numpy().astype(np.float64)
-        return values, {"pairs": pairs}
+        self._measurement = res
+        return scores_of(res, units)
+
+    def score(self, setting: Setting) -> CriterionResult:
+        result = super().score(setting)
+        result.measurement = self._measurement
+        return result
+
+    def write(self, result: CriterionResult, path: str | os.PathLike) -> str:
+        """``plasticity.json``: the measurement's raw sums and derived values, its meta with the
+        result's cache key; returns the checksum."""
+        payload = result.measurement.to_dict()
+        payload["meta"] = {**payload["meta"], **{k: result.meta[k] for k in SAVED_META if k in result.meta}}
+        return write_result_json(path, payload, kind=KIND, version=VERSION)
+
+    def read(self, path: str | os.PathLike) -> CriterionResult:
+        """The result saved in ``plasticity.json``: its checksum, its sums (finite; counts >= 0, one
+        row per layer and statistic) and the values derived from them (``n_pairs``, ``mean``,
+        ``overall``) checked; `ResultFileError` naming the file and the field otherwise."""
+        from vitplast_kernels import PlasticityResult
+
+        doc, _ = read_result_json(path, kind=KIND, versions=(VERSION,))
+        layers = field(doc, "layers", path, list)
+        fields = field(doc, "stat_fields", path, list)
+        comps = field(doc, "components", path, dict)
+        if not layers or not comps:
+            raise ResultFileError(path, "components" if layers else "layers", "is empty")
+        for c, entry in comps.items():
+            sums = field(entry, "sums", path, list, f"components.{c}")
+            if len(sums) != len(layers) or any(not isinstance(r, list) or len(r) != len(fields)
+                                               for r in sums):
+                raise ResultFileError(path, f"components.{c}.sums", f"is not {len(layers)} rows of "
+                                      f"{len(fields)} statistics ({', '.join(map(str, fields))})")
+            check_sums(np.array(sums, dtype=object), fields, path, f"components.{c}.sums")
+        measured = PlasticityResult.from_dict(doc)
+        for c, entry in comps.items():
+            _agrees(entry, "n_pairs", measured.n_pairs(c).tolist(), path, c)
+            _agrees(entry, "mean", measured.mean(c).tolist(), path, c)
+            _agrees(entry, "overall", [measured.overall(c)], path, c, scalar=True)
+        meta = dict(field(doc, "meta", path, dict))
+        units = Units(tuple(measured.components), tuple(measured.layers), {})
+        values, extra = scores_of(measured, units)
+        result = CriterionResult(self.name, units.components, units.layers, values, extra=extra,
+                                 meta=meta, measurement=measured, checksum=doc["checksum"])
+        return result
+
+
+def scores_of(measured, units: Units) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """``(values, {"pairs": ...})`` of a ``PlasticityResult``: each unit's mean rate, pairs used."""
+    values, pairs = unit_grid(units), unit_grid(units)
+    for i, c in enumerate(units.components):
+        values[i] = measured.mean(c).numpy()
+        pairs[i] = measured.n_pairs(c).numpy().astype(np.float64)
+    return values, {"pairs": pairs}
+
+
+def check_sums(sums: np.ndarray, fields, path: str | os.PathLike, name: str) -> None:
+    """`ResultFileError` naming ``path`` and ``name`` unless every statistic of ``sums`` (last axis:
+    ``fields``) is a finite number, and the counts (``count``, ``identical``, ``nonfinite``) are >= 0."""
+    flat = sums.reshape(-1, len(fields))
+    for f, column in zip(fields, flat.T, strict=True):
+        low = 0.0 if f in ("count", "identical", "nonfinite") else -math.inf
+        for i, v in enumerate(column):
+            number(v, path, f"{name}: {f} #{i}", lo=low)
+
+
+def _agrees(entry, key: str, made: list, path, component: str, *, scalar: bool = False) -> None:
+    """`ResultFileError` unless the saved derived value ``key`` equals the one the sums give."""
+    saved = field(entry, key, path, where=f"components.{component}")
+    saved = [saved] if scalar else saved
+    name = f"components.{component}.{key}"
+    if not isinstance(saved, list) or len(saved) != len(made):
+        raise ResultFileError(path, name, f"holds {saved!r}, not {len(made)} values")
+    for s, m in zip(saved, made, strict=True):
+        s = number(s, path, name, nullable=True)
+        if math.isfinite(s) != math.isfinite(m) or (math.isfinite(m)
+                                                    and not math.isclose(s, m, rel_tol=1e-9)):
+            raise ResultFileError(path, name, f"{s!r} is not what the sums give ({m!r})")

@@ -10,18 +10,20 @@ then ``ranking`` (highest = finetune first) and ``cost``.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
-from vitplast_kernels.atomic_io import atomic_write, atomic_write_csv
+from vitplast_kernels.atomic_io import atomic_write_csv
 
+from ..outputs.result_files import ResultFileError, count, field, number, read_result_json, write_result_json
 from .cost import Cost
 
-FORMAT = "vitplast-criterion/1"
+KIND, VERSION = "vitplast-criterion", 1
+FORMAT = f"{KIND}/{VERSION}"
 
 
 def _clean(xs) -> list:
@@ -47,6 +49,10 @@ class CriterionResult:
     layer_reduce: str = "mean"
     cost: Cost = dataclasses.field(default_factory=Cost)
     meta: dict = dataclasses.field(default_factory=dict)
+    # not written: the measurement behind the scores (plasticity: the kernels' PlasticityResult, its sums
+    # and intervals), and the checksum of the file the result was read from
+    measurement: Any = dataclasses.field(default=None, repr=False, compare=False)
+    checksum: str | None = dataclasses.field(default=None, repr=False, compare=False)
 
     def per_layer(self, component: str) -> np.ndarray:
         """``(L,)`` float64 scores of ``component`` (NaN: not defined)."""
@@ -82,28 +88,77 @@ class CriterionResult:
         return out
 
     @classmethod
-    def from_dict(cls, d: Mapping) -> CriterionResult:
-        if d.get("format") != FORMAT:
-            raise ValueError(f"not a criterion result (format {d.get('format')!r}, expected {FORMAT!r})")
-        comps = list(d["components"])
-        entries = [d["components"][c] for c in comps]
-        first = entries[0] if entries else {}
-        per_seed = None
-        if "per_seed" in first:
-            per_seed = {int(s): _array([e["per_seed"][s] for e in entries]) for s in first["per_seed"]}
-        extra = {k: _array([e["extra"][k] for e in entries]) for k in first.get("extra", {})}
-        values = _array([e["per_layer"] for e in entries])
-        return cls(d["criterion"], tuple(comps), tuple(d["layers"]), values, per_seed, extra,
-                   d.get("layer_reduce", "mean"), Cost(**d.get("cost", {})), dict(d["meta"]))
+    def from_dict(cls, d: Mapping, path: str | os.PathLike = "<dict>") -> CriterionResult:
+        """The result ``d`` holds, checked: every component holds one value (finite or null) per
+        layer, per seed and per extra value alike, its ``overall`` the one its layers make, the cost's
+        counts >= 0; `ResultFileError` naming ``path`` and the field otherwise."""
+        layers = field(d, "layers", path, list)
+        if not layers or not all(isinstance(x, str) for x in layers):
+            raise ResultFileError(path, "layers", "must be a non-empty list of layer names")
+        reduce = field(d, "layer_reduce", path, str)
+        if reduce not in ("mean", "sum"):
+            raise ResultFileError(path, "layer_reduce", f"{reduce!r} is neither 'mean' nor 'sum'")
+        comps = field(d, "components", path, dict)
+        if not comps:
+            raise ResultFileError(path, "components", "holds no component")
+        first = next(iter(comps.values()))
+        seeds = sorted(first.get("per_seed", {})) if isinstance(first, Mapping) else []
+        extras = sorted(first.get("extra", {})) if isinstance(first, Mapping) else []
+        values, per_seed, extra = [], {s: [] for s in seeds}, {k: [] for k in extras}
+        for c, entry in comps.items():
+            where = f"components.{c}"
+            values.append(_row(field(entry, "per_layer", path, list, where), len(layers), path,
+                               f"{where}.per_layer"))
+            for s in seeds:
+                rows = field(entry, "per_seed", path, dict, where)
+                per_seed[s].append(_row(field(rows, s, path, list, f"{where}.per_seed"), len(layers), path,
+                                        f"{where}.per_seed.{s}"))
+            for k in extras:
+                rows = field(entry, "extra", path, dict, where)
+                extra[k].append(_row(field(rows, k, path, list, f"{where}.extra"), len(layers), path,
+                                     f"{where}.extra.{k}"))
+        cost = field(d, "cost", path, dict)
+        peak = cost.get("peak_memory")
+        out = cls(field(d, "criterion", path, str), tuple(comps), tuple(layers), np.array(values),
+                  {int(s): np.array(v) for s, v in per_seed.items()} if "per_seed" in first else None,
+                  {k: np.array(v) for k, v in extra.items()}, reduce,
+                  Cost(number(field(cost, "seconds", path, (int, float), "cost"), path, "cost.seconds", lo=0),
+                       count(field(cost, "forwards", path, int, "cost"), path, "cost.forwards"),
+                       count(field(cost, "backwards", path, int, "cost"), path, "cost.backwards"),
+                       None if peak is None else count(peak, path, "cost.peak_memory")),
+                  dict(field(d, "meta", path, dict)))
+        for c, entry in comps.items():
+            saved, made = field(entry, "overall", path, where=f"components.{c}"), out.overall(c)
+            saved = number(saved, path, f"components.{c}.overall", nullable=True)
+            if math.isfinite(made) != math.isfinite(saved) or (
+                    math.isfinite(made) and not math.isclose(made, saved, rel_tol=1e-9, abs_tol=1e-12)):
+                raise ResultFileError(path, f"components.{c}.overall",
+                                      f"{saved!r} is not the {reduce} of its per-layer scores ({made!r})")
+        return out
 
-    def to_json(self, path: str | os.PathLike) -> None:
-        text = json.dumps(self.to_dict(), indent=1)
-        atomic_write(path, lambda tmp: open(tmp, "w").write(text))  # noqa: SIM115
+    def to_json(self, path: str | os.PathLike) -> str:
+        """Writes `to_dict` with its format and checksum (`vitplast.outputs.result_files`); returns the
+        checksum."""
+        return write_result_json(path, self.to_dict(), kind=KIND, version=VERSION)
 
     @classmethod
     def from_json(cls, path: str | os.PathLike) -> CriterionResult:
-        with open(path) as f:
-            return cls.from_dict(json.load(f))
+        """The result saved at ``path``, its checksum, schema and ranges checked (`from_dict`);
+        `ResultFileError` naming the file and the field otherwise."""
+        doc, _ = read_result_json(path, kind=KIND, versions=(VERSION,))
+        result = cls.from_dict(doc, path)
+        result.checksum = doc["checksum"]
+        return result
+
+    def expect_units(self, components, layers, path: str | os.PathLike) -> None:
+        """`ResultFileError` naming ``path`` unless the result holds exactly ``components`` and
+        ``layers`` (the units of the model it would stand for)."""
+        for name, got, want in (("components", self.components, tuple(components)),
+                                ("layers", self.layers, tuple(layers))):
+            if tuple(got) != want:
+                missing = [x for x in want if x not in got]
+                what = f"lacks {', '.join(missing)}" if missing else f"holds {', '.join(got)}"
+                raise ResultFileError(path, name, f"{what}; the model's are {', '.join(want)}")
 
     def records(self) -> list[dict]:
         """One dict per (component, layer): ``component``, ``layer``, ``score`` (NaN: not defined), the
@@ -168,6 +223,13 @@ class CriterionResult:
             raise ValueError(f"kind must be 'bars' or 'heatmap', got {kind!r}")
         ax.set_title(f"{self.criterion}: higher = finetune first", fontsize=10)
         save(fig, path)
+
+
+def _row(values: list, n: int, path, name: str) -> list[float]:
+    """``values`` as ``n`` floats (null: NaN), each finite or null."""
+    if len(values) != n:
+        raise ResultFileError(path, name, f"holds {len(values)} values for {n} layers")
+    return [number(v, path, f"{name}[{i}]", nullable=True) for i, v in enumerate(values)]
 
 
 def _fmt(v: float) -> str:

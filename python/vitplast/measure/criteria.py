@@ -1,24 +1,19 @@
-"""The criteria ``vitplast measure --criterion`` scores besides (or instead of) plasticity: their setting
-on the measured model (`setting_for`), their cache key (`criterion_key`: the model's provenance,
-the data and the options that change the scores) and their files (`criterion_files`,
-`write_criterion`). A rerun into the same ``--out`` reuses every ``NAME.json`` whose key matches
-(`reusable`)."""
+"""What ``vitplast measure`` hands the scoring service (`vitplast.criteria.score_criteria`): the cache
+in ``--out`` (`score_cache`: the model's provenance, the data and options each criterion's key holds),
+the requests (`plasticity_request`: the measured model and its capture over the paired images;
+`criteria_request`: each seed's model as its finetuning run starts it, the labelled sample), and the
+files each criterion writes (`criterion_files`, `write_criterion`)."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 from pathlib import Path
-from typing import Any
 
-from .options import CRITERION_NAMES, MeasureOptions
+from ..criteria.registry import CRITERIA
+from .options import MeasureOptions
 
 # what a criterion writes beside run.json (plasticity writes the PlasticityResult's files instead)
 SUFFIXES = (".json", ".csv", ".txt", ".png", "_heatmap.png")
 PLASTICITY_FILES = ("plasticity.json", "plasticity.png", "plasticity_heatmap.png")
-# criteria that read labelled images, and those whose scores depend on the seed's head
-LABELLED = ("rgn", "fisher", "cka")
-PER_SEED = ("rgn", "fisher")
 
 
 def criterion_files(name: str) -> tuple[str, ...]:
@@ -30,7 +25,7 @@ def criterion_files(name: str) -> tuple[str, ...]:
 
 def every_criterion_file() -> tuple[str, ...]:
     """Every file a criterion may write: what an output set of ``vitplast measure`` owns."""
-    return tuple(f for n in CRITERION_NAMES for f in criterion_files(n))
+    return tuple(f for n in CRITERIA for f in criterion_files(n))
 
 
 def seeds_of(opts: MeasureOptions) -> tuple[int, ...]:
@@ -38,113 +33,70 @@ def seeds_of(opts: MeasureOptions) -> tuple[int, ...]:
     return tuple(opts.criterion_seeds) if opts.criterion_seeds else (opts.seed,)
 
 
-def criterion_key(name: str, opts: MeasureOptions, record: dict, device) -> str:
-    """sha256 of what ``name``'s scores depend on: the provenance ``record`` (model, weights' hash,
-    data, transform; library versions left out), and the criterion's options
-    (`vitplast.criteria.cache.cache_key`)."""
-    from vitplast.criteria.cache import cache_key as key_of
+def score_cache(opts: MeasureOptions, record: dict, device, img_size: int):
+    """The `vitplast.criteria.ScoreCache` of ``--out``: ``record`` (the measured model's provenance),
+    the options every score depends on, and what draws the labelled sample and the pairs."""
+    from vitplast.criteria import ScoreCache
 
-    options: dict[str, Any] = {"criterion": name, "components": opts.components, "amp": opts.amp,
-                               "device": str(device), "split": opts.split}
-    if name in LABELLED:
-        options.update(criterion_batches=opts.criterion_batches, batch_size=opts.batch_size, seed=opts.seed)
-    if name in PER_SEED:
-        options["seeds"] = list(seeds_of(opts))
-    return key_of(record, options)
-
-
-# the fields of run.json that plasticity's scores depend on (with its provenance, versions left out)
-PLASTICITY_FIELDS = ("protocol", "pairs", "batches", "batch_size", "seed", "amp", "device", "img_size",
-                     "split", "components", "embedding")
+    return ScoreCache(
+        opts.out, record, context={"components": opts.components, "amp": opts.amp, "device": str(device),
+                                   "split": opts.split},
+        inputs={"images": {"criterion_batches": opts.criterion_batches, "batch_size": opts.batch_size,
+                           "seed": opts.seed},
+                "pairs": {"batches": opts.batches, "batch_size": opts.batch_size, "seed": opts.seed,
+                          "img_size": img_size}})
 
 
-def _plasticity_key(fields: dict, record: dict) -> str:
-    prov = {k: v for k, v in record.items() if k != "versions"}
-    text = json.dumps({"provenance": prov, **{k: fields.get(k) for k in PLASTICITY_FIELDS}}, sort_keys=True,
-                      default=str)
-    return hashlib.sha256(text.encode()).hexdigest()
+def plasticity_request(opts: MeasureOptions, subject, *, limit: int, progress: bool, say, on_error):
+    """The `vitplast.criteria.ScoringRequest` of plasticity: the measured model and its capture, up to
+    ``limit`` forward passes of the paired images (``say`` tells the pairing when they are drawn)."""
+    from vitplast.criteria import ScoringRequest, resolve_units
+    from vitplast.runtime.precision import autocast
+
+    def pair_batches():
+        per = opts.batch_size // 2 if opts.pairs == "halves" else opts.batch_size * (opts.batch_size - 1) // 2
+        say(f"pairs: {opts.pairs}, {subject.data.describe(opts)}; {opts.batch_size} images per batch "
+            f"({per} pairs)")
+        stream = subject.data.stream(opts.batch_size, opts.seed)
+        return (b.to(subject.device, non_blocking=True) for b in stream)
+
+    options = {"protocol": opts.protocol, "pairs": opts.pairs, "embedding": opts.embedding, "limit": limit,
+               "desc": f"measuring ({opts.protocol})", "on_error": on_error,
+               "make_capture": lambda net: subject.capture}
+    return ScoringRequest(lambda seed: subject.net, resolve_units(subject.net, opts.components),
+                          pair_batches=pair_batches, seeds=(opts.seed,), components=opts.components,
+                          device=subject.device, amp=autocast(opts.amp, subject.device), options=options,
+                          progress=progress)
 
 
-def saved_plasticity(opts: MeasureOptions, record: dict, device, img_size: int):
-    """``(PlasticityResult, batches, bad images)`` saved in ``--out`` when its run.json records the same
-    provenance and measuring options (every batch asked for measured), else None."""
-    from vitplast_kernels import PlasticityResult
-
-    if opts.out is None:
-        return None
-    run, plast = Path(opts.out) / "run.json", Path(opts.out) / "plasticity.json"
-    try:
-        old = json.loads(run.read_text())
-        wanted = {"protocol": opts.protocol, "pairs": opts.pairs, "batches": opts.batches,
-                  "batch_size": opts.batch_size, "seed": opts.seed, "amp": opts.amp, "device": str(device),
-                  "split": opts.split, "components": opts.components, "embedding": opts.embedding,
-                  "img_size": img_size}
-        same = _plasticity_key(old, old.get("provenance", {})) == _plasticity_key(
-            json.loads(json.dumps(wanted)), json.loads(json.dumps(record, default=str)))
-        if not same:
-            return None
-        return PlasticityResult.from_json(plast), int(old["batches"]), list(old.get("bad_images", []))
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-
-
-def reusable(out: str | None, name: str, key: str):
-    """The ``CriterionResult`` saved in ``out/NAME.json`` when its cache key is ``key``, else None."""
-    from vitplast.criteria.cache import cached
-
-    return None if out is None else cached(Path(out) / f"{name}.json", key)
-
-
-def labelled_batches(opts: MeasureOptions, dataset, device) -> list:
-    """The criterion's sample: the first ``--criterion-batches`` batches of ``--batch-size`` labelled
-    images of ``dataset`` (the downstream data: ``--pair-data`` when given, else ``--data``), in the
-    order ``--seed`` draws."""
-    from vitplast.criteria import Batch
-    from vitplast.data.datasets import make_loader
-
-    out = []
-    for item in make_loader(dataset, opts.batch_size, shuffle=True, seed=opts.seed, num_workers=opts.workers):
-        if item is None:
-            continue
-        out.append(Batch(item[0].to(device), item[1].to(device)))
-        if len(out) == opts.criterion_batches:
-            break
-    if not out:
-        raise ValueError(f"--criterion-batches {opts.criterion_batches}: the data holds no labelled batch")
-    return out
-
-
-def setting_for(opts: MeasureOptions, subject, names: tuple[str, ...], progress: bool):
-    """The `vitplast.criteria.Setting` of ``names`` on ``subject`` (the measured model): the
-    model per seed as a finetuning run of that seed starts it (rebuilt with that seed drawing its head,
-    so the head is the run's), the downstream labelled sample when a criterion reads images."""
-    import torch
-
-    from vitplast.criteria import Setting
+def criteria_request(opts: MeasureOptions, subject, *, progress: bool):
+    """The `vitplast.criteria.ScoringRequest` of the other criteria: each seed's model as a finetuning
+    run of that seed starts it (rebuilt with that seed drawing its head, so the head is the run's), the
+    first ``--criterion-batches`` labelled batches of the downstream data (``--pair-data`` when given,
+    else ``--data``) in the order ``--seed`` draws."""
+    from vitplast.criteria import ScoringRequest, resolve_units
+    from vitplast.criteria.service import labelled_sample, seeded_models
     from vitplast.models.builder import build_model
     from vitplast.models.families import family_of
     from vitplast.runtime.precision import autocast
 
     downstream = subject.data.y if subject.data.y is not None else subject.data.x
     classes = downstream.num_classes
-    models: dict[int, torch.nn.Module] = {}
 
-    def model_for(seed: int) -> torch.nn.Module:
-        if seed not in models:
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(seed)
-                built = build_model(opts, classes, allow_partial=opts.allow_partial_weights,
-                                    cache_dir=opts.cache_dir, seed=opts.seed,
-                                    pretrain_config=opts.pretrain_config)
-                if family_of(built.name).keeps_pretraining_head:  # a finetuning run replaces it
-                    built.net.reset_classifier(classes)
-            models[seed] = built.net.to(subject.device).eval()
-        return models[seed]
+    def build():
+        built = build_model(opts.model_request(), classes, allow_partial=opts.allow_partial_weights,
+                            cache_dir=opts.cache_dir, seed=opts.seed, pretrain_config=opts.pretrain_config)
+        if family_of(built.name).keeps_pretraining_head:  # a finetuning run replaces it
+            built.net.reset_classifier(classes)
+        return built.net
 
-    needs_images = any(n in LABELLED for n in names)
-    batches = labelled_batches(opts, downstream, subject.device) if needs_images else ()
-    return Setting(model_for, seeds=seeds_of(opts), batches=batches, components=opts.components,
-                   device=subject.device, amp=autocast(opts.amp, subject.device), progress=progress)
+    def batches():
+        return labelled_sample(downstream, batch_size=opts.batch_size, count=opts.criterion_batches,
+                               seed=opts.seed, device=subject.device, what="the data")
+
+    return ScoringRequest(seeded_models(build, subject.device), resolve_units(subject.net, opts.components),
+                          batches=batches, seeds=seeds_of(opts), components=opts.components,
+                          device=subject.device, amp=autocast(opts.amp, subject.device), progress=progress)
 
 
 def write_criterion(tmp: Path, result) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from ..criteria.registry import CRITERIA
 from ..models.builder import DIGITS_MODEL
 from ..options import parsing
 from ..options.fields import Kind, OptionError, choice, csv, integer, option, optional, settle
@@ -16,8 +17,6 @@ PROTOCOLS = ("in_situ", "decomposition")
 PAIRS = ("halves", "all")
 DEFAULT_DATA = "digits:0-4"
 DEFAULT_PAIR_DATA = "digits:5-9"
-# vitplast.criteria.CRITERIA's names (listed here so that parsing options imports no torch; a test checks)
-CRITERION_NAMES = ("plasticity", "rgn", "fisher", "cka", "spectral", "size")
 
 
 def _json_object(value):
@@ -84,7 +83,7 @@ class MeasureOptions(RuntimeOptions, DataOptions, ModelOptions):  # fields: the 
         "for several: plasticity, rgn (relative gradient norm), fisher (empirical Fisher per parameter), cka "
         "(1 - linear CKA of a unit's input and output), spectral (power-law alpha of W^T W's eigenvalues), "
         "size (parameters); each writes NAME.json, .csv, .txt and figures beside run.json (see the criteria "
-        "guide)", metavar="NAME[,NAME]", kind=csv(choice(CRITERION_NAMES), unique=True))
+        "guide)", metavar="NAME[,NAME]", kind=csv(choice(tuple(CRITERIA)), unique=True))
     criterion_batches: int = option(
         4, "rgn, fisher, cka: labelled batches of --batch-size images of the downstream data (--pair-data, "
         "else --data) they read", kind=integer(1))

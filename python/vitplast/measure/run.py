@@ -17,8 +17,18 @@ import time
 import warnings
 from typing import Any
 
+from ..criteria import Scores, score_criteria
+from ..criteria.plasticity import Plasticity
 from ..options.fields import options_for
 from ..outputs.reporter import Reporter
+from .criteria import (
+    criteria_request,
+    criterion_files,
+    every_criterion_file,
+    plasticity_request,
+    score_cache,
+    write_criterion,
+)
 from .data import MeasureData, batches_to_run, open_data
 from .options import MeasureOptions
 
@@ -52,7 +62,10 @@ class Subject:
 
 
 def measure(opts: MeasureOptions | None = None, /, *, reporter: Reporter | None = None, **keywords: Any):
-    """Measure a model's plasticity; returns the ``vitplast_kernels`` ``PlasticityResult``.
+    """Measure a model's plasticity; returns the ``vitplast_kernels`` ``PlasticityResult`` (with
+    ``criterion`` naming one other criterion: its ``CriterionResult``; several: ``{name: result}``).
+    `measure_scores` measures the same and returns every criterion's result as one
+    `vitplast.criteria.Scores`.
 
     ``opts``: a `MeasureOptions`, checked again here; or the options as keywords (each the option
     of ``vitplast measure`` with that name, None: its default), e.g. ``measure(out="res/", batches=2)``;
@@ -66,6 +79,17 @@ def measure(opts: MeasureOptions | None = None, /, *, reporter: Reporter | None 
     directory receiving ``plasticity.json``, ``plasticity.png`` and ``run.json`` as one set.
     ``reporter``: where the summary lines go (default: printed; ``Reporter.silent()``: nowhere).
     """
+    scores = measure_scores(opts, reporter=reporter, **keywords)
+    found = {n: r.measurement if n == "plasticity" else r for n, r in scores.items()}
+    return next(iter(found.values())) if len(found) == 1 else found
+
+
+def measure_scores(opts: MeasureOptions | None = None, /, *, reporter: Reporter | None = None,
+                   **keywords: Any) -> Scores:
+    """What `measure` measures (the same options), as one `vitplast.criteria.Scores`: each criterion's
+    ``CriterionResult`` by name (plasticity's ``measurement``: the ``PlasticityResult``), the files of
+    ``out`` reused with their checksums. This is what ``vitplast measure`` and ``vitplast.measure(...)``
+    run."""
     opts = measure_options(opts, keywords)
     say = (reporter or Reporter()).say
     out_set = _check_out(opts)
@@ -76,85 +100,70 @@ def measure(opts: MeasureOptions | None = None, /, *, reporter: Reporter | None 
     say(f"model: {subject.built.description}, "
         f"{sum(p.numel() for p in subject.net.parameters()) / 1e6:.2f} M parameters")
     names = tuple(opts.criterion)
-    res, measured, bad = None, 0, []
+    cache = score_cache(opts, _provenance(opts, subject), subject.device, subject.img_size)
+    parts = []
     if "plasticity" in names:
-        res, measured, bad = _plasticity(opts, subject, say, start)
+        parts.append(_plasticity(opts, subject, cache, say, start))
     elapsed = time.perf_counter() - start
-    scored = _criteria(opts, subject, [n for n in names if n != "plasticity"], say)
+    if others := [n for n in names if n != "plasticity"]:
+        parts.append(_criteria(opts, subject, cache, others, say))
+    scores = Scores({n: p[n] for n in names for p in parts if n in p},
+                    {k: v for p in parts for k, v in p.keys.items()},
+                    {k: v for p in parts for k, v in p.reused.items()})
     if out_set is not None:
-        _write_outputs(out_set, opts, subject, res, scored, measured=measured, bad=bad, elapsed=elapsed,
-                       prepare_seconds=prepare_seconds)
+        _write_outputs(out_set, opts, subject, scores, elapsed=elapsed, prepare_seconds=prepare_seconds)
         say(f"wrote {', '.join(str(out_set.target / f) for f in _files(names))}")
-    if len(names) == 1:
-        return res if res is not None else scored[names[0]][0]
-    return {n: res if n == "plasticity" else scored[n][0] for n in names}
+    return scores
 
 
-def _plasticity(opts: MeasureOptions, subject: Subject, say, start: float) -> tuple[Any, int, list[str]]:
-    """``(PlasticityResult, batches measured, bad images)``: read back from ``--out`` when its run.json
-    records the same model, data and options (`.criteria.saved_plasticity`), else the forward
-    passes inside the capture."""
-    from .criteria import saved_plasticity
+def _plasticity(opts: MeasureOptions, subject: Subject, cache, say, start: float) -> Scores:
+    """Plasticity through the scoring service: read back from ``--out``'s plasticity.json when its key
+    (the same model, data and options) matches and it checks out, else the forward passes inside the
+    capture. Its result's meta records the batches measured and the bad images skipped."""
+    def failed(exc: Exception, batch) -> ValueError:
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return ValueError(f"{subject.built.name}: the forward pass failed on {tuple(batch.images.shape)} "
+                          f"images (--img-size {subject.img_size}?): {text[:300]}")
 
-    saved = saved_plasticity(opts, _provenance(opts, subject), subject.device, subject.img_size)
-    if saved is not None:
-        res, measured, bad = saved
-        say(f"plasticity: reused {opts.out}/plasticity.json (same model, data and options)")
+    request = plasticity_request(opts, subject, limit=batches_to_run(opts, subject.data),
+                                 progress=_shows_progress(opts), say=say, on_error=failed)
+    scores = score_criteria(("plasticity",), request, cache=cache, say=say)
+    result = scores["plasticity"]
+    res = result.measurement
+    if "plasticity" in scores.reused:
+        say(f"plasticity: reused {scores.reused['plasticity'].path} (same model, data and options)")
         say(res.table())
-        return res, measured, bad
-    n_run = batches_to_run(opts, subject.data)
-    per = opts.batch_size // 2 if opts.pairs == "halves" else opts.batch_size * (opts.batch_size - 1) // 2
-    say(f"pairs: {opts.pairs}, {subject.data.describe(opts)}; {opts.batch_size} images per batch "
-        f"({per} pairs)")
-    loop = _forward_passes(opts, subject, n_run)
-    measured = loop.steps
-    bad = subject.data.bad_images()
+        return scores
+    measured, bad = result.cost.forwards, subject.data.bad_images()
+    result.meta.update(batches=measured, bad_images=bad)
     if bad:
         warnings.warn(f"skipped {len(bad)} unreadable image(s): {', '.join(bad[:5])}"
                       f"{' ...' if len(bad) > 5 else ''}", stacklevel=3)
-    if measured == 0:
-        raise ValueError("no batch was measured: every batch lost its images to --skip-bad-images")
-    res = loop.result
     if res.nonfinite_warning():  # NaN/inf weights or activations: named, left out explicitly
         warnings.warn(res.nonfinite_warning(), stacklevel=3)
     say(res.table())  # ends with the ranking line
     skipped = f"; {len(bad)} bad images skipped" if bad else ""
     say(f"({measured} batches x {opts.batch_size} images, {opts.protocol}, {AUTOCAST_DTYPES[opts.amp]} on "
         f"{subject.device}, {time.perf_counter() - start:.1f} s{skipped})")
-    return res, measured, bad
+    return scores
 
 
-def _criteria(opts: MeasureOptions, subject: Subject, names: list[str], say
-              ) -> dict[str, tuple[Any, str, bool]]:
-    """``{name: (CriterionResult, cache key, reused)}`` of the criteria other than plasticity: read back
-    from ``--out`` when their cache key matches, else scored now."""
-    if not names:
-        return {}
-    from vitplast.criteria import get_criterion
-
-    from .criteria import criterion_key, reusable, setting_for
-
-    record = _provenance(opts, subject)
-    keys = {n: criterion_key(n, opts, record, subject.device) for n in names}
-    scored, setting = {}, None
-    for n in names:
-        saved = reusable(opts.out, n, keys[n])
-        if saved is not None:
-            say(f"{n}: reused {opts.out}/{n}.json (same model, data and options)")
-            scored[n] = (saved, keys[n], True)
-            continue
-        setting = setting or setting_for(opts, subject, tuple(names), _shows_progress(opts))
-        result = get_criterion(n).score(setting)
-        result.meta.update(cache_key=keys[n], model=subject.built.name)
-        scored[n] = (result, keys[n], False)
-        say(result.table())
-    return scored
+def _criteria(opts: MeasureOptions, subject: Subject, cache, names: list[str], say) -> Scores:
+    """The criteria other than plasticity through the scoring service: each read back from ``--out``
+    when its key matches and its file checks out, else scored now."""
+    scores = score_criteria(names, criteria_request(opts, subject, progress=_shows_progress(opts)),
+                            cache=cache, say=say)
+    for n, result in scores.items():
+        if n in scores.reused:
+            say(f"{n}: reused {scores.reused[n].path} (same model, data and options)")
+        else:
+            result.meta["model"] = subject.built.name
+            say(result.table())
+    return scores
 
 
 def _files(names) -> list[str]:
     """The files of the output set: each criterion's, then run.json."""
-    from .criteria import criterion_files
-
     return [f for n in names for f in criterion_files(n)] + ["run.json"]
 
 
@@ -170,8 +179,6 @@ def _check_out(opts: MeasureOptions):
         return None
     from vitplast.runs.output_set import OutputSet
 
-    from .criteria import every_criterion_file
-
     out_set = OutputSet(opts.out, (*OUTPUT_FILES, *every_criterion_file()))
     out_set.check()
     return out_set
@@ -183,7 +190,7 @@ def _architecture(opts: MeasureOptions) -> Architecture:
     from vitplast.models.families import FAMILIES
     from vitplast.models.sources import plan_model
 
-    plan = plan_model(opts)
+    plan = plan_model(opts.model_request())
     family = FAMILIES[plan.source.kind]
     family.check_build(plan, pretrain_config=opts.pretrain_config, cache_dir=opts.cache_dir)
     return Architecture(plan.source.name, plan.model_kwargs)
@@ -208,36 +215,18 @@ def _prepare(opts: MeasureOptions, arch: Architecture) -> Subject:
     data = open_data(opts, CHECK_SIZE)  # checked (and its classes counted) before the model is built
     with torch.random.fork_rng(devices=[]):  # random initialisation from --seed: the run replays
         torch.manual_seed(opts.seed)
-        built = build_model(opts, data.x.num_classes, allow_partial=opts.allow_partial_weights,
-                            cache_dir=opts.cache_dir, seed=opts.seed, pretrain_config=opts.pretrain_config,
+        built = build_model(opts.model_request(), data.x.num_classes,
+                            allow_partial=opts.allow_partial_weights, cache_dir=opts.cache_dir,
+                            seed=opts.seed, pretrain_config=opts.pretrain_config,
                             progress=_shows_progress(opts))
     if built.origin["kind"] == "random":
         warnings.warn(f"{built.name}: no weights given (--random-init), measuring random init; random-init "
                       "ViTs rank components almost opposite to pretrained ones", stacklevel=3)
-    transform = with_overrides(built.transform, opts)
+    transform = with_overrides(built.transform, opts.transform_request())
     data = open_data(opts, built.img_size, transform, check=False)
     capture = make_capture(built.net, arch.name, opts)
     device = resolve_device(opts.device)
     return Subject(built, built.net.to(device).eval(), capture, data, device, built.img_size, transform)
-
-
-def _forward_passes(opts: MeasureOptions, subject: Subject, n_run: int):
-    """Runs up to ``n_run`` forward passes inside the capture through the one measuring loop
-    (`vitplast.criteria.loop.measure_plasticity`); returns its `vitplast.criteria.loop.Measured`
-    (``result`` None when no batch was measured)."""
-    from vitplast.criteria.loop import measure_plasticity
-    from vitplast.runtime.precision import autocast
-
-    def failed(exc: Exception, batch) -> ValueError:
-        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        return ValueError(f"{subject.built.name}: the forward pass failed on {tuple(batch.images.shape)} "
-                          f"images (--img-size {subject.img_size}?): {text[:300]}")
-
-    stream = subject.data.stream(opts.batch_size, opts.seed)
-    batches = (b.to(subject.device, non_blocking=True) for b in stream)
-    return measure_plasticity(subject.net, batches, amp=autocast(opts.amp, subject.device), limit=n_run,
-                              progress=_shows_progress(opts), desc=f"measuring ({opts.protocol})",
-                              on_error=failed, make_capture=lambda net: subject.capture)
 
 
 def _provenance(opts: MeasureOptions, subject: Subject) -> dict:
@@ -249,40 +238,44 @@ def _provenance(opts: MeasureOptions, subject: Subject) -> dict:
     return provenance(subject.built, data, transform_record(subject.transform, subject.img_size))
 
 
-def _write_outputs(out_set, opts: MeasureOptions, subject: Subject, res, scored: dict, *, measured: int,
-                   bad: list[str], elapsed: float, prepare_seconds: float) -> None:
+def _write_outputs(out_set, opts: MeasureOptions, subject: Subject, scores: Scores, *, elapsed: float,
+                   prepare_seconds: float) -> None:
     """``run.json``'s ``seconds`` are the measuring's, ``prepare_seconds`` building the model and data (a
     first-run pretraining included). The criteria's files (``plasticity.json``, ``plasticity.png``,
     ``plasticity_heatmap.png``; for any other criterion ``NAME.json``, ``.csv``, ``.txt``, ``.png``,
-    ``_heatmap.png``) and ``run.json`` (what was measured, how, and the reproducibility record) as one
-    set."""
+    ``_heatmap.png``) and ``run.json`` (what was measured, how, the reproducibility record, the files
+    reused with their checksums) as one set."""
     from vitplast.data.transforms import transform_record
     from vitplast.runs.rundir import write_json_atomic
-
-    from .criteria import write_criterion
 
     built = subject.built
     transform = transform_record(subject.transform, subject.img_size)
     names = tuple(opts.criterion)
+    plasticity = scores.get("plasticity")
+    meta = plasticity.meta if plasticity is not None else {}
     run_info = dict(model=built.name, model_kwargs=built.timm_kwargs, weights=opts.weights,
                     pretrained=opts.pretrained, random_init=opts.random_init, data=opts.data,
-                    pair_data=opts.pair_data, protocol=opts.protocol, pairs=opts.pairs, batches=measured,
-                    batch_size=opts.batch_size, batch_size_unit="images", device=str(subject.device),
-                    dtype=AUTOCAST_DTYPES[opts.amp], amp=opts.amp, img_size=subject.img_size, seed=opts.seed,
-                    split=opts.split, seconds=round(elapsed, 3),
+                    pair_data=opts.pair_data, protocol=opts.protocol, pairs=opts.pairs,
+                    batches=meta.get("batches", 0), batch_size=opts.batch_size, batch_size_unit="images",
+                    device=str(subject.device), dtype=AUTOCAST_DTYPES[opts.amp], amp=opts.amp,
+                    img_size=subject.img_size, seed=opts.seed, split=opts.split, seconds=round(elapsed, 3),
                     prepare_seconds=round(prepare_seconds, 3), model_desc=built.description,
-                    components=opts.components, embedding=opts.embedding, bad_images=bad, transform=transform,
-                    provenance=_provenance(opts, subject), files=_files(names))
+                    components=opts.components, embedding=opts.embedding,
+                    bad_images=meta.get("bad_images", []), transform=transform,
+                    provenance=_provenance(opts, subject), files=_files(names),
+                    reused_files=[r.to_dict() for r in scores.reused.values()])
     if names != ("plasticity",):  # the default's run.json stays as it was
-        run_info["criteria"] = {n: {"cache_key": key, "reused": reused, "seconds": r.cost.seconds}
-                                for n, (r, key, reused) in scored.items()}
+        run_info["criteria"] = {n: {"cache_key": scores.keys[n], "reused": n in scores.reused,
+                                    "seconds": r.cost.seconds}
+                                for n, r in scores.items() if n != "plasticity"}
         run_info.update(criterion=list(names), criterion_batches=opts.criterion_batches,
                         criterion_seeds=opts.criterion_seeds)
     with out_set.writing() as tmp:
-        if res is not None:
-            res.to_json(tmp / "plasticity.json")
-            res.plot(tmp / "plasticity.png")
-            res.plot(tmp / "plasticity_heatmap.png", kind="heatmap")  # layers x components
-        for result, _, _ in scored.values():
-            write_criterion(tmp, result)
+        if plasticity is not None:
+            Plasticity().write(plasticity, tmp / "plasticity.json")
+            plasticity.measurement.plot(tmp / "plasticity.png")
+            plasticity.measurement.plot(tmp / "plasticity_heatmap.png", kind="heatmap")  # layers x components
+        for n, result in scores.items():
+            if n != "plasticity":
+                write_criterion(tmp, result)
         write_json_atomic(tmp / "run.json", run_info)
