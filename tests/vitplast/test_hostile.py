@@ -107,7 +107,7 @@ def test_python_callers_get_the_refusal_as_a_value_error(tmp_path, monkeypatch, 
     folder = _malicious_folder(tmp_path / "evil", marker)
     monkeypatch.setattr(sys, "stdin", io.StringIO("y\n"))
     with pytest.raises(ValueError, match="--trust-remote-code"):
-        build_model(ModelOptions(model=f"hf:{folder}"), 3)
+        build_model(ModelOptions(model=f"hf:{folder}").model_request(), 3)
     assert not marker.exists()
 
 

@@ -30,7 +30,7 @@ def test_timm_model_input_size_and_random_init_asked_for():
         ModelOptions(model="vit_tiny_patch16_224")
     opts = ModelOptions(model="vit_tiny_patch16_224", img_size=32, random_init=True,
                         model_kwargs={"depth": 1, "patch_size": 8})
-    built = model_builder.build_model(opts, 3)
+    built = model_builder.build_model(opts.model_request(), 3)
     assert built.img_size == 32 and built.timm_kwargs == {"depth": 1, "patch_size": 8}
     assert not built.net.training
 

@@ -10,8 +10,9 @@ transformers image processor, the digits ViT, or the fixed transform of ``--no-m
 - no transform (None) is each dataset's own, fixed preparation (``--no-model-transform``): image files
   get `fixed_transform` (a bilinear resize of the shorter side to the input size, a centre crop,
   ImageNet mean and std), the digits are scaled to ``[-1, 1]``;
-- `with_overrides`: ``--mean``/``--std`` and ``--no-model-transform`` applied
-  (`vitplast.options.groups.DataOptions`);
+- `with_overrides`: what a `TransformRequest` asks applied (``--mean``/``--std`` and
+  ``--no-model-transform``; the command-line data options give one:
+  `vitplast.options.groups.DataOptions.transform_request`);
 - `transform_record`: the JSON-ready description the output files record.
 """
 
@@ -22,8 +23,6 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import torch
-
-    from ..options.groups import DataOptions
 
 # torchvision / timm default normalisation for natural images (ImageNet statistics)
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -111,12 +110,23 @@ def from_data_config(config: dict, source: str) -> ImageTransform:
                           source)
 
 
-def with_overrides(model: ImageTransform, opts: DataOptions) -> ImageTransform | None:
-    """``model`` (the model's own transform), or with ``--no-model-transform`` None (each dataset's
-    fixed preparation), with ``--mean``/``--std`` in place of its mean and std (the fixed geometry then
-    takes them too)."""
-    if opts.mean is None and opts.std is None:
-        return model if opts.model_transform else None
-    out = model if opts.model_transform else fixed_transform(model.size)
-    return dataclasses.replace(out, mean=tuple(opts.mean or out.mean), std=tuple(opts.std or out.std),
+@dataclasses.dataclass(frozen=True)
+class TransformRequest:
+    """How the caller wants a model's images prepared: with the model's own transform
+    (``model_transform``; False: each dataset's fixed preparation), and per-channel ``mean`` and
+    ``std`` in place of its own (None: keep them)."""
+
+    model_transform: bool = True
+    mean: tuple[float, float, float] | None = None
+    std: tuple[float, float, float] | None = None
+
+
+def with_overrides(model: ImageTransform, request: TransformRequest) -> ImageTransform | None:
+    """``model`` (the model's own transform), or without ``request.model_transform`` None (each
+    dataset's fixed preparation), with the request's ``mean``/``std`` in place of its mean and std (the
+    fixed geometry then takes them too)."""
+    if request.mean is None and request.std is None:
+        return model if request.model_transform else None
+    out = model if request.model_transform else fixed_transform(model.size)
+    return dataclasses.replace(out, mean=tuple(request.mean or out.mean), std=tuple(request.std or out.std),
                                source=f"{out.source}; --mean/--std")

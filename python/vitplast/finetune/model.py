@@ -19,7 +19,7 @@ def built_model(opts: ModelOptions, num_classes: int) -> BuiltModel:
     a family whose checkpoints keep their pretraining head (the digits ViT) gets a fresh one (drawn from
     the torch RNG); timm and transformers models get a fresh head when their own has another number
     of classes."""
-    built = build_model(opts, num_classes)
+    built = build_model(opts.model_request(), num_classes)
     if family_of(built.name).keeps_pretraining_head:
         built.net.reset_classifier(num_classes)
     return built

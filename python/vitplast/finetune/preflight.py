@@ -69,7 +69,7 @@ def prepare_model(settings: RunSettings, seed: int) -> PreparedModel:
         first, _, _ = load_data(settings, seed, CHECK_SIZE)
         built = built_model(settings, first.num_classes)
         model, size = built.net, built.img_size
-        transform = with_overrides(built.transform, settings)
+        transform = with_overrides(built.transform, settings.transform_request())
         train_ds, val_ds, _ = load_data(settings, seed, size, transform)
     if settings.batch_size % settings.grad_accum:
         raise ValueError(f"--grad-accum {settings.grad_accum}: must divide --batch-size "

@@ -1,8 +1,9 @@
-"""The one model builder of the commands: ``build_model(opts, num_classes)`` builds the model the model
-options (`vitplast.options.groups.ModelOptions`) name, with its weights, its input size, its own
+"""The one model builder of the commands: ``build_model(request, num_classes)`` builds the model a
+`ModelRequest` names (the command-line model options give one:
+`vitplast.options.groups.ModelOptions.model_request`), with its weights, its input size, its own
 input preparation (an `vitplast.data.transforms.ImageTransform`) and where its weights came from.
 
-What ``opts.model`` names (`vitplast.models.sources`):
+What ``request.model`` names (`vitplast.models.sources`):
 
 - ``DIGITS_MODEL`` (``"digits-vit"``): the embedded ViT (`vitplast.models.digits`); without
   ``weights`` the one pretrained here on digits 0-4 (cached; pretrained first when absent), with
@@ -18,11 +19,11 @@ What ``opts.model`` names (`vitplast.models.sources`):
   replaced when ``num_classes`` differs from its own; its transform is its image processor's.
 
 ``weights`` may also be a model folder (a hub snapshot, a ``save_pretrained`` directory: its
-``config.json`` gives the model when ``opts.model`` is None or the same architecture), or a ``vitplast
+``config.json`` gives the model when ``request.model`` is None or the same architecture), or a ``vitplast
 finetune`` run directory (or its ``checkpoint.pt`` / ``model.safetensors``), whose ``config.json`` gives
 the model, its constructor arguments and its image size (`vitplast.models.sources.resolve_architecture`).
 
-The model options are read into a `ModelPlan` (`vitplast.models.sources.plan_model`), the plan built by
+The request is read into a `ModelPlan` (`vitplast.models.sources.plan_model`), the plan built by
 its family's builder (`vitplast.models.families.FAMILIES`: `vitplast.models.digits.build_digits`,
 `vitplast.models.timm_models.build_timm`, `vitplast.models.hf_models.build_hf`: the network with the
 weights the family has), a ``weights`` checkpoint loaded over it (`vitplast.models.weights.load_weights`)
@@ -32,29 +33,26 @@ and the result checked for non-finite weights.
 from __future__ import annotations
 
 import warnings
-from typing import TYPE_CHECKING
 
 from .built import BuildRequest, BuiltModel, input_size
 from .families import FAMILIES
-from .sources import DIGITS_MODEL, ModelPlan, plan_model
+from .sources import DIGITS_MODEL, ModelPlan, ModelRequest, plan_model
 from .weights import load_weights
 
-if TYPE_CHECKING:
-    from ..options.groups import ModelOptions
-
-__all__ = ["DIGITS_MODEL", "BuiltModel", "ModelPlan", "build_model", "input_size", "plan_model"]
+__all__ = ["DIGITS_MODEL", "BuiltModel", "ModelPlan", "ModelRequest", "build_model", "input_size",
+           "plan_model"]
 
 
-def build_model(opts: ModelOptions, num_classes: int, *, allow_partial: bool = False, cache_dir=None,
+def build_model(request: ModelRequest, num_classes: int, *, allow_partial: bool = False, cache_dir=None,
                 seed: int = 0, pretrain_config: dict | None = None, progress: bool = False) -> BuiltModel:
-    """The model the options name, with its weights, in eval mode on the CPU (see the module docstring).
+    """The model ``request`` names, with its weights, in eval mode on the CPU (see the module docstring).
 
     ``cache_dir``, ``seed``, ``pretrain_config`` and ``progress`` concern the digits ViT's one-time
     pretraining. Random initialisation (and a replaced head) draws from the torch RNG (callers seed it).
     """
-    plan = plan_model(opts)
-    request = BuildRequest(num_classes, cache_dir, seed, pretrain_config, progress)
-    built = FAMILIES[plan.source.kind].build(plan, request)  # the weights its family has, if any
+    plan = plan_model(request)
+    build = BuildRequest(num_classes, cache_dir, seed, pretrain_config, progress)
+    built = FAMILIES[plan.source.kind].build(plan, build)  # the weights its family has, if any
     if plan.weights is not None:  # a local checkpoint over them
         load_weights(built.net, plan.weights, allow_partial=allow_partial)
     warn_nonfinite_weights(built)

@@ -26,10 +26,6 @@ import dataclasses
 import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from ..options.groups import ModelOptions
 
 DIGITS_MODEL = "digits-vit"  # the embedded default of every command's --model
 HF_PREFIX = "hf:"
@@ -152,19 +148,38 @@ class ModelPlan:
     trust_remote_code: bool = False
 
 
-def plan_model(opts: ModelOptions) -> ModelPlan:
-    """The `ModelPlan` of the model options (nothing is built; a ``weights`` folder and a finetune
+@dataclasses.dataclass(frozen=True)
+class ModelRequest:
+    """The model asked for, as its user names it: the name (None: the model a ``weights`` folder or
+    finetune run directory holds, else `DIGITS_MODEL`), its constructor arguments, a local checkpoint
+    or model folder (``weights``), whether its published weights are loaded (``pretrained``) or it runs
+    at random init (``random_init``), its input size (None: the model's own) and whether a model
+    folder's own code may run (``trust_remote_code``). The command-line model options give one
+    (`vitplast.options.groups.ModelOptions.model_request`); nothing here reads an option group."""
+
+    model: str | None = None
+    model_kwargs: dict = dataclasses.field(default_factory=dict)
+    weights: str | None = None
+    pretrained: bool = False
+    random_init: bool = False
+    img_size: int | None = None
+    trust_remote_code: bool = False
+
+
+def plan_model(request: ModelRequest) -> ModelPlan:
+    """The `ModelPlan` of a `ModelRequest` (nothing is built; a ``weights`` folder and a finetune
     run directory give the model they hold)."""
-    trust = bool(getattr(opts, "trust_remote_code", False))
-    folder = weights_folder_source(opts.weights)
-    if folder is not None and _same_architecture(opts.model, folder):  # a model folder: the model it holds
-        source = ModelSource(folder.kind, opts.model or folder.name, folder.ref)
-        return ModelPlan(source, None, True, False, dict(opts.model_kwargs), opts.img_size, trust)
-    name, run_kwargs, img_size = resolve_architecture(opts.model, opts.weights, opts.img_size)
+    trust = bool(request.trust_remote_code)
+    folder = weights_folder_source(request.weights)
+    if folder is not None and _same_architecture(request.model, folder):  # a model folder: its model
+        source = ModelSource(folder.kind, request.model or folder.name, folder.ref)
+        return ModelPlan(source, None, True, False, dict(request.model_kwargs), request.img_size, trust)
+    name, run_kwargs, img_size = resolve_architecture(request.model, request.weights, request.img_size)
     source = model_source(name)
-    pretrained = bool(opts.pretrained) or (source.kind == "hf" and not opts.random_init)
-    kwargs = {**run_kwargs, **opts.model_kwargs}
-    return ModelPlan(source, opts.weights, pretrained, bool(opts.random_init), kwargs, img_size, trust)
+    pretrained = bool(request.pretrained) or (source.kind == "hf" and not request.random_init)
+    kwargs = {**run_kwargs, **request.model_kwargs}
+    return ModelPlan(source, request.weights, pretrained, bool(request.random_init), kwargs, img_size,
+                     trust)
 
 
 def _same_architecture(model: str | None, folder: ModelSource) -> bool:

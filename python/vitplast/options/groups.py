@@ -1,7 +1,9 @@
 """The option groups the commands compose: each declared once, here, in the spirit of transformers'
 ``TrainingArguments``: a command's options class inherits the groups it takes, so ``--model`` means the
 same, reads the same in ``--help`` and is checked the same everywhere, and a function that needs one
-group is typed with it (``build_model(opts: ModelOptions, ...)``) and accepts any command's options.
+group is typed with it (``built_model(opts: ModelOptions, ...)``) and accepts any command's options.
+The options import the models and the data, never the reverse: a group hands them its own small request
+(`ModelOptions.model_request`, `DataOptions.transform_request`).
 
 - `ModelOptions`: which model and weights (``--model``, ``--model-arg``, ``--weights``,
   ``--pretrained``, ``--random-init``, ``--img-size``, ``--trust-remote-code``). It checks itself when it
@@ -19,9 +21,10 @@ from __future__ import annotations
 
 import dataclasses
 
+from ..data.transforms import TransformRequest
 from ..models.families import DEFAULT_MODEL
 from ..models.sizes import MAX_IMG_SIZE, check_model_size
-from ..models.sources import check_weights_source
+from ..models.sources import ModelRequest, check_weights_source
 from ..runtime.device import check_device
 from ..runtime.precision import AMP_ALIASES, AMP_CHOICES
 from ..runtime.resources import check_workers
@@ -139,6 +142,11 @@ class ModelOptions:
         except ValueError as exc:
             raise OptionError(str(exc)) from None
 
+    def model_request(self) -> ModelRequest:
+        """The model these options name, as `vitplast.models.builder.build_model` takes it."""
+        return ModelRequest(self.model, dict(self.model_kwargs), self.weights, bool(self.pretrained),
+                            bool(self.random_init), self.img_size, bool(self.trust_remote_code))
+
 
 @dataclasses.dataclass(frozen=True)
 class DataOptions:
@@ -162,6 +170,11 @@ class DataOptions:
         "each run (holdout_acc: a validation accuracy that chooses a learning rate without the test set); "
         "the same positions of the training set in every run, whatever its seed, lr or --train (0: none; "
         "default: %(default)s)", metavar="FRACTION", group="data", kind=HOLDOUT)
+
+    def transform_request(self) -> TransformRequest:
+        """How these options prepare the model's images, as `vitplast.data.transforms.with_overrides`
+        takes it."""
+        return TransformRequest(bool(self.model_transform), self.mean, self.std)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -62,9 +62,10 @@ def test_the_models_transform_reaches_files_and_digits(folder):
 def test_overrides_and_their_checks():
     opts = resolve(DataOptions, {"mean": "0.1", "std": "0.2,0.3,0.4"})
     assert (opts.mean, opts.std) == ((0.1, 0.1, 0.1), (0.2, 0.3, 0.4))
-    t = with_overrides(AUGREG, opts)
+    t = with_overrides(AUGREG, opts.transform_request())
     assert (t.mean, t.std, t.interpolation) == ((0.1,) * 3, (0.2, 0.3, 0.4), "bicubic")
-    assert with_overrides(AUGREG, resolve(DataOptions, {"model_transform": False})) is None
+    fixed = resolve(DataOptions, {"model_transform": False}).transform_request()
+    assert with_overrides(AUGREG, fixed) is None
     assert transform_record(None, 32)["mean"] == [0.485, 0.456, 0.406]
     bad_values = (({"mean": "0.1,0.2"}, "--mean: expected 1 or 3"),
                   ({"std": "0,1,1"}, "--std: must be a positive number"))

@@ -206,14 +206,15 @@ def test_measure_loads_what_finetune_writes(train, tmp_path, capsys):
                          "--batches", "1", "--no-progress"], capsys)
         assert rc == 0, err
     arch = dict(model="vit_tiny_patch16_224", model_kwargs=TINY["model_kwargs"], img_size=16)
-    net = model_builder.build_model(ModelOptions(**arch, weights=str(run)), 4).net
+    net = model_builder.build_model(ModelOptions(**arch, weights=str(run)).model_request(), 4).net
     state = net.state_dict()
     if train == "lora":  # adapters merged as peft merges them
         from vitplast.finetune.lora import apply_lora
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            ref = apply_lora(model_builder.build_model(ModelOptions(**arch, random_init=True), 4).net)
+            request = ModelOptions(**arch, random_init=True).model_request()
+            ref = apply_lora(model_builder.build_model(request, 4).net)
         ref.load_state_dict(ckpt["model"])
         expected = ref.merge_and_unload().state_dict()
     else:

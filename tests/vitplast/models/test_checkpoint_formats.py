@@ -27,7 +27,7 @@ def _tiny(num_classes: int = 3):
 def _loads(path, reference) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # an exact fit loads silently
-        net = build_model(ModelOptions(**ARCH, weights=str(path)), 3).net
+        net = build_model(ModelOptions(**ARCH, weights=str(path)).model_request(), 3).net
     ref = reference.state_dict()
     assert all(torch.equal(v, ref[k]) for k, v in net.state_dict().items())
 

@@ -23,7 +23,8 @@ def _stub_family(seen: list):
 def test_build_model_hands_the_plan_to_the_familys_builder(monkeypatch):
     seen: list = []
     monkeypatch.setitem(families.FAMILIES, "timm", _stub_family(seen))
-    built = builder.build_model(ModelOptions(model="vit_tiny_patch16_224", random_init=True), 3)
+    opts = ModelOptions(model="vit_tiny_patch16_224", random_init=True)
+    built = builder.build_model(opts.model_request(), 3)
     assert seen == [("timm", "vit_tiny_patch16_224", 3)]
     assert built.description == "stub" and built.net[0].out_features == 3
 
@@ -36,5 +37,5 @@ def test_weights_are_loaded_over_what_the_family_built(monkeypatch, tmp_path):
     weights = {"0.weight": torch.full((3, 4), 0.25), "0.bias": torch.zeros(3)}
     save_file(weights, str(tmp_path / "w.safetensors"))
     opts = ModelOptions(model="vit_tiny_patch16_224", weights=str(tmp_path / "w.safetensors"))
-    built = builder.build_model(opts, 3)
+    built = builder.build_model(opts.model_request(), 3)
     assert seen and torch.equal(built.net[0].weight, weights["0.weight"])

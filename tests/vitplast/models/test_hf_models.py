@@ -58,7 +58,7 @@ def _cli(argv, capsys) -> tuple[int, str]:
 
 
 def test_a_save_pretrained_folder_is_built_with_its_weights_and_processor(vit_dir):
-    built = build_model(ModelOptions(model=f"hf:{vit_dir}"), 5)
+    built = build_model(ModelOptions(model=f"hf:{vit_dir}").model_request(), 5)
     own = built.net.model.state_dict()
     saved = _saved(vit_dir)
     assert all(torch.equal(own[k], v) for k, v in saved.items() if not k.startswith("classifier"))
@@ -66,9 +66,11 @@ def test_a_save_pretrained_folder_is_built_with_its_weights_and_processor(vit_di
     assert built.transform.mean == pytest.approx((0.1, 0.2, 0.3)) and built.transform.crop_mode == "squash"
     assert built.net(torch.randn(2, 3, 32, 32)).shape == (2, 5)
     assert built.origin["kind"] == "pretrained" and built.origin["file"].endswith("model.safetensors")
-    random = build_model(ModelOptions(model=f"hf:{vit_dir}", random_init=True), 3).net.model.state_dict()
+    random_init = ModelOptions(model=f"hf:{vit_dir}", random_init=True).model_request()
+    random = build_model(random_init, 3).net.model.state_dict()
     assert not torch.equal(random["vit.layers.0.mlp.fc1.weight"], saved["vit.layers.0.mlp.fc1.weight"])
-    folder = build_model(ModelOptions(model=None, weights=str(vit_dir)), 3)  # a folder given as --weights
+    as_weights = ModelOptions(model=None, weights=str(vit_dir)).model_request()  # a folder given as --weights
+    folder = build_model(as_weights, 3)
     fc1 = folder.net.model.state_dict()["vit.layers.0.mlp.fc1.weight"]
     assert folder.name == f"hf:{vit_dir}" and torch.equal(fc1, saved["vit.layers.0.mlp.fc1.weight"])
 
@@ -108,10 +110,10 @@ def test_finetune_cli_on_an_hf_folder_replaces_the_head(vit_dir, tmp_path, capsy
 def test_a_hub_id_is_read_from_the_offline_cache(vit_dir, tmp_path, monkeypatch):
     cache = offline_cache(tmp_path / "hf", monkeypatch)
     add_snapshot(cache, "org/tiny-vit", {f.name: f.read_bytes() for f in vit_dir.iterdir()})
-    built = build_model(ModelOptions(model="hf:org/tiny-vit"), 3)
+    built = build_model(ModelOptions(model="hf:org/tiny-vit").model_request(), 3)
     assert built.origin["hub_id"] == "org/tiny-vit" and built.origin["revision"] == REVISION
     with pytest.raises(ValueError, match="--model hf:org/absent: .*HF_HUB_OFFLINE"):
-        build_model(ModelOptions(model="hf:org/absent"), 3)
+        build_model(ModelOptions(model="hf:org/absent").model_request(), 3)
 
 
 def test_a_folder_without_processor_gets_its_model_types_defaults(vit_dir, tmp_path):
@@ -121,5 +123,5 @@ def test_a_folder_without_processor_gets_its_model_types_defaults(vit_dir, tmp_p
     bare.mkdir()
     for name in ("config.json", "model.safetensors"):
         shutil.copy(vit_dir / name, bare / name)
-    built = build_model(ModelOptions(model=f"hf:{bare}"), 3)
+    built = build_model(ModelOptions(model=f"hf:{bare}").model_request(), 3)
     assert built.transform.mean == (0.5,) * 3 and "defaults of ViTImageProcessor" in built.transform.source

@@ -68,7 +68,7 @@ def _cli(argv, capsys) -> tuple[int, list[str]]:
 @pytest.mark.slow
 def test_tagged_and_hf_hub_names_load_the_cached_weights(hub, weights):
     for name in (TAG, f"hf-hub:{REPO}"):
-        built = build_model(ModelOptions(model=name, pretrained=True), 2)
+        built = build_model(ModelOptions(model=name, pretrained=True).model_request(), 2)
         assert _same_blocks(built.net, weights[1]), name
         assert built.net.head.out_features == 2  # a fresh head for the data's classes
         assert built.origin["kind"] == "pretrained" and built.origin["hub_id"] == REPO
@@ -79,7 +79,7 @@ def test_tagged_and_hf_hub_names_load_the_cached_weights(hub, weights):
 
 @pytest.mark.slow
 def test_model_arg_pretrained_and_overlay_file(hub, weights, tmp_path):
-    built = build_model(ModelOptions(model=TAG, model_kwargs={"pretrained": True}), 3)
+    built = build_model(ModelOptions(model=TAG, model_kwargs={"pretrained": True}).model_request(), 3)
     assert _same_blocks(built.net, weights[1])
     other = {k: v + 1 for k, v in weights[1].items()}
     from safetensors.torch import save_file
@@ -88,15 +88,16 @@ def test_model_arg_pretrained_and_overlay_file(hub, weights, tmp_path):
     overlay = {"pretrained_cfg_overlay": {"file": str(tmp_path / "other.safetensors")}}
     with pytest.raises(ValueError, match="--model-arg pretrained_cfg_overlay: .*only with --pretrained"):
         ModelOptions(model="vit_tiny_patch16_224", model_kwargs=overlay)
-    built = build_model(ModelOptions(model="vit_tiny_patch16_224", pretrained=True, model_kwargs=overlay), 3)
+    opts = ModelOptions(model="vit_tiny_patch16_224", pretrained=True, model_kwargs=overlay)
+    built = build_model(opts.model_request(), 3)
     assert _same_blocks(built.net, other) and built.origin["file"] == str(tmp_path / "other.safetensors")
 
 
 def test_a_hub_snapshot_folder_as_weights_gives_its_model(hub, weights):
     snapshot = hub / f"models--timm--{TAG}" / "snapshots" / REVISION
-    built = build_model(ModelOptions(model=None, weights=str(snapshot)), 2)
+    built = build_model(ModelOptions(model=None, weights=str(snapshot)).model_request(), 2)
     assert _same_blocks(built.net, weights[1]) and built.transform.mean == (0.5,) * 3
-    named = build_model(ModelOptions(model="vit_tiny_patch16_224", weights=str(snapshot)), 2)
+    named = build_model(ModelOptions(model="vit_tiny_patch16_224", weights=str(snapshot)).model_request(), 2)
     assert _same_blocks(named.net, weights[1])
 
 
@@ -147,9 +148,9 @@ def test_contradicting_flags_are_refused():
 
 def test_the_normalisation_comes_from_the_model_config():
     augreg = build_model(ModelOptions(model="vit_tiny_patch16_224", random_init=True, img_size=32,
-                                      model_kwargs={"depth": 1}), 2).transform
+                                      model_kwargs={"depth": 1}).model_request(), 2).transform
     deit = build_model(ModelOptions(model="deit_tiny_patch16_224", random_init=True, img_size=32,
-                                    model_kwargs={"depth": 1}), 2).transform
+                                    model_kwargs={"depth": 1}).model_request(), 2).transform
     assert augreg.mean == (0.5,) * 3 and augreg.size == 32
     assert deit.mean == pytest.approx((0.485, 0.456, 0.406)) and deit.interpolation == "bicubic"
 

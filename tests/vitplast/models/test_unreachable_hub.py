@@ -40,10 +40,12 @@ def unreachable_hub(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_pretrained_without_a_hub_fails_within_10_s_naming_the_cache(unreachable_hub):
-    build_model(ModelOptions(model="vit_tiny_patch16_224", random_init=True), 10)  # imports, not timed
+    random_init = ModelOptions(model="vit_tiny_patch16_224", random_init=True)
+    build_model(random_init.model_request(), 10)  # imports, not timed
     start = time.monotonic()
     with pytest.raises(ValueError) as info:
-        build_model(ModelOptions(model="vit_tiny_patch16_224.augreg_in21k", pretrained=True), 10)
+        pretrained = ModelOptions(model="vit_tiny_patch16_224.augreg_in21k", pretrained=True)
+        build_model(pretrained.model_request(), 10)
     elapsed = time.monotonic() - start
     text = str(info.value)
     assert elapsed < 10, f"{elapsed:.1f} s before the message"
