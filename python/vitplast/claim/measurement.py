@@ -1,50 +1,114 @@
 """The plasticity a claim measures before finetuning, per dataset: loaded from the dataset's
-``plasticity_chunks.json`` when it was measured with the same options, else measured
+``plasticity_chunks.json`` when it was measured with the same options and the file checks out (its
+format and checksum, its statistics' shape and ranges: `read_chunks`), else measured
 (`vitplast.claim.plasticity.measure_chunks`) on the model the finetuning runs start from, its
 images prepared as theirs are; then the other criteria scored beside it (`measure_claim`, the phase
-between the plan and the training)."""
+between the plan and the training). A file that fails its checks is measured again, with one line
+naming it and why; the files reused are recorded with their checksums (``reused_files``)."""
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
+
+from ..criteria import cache_key
+from ..criteria.plasticity import check_sums
 from ..finetune import PreparedModel
 from ..outputs.reporter import Reporter
-from ..runs.rundir import write_json_atomic
+from ..outputs.result_files import (
+    ResultFileError,
+    ReusedFile,
+    count,
+    field,
+    read_result_json,
+    write_result_json,
+)
 from ..runtime.precision import autocast
 from .budget_plan import budget_sets
 from .criteria_scores import claim_scores
 from .datasets import DatasetPlan
 from .options import ClaimOptions
 from .plasticity import measure_chunks
+from .samples import CHUNK_FIELDS
 
 MEASUREMENT_KEYS = ("model", "weights", "model_kwargs", "img_size", "pretrained", "random_init",
                     "trust_remote_code", "model_transform", "mean", "std", "pretrain_data", "split",
                     "protocol", "pairs", "pair_batch", "measure_seed", "amp")
 CHUNKS_FILE = "plasticity_chunks.json"
+KIND, VERSION = "vitplast-plasticity-chunks", 1
+# what the file holds of a measurement (claim_scores adds the criteria to it after)
+SAVED = ("components", "layers", "stats", "pairs", "chunks", "seconds", "config", "provenance", "cache_key")
+
+
+def write_chunks(path: str | os.PathLike, measured: dict) -> str:
+    """Writes the measurement with its format and checksum; returns the checksum."""
+    return write_result_json(path, {k: measured[k] for k in SAVED if k in measured}, kind=KIND,
+                             version=VERSION)
+
+
+def read_chunks(path: str | os.PathLike) -> dict:
+    """The measurement saved at ``path``, checked: its checksum, every component and layer holding one
+    row of statistics per chunk (finite; counts >= 0), ``pairs`` and ``chunks`` counts agreeing with
+    them; `ResultFileError` naming the file and the field otherwise."""
+    doc, _ = read_result_json(path, kind=KIND, versions=(VERSION,))
+    comps, layers = field(doc, "components", path, list), field(doc, "layers", path, list)
+    chunks = count(field(doc, "chunks", path, int), path, "chunks")
+    count(field(doc, "pairs", path, int), path, "pairs")
+    field(doc, "config", path, dict)
+    stats = np.array(field(doc, "stats", path, list), dtype=object)
+    shape = (chunks, len(comps), len(layers), len(CHUNK_FIELDS))
+    if not comps or not layers or stats.shape != shape:
+        raise ResultFileError(path, "stats", f"has shape {stats.shape}, not (chunks, components, layers, "
+                              f"statistics) = {shape}")
+    check_sums(stats, CHUNK_FIELDS, path, "stats")
+    return doc
 
 
 def measurement_config(opts: ClaimOptions, dataset: DatasetPlan) -> dict:
-    """What a saved measurement must have been made with to be reused."""
+    """What a saved measurement must have been made with to be reused (as JSON reads it back)."""
     config = {k: getattr(opts, k) for k in MEASUREMENT_KEYS}
-    return {**config, "data": dataset.spec, "model_seed": opts.seed[0]}
+    return json.loads(json.dumps({**config, "data": dataset.spec, "model_seed": opts.seed[0]}))
 
 
-def saved_measurement(opts: ClaimOptions, dataset: DatasetPlan) -> dict | None:
-    """The dataset's saved chunks when measured with these options, None when there are none;
-    ValueError naming the options that differ."""
+def _provenance(opts: ClaimOptions, dataset: DatasetPlan, model: PreparedModel) -> tuple[dict, str]:
+    """``(record, cache key)`` of the dataset's measurement on ``model``: the model's provenance with
+    the data the pairs come from, keyed with the options (`vitplast.criteria.cache_key`)."""
+    from ..data.transforms import transform_record
+    from ..runs.provenance import provenance
+
+    built = model.built
+    data = {"pretrain_data": opts.pretrain_data, "data": dataset.spec, "split": opts.split}
+    record = provenance(built, data, transform_record(model.prepared.transform, built.img_size))
+    return record, cache_key(record, {"criterion": "plasticity", **measurement_config(opts, dataset)})
+
+
+def saved_measurement(opts: ClaimOptions, dataset: DatasetPlan, model: PreparedModel,
+                      reporter: Reporter) -> dict | None:
+    """The dataset's saved chunks when measured with these options on this model and the file checks
+    out (`read_chunks`), with the file in ``reused_files``; None when there are none, or the file fails
+    or holds another model's (one line naming it and why); ValueError naming the options that differ."""
     path = dataset.out / CHUNKS_FILE
     if not path.exists():
         return None
-    saved = json.loads(path.read_text())
-    config = json.loads(json.dumps(measurement_config(opts, dataset)))
-    saved_config = {"trust_remote_code": False, **saved.get("config", {})}  # written before the option
-    if saved_config != config:
-        diffs = [k for k in config if saved_config.get(k) != config[k]]
-        raise ValueError(f"--out {dataset.out} holds a claim measured with other options "
-                         f"({', '.join(diffs)}); choose another --out")
+    try:
+        saved = read_chunks(path)
+        config = measurement_config(opts, dataset)
+        if saved["config"] != config:
+            diffs = [k for k in config if saved["config"].get(k) != config[k]]
+            raise ValueError(f"--out {dataset.out} holds a claim measured with other options "
+                             f"({', '.join(diffs)}); choose another --out")
+        if saved.get("cache_key") != _provenance(opts, dataset, model)[1]:
+            raise ResultFileError(path, "cache_key", "measured on another model or data (weights, "
+                                  "transform or images changed)")
+    except ResultFileError as exc:
+        reporter.say(f"plasticity{dataset.tag}: measuring again, {exc}")
+        return None
+    saved["reused_files"] = [ReusedFile(str(path), saved.pop("checksum")).to_dict()]
+    saved.pop("format")
     return saved
 
 
@@ -54,7 +118,7 @@ def planned_measurement(opts: ClaimOptions, dataset: DatasetPlan, device, report
     saved ones or measured now, in memory (`measure_claim` writes them); for a component claim None,
     once a measurement saved with other options is refused (`saved_measurement`)."""
     if opts.granularity != "layer":
-        saved_measurement(opts, dataset)
+        saved_measurement(opts, dataset, model, Reporter.silent())  # a failing file is named when measured
         return None
     return _saved_or_measured(opts, dataset, device, reporter, progress=progress, model=model)
 
@@ -63,19 +127,16 @@ def _saved_or_measured(opts: ClaimOptions, dataset: DatasetPlan, device, reporte
                        progress: bool, model: PreparedModel) -> dict:
     """The dataset's chunks: saved ones (`saved_measurement`), else measured now on ``model`` (the
     dataset's model, built and checked once by `vitplast.finetune.prepare_model`; its images prepared
-    as the runs prepare theirs), with the options they were measured with and the model's provenance."""
+    as the runs prepare theirs), with the options they were measured with, the model's provenance and
+    their cache key."""
     from ..data.datasets import load_dataset
-    from ..data.transforms import transform_record
-    from ..runs.provenance import provenance
 
-    saved = saved_measurement(opts, dataset)
+    saved = saved_measurement(opts, dataset, model, reporter)
     if saved is not None:
         reporter.say(f"plasticity{dataset.tag}: loaded from {dataset.out / CHUNKS_FILE}")
         return saved
     built, transform = model.built, model.prepared.transform
-    config = measurement_config(opts, dataset)  # what the chunks are measured with, and their record
-    data = {"pretrain_data": opts.pretrain_data, "data": dataset.spec, "split": opts.split}
-    record = provenance(built, data, transform_record(transform, built.img_size))
+    record, key = _provenance(opts, dataset, model)
     x_set = load_dataset(opts.pretrain_data, opts.split, img_size=built.img_size, seed=opts.measure_seed,
                          transform=transform)
     y_set = load_dataset(dataset.spec, opts.split, img_size=built.img_size, seed=opts.measure_seed,
@@ -83,7 +144,7 @@ def _saved_or_measured(opts: ClaimOptions, dataset: DatasetPlan, device, reporte
     measured = measure_chunks(built.net, x_set, y_set, protocol=opts.protocol, pairs=opts.pairs,
                               pair_batch=opts.pair_batch, seed=opts.measure_seed, device=device,
                               amp=autocast(opts.amp, device), progress=progress)
-    measured.update(config=config, provenance=record)
+    measured.update(config=measurement_config(opts, dataset), provenance=record, cache_key=key)
     reporter.say(f"plasticity{dataset.tag}: {measured['pairs']} matched pairs in {measured['chunks']} "
                  f"chunks, {measured['seconds']:.1f} s")
     return measured
@@ -105,8 +166,8 @@ def measure_claim(opts: ClaimOptions, grids: Sequence, device, reporter: Reporte
         measured[g.key] = g.measured if g.measured is not None else _saved_or_measured(
             opts, g.dataset, device, reporter, progress=progress, model=g.model)
         path: Path = g.dataset.out / CHUNKS_FILE
-        if write and not path.exists():
-            write_json_atomic(path, measured[g.key])
+        if write and "reused_files" not in measured[g.key]:  # measured now (a file that failed replaced)
+            write_chunks(path, measured[g.key])
         scores = claim_scores(opts, g.dataset, g.model, measured[g.key], g.units, g.names, device, reporter,
                               progress=progress, write=write)
         budgets[g.key] = budget_sets(opts, g.names, g.sizes, g.budget_plan.budgets, scores,

@@ -14,7 +14,6 @@ the same weights).
 
 from __future__ import annotations
 
-import time
 import warnings
 
 import numpy as np
@@ -56,12 +55,12 @@ def _pair_batches(x_set, y_set, order_x: np.ndarray, order_y: np.ndarray, chunks
 
 def measure_chunks(net, x_set, y_set, *, protocol: str, pairs: int, pair_batch: int, seed: int,
                    device, amp=None, progress: bool = False) -> dict:
-    """Measure ``pairs`` matched pairs in chunks through the one measuring loop
-    (`vitplast.criteria.loop.measure_plasticity`, one chunk per forward); returns
+    """Measure ``pairs`` matched pairs in chunks, plasticity scored through the scoring service
+    (`vitplast.criteria.score_criteria`, one chunk per forward of the one measuring loop); returns
     ``{"components", "layers", "stats" (chunks, C, L, 5) float64 list, "pairs", "chunks", "seconds"}``."""
     import torch
 
-    from ..criteria.loop import measure_plasticity
+    from ..criteria import ScoringRequest, score_criteria
 
     chunks = plan_chunks(len(x_set), len(y_set), pairs, pair_batch)
     if chunks * pair_batch < pairs:
@@ -70,13 +69,15 @@ def measure_chunks(net, x_set, y_set, *, protocol: str, pairs: int, pair_batch: 
     rng = np.random.default_rng(seed)
     order_x = rng.permutation(len(x_set))[: chunks * pair_batch]
     order_y = rng.permutation(len(y_set))[: chunks * pair_batch]
-    t0 = time.perf_counter()
     net = net.to(device).eval()
-    batches = _pair_batches(x_set, y_set, order_x, order_y, chunks, pair_batch, device)
-    res = measure_plasticity(net, batches, amp=amp, chunks=True, progress=progress,
-                             desc=f"plasticity ({protocol})", protocol=protocol, pairs="halves").result
+    request = ScoringRequest(
+        lambda s: net, device=device, amp=amp, progress=progress,
+        pair_batches=lambda: _pair_batches(x_set, y_set, order_x, order_y, chunks, pair_batch, device),
+        options={"protocol": protocol, "pairs": "halves", "chunks": True, "desc": f"plasticity ({protocol})"})
+    result = score_criteria(("plasticity",), request)["plasticity"]
+    res = result.measurement
     if tuple(res.stat_fields[: len(CHUNK_FIELDS)]) != CHUNK_FIELDS:
         raise RuntimeError(f"the result's statistics {res.stat_fields} do not start with {CHUNK_FIELDS}")
     stats = res.chunk_stats[..., : len(CHUNK_FIELDS)].detach().to("cpu", torch.float64)
     return {"components": list(res.components), "layers": list(res.layers), "stats": stats.numpy().tolist(),
-            "pairs": chunks * pair_batch, "chunks": chunks, "seconds": time.perf_counter() - t0}
+            "pairs": chunks * pair_batch, "chunks": chunks, "seconds": result.cost.seconds}

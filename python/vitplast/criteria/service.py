@@ -76,6 +76,14 @@ class ScoreCache:
     def path(self, criterion: Criterion) -> Path | None:
         return None if self.folder is None else Path(self.folder) / criterion.file_name
 
+    def write(self, result: CriterionResult) -> str:
+        """Writes ``result`` into the folder (created when missing) as its criterion writes it; returns
+        the file's checksum."""
+        criterion = get_criterion(result.criterion)
+        path = self.path(criterion)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return criterion.write(result, path)
+
 
 @dataclasses.dataclass(frozen=True)
 class ScoringRequest:
