@@ -1,5 +1,5 @@
 """``vitplast measure`` on the command line: `HELP`, `add_arguments`, `run`; the work is
-`vitplast.measure.measure`."""
+``vitplast.measure(...)`` (`vitplast.measure.measure_scores`), which prints as it goes."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from ..options.fields import add_options, parse_options
 from ..options.groups import GROUP_TITLES
 from ..options.parsing import setup_parser
 from .options import MeasureOptions
-from .run import measure
+from .run import measure_scores
 
 __all__ = ["HELP", "add_arguments", "run"]
 
@@ -59,5 +59,5 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    measure(parse_options(MeasureOptions, args))
+    measure_scores(parse_options(MeasureOptions, args))
     return 0
