@@ -8,6 +8,7 @@ import errno
 import sys
 
 from ..options.parsing import fail
+from ..outputs.text import ascii_text, plain_text
 from ..runtime.environment import traceback_wanted
 from ..runtime.stops import Terminated
 
@@ -68,8 +69,6 @@ def _first_line(exc: BaseException) -> str:
 
 def _plain(text) -> str:
     """``str(text)`` on one line, without terminal escapes or control characters."""
-    from ..outputs.text import plain_text
-
     return plain_text(str(text))
 
 
@@ -86,8 +85,6 @@ def _failure(exc: BaseException) -> str:
 
 
 def _say(line: str) -> None:
-    from ..outputs.text import ascii_text
-
     try:
         try:
             print(line, file=sys.stderr)

@@ -14,8 +14,10 @@ from typing import Any
 
 from ..options.fields import options_for
 from ..outputs.reporter import Reporter
+from ..runs.output_set import OutputSet
 from .measurements import load_measurements
 from .options import CompareOptions
+from .plots import plot_comparison
 from .table import Comparison, compare_measurements, format_comparison
 
 OUTPUT_FILES = ("compare.txt", "compare.csv", "compare.json", "compare.png")
@@ -34,8 +36,6 @@ def compare(opts: CompareOptions | None = None, /, *, reporter: Reporter | None 
     opts = options_for(CompareOptions, opts, keywords)
     out_set = None
     if opts.out is not None:
-        from ..runs.output_set import OutputSet
-
         out_set = OutputSet(opts.out, OUTPUT_FILES)
         out_set.check()
     cmp = compare_measurements(load_measurements(opts.runs, opts.labels), opts.components)
@@ -50,8 +50,6 @@ def compare(opts: CompareOptions | None = None, /, *, reporter: Reporter | None 
 
 def write_comparison(out_set, cmp: Comparison, text: str) -> None:
     """The table, the tidy CSV (one row per run, component and layer), the JSON and the figure."""
-    from .plots import plot_comparison
-
     rows = cmp.records()
     with out_set.writing() as tmp:
         (tmp / "compare.txt").write_text(text + "\n")

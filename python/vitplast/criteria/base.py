@@ -23,6 +23,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from vitplast_kernels.measure.targets import resolve_components
+
 from .cost import Cost
 from .loop import Batch
 from .result import CriterionResult
@@ -50,8 +52,6 @@ class Units:
 def resolve_units(net: torch.nn.Module, components: Mapping | None = None) -> Units:
     """The units of ``net`` under ``components`` (``{label: glob}``; None: the detected preset), from the
     component map of `vitplast_kernels.measure.targets` (the capture's)."""
-    from vitplast_kernels.measure.targets import resolve_components
-
     resolved = resolve_components(net, components, None)
     index = {k: i for i, k in enumerate(resolved.layer_keys)}
     modules = {(c, index[k]): tuple(names) for c in resolved.components

@@ -21,6 +21,9 @@ from typing import Any, Protocol
 
 import torch
 
+import vitplast_kernels as vk
+from vitplast_kernels.measure.chunks import ChunkedResult
+
 
 @dataclasses.dataclass(frozen=True)
 class Batch:
@@ -99,8 +102,6 @@ class PlasticityMeter:
 
     @contextlib.contextmanager
     def attach(self, net: torch.nn.Module):
-        import vitplast_kernels as vk
-
         self._capture = self._make(net) if self._make is not None else vk.capture(net, **self._kw)
         with self._capture:
             yield self
@@ -116,16 +117,12 @@ class PlasticityMeter:
 
     def result(self):
         """The capture's result; None when no forward was measured."""
-        import vitplast_kernels as vk
-
         if self._capture.n_forwards == 0:
             return None
         return vk.pairwise_plasticity(self._capture)
 
     @staticmethod
     def combine(chunks: list):
-        from vitplast_kernels.measure.chunks import ChunkedResult
-
         return ChunkedResult.from_results(chunks)
 
 

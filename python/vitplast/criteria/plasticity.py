@@ -8,6 +8,8 @@ import os
 
 import numpy as np
 
+from vitplast_kernels import PlasticityResult
+
 from ..outputs.result_files import ResultFileError, field, number, read_result_json, write_result_json
 from .base import Criterion, Setting, Units, unit_grid
 from .cost import Cost
@@ -73,8 +75,6 @@ class Plasticity(Criterion):
         """The result saved in ``plasticity.json``: its checksum, its sums (finite; counts >= 0, one
         row per layer and statistic) and the values derived from them (``n_pairs``, ``mean``,
         ``overall``) checked; `ResultFileError` naming the file and the field otherwise."""
-        from vitplast_kernels import PlasticityResult
-
         doc, _ = read_result_json(path, kind=KIND, versions=(VERSION,))
         layers = field(doc, "layers", path, list)
         fields = field(doc, "stat_fields", path, list)

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from vitplast.outputs.plots import component_color, figure, save
 from vitplast_kernels.atomic_io import atomic_write_csv
 
 from ..outputs.result_files import ResultFileError, count, field, number, read_result_json, write_result_json
@@ -201,8 +202,6 @@ class CriterionResult:
     def plot(self, path: str | os.PathLike, *, kind: str = "bars") -> None:
         """``kind="bars"``: each component's score; ``"heatmap"``: layers x components (blank: not
         defined)."""
-        from vitplast.outputs.plots import component_color, figure, save
-
         if kind == "heatmap":
             fig, axes = figure(1, 1, (1.2 * len(self.components) + 2.5, 0.35 * len(self.layers) + 2))
             ax = axes[0][0]

@@ -47,6 +47,8 @@ import os
 import torch
 from torch.utils.data import ConcatDataset, DataLoader, Dataset, Subset
 
+from ..runtime.resources import check_workers
+from ..runtime.stops import die_with_parent
 from .dataset_types import LabelledFiles, TensorImageDataset
 from .images import BadImageError, open_image
 from .transforms import ImageTransform, fixed_transform
@@ -172,7 +174,7 @@ def _cifar(kind: str, root: str, split: str, img_size: int, transform: ImageTran
 
 def _image_folder(root: str, split: str, img_size: int, seed: int, skip_bad: bool = False,
                   transform: ImageTransform | None = None, augment: bool = False) -> Dataset:
-    from .folders import ImageFolder
+    from .folders import ImageFolder  # heavy: torchvision, loaded only for image folders
 
     transforms = _file_transforms(img_size, transform, augment)
     train_dir, val_dir = os.path.join(root, "train"), os.path.join(root, "val")
@@ -238,8 +240,6 @@ def make_loader(dataset: Dataset, batch_size: int, shuffle: bool = True, seed: i
     ``num_workers`` loading processes (at most the CPUs this process may use; ValueError naming
     ``--workers`` beyond) die with this process.
     """
-    from ..runtime.resources import check_workers
-
     if not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
     check_workers(num_workers)
@@ -265,8 +265,6 @@ def first_batches(dataset: Dataset, batch_size: int, count: int, seed: int) -> l
 
 def _loader_worker_init(worker_id: int) -> None:
     """A data-loading process dies with the process it loads for (no worker outlives its command)."""
-    from ..runtime.stops import die_with_parent
-
     die_with_parent()
 
 

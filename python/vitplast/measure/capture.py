@@ -3,6 +3,8 @@ its options name (any model); the model itself comes from `vitplast.models.build
 
 from __future__ import annotations
 
+import vitplast_kernels
+
 from .options import MeasureOptions
 
 
@@ -10,8 +12,6 @@ def make_capture(net, model_name: str, opts: MeasureOptions):
     """The (not yet attached) capture of ``net`` with the protocol, pairing, components and embedding of
     ``opts``: raises ValueError when its components or embedding cannot be found, naming the options
     that name them."""
-    import vitplast_kernels
-
     try:
         return vitplast_kernels.capture(net, protocol=opts.protocol, pairs=opts.pairs,
                                         components=opts.components, embedding=opts.embedding)

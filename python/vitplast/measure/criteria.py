@@ -8,6 +8,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from vitplast.criteria import ScoreCache, ScoringRequest, resolve_units
+from vitplast.criteria.service import labelled_sample, seeded_models
+from vitplast.models.builder import build_model
+from vitplast.models.families import family_of
+from vitplast.runtime.precision import autocast
+
 from ..criteria.registry import CRITERIA
 from .options import MeasureOptions
 
@@ -36,8 +42,6 @@ def seeds_of(opts: MeasureOptions) -> tuple[int, ...]:
 def score_cache(opts: MeasureOptions, record: dict, device, img_size: int):
     """The `vitplast.criteria.ScoreCache` of ``--out``: ``record`` (the measured model's provenance),
     the options every score depends on, and what draws the labelled sample and the pairs."""
-    from vitplast.criteria import ScoreCache
-
     return ScoreCache(
         opts.out, record, context={"components": opts.components, "amp": opts.amp, "device": str(device),
                                    "split": opts.split},
@@ -50,9 +54,6 @@ def score_cache(opts: MeasureOptions, record: dict, device, img_size: int):
 def plasticity_request(opts: MeasureOptions, subject, *, limit: int, progress: bool, say, on_error):
     """The `vitplast.criteria.ScoringRequest` of plasticity: the measured model and its capture, up to
     ``limit`` forward passes of the paired images (``say`` tells the pairing when they are drawn)."""
-    from vitplast.criteria import ScoringRequest, resolve_units
-    from vitplast.runtime.precision import autocast
-
     def pair_batches():
         per = opts.batch_size // 2 if opts.pairs == "halves" else opts.batch_size * (opts.batch_size - 1) // 2
         say(f"pairs: {opts.pairs}, {subject.data.describe(opts)}; {opts.batch_size} images per batch "
@@ -74,12 +75,6 @@ def criteria_request(opts: MeasureOptions, subject, *, progress: bool):
     run of that seed starts it (rebuilt with that seed drawing its head, so the head is the run's), the
     first ``--criterion-batches`` labelled batches of the downstream data (``--pair-data`` when given,
     else ``--data``) in the order ``--seed`` draws."""
-    from vitplast.criteria import ScoringRequest, resolve_units
-    from vitplast.criteria.service import labelled_sample, seeded_models
-    from vitplast.models.builder import build_model
-    from vitplast.models.families import family_of
-    from vitplast.runtime.precision import autocast
-
     downstream = subject.data.y if subject.data.y is not None else subject.data.x
     classes = downstream.num_classes
 

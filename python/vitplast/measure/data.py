@@ -9,14 +9,14 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
+from vitplast.data.datasets import check_images, load_dataset, make_loader
+
 from .options import MeasureOptions
 
 
 def _batches(dataset, n_images: int, seed: int, workers: int = 0):
     """Image tensors of up to ``n_images`` images, shuffled by ``seed`` (a batch may come short, or be
     skipped, when bad images are skipped); ``workers`` processes decode them."""
-    from vitplast.data.datasets import make_loader
-
     for batch in make_loader(dataset, batch_size=n_images, shuffle=True, seed=seed, drop_last=True,
                              num_workers=workers):
         yield None if batch is None else batch[0]
@@ -68,8 +68,6 @@ class MeasureData:
 
     def check_images(self, batches: int, batch_size: int, seed: int) -> None:
         """Decodes the image files the first ``batches`` batches of `stream` read."""
-        from vitplast.data.datasets import check_images
-
         if self.y is None:
             check_images(self.x, batches, batch_size, seed)
         else:
@@ -82,8 +80,6 @@ def open_data(opts: MeasureOptions, img_size: int, transform=None, *, check: boo
     `vitplast.data.transforms.ImageTransform`; None: the fixed preparation); with ``check`` (and
     without ``--skip-bad-images``) the image files the run reads are decoded first, so a bad one stops it
     before any work."""
-    from vitplast.data.datasets import load_dataset
-
     def load(spec: str):
         return load_dataset(spec, opts.split, img_size=img_size, seed=opts.seed,
                             skip_bad_images=opts.skip_bad_images, transform=transform)

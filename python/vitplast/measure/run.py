@@ -17,10 +17,20 @@ import time
 import warnings
 from typing import Any
 
+from vitplast.data.transforms import transform_record, with_overrides
+from vitplast.models.builder import build_model
+from vitplast.models.families import FAMILIES
+from vitplast.models.sources import plan_model
+from vitplast.runs.output_set import OutputSet
+from vitplast.runs.provenance import provenance
+from vitplast.runs.rundir import write_json_atomic
+from vitplast.runtime.device import resolve_device
+
 from ..criteria import Scores, score_criteria
 from ..criteria.plasticity import Plasticity
 from ..options.fields import options_for
 from ..outputs.reporter import Reporter
+from .capture import make_capture
 from .criteria import (
     criteria_request,
     criterion_files,
@@ -177,7 +187,6 @@ def _check_out(opts: MeasureOptions):
     """The output set of ``--out`` (None without it), checked: it can receive the files."""
     if opts.out is None:
         return None
-    from vitplast.runs.output_set import OutputSet
 
     out_set = OutputSet(opts.out, (*OUTPUT_FILES, *every_criterion_file()))
     out_set.check()
@@ -187,9 +196,6 @@ def _check_out(opts: MeasureOptions):
 def _architecture(opts: MeasureOptions) -> Architecture:
     """The model ``opts`` asks for (completed from the finetune run or model folder of ``--weights``; its
     ``--model-arg`` keywords over that run's), checked before anything is opened or built."""
-    from vitplast.models.families import FAMILIES
-    from vitplast.models.sources import plan_model
-
     plan = plan_model(opts.model_request())
     family = FAMILIES[plan.source.kind]
     family.check_build(plan, pretrain_config=opts.pretrain_config, cache_dir=opts.cache_dir)
@@ -205,12 +211,6 @@ def _prepare(opts: MeasureOptions, arch: Architecture) -> Subject:
     model with its weights, initialised from ``--seed`` when random, its capture, and the datasets again
     as the model prepares its inputs (``--mean``/``--std``/``--no-model-transform`` applied)."""
     import torch
-
-    from vitplast.data.transforms import with_overrides
-    from vitplast.models.builder import build_model
-    from vitplast.runtime.device import resolve_device
-
-    from .capture import make_capture
 
     data = open_data(opts, CHECK_SIZE)  # checked (and its classes counted) before the model is built
     with torch.random.fork_rng(devices=[]):  # random initialisation from --seed: the run replays
@@ -231,9 +231,6 @@ def _prepare(opts: MeasureOptions, arch: Architecture) -> Subject:
 
 def _provenance(opts: MeasureOptions, subject: Subject) -> dict:
     """The reproducibility record of the measured model, data and transform."""
-    from vitplast.data.transforms import transform_record
-    from vitplast.runs.provenance import provenance
-
     data = dict(data=opts.data, pair_data=opts.pair_data, split=opts.split, images=subject.data.sizes())
     return provenance(subject.built, data, transform_record(subject.transform, subject.img_size))
 
@@ -245,9 +242,6 @@ def _write_outputs(out_set, opts: MeasureOptions, subject: Subject, scores: Scor
     ``plasticity_heatmap.png``; for any other criterion ``NAME.json``, ``.csv``, ``.txt``, ``.png``,
     ``_heatmap.png``) and ``run.json`` (what was measured, how, the reproducibility record, the files
     reused with their checksums) as one set."""
-    from vitplast.data.transforms import transform_record
-    from vitplast.runs.rundir import write_json_atomic
-
     built = subject.built
     transform = transform_record(subject.transform, subject.img_size)
     names = tuple(opts.criterion)

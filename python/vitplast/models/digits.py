@@ -42,6 +42,8 @@ import torch
 from torch import nn
 
 from vitplast.data.datasets import load_dataset
+from vitplast.data.transforms import ImageTransform
+from vitplast.outputs.paths import check_out_dir
 from vitplast_kernels.atomic_io import atomic_write
 
 from .built import BuildRequest, BuiltModel
@@ -92,8 +94,6 @@ def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
 def check_cache_dir(cache_dir: str | os.PathLike | None = None) -> Path:
     """The cache directory (`cache_root`), checked before any pretraining: a directory this process
     can write into, or one it can create (ValueError naming ``--cache-dir`` otherwise)."""
-    from vitplast.outputs.paths import check_out_dir
-
     return check_out_dir(cache_root(cache_dir), "--cache-dir" if cache_dir is not None else "the cache")
 
 
@@ -290,8 +290,6 @@ def build_digits(plan: ModelPlan, request: BuildRequest) -> BuiltModel:
     shipped or cached checkpoint; pretrained first when absent), with them (which the builder loads)
     or with ``plan.random_init`` that architecture at random init. Its head keeps the pretraining
     classes; images are scaled to [-1, 1] (mean and std 0.5 of images in [0, 1])."""
-    from vitplast.data.transforms import ImageTransform
-
     check_digits_options(plan.model_kwargs, plan.img_size, request.pretrain_config)
     cfg = digits_config(request.pretrain_config)
     if plan.weights is not None:

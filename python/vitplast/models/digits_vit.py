@@ -14,7 +14,9 @@ import warnings
 from torch import nn
 
 from vitplast.data.datasets import load_dataset
+from vitplast.models.timm_models import create_vit
 
+from .sizes import check_model_size
 from .sources import DIGITS_MODEL
 
 
@@ -62,7 +64,6 @@ class DigitsConfig:
                           + (f" and < {high}" if high is not None else ""))
         if self.img_size % self.patch_size:
             raise bad("img_size", f"a multiple of patch_size ({self.patch_size})")
-        from .sizes import check_model_size
 
         check_model_size({k: getattr(self, k) for k in ("img_size", "patch_size", "embed_dim", "depth",
                                                          "num_heads", "mlp_ratio")}, "DigitsConfig")
@@ -91,8 +92,6 @@ def build_digits_vit(config: DigitsConfig | None = None, weights: str | os.PathL
     ``num_classes`` defaults to the number of pretraining classes; another value gets a fresh head
     (with the usual head-shape warning when ``weights`` are loaded).
     """
-    from vitplast.models.timm_models import create_vit
-
     cfg = config or DigitsConfig()
     n = num_classes if num_classes is not None else load_dataset(f"digits:{cfg.classes}", "val").num_classes
     with warnings.catch_warnings():

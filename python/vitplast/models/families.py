@@ -17,59 +17,34 @@ import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from .sources import DIGITS_MODEL, model_source
+from .digits import build_digits, check_cache_dir, pretrained_digits_vit
+from .digits_vit import check_digits_options
+from .hf_models import build_hf
+from .sources import model_source
+from .timm_models import build_timm
 
 if TYPE_CHECKING:
     from .built import BuildRequest, BuiltModel
     from .sources import ModelPlan
 
-DEFAULT_MODEL = DIGITS_MODEL  # every command's --model when none is given: the embedded digits ViT
-
-
-def _build_digits(plan: ModelPlan, request: BuildRequest) -> BuiltModel:
-    from .digits import build_digits
-
-    return build_digits(plan, request)
-
-
-def _build_timm(plan: ModelPlan, request: BuildRequest) -> BuiltModel:
-    from .timm_models import build_timm
-
-    return build_timm(plan, request)
-
-
-def _build_hf(plan: ModelPlan, request: BuildRequest) -> BuiltModel:
-    from .hf_models import build_hf
-
-    return build_hf(plan, request)
-
-
 def _check_digits(model_kwargs: dict | None, img_size: int | None) -> None:
-    from .digits_vit import check_digits_options
-
     check_digits_options(model_kwargs, img_size)
 
 
 def _check_digits_plan(plan: ModelPlan, pretrain_config: dict | None, cache_dir) -> None:
-    from .digits import check_cache_dir
-    from .digits_vit import check_digits_options
-
     check_digits_options(plan.model_kwargs, plan.img_size, pretrain_config)
     if plan.weights is None and not plan.random_init:  # pretrained into the cache on its first use
         check_cache_dir(cache_dir)
 
 
 def _pretrain_digits(progress: bool) -> None:
-    from .digits import pretrained_digits_vit
-
     pretrained_digits_vit(progress=progress)
 
 
 @dataclasses.dataclass(frozen=True)
 class ModelFamily:
     """What the commands know of a family of models, and its builder (``build(plan, request)``: the
-    `BuiltModel` of a `ModelPlan` whose source is of this family; its modules are imported when it
-    builds)."""
+    `BuiltModel` of a `ModelPlan` whose source is of this family)."""
 
     name: str
     build: Callable[[ModelPlan, BuildRequest], BuiltModel]
@@ -98,10 +73,10 @@ class ModelFamily:
 
 
 FAMILIES = {
-    "digits": ModelFamily("digits", _build_digits, keeps_pretraining_head=True, small=True, profiled=False,
+    "digits": ModelFamily("digits", build_digits, keeps_pretraining_head=True, small=True, profiled=False,
                           check=_check_digits, warm_up=_pretrain_digits, check_plan=_check_digits_plan),
-    "timm": ModelFamily("timm", _build_timm),
-    "hf": ModelFamily("hf", _build_hf),
+    "timm": ModelFamily("timm", build_timm),
+    "hf": ModelFamily("hf", build_hf),
 }
 
 

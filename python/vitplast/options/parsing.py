@@ -70,7 +70,7 @@ def json_object(text: str) -> dict:
 def component(text: str) -> tuple[str, str]:
     """``LABEL=GLOB``: a component label and a module-name glob (``*`` = the layer index, ``**`` = any
     prefix, ``?`` and ``[...]`` inside a segment)."""
-    from vitplast_kernels.measure.presets import check_pattern
+    from vitplast_kernels.measure.presets import check_pattern  # heavy: torch; options stay torch-free
 
     label, sep, glob = text.partition("=")
     label, glob = label.strip(), glob.strip()

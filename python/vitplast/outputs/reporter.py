@@ -11,6 +11,8 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 
+from .text import ascii_text
+
 
 def _drop(text: str) -> None:
     return None
@@ -19,8 +21,6 @@ def _drop(text: str) -> None:
 def _print(text: str) -> None:
     """Prints ``text`` on stdout; what stdout's encoding cannot hold is written in ASCII (``+/-``), and
     a stdout that is gone (a closed pipe) drops it: printing never costs a command its results."""
-    from .text import ascii_text
-
     try:
         try:
             print(text, flush=True)

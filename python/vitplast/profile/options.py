@@ -8,6 +8,7 @@ import dataclasses
 from ..options import parsing
 from ..options.fields import OptionError, choice, integer, number, option, optional, settle
 from ..options.groups import IMG_SIZE, RuntimeOptions
+from ..runtime.device import resolve_device
 
 # what a bare `vitplast profile` measures on each device type: (model, images per batch, dtype)
 DEVICE_DEFAULTS = {"cuda": ("vit_base_patch16_224", 64, "bfloat16"),
@@ -52,8 +53,6 @@ class ProfileOptions(RuntimeOptions):
 
     def validate(self) -> None:
         """The device resolved and its type's defaults filled in, then what involves several options."""
-        from ..runtime.device import resolve_device
-
         device = resolve_device(self.device)
         model, batch, dtype = DEVICE_DEFAULTS["cuda" if device.type == "cuda" else "cpu"]
         settle(self, device=str(device), model=self.model or model, batch_size=self.batch_size or batch,

@@ -16,9 +16,26 @@ import platform
 from collections.abc import Callable
 from typing import Any
 
+import torch
+
+import vitplast_kernels as vk
+
+from ..models.builder import BuiltModel, input_size
+from ..models.families import family_of
+from ..models.hf_models import create_hf
+from ..models.sources import model_source
+from ..models.timm_models import check_timm_name
 from ..options.fields import fields_of, options_for
 from ..outputs.reporter import Reporter
+from ..runs.output_set import OutputSet
+from ..runs.provenance import provenance
+from ..runs.rundir import write_json_atomic
+from ..runtime.device import resolve_device
+from ..runtime.precision import autocast
+from . import peers
+from . import profiler as pf
 from .options import ProfileOptions
+from .report import plot_layers, precision, report
 
 OUTPUT_FILES = ("profile.json", "profile_layers.png")
 
@@ -32,11 +49,6 @@ def profile(opts: ProfileOptions | None = None, /, *, reporter: Reporter | None 
     of ``vitplast profile`` with that name, None: its default); keywords given with ``opts`` replace its
     values.
     """
-    from vitplast.runs.output_set import OutputSet
-    from vitplast.runs.rundir import write_json_atomic
-
-    from .report import plot_layers, report
-
     opts = profile_options(opts, keywords)
     say = (reporter or Reporter()).say
     out = OutputSet(opts.out, OUTPUT_FILES)
@@ -61,17 +73,11 @@ def profile_options(opts: ProfileOptions | None, keywords: dict[str, Any]) -> Pr
 def _random_model(opts: ProfileOptions, device):
     """The model ``opts.model`` names with random weights from seed 0, created on ``device``: a timm
     model (any name timm takes) or a transformers one (``hf:``, from its config)."""
-    import torch
-
     try:
         import timm
     except ImportError as exc:
         raise ValueError("vitplast profile builds its models with timm: pip install timm "
                          "(or the package's extra: pip install 'vitplast-kernels[apps]')") from exc
-
-    from ..models.families import family_of
-    from ..models.sources import model_source
-    from ..models.timm_models import check_timm_name
 
     source = model_source(opts.model)
     if not family_of(opts.model).profiled:
@@ -89,8 +95,6 @@ def _random_model(opts: ProfileOptions, device):
     with torch.random.fork_rng(devices=cuda), torch.device(device):
         torch.manual_seed(0)
         if source.kind == "hf":
-            from ..models.hf_models import create_hf
-
             if kwargs:
                 raise ValueError(f"--img-size/--depth: {opts.model} takes its config's (a transformers "
                                  "model)")
@@ -107,11 +111,6 @@ def build_model_and_images(opts: ProfileOptions):
     """The model of ``opts`` (random weights from seed 0, in eval mode, on its device in its dtype) and
     a batch of random images for it; ValueError for a name no loader knows, options the model does not
     take, or a batch larger than the device's memory."""
-    import torch
-
-    from ..models.builder import input_size
-    from ..runtime.device import resolve_device
-
     dtype = getattr(torch, opts.dtype)
     device = resolve_device(opts.device)
     model = _random_model(opts, device).eval().to(device=device, dtype=dtype)
@@ -129,8 +128,6 @@ def build_model_and_images(opts: ProfileOptions):
 
 def _memory_bytes(device) -> int | None:
     """The memory of ``device`` (a GPU's, or the machine's physical memory for the CPU), or None."""
-    import torch
-
     try:
         if device.type == "cuda":
             return torch.cuda.get_device_properties(device).total_memory
@@ -142,8 +139,6 @@ def _memory_bytes(device) -> int | None:
 def _structure(model, opts: ProfileOptions):
     """The model's components (`vitplast.profile.profiler.structure`), or ValueError saying which
     models profile covers."""
-    from . import profiler as pf
-
     try:
         return pf.structure(model)
     except ValueError as exc:
@@ -157,14 +152,6 @@ def _structure(model, opts: ProfileOptions):
 
 def measurements(opts: ProfileOptions, log: Callable[[str], None]) -> dict[str, Any]:
     """Every measurement of the module docstring, as one JSON-ready dict (nothing is written)."""
-    import torch
-
-    import vitplast_kernels as vk
-
-    from ..runtime.precision import autocast
-    from . import profiler as pf
-    from .report import precision
-
     if opts.threads is not None:
         torch.set_num_threads(opts.threads)
     model, images = build_model_and_images(opts)
@@ -200,9 +187,6 @@ def measurements(opts: ProfileOptions, log: Callable[[str], None]) -> dict[str, 
 def _variants(opts: ProfileOptions, model, images, st) -> dict[str, Any]:
     """Seconds, images/s and peak memory of the forward, forward + capture, naive hooks and (per
     ``--paper``) the paper's protocol, with the ratios between them."""
-    from . import peers
-    from . import profiler as pf
-
     device = images.device
     fns = {
         "forward": pf.forward_fn(model, images),
@@ -242,9 +226,6 @@ def _variants(opts: ProfileOptions, model, images, st) -> dict[str, Any]:
 
 def _provenance(opts: ProfileOptions, model, images) -> dict[str, Any]:
     """The reproducibility record of a profile: random weights (from seed 0), random images."""
-    from ..models.builder import BuiltModel
-    from ..runs.provenance import provenance
-
     kwargs = {k: v for k, v in (("img_size", opts.img_size), ("depth", opts.depth)) if v}
     built = BuiltModel(model, images.shape[-1], opts.model, opts.model, kwargs, None, {"kind": "random"})
     data = {"images": f"standard normal, seed 0, {tuple(images.shape)}"}
@@ -252,8 +233,6 @@ def _provenance(opts: ProfileOptions, model, images) -> dict[str, Any]:
 
 
 def _machine(device) -> dict[str, Any]:
-    import torch
-
     info = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "cpu": platform.processor() or platform.machine(), "cpu_cores": os.cpu_count(),
             "torch_threads": torch.get_num_threads(), "torch": torch.__version__}

@@ -19,6 +19,8 @@ import platform
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..models.hub import snapshot_revision
+
 if TYPE_CHECKING:
     from ..models.builder import BuiltModel
 
@@ -86,8 +88,6 @@ def weights_file(origin: dict) -> Path | None:
 def weights_record(origin: dict) -> dict[str, Any]:
     """``origin`` (``kind``: random, pretrained, weights or digits; ``file``, ``hub_id``, ``revision``,
     ``dir`` where known) with the ``sha256`` of its weights file (None when there is no file)."""
-    from ..models.hub import snapshot_revision
-
     record = dict(origin)
     path = weights_file(origin)
     record["sha256"] = file_sha256(path) if path is not None else None

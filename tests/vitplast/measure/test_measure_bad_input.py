@@ -51,8 +51,10 @@ def _no_work(monkeypatch):
     def build(*a, **k):
         raise AssertionError("the model must not be built: the error is found before any work")
 
-    build_parser()  # every command imported first: none binds the stand-in by a from-import
-    monkeypatch.setattr(model_builder, "build_model", build)
+    build_parser()  # every command imported first, then each module that took build_model gets the stand-in
+    original = model_builder.build_model
+    for module in [m for m in sys.modules.values() if getattr(m, "build_model", None) is original]:
+        monkeypatch.setattr(module, "build_model", build)
 
 
 @pytest.mark.parametrize("argv,needle", [
