@@ -17,6 +17,8 @@ import numpy as np
 
 from ..criteria import cache_key
 from ..criteria.plasticity import check_sums
+from ..data.datasets import load_dataset
+from ..data.transforms import transform_record
 from ..finetune import PreparedModel
 from ..outputs.reporter import Reporter
 from ..outputs.result_files import (
@@ -27,6 +29,7 @@ from ..outputs.result_files import (
     read_result_json,
     write_result_json,
 )
+from ..runs.provenance import provenance
 from ..runtime.precision import autocast
 from .budget_plan import budget_sets
 from .criteria_scores import claim_scores
@@ -77,9 +80,6 @@ def measurement_config(opts: ClaimOptions, dataset: DatasetPlan) -> dict:
 def _provenance(opts: ClaimOptions, dataset: DatasetPlan, model: PreparedModel) -> tuple[dict, str]:
     """``(record, cache key)`` of the dataset's measurement on ``model``: the model's provenance with
     the data the pairs come from, keyed with the options (`vitplast.criteria.cache_key`)."""
-    from ..data.transforms import transform_record
-    from ..runs.provenance import provenance
-
     built = model.built
     data = {"pretrain_data": opts.pretrain_data, "data": dataset.spec, "split": opts.split}
     record = provenance(built, data, transform_record(model.prepared.transform, built.img_size))
@@ -129,8 +129,6 @@ def _saved_or_measured(opts: ClaimOptions, dataset: DatasetPlan, device, reporte
     dataset's model, built and checked once by `vitplast.finetune.prepare_model`; its images prepared
     as the runs prepare theirs), with the options they were measured with, the model's provenance and
     their cache key."""
-    from ..data.datasets import load_dataset
-
     saved = saved_measurement(opts, dataset, model, reporter)
     if saved is not None:
         reporter.say(f"plasticity{dataset.tag}: loaded from {dataset.out / CHUNKS_FILE}")

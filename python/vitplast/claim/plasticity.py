@@ -18,6 +18,7 @@ import warnings
 
 import numpy as np
 
+from ..criteria import ScoringRequest, score_criteria
 from .samples import CHUNK_FIELDS
 
 __all__ = ["measure_chunks", "plan_chunks"]
@@ -59,8 +60,6 @@ def measure_chunks(net, x_set, y_set, *, protocol: str, pairs: int, pair_batch: 
     (`vitplast.criteria.score_criteria`, one chunk per forward of the one measuring loop); returns
     ``{"components", "layers", "stats" (chunks, C, L, 5) float64 list, "pairs", "chunks", "seconds"}``."""
     import torch
-
-    from ..criteria import ScoringRequest, score_criteria
 
     chunks = plan_chunks(len(x_set), len(y_set), pairs, pair_batch)
     if chunks * pair_batch < pairs:

@@ -12,7 +12,10 @@ from pathlib import Path
 
 from ..criteria import ScoreCache, ScoringRequest, resolve_units
 from ..criteria.service import labelled_sample, seeded_models
-from ..finetune import PreparedModel
+from ..data.datasets import load_dataset
+from ..data.transforms import transform_record
+from ..finetune import PreparedModel, fresh_model
+from ..runs.provenance import provenance
 from ..runtime.precision import autocast
 from .datasets import DatasetPlan
 from .options import ClaimOptions
@@ -25,9 +28,6 @@ def score_request(opts: ClaimOptions, dataset: DatasetPlan, model: PreparedModel
     """The `ScoringRequest` of ``dataset``'s criteria on ``model`` (built and checked once,
     `vitplast.finetune.prepare_model`): each seed's model built anew (the checks of the prepared one
     changed which parameters train), the labelled batches the training split's."""
-    from ..data.datasets import load_dataset
-    from ..finetune import fresh_model
-
     def batches():
         train = load_dataset(dataset.spec, "train", img_size=model.built.img_size, seed=opts.measure_seed,
                              transform=model.prepared.transform)
@@ -45,9 +45,6 @@ def score_cache(opts: ClaimOptions, dataset: DatasetPlan, model: PreparedModel, 
     """The `ScoreCache` of ``DATASET_OUT/criteria/``: the model's provenance (the dataset's training
     split, the runs' transform), the options every score depends on and what draws the labelled
     sample."""
-    from ..data.transforms import transform_record
-    from ..runs.provenance import provenance
-
     built, transform = model.built, model.prepared.transform
     record = provenance(built, {"data": dataset.spec, "split": "train"},
                         transform_record(transform, built.img_size))

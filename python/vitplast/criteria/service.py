@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..data.datasets import first_batches
 from ..outputs.result_files import ResultFileError, ReusedFile
 from .base import Criterion, Setting, Units
 from .loop import Batch
@@ -177,8 +178,6 @@ def labelled_sample(dataset, *, batch_size: int, count: int, seed: int, device, 
     """The criteria's labelled sample: the first ``count`` batches of ``batch_size`` images of ``dataset``
     in the order ``seed`` draws, on ``device``; ValueError naming ``what`` (the data) when it holds
     none."""
-    from ..data.datasets import first_batches
-
     found = first_batches(dataset, batch_size, count, seed)
     if not found:
         raise ValueError(f"--criterion-batches {count}: {what} holds no labelled batch")

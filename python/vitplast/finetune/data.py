@@ -15,6 +15,7 @@ import contextlib
 
 import torch
 
+from ..data.datasets import load_dataset
 from ..options.groups import DataOptions
 from ..runtime.distributed import DistContext
 
@@ -167,8 +168,6 @@ def load_data(opts: DataOptions, seed: int, img_size: int, transform=None):
     ``holdout`` the held-out part (`holdout_split`: ValueError naming ``--holdout`` when a part would be
     empty), addressed by plain indices and so prepared as the validation images are, without
     augmentation; without it ``holdout`` is None."""
-    from ..data.datasets import load_dataset
-
     train = load_dataset(opts.data, "train", img_size=img_size, seed=seed, transform=transform,
                          augment=opts.augment)
     val = load_dataset(opts.data, "val", img_size=img_size, seed=seed, transform=transform)

@@ -12,6 +12,8 @@ from ..models.families import family_of
 from ..options.groups import OPTIMIZERS, ModelOptions, OptimOptions, RuntimeOptions
 from ..runtime.device import resolve_device
 from ..runtime.distributed import DistContext
+from .lora import apply_lora
+from .selection import select_trainable
 
 
 def built_model(opts: ModelOptions, num_classes: int) -> BuiltModel:
@@ -42,9 +44,6 @@ def make_trainable(model, parts: tuple[str, ...], lora_r: int, components=None,
     ``vitplast.finetune.trainable.select_trainable`` leaves trainable (the rest is frozen);
     ``components``: the component map (``--component``; default: the model's preset); ``cmap``: that
     map resolved already (`Prepared.component_map`)."""
-    from .lora import apply_lora
-    from .selection import select_trainable
-
     if parts == ("lora",):
         model = apply_lora(model, r=lora_r, components=components, targets=lora_targets)
         return model, [n for n, p in model.named_parameters() if p.requires_grad]
