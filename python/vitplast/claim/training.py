@@ -10,7 +10,7 @@ import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
-from ..runs.grid import refuse_not_finished
+from ..runs.grid import NOT_FINISHED, refuse_runs
 from .finetuning import PlannedRun, plan_runs, train_all
 from .grid import ClaimPlan
 from .lr_auto import lrs_run, widen_groups
@@ -43,8 +43,8 @@ def train_claim(opts: ClaimOptions, ses: ClaimSession, executor, plan: ClaimPlan
 
     def train(planned: list[PlannedRun]) -> list[dict]:
         if opts.analyse_only:
-            refuse_not_finished([r.spec.directory for r in planned if r.state != "finished"], len(planned),
-                                then="train them first (every --shard, or a run without --analyse-only)")
+            refuse_runs([(r.spec.directory, r.state) for r in planned], NOT_FINISHED, lead="--analyse-only",
+                        then="train them first (every --shard, or a run without --analyse-only)")
         return train_all(planned, prepared, executor, reporter, progress=ses.progress, after_step=after_step)
 
     def plan_lr(key: str, train_name: str, lr: float) -> list[PlannedRun]:

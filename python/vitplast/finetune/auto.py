@@ -155,16 +155,16 @@ def trained_parts(settings, train: str, model: nn.Module, feed, device, dctx: Di
     """The parts ``train`` names, and for ``auto`` its record: the most plastic components within
     ``--budget``, measured on the first ``--auto-batches`` training batches (or read back from the
     checkpoint of a resumed run, so a resumed run trains what it trained)."""
-    parts = TrainPlan.parse(train, settings.components).parts
-    if parts not in (("auto",), (AUTO_LAYER,)):
-        return parts, None
+    plan = TrainPlan.parse(train, settings.components)
+    if not plan.is_auto:
+        return plan.parts, None
     if ckpt is not None and "auto" in ckpt:
         auto = ckpt["auto"]
     else:
         batches = [feed.get(i)[0].to(device) for i in range(settings.auto_batches)]
-        auto = choose_auto(parts[0], model, batches, settings.budget, dist=dctx, amp=amp,
+        auto = choose_auto(plan.parts[0], model, batches, settings.budget, dist=dctx, amp=amp,
                            components=settings.components)
         log.log({"kind": "auto", "iter": -1, "step": 0, **auto, "budget": settings.budget})
-    reporter.say(describe_choice(parts[0], settings.budget, auto))
+    reporter.say(describe_choice(plan.parts[0], settings.budget, auto))
     return tuple(auto["chosen"]) or ("head",), auto
 

@@ -6,7 +6,8 @@ One combination trains into ``--out``; several train into ``--out/<train>-lr<lr>
 (`vitplast.runs.executors`): one after another in this process, ``--jobs`` processes, or Ray tasks
 (``--executor ray``); ``--shard I/N`` trains one slice of the run list and writes no summary, which a
 final pass without ``--shard`` (with ``--resume``, or ``--analyse-only``) writes. Results never depend
-on the executor.
+on the executor. `plan_grid` (the runs and their directories' states) and `train_grid_run` (the job
+the grid driver calls) are the planner and the job of ``vitplast claim``'s runs too.
 """
 
 from __future__ import annotations
@@ -17,17 +18,19 @@ from pathlib import Path
 
 from ..options.fields import options_for
 from ..outputs.reporter import Reporter
-from ..runs.grid import GridRun, GridSession, refuse_unfinished, runs_of_this_process, train_grid
-from ..runs.rundir import (
-    RunDir,
-    RunDirError,
-    config_differences,
-    refuse_existing_runs,
-    write_json_atomic,
+from ..runs.grid import (
+    HELD,
+    NOT_FINISHED,
+    GridRun,
+    GridSession,
+    refuse_runs,
+    runs_of_this_process,
+    train_grid,
 )
+from ..runs.rundir import RunDir, RunDirError, config_differences, write_json_atomic
 from ..runtime.distributed import DistContext
 from .loop import AfterStep, train_run
-from .options import FinetuneOptions
+from .options import FinetuneOptions, RunSettings
 from .preflight import Prepared, prepare
 from .report import aggregate, format_table
 from .spec import RunSpec, run_name
@@ -40,13 +43,52 @@ def finetune_options(opts: FinetuneOptions | None = None, /, **keywords) -> Fine
     return options_for(FinetuneOptions, opts, keywords)
 
 
-def grid_specs(opts: FinetuneOptions) -> list[RunSpec]:
-    """One spec per (train, lr, seed), in that nesting order (the run list that ``--shard`` slices)."""
-    settings, out = opts.settings(), Path(opts.out)
-    combos = [(t, lr, s) for t in opts.train for lr in opts.lr for s in opts.seed]
-    resume = opts.resume or opts.analyse_only
-    return [RunSpec(t, lr, s, out if len(combos) == 1 else out / run_name(t, lr, s), settings, resume)
-            for t, lr, s in combos]
+@dataclasses.dataclass(frozen=True)
+class PlannedRun:
+    """One run of a grid as planned: its spec, the state of its directory then (``RunDir.state``: new,
+    partial, finished or foreign) and its dataset's name (a claim over several datasets; else "")."""
+
+    spec: RunSpec
+    state: str
+    dataset: str = ""
+
+    @property
+    def label(self) -> str:
+        return f"{self.dataset}: {self.spec.label}" if self.dataset else self.spec.label
+
+    def grid_run(self, prepared: Prepared, local_args: tuple = ()) -> GridRun:
+        """The run for the grid driver: `train_grid_run` on its spec (a retry resumes it) and
+        ``prepared``; ``local_args`` (`train_grid_run`'s last three) when it trains in this process."""
+        spec = self.spec
+        retry = None if spec.resume else (dataclasses.replace(spec, resume=True), prepared)
+        return GridRun(spec.directory, self.label, train_grid_run, (spec, prepared), retry_args=retry,
+                       local_args=local_args, state=self.state)
+
+
+def plan_grid(settings: RunSettings, trains: Sequence[str], lrs: Sequence[float], seeds: Sequence[int],
+              under: Path, *, seed_major: bool = False, one_in_place: bool = False, resume: bool = True,
+              dataset: str = "") -> list[PlannedRun]:
+    """The one planner of a grid's runs: one per (train, lr, seed) in that nesting order (the run list
+    that ``--shard`` slices; ``seed_major``: seed, train, lr, a claim's order, so that an interrupted
+    claim has whole seeds to show), each in ``under/<train>-lr<lr>-s<seed>/`` (``one_in_place``: a grid
+    of one run trains into ``under`` itself, as ``vitplast finetune`` does), with its directory's
+    state now. ``resume``: whether a run continues (or loads) what its directory holds."""
+    if seed_major:
+        combos = [(t, lr, s) for s in seeds for t in trains for lr in lrs]
+    else:
+        combos = [(t, lr, s) for t in trains for lr in lrs for s in seeds]
+    runs = []
+    for t, lr, s in combos:
+        directory = under if one_in_place and len(combos) == 1 else under / run_name(t, lr, s)
+        runs.append(PlannedRun(RunSpec(t, lr, s, directory, settings, resume), RunDir(directory).state(),
+                               dataset))
+    return runs
+
+
+def _plan(opts: FinetuneOptions) -> list[PlannedRun]:
+    """The runs of the finetuning grid of ``opts``, in run order."""
+    return plan_grid(opts.settings(), opts.train, opts.lr, opts.seed, Path(opts.out), one_in_place=True,
+                     resume=opts.resume or opts.analyse_only)
 
 
 def config_mismatches(specs: Sequence[RunSpec]) -> list[tuple[RunSpec, str]]:
@@ -83,8 +125,9 @@ def mismatch_message(mismatches: Sequence[tuple[RunSpec, str]], root: Path | Non
 
 def train_grid_run(spec: RunSpec, prepared: Prepared, dctx: DistContext | None = None,
                    reporter: Reporter | None = None, after_step: AfterStep | None = None) -> dict:
-    """One run of a grid: `train_run` with its options as positional arguments (the grid driver's
-    job; a worker passes none of the last three: its reporter is silent)."""
+    """The one job of every grid (finetune's, claim's): `train_run` with its options as positional
+    arguments; a run trained in another process gets none of the last three (its reporter is silent),
+    one trained here what its command passes as local arguments."""
     return train_run(spec, prepared, dctx=dctx, reporter=reporter or Reporter.silent(), after_step=after_step)
 
 
@@ -99,21 +142,20 @@ def finetune(opts: FinetuneOptions | None = None, /, *, reporter: Reporter | Non
     """
     opts = finetune_options(opts, **keywords)
     prepared = prepare(opts.settings(), opts.train, opts.seed[0])  # before any file is created
-    specs = grid_specs(opts)
+    planned = _plan(opts)
+    specs = [r.spec for r in planned]
     with GridSession(opts.device, opts.threads, reporter) as session:
-        _check_existing(opts, specs)
-        runs = [GridRun(s.directory, s.label, train_grid_run, (s, prepared),
-                        retry_args=(dataclasses.replace(s, resume=True), prepared),
-                        local_args=(session.dist, session.reporter, after_step)) for s in specs]
+        _check_existing(opts, planned)
         if opts.analyse_only:
-            refuse_unfinished([r.directory for r in runs],
-                              then="train them first (the shards, or without --analyse-only)")
+            refuse_runs([(r.spec.directory, r.state) for r in planned], NOT_FINISHED, lead="--analyse-only",
+                        then="train them first (the shards, or without --analyse-only)")
             summaries = [RunDir(s.directory).summary() for s in specs]
         else:
-            device_type = "cuda" if opts.device.startswith("cuda") else "cpu"
-            todo = runs_of_this_process(opts, runs)
-            jobs = min(opts.jobs or 1, max(1, len(todo)))
-            with session.executor(opts, jobs=jobs, device_type=device_type) as executor:
+            local = (session.dist, session.reporter, after_step)
+            todo = runs_of_this_process(opts, [r.grid_run(prepared, local) for r in planned])
+            _, executor = session.place_runs(opts, threads=opts.threads,
+                                             jobs=min(opts.jobs or 1, max(1, len(todo))))
+            with executor:
                 summaries = train_grid(todo, executor, session.reporter, progress=opts.progress,
                                        alone_here=opts.shard is None)
         if opts.shard is not None:
@@ -123,18 +165,20 @@ def finetune(opts: FinetuneOptions | None = None, /, *, reporter: Reporter | Non
         return _aggregate(opts, specs, summaries, session.dist, session.reporter)
 
 
-def _check_existing(opts: FinetuneOptions, specs: list[RunSpec]) -> None:
+def _check_existing(opts: FinetuneOptions, planned: list[PlannedRun]) -> None:
     """Refuses a finished grid's --out without --resume, existing runs of other options, and (without
     --resume) the runs of this process that its --out already holds."""
-    out = Path(opts.out)
+    out, specs = Path(opts.out), [r.spec for r in planned]
     if len(specs) > 1 and (out / "grid_summary.json").exists() and not specs[0].resume:
         raise RunDirError(f"--out {out} already holds a finished grid (grid_summary.json); refusing to "
                           "overwrite it: choose another --out (or pass --resume to load its results)")
     if specs[0].resume and (mismatches := config_mismatches(specs)):
         raise RunDirError(mismatch_message(mismatches))
     if len(specs) > 1 and not specs[0].resume:  # before any run trains, not when the held run's turn comes
-        mine = opts.shard.select(specs) if opts.shard is not None else specs
-        refuse_existing_runs([s.directory for s in mine], out)
+        mine = opts.shard.select(planned) if opts.shard is not None else planned
+        refuse_runs([(r.spec.directory, r.state) for r in mine], HELD, lead=f"--out {out} holds runs already",
+                    root=out, error=RunDirError, then="nothing was trained: pass --resume to continue them "
+                    "and load the finished ones, or choose another --out")
 
 
 def _aggregate(opts: FinetuneOptions, specs: list[RunSpec], summaries: list[dict], dctx: DistContext,

@@ -296,7 +296,7 @@ def _finish(spec: RunSpec, prepared: Prepared, t: Training, rd: RunDir, dctx: Di
 
         plot_curves(rd.metrics(), spec.directory / "plots" / "curves.png", title=spec.label)
     if s.export and dctx.is_main:
-        peft_model = t.model if t.parts == ("lora",) else None
+        peft_model = t.model if spec.train.is_lora else None
         export_weights(spec.directory, t.model.state_dict(), peft_model=peft_model,
                        metadata=_export_meta(spec))
     rd.write_summary(summary)

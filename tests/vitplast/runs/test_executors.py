@@ -23,6 +23,7 @@ from vitplast.runs.executors import (
     Job,
     ProcessExecutor,
     Shard,
+    run_jobs,
     shard_from_env,
 )
 from vitplast.runs.lock import RunLock
@@ -61,7 +62,7 @@ def test_in_process_results_in_order_and_failures_named_after_the_others(tmp_pat
     said = []
     jobs = _jobs(tmp_path, [square, refuse, square])
     with pytest.raises(GridRefused) as exc:
-        InProcessExecutor().run(jobs, _progress(said))
+        run_jobs(InProcessExecutor(), jobs, _progress(said))
     text = str(exc.value)
     assert "1 of 3 runs failed: run 1" in text and str(tmp_path / "r1") in text
     assert str(tmp_path / "r1.log") in text and "ValueError: job 1: bad input" in text
@@ -69,7 +70,7 @@ def test_in_process_results_in_order_and_failures_named_after_the_others(tmp_pat
     assert (tmp_path / "r2").is_dir()  # the grid went on
     assert any(s.startswith("failed: run 1") for s in said)
     assert isinstance(exc.value, ValueError) and isinstance(exc.value, GridFailed)  # exit status 2
-    assert InProcessExecutor().run(_jobs(tmp_path, [square, square, square]), _progress()) == [0, 1, 4]
+    assert run_jobs(InProcessExecutor(), _jobs(tmp_path, [square, square, square]), _progress()) == [0, 1, 4]
 
 
 @pytest.mark.slow  # 2-6 s: make test-fast stays under 2 minutes; CI runs it
@@ -79,7 +80,8 @@ def test_a_directory_another_writer_holds_is_waited_for(tmp_path):
     held.acquire()  # another writer (here: this process) holds run 0
     threading.Timer(1.5, held.release).start()
     said, t0 = [], time.monotonic()
-    assert InProcessExecutor().run(_jobs(tmp_path, [square, square, square]), _progress(said)) == [0, 1, 4]
+    jobs = _jobs(tmp_path, [square, square, square])
+    assert run_jobs(InProcessExecutor(), jobs, _progress(said)) == [0, 1, 4]
     assert time.monotonic() - t0 >= 1.5
     assert any("run 0: " in s and "is held by process" in s and "waiting" in s for s in said)
     assert (tmp_path / "r1").is_dir() and (tmp_path / "r2").is_dir()
@@ -90,12 +92,12 @@ def test_processes_give_the_same_results_and_retry_a_dead_worker(tmp_path):
     said = []
     progress = _progress(said)
     jobs = _jobs(tmp_path, [square, die_once, square])
-    assert ProcessExecutor(jobs=2, threads=1).run(jobs, progress) == [0, 1, 4]
+    assert run_jobs(ProcessExecutor(jobs=2, threads=1), jobs, progress) == [0, 1, 4]
     assert progress.retries >= 1 and any(s.startswith("retrying run 1") for s in said)
     assert not (tmp_path / "r1.log").exists()  # trained in the end: no failure left to read
     with pytest.raises(GridFailed, match="its worker died 1 times"):
-        ProcessExecutor(jobs=2, retries=0).run(_jobs(tmp_path / "again", [die_once, square, square]),
-                                             _progress())
+        run_jobs(ProcessExecutor(jobs=2, retries=0), _jobs(tmp_path / "again", [die_once, square, square]),
+                 _progress())
 
 
 def test_shards_slice_the_list_once_each():
@@ -173,4 +175,4 @@ def test_the_thread_pool_executor_of_the_contributing_notes_runs_a_grid(tmp_path
     executor = registry.make_executor(dataclasses.replace(opts, executor="threads"), jobs=2, threads=None,
                                       device_type="cpu")
     with executor:
-        assert executor.run(_jobs(tmp_path, [square, square, square]), _progress()) == [0, 1, 4]
+        assert run_jobs(executor, _jobs(tmp_path, [square, square, square]), _progress()) == [0, 1, 4]

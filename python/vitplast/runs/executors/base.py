@@ -88,8 +88,7 @@ class Executor(Protocol):
 
 
 class ExecutorBase:
-    """What most executors share: nothing to connect to, nothing to say, no lockstep, and
-    `run`."""
+    """What most executors share: nothing to connect to, nothing to say, no lockstep."""
 
     in_process = False
     runs_at_once: int | None = None
@@ -105,10 +104,6 @@ class ExecutorBase:
 
     def describe(self) -> str | None:
         return None
-
-    def run(self, jobs: Sequence[Job], progress: GridProgress) -> list[Any]:
-        """`run_jobs` through this executor."""
-        return run_jobs(self, jobs, progress)
 
 
 def run_jobs(executor: Executor, jobs: Sequence[Job], progress: GridProgress) -> list[Any]:

@@ -35,10 +35,6 @@ class Shard:
         """The items of this shard, in list order."""
         return [x for k, x in enumerate(items) if k % self.count == self.index - 1]
 
-    def owns(self, position: int) -> bool:
-        """Whether item ``position`` (0-based) of the list belongs to this shard."""
-        return position % self.count == self.index - 1
-
 
 def shard_from_env(env: Mapping[str, str]) -> Shard | None:
     """The shard of a SLURM array task (``SLURM_ARRAY_TASK_ID`` counted from ``SLURM_ARRAY_TASK_MIN`` in
