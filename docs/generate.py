@@ -142,7 +142,7 @@ def claim(out: Path, tmp: Path) -> list[str]:
 
 def charts(out: Path, tmp: Path) -> list[str]:
     sys.path.insert(0, str(ROOT))
-    from vitplast.claim.layer_report import plot_layer_claim
+    from vitplast.claim.records import ClaimAnalysis, Setup
     from vitplast.claim.report import plot_claim
 
     from bench.compare import plot
@@ -155,20 +155,34 @@ def charts(out: Path, tmp: Path) -> list[str]:
     plot({"gpu paired and grouped": {"rows": gpu["rows"]}}, folder / "bench_gpu_paired.png",
          "paired and grouped, one H200, 2026-11-30 (bench.gpu_paired --quick)")
     for name, raw in CLAIMS.items():
-        draw = plot_layer_claim if "layer" in name else plot_claim
-        draw(renamed_gains(json.loads((MEASURED / raw).read_text())), folder / name)
+        recorded = todays_keys(json.loads((MEASURED / raw).read_text()))
+        plot_claim(ClaimAnalysis.from_json(recorded["analysis"]), Setup.of(recorded), folder / name)
     return [f"from bench/measured/{raw}" for raw, _ in CHARTS.values()] + [
         f"from bench/measured/{raw}" for raw in CLAIMS.values()]
 
 
 def renamed_gains(value):
-    """A claim.json recorded before "gain" was named ``accuracy_gain``, with today's key names."""
+    """A claim.json recorded before "gain" was named ``best_lr_gain``, with today's key names."""
     if isinstance(value, dict):
-        return {(k.replace("gain", "accuracy_gain") if "gain" in k and "accuracy_gain" not in k
+        return {(k.replace("gain", "best_lr_gain") if "gain" in k and "best_lr_gain" not in k
                  and "relative" not in k else k): renamed_gains(v) for k, v in value.items()}
     if isinstance(value, list):
         return [renamed_gains(v) for v in value]
     return value
+
+
+def todays_keys(claim: dict) -> dict:
+    """A claim.json recorded before the component and layer claims shared one schema, with today's
+    names and the records it lacks null or empty (nothing the figure draws)."""
+    claim = renamed_gains(claim)
+    an = claim["analysis"]
+    row = {"plasticity_per_layer": None, "plasticity_per_layer_ci": None, "pairs": 0, "excluded_pairs": 0,
+           "accuracy_per_seed": [], "relative_gain": None, "relative_gain_validated": None}
+    an = {"baselines": [], "ranking": {"plasticity": [], "best_lr_gain": []}, "other_measured": {},
+          "criteria": [], "verdict": "", "mha_tests": None,
+          "relative_gain": {"definition": "", "validated": ""}, **an,
+          "rows": [{**row, **r} for r in an["rows"]]}
+    return {**claim, "analysis": an}
 
 
 PARTS = {"demo": demo, "compare": compare, "grid": grid, "claim": claim, "charts": charts}

@@ -1,24 +1,43 @@
-"""From plasticity chunks and finetuning summaries to the claim's table and rank correlations.
+"""From plasticity chunks and finetuning summaries to a claim's table and rank correlations, for both
+granularities: a claim ranks units (`.units.ClaimUnits`), whole components (``--granularity
+component``) or (component, layer) pairs (``--granularity layer``: ``MHA@3`` is one component of one
+layer, ``vitplast finetune --train MHA@3``: its parameters + the head).
 
-Per component ``c`` (trained alone, with the head) and learning rate ``lr``, ``acc[c, lr, s]`` is the
-final validation accuracy of seed ``s``. Each component keeps the learning rate of the grid with the
-best mean accuracy over seeds (the same choice is made for the baseline); its **gain** is the paired
-difference, seed by seed, from the baseline:
+Per unit ``u`` (trained alone, with the head) and learning rate ``lr``, ``acc[u, lr, s]`` is the final
+validation accuracy of seed ``s``. Each unit keeps the learning rate of the grid with the best mean
+accuracy over seeds (the same choice is made for the baseline); its **best-lr gain** (``best_lr_gain``)
+is the paired difference, seed by seed, from the reference at that lr:
 
-- ``baseline="head"`` (default): the head-only run (linear probing) of the same seed — same head
-  initialisation and data order, so the gain is what training the component adds to training the
-  head (every component run trains the head too);
+- ``baseline="head"`` (default, and always at layer granularity): the head-only run (linear probing)
+  of the same seed — same head initialisation and data order, so the gain is what training the unit
+  adds to training the head (every unit's run trains the head too);
 - ``baseline="initial"``: the accuracy before finetuning (fresh head), which mostly measures how well
   the head learns and is kept for comparison.
 
-Baselines trained beside the components (``full``, ``lora``; ``head`` when the gain is measured from
-the initial accuracy) get the same accuracy and gain, and no rank: they have no plasticity.
+A unit's plasticity is its component's over every layer, or its layer's (matched X-Y pairs before
+finetuning, chunks resampled by the bootstrap). Baselines trained beside the components (``full``,
+``lora``; ``head`` when the gain is measured from the initial accuracy) get the same accuracy and
+gain, and no rank: they have no plasticity.
 
-Accuracy and gain get Student-t 95% intervals across seeds. The rank correlations (Spearman, Kendall
-tau-b) between plasticity and gain get a percentile bootstrap interval where every replicate resamples
-seeds (one multiset shared by all components and learning rates, the learning-rate choice made again)
-and pair chunks (one multiset shared by all components), and exact permutation p-values (components'
-gains shuffled against their plasticities).
+The numbers first (`vitplast.claim.samples.claim_samples`), the tests on them second
+(`vitplast.claim.statistics`), the rows last (`_result`):
+
+- accuracy and gain: Student-t 95% intervals across seeds;
+- rank correlations (Spearman, Kendall tau-b) between plasticity and gain over all units, with a
+  percentile bootstrap interval where every replicate resamples seeds (one multiset shared by all
+  units and learning rates, the learning-rate choice made again) and pair chunks (one multiset shared
+  by all components), and permutation p-values (units' gains shuffled against their plasticities);
+  the same for the trainable-parameter count (the size-only rival);
+- the partial Spearman of plasticity and gain with the trainable-parameter count held fixed;
+- where some component type holds several units (a layer claim), the association **within** types,
+  free of the size confound (every unit of a type has the same trainable size): a stratified
+  permutation test permuting gains only among units of the same type, the per-type Spearman, and
+  each criterion's within-type statistics (`vitplast.claim.statistics.within_association`); else
+  each criterion's statistics over all units (`vitplast.claim.statistics.association`);
+- MHA against each other component (paired over seeds) when MHA is a unit.
+
+Which set of units each criterion would finetune under a budget, against random sets of the same
+budget, is `.budgets`.
 """
 
 from __future__ import annotations
@@ -28,15 +47,41 @@ import math
 import numpy as np
 
 from .paired import paired_tests
+from .records import (
+    Bootstrap,
+    ClaimAnalysis,
+    Correlation,
+    CriterionRow,
+    Interval,
+    MeasuredComponent,
+    PairedTests,
+    Partial,
+    RankCorrelations,
+    Ranking,
+    RelativeGain,
+    TrainRow,
+    Trend,
+    TypeSpearman,
+    UnitRow,
+    WithinType,
+    decode,
+)
 from .samples import Accuracy, Plasticity, claim_samples
 from .statistics import (
+    PermutationTest,
     association,
     bounded_t_interval,
+    partial_p_greater,
+    partial_spearman,
+    per_stratum_spearman,
     percentile_interval,
     rank_tests,
+    stratified_permutation_test,
     theil_sen,
     too_few_to_resample,
+    within_association,
 )
+from .units import ClaimUnits
 
 LEVEL = 0.95
 RELATIVE_GAIN = ("(acc - acc_LP) / acc_LP; acc: the best over learning rates of the mean test accuracy over "
@@ -44,73 +89,119 @@ RELATIVE_GAIN = ("(acc - acc_LP) / acc_LP; acc: the best over learning rates of 
 VALIDATED = "the same with each lr chosen on a validation split held out from the training data"
 NO_HOLDOUT = "(not available: the runs hold no held-out validation accuracy)"
 ACC, GAIN = (0.0, 1.0), (-1.0, 1.0)  # what an accuracy and a gain can be
+REFERENCE = "MHA"  # the component the paired tests compare with each other one
 
 
-def analyse(measured: dict, summaries: list[dict], *, components: list[str], lrs: list[float],
-            seeds: list[int], baseline: str = "head", extra: tuple[str, ...] | list[str] = (),
-            bootstrap: int = 2000, permutations: int = 10000, seed: int = 0,
-            criteria: dict | None = None) -> dict:
-    """The claim's result: per-component rows, correlations, their bootstrap and permutation tests;
-    ``extra``: baselines trained beside the components (full, lora; head when it is not the gain's
-    reference), reported with their accuracy and gain, not ranked. ``criteria``: ``{name: {"scores":
-    {component: score}, "seconds": s}}`` of the criteria other than plasticity, each correlated with
-    the gains as plasticity is (plasticity's row comes from this measurement).
-
-    In three steps: the arrays (`vitplast.claim.samples.claim_samples`), the tests on them
-    (`vitplast.claim.statistics`), the rows of the result (`_result`)."""
-    trains = list(components) + list(extra) + (["head"] if baseline == "head" else [])
-    samples = claim_samples(measured, summaries, trains=trains, ranked=len(components), lrs=lrs, seeds=seeds,
+def analyse(measured: dict, summaries: list, *, units: ClaimUnits, lrs: list[float], seeds: list[int],
+            baseline: str = "head", extra: tuple[str, ...] | list[str] = (), bootstrap: int = 2000,
+            permutations: int = 10000, seed: int = 0, criteria: dict | None = None) -> ClaimAnalysis:
+    """The claim's result over ``units``: per-unit rows, correlations, their bootstrap and permutation
+    tests; ``summaries``: the runs' `vitplast.runs.summary.RunSummary` (or their fields); ``extra``:
+    baselines trained beside the units (full, lora; head when it is not the gain's reference),
+    reported with their accuracy and gain, not ranked. ``criteria``: ``{name: {unit name: score}}`` of
+    the criteria, each correlated with the gains as plasticity is (plasticity's scores come from this
+    measurement unless given). The numbers first (the arrays, the tests), the records last; the
+    budgets are `.budgets`' (``budgets`` None here)."""
+    names = list(units.names)
+    trains = names + list(extra) + (["head"] if baseline == "head" else [])
+    samples = claim_samples(measured, summaries, trains=trains, ranked=len(units), lrs=lrs, seeds=seeds,
                             baseline=baseline, bootstrap=bootstrap, seed=seed)
     acc, plast = samples.accuracy, samples.plasticity
-    missing = [c for c in components if c not in plast.components]
+    missing = [c for c in dict.fromkeys(units.components) if c not in plast.components]
     if missing:
         raise ValueError(f"components {missing} were not measured (measured: {measured['components']})")
-    col = [plast.components.index(c) for c in components]
-    p_value, p_reps = plast.overall[col], plast.overall_reps[:, col]  # (C,), (B, C)
-    gain = acc.gains_seed[: len(components)].mean(-1)
-    sizes = np.array([acc.params[c] for c in components], dtype=np.float64)
-    scored = {"plasticity": dict(zip(components, p_value.tolist(), strict=True)),  # {criterion: {c: score}}
-              **{name: c["scores"] for name, c in (criteria or {}).items()}}
-    scores = {name: np.array([per_component.get(k, math.nan) for k in components], dtype=np.float64)
-              for name, per_component in scored.items()}  # None (undefined) becomes NaN
+    p_value, p_reps = unit_plasticity(plast, units)  # (U,), (B, U)
+    gain, g_reps = acc.gains_seed[: len(units)].mean(-1), acc.gain_reps  # (U,), (B, U)
+    sizes = np.array([acc.params[n] for n in names], dtype=np.float64)
+    types = np.array(units.components)
+    within = len(set(units.components)) < len(units)  # some type holds several units: compare within types
+    scored = {"plasticity": dict(zip(names, p_value.tolist(), strict=True)), **(criteria or {})}
+    scores = {name: np.array([math.nan if per_unit.get(u) is None else per_unit[u] for u in names],
+                             dtype=np.float64) for name, per_unit in scored.items()}
     defined = {name: np.isfinite(x) & np.isfinite(gain) for name, x in scores.items()}
 
-    tests = {
-        "withheld": too_few_to_resample(seeds=samples.seeds, pair_chunks=samples.pair_chunks),
-        "chunks_withheld": too_few_to_resample(pair_chunks=samples.pair_chunks),
-        "correlations": rank_tests(p_value, gain, p_reps, acc.gain_reps, permutations=permutations, seed=seed,
-                                   level=LEVEL),
-        "by_size": rank_tests(sizes, gain, permutations=permutations, seed=seed),
-        "trend": theil_sen(p_value, gain),
-        "plasticity_ci": [percentile_interval(r, LEVEL) for r in plast.overall_reps.T],
-        "per_layer_ci": [[percentile_interval(r, LEVEL) for r in reps]
-                         for reps in plast.per_layer_reps.transpose(1, 2, 0)],  # (C, L)
-        "accuracy": [bounded_t_interval(v, ACC, LEVEL) for v in acc.per_seed],
-        "gain": [bounded_t_interval(v, GAIN, LEVEL) for v in acc.gains_seed],
-        "initial": bounded_t_interval(acc.initial, ACC, LEVEL),
-        "criteria": {name: association(x[ok], gain[ok], acc.gain_reps[:, ok], sizes[ok],
-                                       permutations=permutations, seed=seed, level=LEVEL)
-                     for (name, x), ok in zip(scores.items(), defined.values(), strict=True)
-                     if ok.sum() >= 3},
-        "mha": (paired_tests("MHA", {c: acc.per_seed[i].tolist() for i, c in enumerate(components)})
-                if "MHA" in components and len(components) >= 2 else None),
-    }
-    bootstrap = {"replicates": bootstrap, "seeds": samples.seeds, "pair_chunks": samples.pair_chunks,
-                 "pairs": int(measured["pairs"]), "level": LEVEL, "withheld": tests["withheld"]}
-    return _result(acc, plast, tests, components=components, extra=list(extra), baseline=baseline, lrs=lrs,
-                   p_value=p_value, gain=gain, counts={k: int(v.sum()) for k, v in defined.items()},
-                   bootstrap=bootstrap)
+    def criterion_test(x, ok):
+        if within:
+            return within_association(x[ok], gain[ok], types[ok], g_reps[:, ok], sizes[ok],
+                                      permutations=permutations, seed=seed, level=LEVEL)
+        return association(x[ok], gain[ok], g_reps[:, ok], sizes[ok], permutations=permutations, seed=seed,
+                           level=LEVEL)
+
+    partial = float(partial_spearman(p_value, gain, sizes))
+    partial_reps = partial_spearman(p_reps, g_reps, np.broadcast_to(sizes, p_reps.shape))  # (B,)
+    withheld = too_few_to_resample(seeds=samples.seeds, pair_chunks=samples.pair_chunks)
+    chunks_withheld = too_few_to_resample(pair_chunks=samples.pair_chunks)
+    correlations = RankCorrelations(**{name: correlation(r, withheld) for name, r in rank_tests(
+        p_value, gain, p_reps, g_reps, permutations=permutations, seed=seed, level=LEVEL).items()})
+    by_size = RankCorrelations(**{name: correlation(r, "no bootstrap of the sizes") for name, r in
+                                  rank_tests(sizes, gain, permutations=permutations, seed=seed).items()})
+    accuracy = [bounded_t_interval(v, ACC, LEVEL) for v in acc.per_seed]
+    gains = [bounded_t_interval(v, GAIN, LEVEL) for v in acc.gains_seed]
+    tests = {name: criterion_test(x, ok) for (name, x), ok in zip(scores.items(), defined.values(),
+                                                                  strict=True) if ok.sum() >= 3}
+    measured_components = _plasticity_records(plast, chunks_withheld)
+    unit_ci = [bootstrap_ci(percentile_interval(r, LEVEL), chunks_withheld) for r in p_reps.T]
+    rows = [UnitRow(**_unit_columns(i, n, c, li, plast, measured_components, unit_ci, p_value),
+                    **accuracy_columns(acc, i, accuracy, lrs), **gain_columns(acc, i, gains))
+            for i, (n, c, li) in enumerate(zip(names, units.components, units.layers, strict=True))]
+    initial = _interval(bounded_t_interval(acc.initial, ACC, LEVEL), acc.initial.size)
+    head = accuracy_columns(acc, len(acc.trains) - 1, accuracy, lrs) if baseline == "head" else {}
+    base = TrainRow(baseline, initial_accuracy=initial, **head)
+    extra_rows = [TrainRow(b, **accuracy_columns(acc, t, accuracy, lrs), **gain_columns(acc, t, gains))
+                  for t, b in enumerate(extra, start=len(units))]
+    slope, intercept = theil_sen(p_value, gain)
+    mha = (paired_tests(REFERENCE, {c: acc.per_seed[i].tolist() for i, c in enumerate(names)})
+           if REFERENCE in names and len(names) >= 2 else None)
+    return ClaimAnalysis(
+        granularity=units.granularity, rows=rows, baseline=base, baselines=extra_rows,
+        correlations=correlations, params_correlations=by_size,
+        partial=Partial(finite(partial), bootstrap_ci(percentile_interval(partial_reps, LEVEL), withheld),
+                        finite(partial_p_greater(partial, len(units))), "trainable parameters"),
+        within_type=(_within_type(p_value, gain, p_reps, g_reps, types, sizes, permutations, seed, withheld)
+                     if within else None),
+        trend=Trend("theil-sen", finite(slope), finite(intercept)),
+        ranking=Ranking([names[i] for i in np.argsort(-p_value, kind="stable")],
+                        [names[i] for i in np.argsort(-gain, kind="stable")]),
+        layers=list(plast.layers),
+        other_measured={c: v for c, v in measured_components.items() if c not in units.components},
+        lr_edges=[r.unit for r in rows if r.lr_edge] + (["head"] if base.lr_edge else []),
+        bootstrap=Bootstrap(bootstrap, samples.seeds, samples.pair_chunks, int(measured["pairs"]), LEVEL,
+                            withheld),
+        criteria=criteria_rows(tests, {k: int(v.sum()) for k, v in defined.items()}, withheld,
+                               units.granularity),
+        verdict=verdict(correlations.spearman, len(units), f"{units.noun}s"),
+        relative_gain=RelativeGain(RELATIVE_GAIN, VALIDATED if acc.holdout else f"{VALIDATED} {NO_HOLDOUT}"),
+        mha_tests=None if mha is None else decode(PairedTests, finite(mha), "claim.json",
+                                                  "analysis.mha_tests"))
 
 
-def finite(x: float) -> float | None:
-    """``x`` as a float, None when it is not finite (NaN: undefined)."""
-    return float(x) if math.isfinite(x) else None
+def unit_plasticity(plast: Plasticity, units: ClaimUnits) -> tuple[np.ndarray, np.ndarray]:
+    """``(U,)`` each unit's plasticity (its component's over every layer, or its layer's) and its
+    ``(B, U)`` bootstrap replicates."""
+    ci = [plast.components.index(c) for c in units.components]
+    value = np.array([plast.overall[c] if li is None else plast.per_layer[c, li]
+                      for c, li in zip(ci, units.layers, strict=True)], dtype=np.float64)
+    reps = np.stack([plast.overall_reps[:, c] if li is None else plast.per_layer_reps[:, c, li]
+                     for c, li in zip(ci, units.layers, strict=True)], axis=-1)
+    return value, reps
 
 
-def interval_record(interval: tuple, n: int) -> dict:
-    """A `vitplast.claim.statistics.bounded_t_interval` over ``n`` seeds as the result writes it."""
+def finite(x):
+    """``x`` with every non-finite float made None (NaN: undefined; strict JSON), through dicts, lists
+    and tuples; None stays None."""
+    if isinstance(x, float):
+        return float(x) if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [finite(v) for v in x]
+    return x
+
+
+def _interval(interval: tuple, n: int) -> Interval:
+    """A `vitplast.claim.statistics.bounded_t_interval` over ``n`` seeds as the result records it."""
     mean, lo, hi, clipped = interval
-    return {"mean": mean, "ci": [finite(lo), finite(hi)], "n": n, "interval": "student-t", "clipped": clipped}
+    return Interval(mean, [finite(lo), finite(hi)], n, "student-t", clipped)
 
 
 def bootstrap_ci(interval, withheld: str | None) -> list:
@@ -121,112 +212,97 @@ def bootstrap_ci(interval, withheld: str | None) -> list:
     return [finite(v) for v in interval]
 
 
-def accuracy_columns(acc: Accuracy, t: int, tests: dict, lrs: list[float]) -> dict:
-    """Train ``t``'s best lr (``lr_edge``: at the grid's edge?), its trainable parameters and its
-    accuracy at that lr, with its interval over the seeds (``tests["accuracy"]``)."""
-    return {"lr": float(lrs[acc.best_idx[t]]), "lr_edge": acc.lr_edges[t],
-            "trainable_params": acc.params[acc.trains[t]],
-            "accuracy": interval_record(tests["accuracy"][t], acc.per_seed.shape[1])}
+def correlation(r: PermutationTest, withheld: str | None) -> Correlation:
+    """A rank statistic's record: its value, bootstrap interval (none when ``withheld``) and
+    permutation p-values."""
+    return Correlation(finite(r.observed), bootstrap_ci(r.interval, withheld), finite(r.greater),
+                       finite(r.two_sided), r.permutations, r.exact, r.defined)
 
 
-def gain_columns(acc: Accuracy, t: int, tests: dict) -> dict:
-    """Train ``t``'s gain over the reference, with its interval over the seeds (``tests["gain"]``), and
-    seed by seed."""
-    return {"accuracy_gain": interval_record(tests["gain"][t], acc.gains_seed.shape[1]),
-            "accuracy_gain_per_seed": acc.gains_seed[t].tolist()}
+def accuracy_columns(acc: Accuracy, t: int, accuracy: list, lrs: list[float]) -> dict:
+    """Train ``t``'s best lr (``lr_edge``: at the grid's edge?), its trainable parameters, its accuracy
+    at that lr with its interval over the seeds (``accuracy``: every train's), seed by seed, and its
+    mean accuracy at each lr."""
+    return dict(lr=float(lrs[acc.best_idx[t]]), lr_edge=acc.lr_edges[t],
+                trainable_params=acc.params[acc.trains[t]],
+                accuracy=_interval(accuracy[t], acc.per_seed.shape[1]),
+                accuracy_per_seed=acc.per_seed[t].tolist(), accuracy_by_lr=acc.by_lr[t])
 
 
-def _seed_columns(acc: Accuracy, t: int) -> dict:
-    return {"accuracy_per_seed": acc.per_seed[t].tolist(), "accuracy_by_lr": acc.by_lr[t]}
+def gain_columns(acc: Accuracy, t: int, gains: list) -> dict:
+    """Train ``t``'s best-lr gain over the reference, with its interval over the seeds (``gains``:
+    every train's), seed by seed, and the paper's relative gains."""
+    return dict(best_lr_gain=_interval(gains[t], acc.gains_seed.shape[1]),
+                best_lr_gain_per_seed=acc.gains_seed[t].tolist(),
+                relative_gain=finite(float(acc.relative_gain[t])),
+                relative_gain_validated=finite(float(acc.relative_gain_validated[t])))
 
 
-def _plasticity_records(plast: Plasticity, tests: dict) -> dict:
-    """Every measured component's plasticity with its bootstrap intervals (none from fewer than 5
-    chunks), per layer, and its pairs."""
-    withheld = tests["chunks_withheld"]
-    out = {}
-    for i, c in enumerate(plast.components):
-        out[c] = {
-            "value": float(plast.overall[i]),
-            "ci": [None, None] if withheld else list(tests["plasticity_ci"][i]),
-            "per_layer": [float(v) if math.isfinite(v) else None for v in plast.per_layer[i]],
-            "per_layer_ci": [[None, None] if withheld else list(v) for v in tests["per_layer_ci"][i]],
-            "pairs": int(plast.pairs[i]), "excluded": int(plast.excluded[i]),
-        }
-    return out
+def _plasticity_records(plast: Plasticity, withheld: str | None) -> dict[str, MeasuredComponent]:
+    """Every measured component's plasticity over all layers with its bootstrap intervals (none from
+    fewer than 5 chunks), per layer, and its pairs."""
+    per_layer_ci = plast.per_layer_reps.transpose(1, 2, 0)  # (C, L, B)
+    return {c: MeasuredComponent(finite(float(plast.overall[i])),
+                                 bootstrap_ci(percentile_interval(plast.overall_reps[:, i], LEVEL), withheld),
+                                 [finite(float(v)) for v in plast.per_layer[i]],
+                                 [bootstrap_ci(percentile_interval(r, LEVEL), withheld)
+                                  for r in per_layer_ci[i]],
+                                 int(plast.pairs[i]), int(plast.excluded[i]))
+            for i, c in enumerate(plast.components)}
 
 
-def _result(acc: Accuracy, plast: Plasticity, tests: dict, *, components, extra, baseline, lrs, p_value, gain,
-            counts, bootstrap) -> dict:
-    """The result's rows and records from the arrays and the tests."""
-    measured = _plasticity_records(plast, tests)
-    rows = [{"component": c, "plasticity": measured[c]["value"], "plasticity_ci": measured[c]["ci"],
-             "plasticity_per_layer": measured[c]["per_layer"],
-             "plasticity_per_layer_ci": measured[c]["per_layer_ci"], "pairs": measured[c]["pairs"],
-             "excluded_pairs": measured[c]["excluded"], **accuracy_columns(acc, i, tests, lrs),
-             **_seed_columns(acc, i), **gain_columns(acc, i, tests)} for i, c in enumerate(components)]
-    base_row = {"train": baseline, "initial_accuracy": interval_record(tests["initial"], acc.initial.size)}
-    if baseline == "head":
-        head = len(acc.trains) - 1
-        base_row.update(**accuracy_columns(acc, head, tests, lrs), **_seed_columns(acc, head))
-    extra_rows = [{"train": b, **accuracy_columns(acc, t, tests, lrs), **_seed_columns(acc, t),
-                   **gain_columns(acc, t, tests)} for t, b in enumerate(extra, start=len(components))]
-    for t, row in enumerate(rows + extra_rows):
-        row["relative_gain"] = finite(float(acc.relative_gain[t]))
-        row["relative_gain_validated"] = finite(float(acc.relative_gain_validated[t]))
-    withheld = tests["withheld"]
-    correlations = {name: {"value": finite(r["observed"]), "ci": bootstrap_ci(r["interval"], withheld),
-                           "p_greater": finite(r["greater"]), "p_two_sided": finite(r["two_sided"]),
-                           "permutations": r["permutations"], "exact": r["exact"],
-                           "bootstrap_defined": r["defined"]}
-                    for name, r in tests["correlations"].items()}
-    slope, intercept = tests["trend"]
-    return {
-        "rows": rows, "baseline": base_row, "baselines": extra_rows, "correlations": correlations,
-        "params_correlations": {name: {"value": finite(r["observed"]), "p_greater": finite(r["greater"])}
-                                for name, r in tests["by_size"].items()},
-        "trend": {"method": "theil-sen", "slope": finite(slope), "intercept": finite(intercept)},
-        "ranking": {"plasticity": [components[i] for i in np.argsort(-p_value, kind="stable")],
-                    "accuracy_gain": [components[i] for i in np.argsort(-gain, kind="stable")]},
-        "layers": list(plast.layers),
-        "other_measured": {c: v for c, v in measured.items() if c not in components},
-        "bootstrap": bootstrap,
-        "criteria": criteria_rows(tests["criteria"], counts, withheld),
-        "verdict": verdict(correlations["spearman"], len(components)),
-        "relative_gain": {"definition": RELATIVE_GAIN,
-                          "validated": VALIDATED if acc.holdout else f"{VALIDATED} {NO_HOLDOUT}"},
-        "mha_tests": tests["mha"],
-    }
+def _unit_columns(i: int, name: str, c: str, li: int | None, plast: Plasticity,
+                  measured: dict[str, MeasuredComponent], unit_ci: list, p_value: np.ndarray) -> dict:
+    """Unit ``i``'s plasticity columns: a whole component's over all layers (and per layer), or one
+    layer's; its pairs (the fewest of a layer) and the pairs left out."""
+    whole, m, ci = li is None, measured[c], plast.components.index(c)
+    return dict(unit=name, component=c, layer=None if whole else plast.layers[li], layer_index=li,
+                plasticity=finite(float(p_value[i])), plasticity_ci=unit_ci[i],
+                plasticity_per_layer=m.per_layer if whole else None,
+                plasticity_per_layer_ci=m.per_layer_ci if whole else None,
+                pairs=m.pairs if whole else int(plast.layer_pairs[ci, li]),
+                excluded_pairs=m.excluded if whole else int(plast.layer_excluded[ci, li]))
+
+
+def _within_type(p_value, gain, p_reps, g_reps, types, sizes, permutations: int, seed: int,
+                 withheld: str | None) -> WithinType:
+    """The stratified permutation test (gains permuted among units of one component type) and the
+    per-type Spearman."""
+    strat = stratified_permutation_test(p_value, gain, types, permutations=permutations, seed=seed)
+    per_type = per_stratum_spearman(p_value, gain, p_reps, g_reps, types, LEVEL)
+    return WithinType(finite(strat.greater), finite(strat.two_sided), finite(strat.observed), strat.exact,
+                      strat.permutations,
+                      {c: TypeSpearman(finite(v.spearman), bootstrap_ci(v.interval, withheld),
+                                       int((types == c).sum()), int(sizes[types == c][0]))
+                       for c, v in per_type.items()})
 
 
 def criteria_rows(tests: dict, counts: dict, withheld: str | None, granularity: str = "component"
-                  ) -> list[dict]:
+                  ) -> list[CriterionRow]:
     """One row per criterion (``counts``: ``{name: units where its score and the gain are defined}``;
-    ``tests``: the `vitplast.claim.statistics.association` of those with at least 3): its Spearman
+    ``tests``: the `vitplast.claim.statistics.Association` of those with at least 3): its Spearman
     with the bootstrap interval over seeds (none when ``withheld``), Kendall's tau-b, the one-sided
     permutation p of Spearman (H1: rho > 0) and the partial Spearman with the trainable-parameter count
     held fixed (null for ``size``, which is that count)."""
     rows = []
     for name, n in counts.items():
-        row = {"criterion": name, "granularity": granularity, "n": n, "spearman": None,
-               "spearman_ci": [None, None], "kendall": None, "p_value": None, "partial_size": None}
-        test = tests.get(name)
-        if test is not None and math.isfinite(test["spearman"]):
-            row.update(spearman=finite(test["spearman"]),
-                       spearman_ci=bootstrap_ci(test["interval"], withheld),
-                       kendall=finite(test["kendall"]), p_value=finite(test["p_greater"]),
-                       partial_size=None if name == "size" else finite(test["partial"]))
-        rows.append(row)
+        t = tests.get(name)
+        if t is None or not math.isfinite(t.spearman):
+            rows.append(CriterionRow(name, granularity, n, None, [None, None], None, None, None))
+        else:
+            rows.append(CriterionRow(name, granularity, n, finite(t.spearman),
+                                     bootstrap_ci(t.interval, withheld), finite(t.kendall),
+                                     finite(t.p_greater), None if name == "size" else finite(t.partial)))
     return rows
 
 
-def verdict(spearman: dict, n: int) -> str:
+def verdict(spearman: Correlation, n: int, noun: str = "components") -> str:
     """One sentence on what the Spearman correlation, its interval and its p-value support."""
-    rho, (lo, hi), p = spearman["value"], spearman["ci"], spearman["p_greater"]
+    rho, (lo, hi), p = spearman.value, spearman.ci, spearman.p_greater
     if rho is None or p is None:
-        return "undefined: plasticity or accuracy gain is constant across the components"
+        return f"undefined: plasticity or accuracy gain is constant across the {noun}"
     floor = 1 / math.factorial(n) if n <= 8 else None
-    floor_text = f" (with {n} components the smallest possible p is {floor:.3g})" if floor else ""
+    floor_text = f" (with {n} {noun} the smallest possible p is {floor:.3g})" if floor else ""
     if lo is None or hi is None:  # no bootstrap interval (too few seeds or chunks): the permutation test
         how = "supported" if p < 0.05 and rho > 0 else "not established"
         return (f"{how}: rho = {rho:+.2f}, one-sided permutation p = {p:.3g}{floor_text}; no bootstrap "

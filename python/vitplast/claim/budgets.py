@@ -36,6 +36,7 @@ import math
 import numpy as np
 
 from .analysis import finite
+from .records import BudgetRow, Budgets, FullRow, Quantiles, RandomSets
 from .samples import relative_gain_table
 from .statistics import percentile_of_score, quantile_summary
 
@@ -151,7 +152,7 @@ def upper_bound(sets: list[BudgetSets], *, n_criteria: int, layer: bool) -> dict
     return {"per_budget": per_budget, "sets": sum(per_budget.values())}
 
 
-def analyse_budgets(sets: list[BudgetSets], summaries: list[dict], *, seeds: list[int], unit: str) -> dict:
+def analyse_budgets(sets: list[BudgetSets], summaries: list, *, seeds: list[int], unit: str) -> Budgets:
     """Each budget's picks with their relative gain and random percentile, the random sets' spread and
     full finetuning's relative gain, from every run summary of the dataset. ``unit``: what a budget
     counts (``components`` or ``parameters``). The arrays first (`vitplast.claim.samples`), then the
@@ -161,14 +162,9 @@ def analyse_budgets(sets: list[BudgetSets], summaries: list[dict], *, seeds: lis
     spread = {b: quantile_summary(g[np.isfinite(g)]) for b, g in random.items()}
     places = {(b.budget, name): percentile_of_score(gain[t] if t else math.nan, random[b.budget])
               for b in sets for name, t in b.picks.items()}
-    rows = [{"criterion": name, "budget": b.budget, "train": t,
-             "relative_gain": finite(gain[t] if t else math.nan),
-             "random_percentile": finite(places[b.budget, name]), "random_sets": len(b.random),
-             "trainable_params": params.get(t)} for b in sets for name, t in b.picks.items()]
-    return {"unit": unit, "rows": rows,
-            "budgets": [{"budget": b.budget, "random_sets": len(b.random), "enumerated": b.enumerated,
-                         "random_relative_gain": {k: finite(v) for k, v in spread[b.budget].items()}}
-                        for b in sets],
-            "full": {"train": "full", "relative_gain": finite(gain.get("full", math.nan)),
-                     "trainable_params": params.get("full")},
-            "percentile": "mid-rank: 100 (#{random < g} + #{random <= g}) / (2 n)"}
+    rows = [BudgetRow(name, b.budget, t, finite(gain[t] if t else math.nan), finite(places[b.budget, name]),
+                      len(b.random), params.get(t)) for b in sets for name, t in b.picks.items()]
+    return Budgets(unit, rows, [RandomSets(b.budget, len(b.random), b.enumerated,
+                                           Quantiles(**finite(spread[b.budget]))) for b in sets],
+                   FullRow("full", finite(gain.get("full", math.nan)), params.get("full")),
+                   "mid-rank: 100 (#{random < g} + #{random <= g}) / (2 n)")

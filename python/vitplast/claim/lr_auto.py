@@ -11,6 +11,8 @@ claim rerun with the same options makes the same decisions and reuses every run.
 
 from __future__ import annotations
 
+from ..runs.summary import RunSummary
+
 LR_AUTO_FACTOR = 3.0
 LR_AUTO_ROUNDS = 2
 
@@ -19,12 +21,12 @@ def _round(v: float) -> float:
     return float(f"{v:.2g}")
 
 
-def widen(summaries: list[dict], start: list[float]) -> list[tuple[str, float]]:
+def widen(summaries: list, start: list[float]) -> list[tuple[str, float]]:
     """``(train, lr)`` pairs to run next: one step beyond the edge where a train's best lr sits, while
     fewer than `LR_AUTO_ROUNDS` steps were taken on that side."""
     acc: dict[str, dict[float, list[float]]] = {}
-    for s in summaries:
-        acc.setdefault(s["train"], {}).setdefault(float(s["lr"]), []).append(float(s["final_acc"]))
+    for s in map(RunSummary.of, summaries):
+        acc.setdefault(s.train, {}).setdefault(s.lr, []).append(s.final_acc)
     lo, hi = min(start), max(start)
     out = []
     for train, per_lr in acc.items():
@@ -65,6 +67,6 @@ def widen_groups(groups: dict[str, list[dict]], *, start: list[float], plan, tra
         added += jobs
 
 
-def lrs_run(summaries: list[dict]) -> list[float]:
+def lrs_run(summaries: list) -> list[float]:
     """Every learning rate some run used, ascending (the union of the trains' grids)."""
-    return sorted({float(s["lr"]) for s in summaries})
+    return sorted({RunSummary.of(s).lr for s in summaries})

@@ -1,24 +1,36 @@
-"""Reports of `vitplast claim`: the pieces of text every report shares (numbers and intervals, the
-setup lines, the criteria, the selection at equal budget, the MHA tests, the learning rates), the
-component claim's text table and its figure (gain against plasticity). The layer claim's report
-(`.layer_report`) and the aggregate's (`.aggregate`) are made of the same pieces.
+"""The report of `vitplast claim`, one for both granularities: the text (the table of the ranked units,
+the tests, the criteria, the selection at equal budget, the MHA tests, the learning rates and, last, in
+words what the data can and cannot tell) and the figure (gain against plasticity, one point per unit
+coloured by its component, 95% error bars both ways and the Theil-Sen trend; plasticity per layer; for
+(component, layer) units the gain per layer too). A section whose record is null (a component claim
+has no within-type test; a layer claim no MHA test) is left out. The pieces of text are shared with the
+aggregate's report (`.aggregate`).
 
-The figure is drawn on a bare ``matplotlib.figure.Figure`` with the Agg canvas (no pyplot, so no
-global figure state is created or left behind), with each component in its one colour
-(`vitplast.outputs.plots.component_color`), and written atomically. Gains get error bars only
-where there are at least two seeds.
+The report reads the typed analysis (`.records.ClaimAnalysis`). The figure is drawn on a bare
+``matplotlib.figure.Figure`` with the Agg canvas (no pyplot, so no global figure state is created or
+left behind), with each component in its one colour (`vitplast.outputs.plots.component_color`), and
+written atomically. Gains get error bars only where there are at least two seeds.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
+from ..finetune import TRAIN_ORDER
 from ..outputs.plots import component_color, figure, legend_outside, save
+from .records import Budgets, ClaimAnalysis, Correlation, CriterionRow, Interval, PairedTests, Setup
 
 
-def _num(v, fmt: str) -> str:
+def num(v, fmt: str) -> str:
+    """``v`` formatted, ``nan`` when it is None or not finite."""
     return "nan" if v is None or not math.isfinite(v) else format(v, fmt)
+
+
+def nan(v) -> float:
+    """``v``, NaN when None (for a figure)."""
+    return math.nan if v is None else v
 
 
 def _ci(ci, fmt: str) -> str:
@@ -28,25 +40,30 @@ def _ci(ci, fmt: str) -> str:
     if lo is None or hi is None:
         return "[no interval]"
     if lo == hi:
-        return f"[{_num(lo, fmt)}: no spread]"
-    return f"[{_num(lo, fmt)}, {_num(hi, fmt)}]"
+        return f"[{num(lo, fmt)}: no spread]"
+    return f"[{num(lo, fmt)}, {num(hi, fmt)}]"
 
 
 BOUND_WORDS = {"low": "clipped at its lower bound", "high": "clipped at its upper bound",
                "both": "clipped at both bounds"}
 
 
-def t_ci(d: dict, fmt: str) -> str:
+def t_ci(d: Interval | dict, fmt: str) -> str:
     """A Student-t interval over seeds, labelled with its n: ``[lo, hi] t n=3``; ``no spread`` when it
     collapses to a point, ``clipped ...`` when cut at what the value can be, ``n=1: no interval``."""
-    n = d.get("n")
-    label = f"t n={n}" if n is not None else "t"
-    lo, hi = d["ci"]
+    d = d if isinstance(d, Interval) else Interval(**{"mean": None, **d})
+    label = f"t n={d.n}" if d.n is not None else "t"
+    lo, hi = d.ci
     if lo is None or hi is None:
-        return f"(n={n}: no interval)" if n is not None else "[no interval]"
-    text = f"[{_num(lo, fmt)}: no spread]" if lo == hi else f"[{_num(lo, fmt)}, {_num(hi, fmt)}]"
-    clipped = BOUND_WORDS.get(d.get("clipped"))
+        return f"(n={d.n}: no interval)" if d.n is not None else "[no interval]"
+    text = f"[{num(lo, fmt)}: no spread]" if lo == hi else f"[{num(lo, fmt)}, {num(hi, fmt)}]"
+    clipped = BOUND_WORDS.get(d.clipped)
     return f"{text} {label}{f', {clipped}' if clipped else ''}"
+
+
+def mean_ci(d: Interval | None, fmt: str, ci_fmt: str) -> str:
+    """``mean [lo, hi] t n=...`` of an interval over seeds ("" without one)."""
+    return "" if d is None else f"{num(d.mean, fmt)} {t_ci(d, ci_fmt)}"
 
 
 P_DEFINITION = ("p-values: one-sided = share of permutations whose statistic is >= the observed one; "
@@ -54,24 +71,34 @@ P_DEFINITION = ("p-values: one-sided = share of permutations whose statistic is 
 EDGE_MARK = {"low": "<", "high": ">"}  # the best lr is the grid's smallest / largest
 
 
-def lr_grid(result: dict) -> str:
+@dataclasses.dataclass(frozen=True)
+class Words:
+    """How a report names what its claim ranks."""
+
+    question: str
+    trained: str  # what each run trains alone
+    best_per: str
+    noun: str  # a row's label
+    note: str = ""
+
+
+WORDS = {
+    "component": Words("Does plasticity before finetuning predict the accuracy gain of finetuning a "
+                       "component alone?", "component", "component", "component"),
+    "layer": Words("Which (component, layer) to finetune? Plasticity before finetuning vs the gain of "
+                   "training one unit alone", "(component, layer)",
+                   "unit; < / > = at the grid's low / high edge", "unit",
+                   "; each unit's plasticity is its layer's"),
+}
+
+
+def lr_grid(setup: Setup) -> str:
     """The lr grid as run: ``--lr`` values, and with ``--lr auto`` what the widening added."""
-    record = result["config"]
-    text = ",".join(f"{v:g}" for v in record["lr"])
-    run = result.get("plan", {}).get("lrs_run")
-    if record.get("lr_auto"):
+    text = ",".join(f"{v:g}" for v in setup.lr)
+    run = setup.lrs_run
+    if setup.lr_auto:
         text += f" (--lr auto: run at {','.join(f'{v:g}' for v in run)})" if run else " (--lr auto)"
     return text
-
-
-def lr_edge_line(rows: list[dict], base: dict, key: str) -> str:
-    """One line naming the trains whose best lr sits at an edge of the grid they were run at."""
-    edges = [f"{r[key]} ({r['lr_edge']})" for r in rows if r.get("lr_edge")]
-    edges += [f"head ({base['lr_edge']})"] if base.get("lr_edge") else []
-    if not edges:
-        return "learning rates: every best lr is inside the grid"
-    return (f"learning rates: the best lr is at the edge of the grid for {', '.join(edges)}: their accuracy "
-            "gain may be understated (a clipped lr); widen --lr or use --lr auto")
 
 
 def edge_mark(edge: str | None) -> str:
@@ -79,136 +106,154 @@ def edge_mark(edge: str | None) -> str:
     return EDGE_MARK.get(edge, "")
 
 
-def result_cells(r: dict) -> tuple[str, str, str, str, str]:
-    """A table row's cells: plasticity, trainable parameters, lr (``<``/``>`` at the grid's edge),
-    accuracy and gain, each with its 95% CI."""
-    return (f"{_num(r['plasticity'], '.3f')} {_ci(r['plasticity_ci'], '.3f')}", f"{r['trainable_params']:,}",
-            f"{r['lr']:.2g}{edge_mark(r.get('lr_edge'))}",
-            f"{_num(r['accuracy']['mean'], '.4f')} {t_ci(r['accuracy'], '.3f')}",
-            f"{_num(r['accuracy_gain']['mean'], '+.4f')} {t_ci(r['accuracy_gain'], '+.3f')}")
+def _labelled(an: ClaimAnalysis) -> list[tuple[str, object]]:
+    """``(label, row)`` of every row with an lr: the ranked units, then the head-only run."""
+    out: list[tuple[str, object]] = [(r.unit, r) for r in an.rows]
+    return out + ([("head", an.baseline)] if an.baseline.lr is not None else [])
 
 
-def baseline_cells(b: dict) -> tuple[str, str, str, str]:
-    """A baseline row's cells (full, lora): trainable parameters, lr, accuracy and gain with CIs."""
-    return (f"{b['trainable_params']:,}", f"{b['lr']:.2g}{edge_mark(b.get('lr_edge'))}",
-            f"{_num(b['accuracy']['mean'], '.4f')} {t_ci(b['accuracy'], '.3f')}",
-            f"{_num(b['accuracy_gain']['mean'], '+.4f')} {t_ci(b['accuracy_gain'], '+.3f')}")
+def lr_edge_line(an: ClaimAnalysis) -> str:
+    """One line naming the trains whose best lr sits at an edge of the grid they were run at."""
+    edges = [f"{name} ({r.lr_edge})" for name, r in _labelled(an) if r.lr_edge]
+    if not edges:
+        return "learning rates: every best lr is inside the grid"
+    return (f"learning rates: the best lr is at the edge of the grid for {', '.join(edges)}: their accuracy "
+            "gain may be understated (a clipped lr); widen --lr or use --lr auto")
 
 
-def _row(component, plasticity, params, lr, accuracy, gain) -> str:
-    return (f"{component:<10} {plasticity:<28} {params:>9} {lr:>7}  {accuracy:<34} {gain}").rstrip()
+def lr_position_line(an: ClaimAnalysis) -> str:
+    """Where each best lr lies in the grid it was run at: interior, or at its low or high edge."""
+    where = {"low": "low edge", "high": "high edge", None: "interior"}
+    return "best lr: " + ", ".join(f"{name} {r.lr:.2g} ({where[r.lr_edge]})" for name, r in _labelled(an))
 
 
-def setup_lines(result: dict, trained: str, best_per: str, gain_over: str, note: str = "") -> list[str]:
+def _row(label, plasticity, params, lr, accuracy, gain) -> str:
+    return f"{label:<10} {plasticity:<28} {params:>9} {lr:>7}  {accuracy:<34} {gain}".rstrip()
+
+
+def _cells(r) -> tuple[str, str, str, str]:
+    """A trained row's cells: trainable parameters, lr (``<``/``>`` at the grid's edge), accuracy and
+    gain, each with its 95% CI."""
+    return (f"{r.trainable_params:,}", f"{r.lr:.2g}{edge_mark(r.lr_edge)}", mean_ci(r.accuracy, ".4f", ".3f"),
+            mean_ci(r.best_lr_gain, "+.4f", "+.3f"))
+
+
+def setup_lines(s: Setup, an: ClaimAnalysis, words: Words, gain_over: str) -> list[str]:
     """The two lines saying how the claim was run: model and pairs, then the finetuning budget."""
-    record, an = result["config"], result["analysis"]
-    weights = f" ({record['weights']})" if record["weights"] else ""
+    boot = an.bootstrap
+    weights = f" ({s.weights})" if s.weights else ""
     return [
-        f"model {record['model']}{weights}; plasticity: {record['protocol']}, {an['bootstrap']['pairs']} "
-        f"matched pairs X={record['pretrain_data']} / Y={record['data']} ({an['bootstrap']['pair_chunks']} "
-        f"chunks){note}",
-        f"finetuning on {record['data']}: each {trained} alone (+ head), {record['optimizer']}, "
-        f"{record['steps']} steps, batch {record['batch_size']}, lr grid {lr_grid(result)} (best per "
-        f"{best_per}), seeds {','.join(str(s) for s in record['seed'])}; {gain_over}",
+        f"model {s.model}{weights}; plasticity: {s.protocol}, {boot.pairs} matched pairs "
+        f"X={s.pretrain_data} / Y={s.data} ({boot.pair_chunks} chunks){words.note}",
+        f"finetuning on {s.data}: each {words.trained} alone (+ head), {s.optimizer}, {s.steps} steps, batch "
+        f"{s.batch_size}, lr grid {lr_grid(s)} (best per {words.best_per}), seeds "
+        f"{','.join(str(v) for v in s.seed)}; {gain_over}",
     ]
 
 
-def format_report(result: dict) -> str:
-    """The claim's table, correlations, verdict and per-layer plasticity as plain text."""
-    an = result["analysis"]
-    base = an["baseline"]
-    over = ("the head-only run (linear probing) of the same seed" if base["train"] == "head" else
+def format_report(an: ClaimAnalysis, setup: Setup) -> str:
+    """The claim's table, tests, criteria, budgets and what they can and cannot tell, as plain text."""
+    words = WORDS[an.granularity]
+    base = an.baseline
+    over = ("the head-only run (linear probing) of the same seed" if base.train == "head" else
             "the accuracy before finetuning (fresh head)")
-    lines = [
-        "Does plasticity before finetuning predict the accuracy gain of finetuning a component alone?",
-        *setup_lines(result, "component", "component", f"accuracy gain over {over}"),
-        "",
-        _row("component", "plasticity [95% CI]", "params", "lr", "accuracy [95% CI]",
-             "accuracy gain [95% CI]"),
-    ]
+    lines = [words.question, *setup_lines(setup, an, words, f"accuracy gain over {over}"), "",
+             _row(words.noun, "plasticity [95% CI]", "params", "lr", "accuracy [95% CI]",
+                  "accuracy gain [95% CI]")]
     lines.append("-" * len(lines[-1]))
-    for r in an["rows"]:
-        lines.append(_row(r["component"], *result_cells(r)))
-    if base["train"] == "head":
-        acc = f"{_num(base['accuracy']['mean'], '.4f')} {t_ci(base['accuracy'], '.3f')}"
-        params = f"{base['trainable_params']:,}"
-        lr = f"{base['lr']:.2g}{edge_mark(base.get('lr_edge'))}"
-        lines.append(_row("head", "(baseline)", params, lr, acc, ""))
-    lines += [_row(b["train"], "(baseline, not ranked)", *baseline_cells(b)) for b in an.get("baselines", [])]
-    ia = base["initial_accuracy"]
-    lines.append(f"before finetuning: accuracy {_num(ia['mean'], '.4f')} {t_ci(ia, '.3f')}")
-    lines += [
-        "",
-        "ranking by plasticity:    " + " > ".join(an["ranking"]["plasticity"]),
-        "ranking by accuracy gain: " + " > ".join(an["ranking"]["accuracy_gain"]),
-    ]
-    for name, label in (("spearman", "Spearman rho "), ("kendall", "Kendall tau-b")):
-        c = an["correlations"][name]
-        kind = (f"exact, {c['permutations']} permutations" if c["exact"] else
-                f"{c['permutations']} random permutations")
-        lines.append(f"{label} = {_num(c['value'], '+.3f')}  bootstrap 95% CI {_ci(c['ci'], '+.2f')}  "
-                     f"permutation p = {_num(c['p_greater'], '.3g')} (one-sided, > 0), "
-                     f"{_num(c['p_two_sided'], '.3g')} (two-sided; {kind})")
-    pc = an["params_correlations"]
-    sp, kd = pc["spearman"], pc["kendall"]
-    lines.append(f"for comparison, trainable parameters vs accuracy gain: Spearman "
-                 f"{_num(sp['value'], '+.3f')} "
-                 f"(p = {_num(sp['p_greater'], '.3g')}), Kendall {_num(kd['value'], '+.3f')} "
-                 f"(p = {_num(kd['p_greater'], '.3g')})")
-    b = an["bootstrap"]
-    if b.get("withheld"):
-        lines.append(f"({b['withheld']}: the bootstrap needs at least 5 seeds and 5 pair chunks; the "
-                     "permutation test stands alone)")
-    else:
-        lines.append(f"(bootstrap: {b['replicates']} replicates resampling the {b['seeds']} seeds and the "
-                     f"{b['pair_chunks']} pair chunks; the best lr is chosen again in each)")
-    lines += disagreement_lines(an["correlations"]["spearman"])
+    lines += [_row(r.unit, f"{num(r.plasticity, '.3f')} {_ci(r.plasticity_ci, '.3f')}", *_cells(r))
+              for r in an.rows]
+    if base.lr is not None:
+        lines.append(_row("head", "(baseline)", *_cells(base)[:3], ""))
+    lines += [_row(b.train, "(baseline, not ranked)", *_cells(b)) for b in an.baselines]
+    lines.append(f"before finetuning: accuracy {mean_ci(base.initial_accuracy, '.4f', '.3f')}")
+    lines += ["", f"ranking by plasticity:    {' > '.join(an.ranking.plasticity)}",
+              f"ranking by accuracy gain: {' > '.join(an.ranking.best_lr_gain)}"]
+    lines += correlation_lines(an)
+    lines += disagreement_lines(an.correlations.spearman)
     lines.append(f"({P_DEFINITION})")
-    t = an["trend"]
-    lines.append(f"trend (Theil-Sen): accuracy gain = {_num(t['slope'], '+.4f')} x plasticity "
-                 f"{_num(t['intercept'], '+.4f')}")
-    lines.append(f"verdict: {an['verdict']}")
-    lines += criteria_lines(an.get("criteria"))
-    lines += relative_gain_lines(an, "component")
-    lines += budget_lines(an.get("budgets"))
-    lines += mha_test_lines(an.get("mha_tests"))
-    lines.append(lr_edge_line(an["rows"], base, "component"))
-    lines.append(lr_position_line(an["rows"], base, "component"))
-    lines += ["", "per-layer plasticity (mean [95% CI]); per layer the claim is plasticity-only: the "
-                  "finetune driver trains a component in every block", _layer_table(an)]
+    lines.append(f"trend (Theil-Sen): accuracy gain = {num(an.trend.slope, '+.4f')} x plasticity "
+                 f"{num(an.trend.intercept, '+.4f')}")
+    lines.append(f"verdict: {an.verdict}")
+    lines += criteria_lines(an.criteria, within_types=an.within_type is not None)
+    lines += relative_gain_lines(an)
+    lines += budget_lines(an.budgets)
+    lines += mha_test_lines(an.mha_tests)
+    lines += [lr_edge_line(an), lr_position_line(an)]
+    table = _layer_table(an)
+    if table:
+        lines += ["", "per-layer plasticity (mean [95% CI]); per layer the claim is plasticity-only: the "
+                      "finetune driver trains a component in every block", table]
+    lines += ["", "what this can and cannot tell:"] + [f"- {s}" for s in reading(an, setup)]
     return "\n".join(lines)
 
 
-def _layer_table(an: dict) -> str:
-    rows = {r["component"]: (r["plasticity_per_layer"], r["plasticity_per_layer_ci"]) for r in an["rows"]}
-    rows.update({c: (v["per_layer"], v["per_layer_ci"]) for c, v in an["other_measured"].items()})
-    names = list(rows)
-    head = f"{'layer':>6} " + " ".join(f"{c:>21}" for c in names)
-    out = [head]
-    for li, layer in enumerate(an["layers"]):
-        cells = []
-        for c in names:
-            mean, ci = rows[c][0][li], rows[c][1][li]
-            cells.append(f"{_num(mean, '.3f')} {_ci(ci, '.3f')}".rjust(21))
+def correlation_lines(an: ClaimAnalysis) -> list[str]:
+    """Plasticity and size against the gain over all units; the partial Spearman; within types."""
+    out = [f"over all {len(an.rows)} {WORDS[an.granularity].noun}s:"]
+    pairs = ((an.correlations.spearman, an.params_correlations.spearman, "Spearman rho "),
+             (an.correlations.kendall, an.params_correlations.kendall, "Kendall tau-b"))
+    for c, s, label in pairs:
+        kind = f"exact, {c.permutations} permutations" if c.exact else f"{c.permutations} random permutations"
+        out.append(f"  plasticity vs accuracy gain: {label} = {num(c.value, '+.3f')}  bootstrap 95% CI "
+                   f"{_ci(c.ci, '+.2f')}  permutation p = {num(c.p_greater, '.3g')} (one-sided, > 0), "
+                   f"{num(c.p_two_sided, '.3g')} (two-sided; {kind});  trainable parameters vs accuracy "
+                   "gain: "
+                   f"{num(s.value, '+.3f')} (p = {num(s.p_greater, '.3g')})")
+    pa = an.partial
+    out.append(f"controlling for size: partial Spearman {num(pa.spearman, '+.3f')} bootstrap 95% CI "
+               f"{_ci(pa.ci, '+.2f')}, p = {num(pa.p_greater, '.3g')} (one-sided, Student-t approximation, "
+               "n - 3 df)")
+    w = an.within_type
+    if w is not None:
+        kind = "exact" if w.exact else f"{w.permutations} random permutations"
+        out.append(f"within component type (trainable size fixed): pooled Spearman "
+                   f"{num(w.pooled_spearman, '+.3f')}, stratified permutation p = "
+                   f"{num(w.stratified_p_greater, '.3g')} (one-sided), "
+                   f"{num(w.stratified_p_two_sided, '.3g')} (two-sided; gains permuted within types, {kind})")
+        out.append("  per type: " + "; ".join(
+            f"{c} {num(v.spearman, '+.2f')} {_ci(v.ci, '+.2f')} ({v.units} layers, {v.trainable_params:,} "
+            "params)"
+            for c, v in w.per_type.items()))
+    b = an.bootstrap
+    if b.withheld:
+        out.append(f"({b.withheld}: the bootstrap needs at least 5 seeds and 5 pair chunks; the permutation "
+                   "test stands alone)")
+    else:
+        out.append(f"(bootstrap: {b.replicates} replicates resampling the {b.seeds} seeds and the "
+                   f"{b.pair_chunks} pair chunks; the best lr is chosen again in each)")
+    return out
+
+
+def _layer_table(an: ClaimAnalysis) -> str:
+    """Plasticity per layer (mean [95% CI]) of every whole component measured ("" for none)."""
+    rows = {r.component: (r.plasticity_per_layer, r.plasticity_per_layer_ci) for r in an.rows
+            if r.plasticity_per_layer is not None}
+    rows.update({c: (v.per_layer, v.per_layer_ci) for c, v in an.other_measured.items()})
+    if not rows:
+        return ""
+    out = [f"{'layer':>6} " + " ".join(f"{c:>21}" for c in rows)]
+    for li, layer in enumerate(an.layers):
+        cells = [f"{num(mean[li], '.3f')} {_ci(ci[li], '.3f')}".rjust(21) for mean, ci in rows.values()]
         out.append(f"{layer:>6} " + " ".join(cells))
     return "\n".join(out)
 
 
-def disagreement_lines(c: dict) -> list[str]:
+def disagreement_lines(c: Correlation) -> list[str]:
     """When the bootstrap interval and the permutation p point different ways, what each answers."""
-    lo, hi, p = c["ci"][0], c["ci"][1], c["p_greater"]
+    (lo, hi), p = c.ci, c.p_greater
     if lo is None or hi is None or p is None:
         return []
     if (lo > 0) == (p < 0.05):
         return []
     return ["(the bootstrap interval and the permutation p disagree; they answer different questions: the "
             "interval, how much rho would move if the seeds and pairs were drawn again, with these same "
-            "components; the permutation p, how often gains unrelated to plasticity would reach this rho. "
-            "With few components rho takes a handful of values, so a narrow interval off 0 can sit beside "
+            "units; the permutation p, how often gains unrelated to plasticity would reach this rho. "
+            "With few units rho takes a handful of values, so a narrow interval off 0 can sit beside "
             "a large p)"]
 
 
-def criteria_lines(rows: list[dict] | None, *, within_types: bool = False) -> list[str]:
+def criteria_lines(rows: list[CriterionRow] | None, *, within_types: bool = False) -> list[str]:
     """The criteria against the accuracy gains: one line per criterion (n, Spearman with its bootstrap
     interval, Kendall, one-sided permutation p, partial Spearman on size); ``within_types``: a layer
     claim's rows, pooled within component types with a stratified permutation p."""
@@ -221,141 +266,191 @@ def criteria_lines(rows: list[dict] | None, *, within_types: bool = False) -> li
     out = ["", f"criteria vs accuracy gain (higher score = finetune first; {how}; partial: Spearman over all "
            "units with the trainable-parameter count held fixed):", head, "-" * len(head)]
     for r in rows:
-        rho = f"{_num(r['spearman'], '+.3f')} {_ci(r['spearman_ci'], '+.2f')}"
-        out.append(f"{r['criterion']:<11} {r['n']:>3}  {rho:<28} {_num(r['kendall'], '+.3f'):>7} "
-                   f"{_num(r['p_value'], '.3g'):>8} {_num(r['partial_size'], '+.3f'):>12}")
+        rho = f"{num(r.spearman, '+.3f')} {_ci(r.spearman_ci, '+.2f')}"
+        out.append(f"{r.criterion:<11} {r.n:>3}  {rho:<28} {num(r.kendall, '+.3f'):>7} "
+                   f"{num(r.p_value, '.3g'):>8} {num(r.partial_size, '+.3f'):>12}")
     return out
 
 
-def relative_gain_lines(an: dict, key: str) -> list[str]:
+def relative_gain_lines(an: ClaimAnalysis) -> list[str]:
     """The paper's relative gain of each row, and the same with the lr chosen on held-out data."""
-    rows = [r for r in an["rows"] if "relative_gain" in r] + [b for b in an.get("baselines", [])
-                                                             if "relative_gain" in b]
+    rows = [(r.unit, r) for r in an.rows] + [(b.train, b) for b in an.baselines]
     if not rows:
         return []
-    name = [r.get(key, r.get("train")) for r in rows]
     out = ["relative_gain (the paper's, lr chosen on the test accuracy): "
-           + ", ".join(f"{n} {_num(r['relative_gain'], '+.3f')}" for n, r in zip(name, rows, strict=True))]
-    if any(r.get("relative_gain_validated") is not None for r in rows):
+           + ", ".join(f"{n} {num(r.relative_gain, '+.3f')}" for n, r in rows)]
+    if any(r.relative_gain_validated is not None for _, r in rows):
         out.append("relative_gain, lr chosen on held-out validation data: " + ", ".join(
-            f"{n} {_num(r['relative_gain_validated'], '+.3f')}" for n, r in zip(name, rows, strict=True)))
+            f"{n} {num(r.relative_gain_validated, '+.3f')}" for n, r in rows))
     else:
         out.append("relative_gain with the lr chosen on held-out validation data: not available (the runs "
                    "hold no held-out validation accuracy)")
     return out
 
 
-def budget_lines(budgets: dict | None) -> list[str]:
+def budget_lines(budgets: Budgets | None) -> list[str]:
     """Per budget, each criterion's set with its relative gain and random percentile, the random sets'
     count and spread, and full finetuning's relative gain as the reference."""
-    if not budgets or not budgets.get("rows"):
+    if budgets is None or not budgets.rows:
         return []
-    unit = budgets["unit"]
-    full = budgets["full"]["relative_gain"]
-    besides = " besides the head" if unit == "parameters" else ""
-    out = ["", f"selection at equal budget (budget: {unit}{besides}"
-           f"; relative_gain as above; percentile among the random sets of the budget, ties counted half; "
-           f"full finetuning: relative_gain {_num(full, '+.3f')}):"]
+    besides = " besides the head" if budgets.unit == "parameters" else ""
+    out = ["", f"selection at equal budget (budget: {budgets.unit}{besides}; relative_gain as above; "
+           "percentile among the random sets of the budget, ties counted half; full finetuning: "
+           f"relative_gain {num(budgets.full.relative_gain, '+.3f')}):"]
     head = f"{'budget':>10}  {'criterion':<11} {'relative_gain':>13} {'percentile':>10}  set"
     out += [head, "-" * len(head)]
-    spread = {b["budget"]: b for b in budgets["budgets"]}
-    for b, row in _by_budget(budgets["rows"]).items():
-        for r in row:
-            pct = "-" if r["random_percentile"] is None else f"{r['random_percentile']:.0f}"
-            out.append(f"{b:>10,}  {r['criterion']:<11} {_num(r['relative_gain'], '+.3f'):>13} {pct:>10}  "
-                       f"{r['train'] or '(not defined at this budget)'}")
-        s = spread[b]
-        q = s["random_relative_gain"]
-        how = "every set" if s["enumerated"] else "random draws"
-        out.append(f"{b:>10,}  {'random':<11} {s['random_sets']} sets ({how}): min {_num(q['min'], '+.3f')}, "
-                   f"median {_num(q['median'], '+.3f')}, max {_num(q['max'], '+.3f')}")
+    for s in budgets.budgets:
+        for r in (r for r in budgets.rows if r.budget == s.budget):
+            pct = "-" if r.random_percentile is None else f"{r.random_percentile:.0f}"
+            out.append(f"{s.budget:>10,}  {r.criterion:<11} {num(r.relative_gain, '+.3f'):>13} {pct:>10}  "
+                       f"{r.train or '(not defined at this budget)'}")
+        q = s.random_relative_gain
+        how = "every set" if s.enumerated else "random draws"
+        out.append(f"{s.budget:>10,}  {'random':<11} {s.random_sets} sets ({how}): min "
+                   f"{num(q.min, '+.3f')}, median {num(q.median, '+.3f')}, max {num(q.max, '+.3f')}")
     return out
 
 
-def _by_budget(rows: list[dict]) -> dict[int, list[dict]]:
-    out: dict[int, list[dict]] = {}
-    for r in rows:
-        out.setdefault(r["budget"], []).append(r)
-    return out
-
-
-def mha_test_lines(tests: dict | None) -> list[str]:
+def mha_test_lines(tests: PairedTests | None) -> list[str]:
     """MHA against each other component: paired t and one-sided Wilcoxon, Holm-corrected, with n."""
-    if not tests:
+    if tests is None:
         return []
-    out = [f"{tests['reference']} vs each other component (accuracy at each one's best lr; paired over "
+    out = [f"{tests.reference} vs each other component (accuracy at each one's best lr; paired over "
            "(dataset, seed); Holm-corrected):"]
-    for c, r in tests["comparisons"].items():
-        out.append(f"  vs {c:<6} n = {r['n']}, mean difference {_num(r['mean_difference'], '+.4f')}, "
-                   f"paired t p = {_num(r['t_p_holm'], '.3g')}, Wilcoxon (one-sided) p = "
-                   f"{_num(r['wilcoxon_p_holm'], '.3g')}")
+    out += [f"  vs {c:<6} n = {r.n}, mean difference {num(r.mean_difference, '+.4f')}, paired t p = "
+            f"{num(r.t_p_holm, '.3g')}, Wilcoxon (one-sided) p = {num(r.wilcoxon_p_holm, '.3g')}"
+            for c, r in tests.comparisons.items()]
     return out
 
 
-def lr_position_line(rows: list[dict], base: dict, key: str) -> str:
-    """Where each best lr lies in the grid it was run at: interior, or at its low or high edge."""
-    where = {"low": "low edge", "high": "high edge", None: "interior"}
-    items = [f"{r[key]} {r['lr']:.2g} ({where[r.get('lr_edge')]})" for r in rows]
-    if "lr" in base:
-        items.append(f"head {base['lr']:.2g} ({where[base.get('lr_edge')]})")
-    return "best lr: " + ", ".join(items)
+def reading(an: ClaimAnalysis, setup: Setup) -> list[str]:
+    """Plain sentences on what the numbers support, computed from them."""
+    out = []
+    w, sp, sz, pa = an.within_type, an.correlations.spearman, an.params_correlations.spearman, an.partial
+    if w is not None:
+        p_w, rho_w = w.stratified_p_greater, w.pooled_spearman
+        if p_w is not None and rho_w is not None and p_w < 0.05 and rho_w > 0:
+            out.append(f"Within component types, where every unit has the same size, the more plastic layers "
+                       f"gained more (pooled rho {rho_w:+.2f}, stratified p = {p_w:.3g}): plasticity carries "
+                       "information that size cannot.")
+        else:
+            out.append("Within component types, where size is fixed, a link between a layer's plasticity "
+                       f"and its gain is not established (pooled rho {num(rho_w, '+.2f')}, stratified p = "
+                       f"{num(p_w, '.3g')}): the data cannot separate plasticity from size.")
+    if sp.value is not None and sz.value is not None:
+        which = "size" if abs(sz.value) > abs(sp.value) else "plasticity"
+        out.append(f"Over all units, plasticity vs gain rho {sp.value:+.2f} and size vs gain rho "
+                   f"{sz.value:+.2f}: "
+                   f"{which} ranks the gains better here; with size held fixed the partial rho is "
+                   f"{num(pa.spearman, '+.2f')} {_ci(pa.ci, '+.2f')}.")
+    out.append(f"Gains rest on {len(setup.seed)} seed(s) and {setup.steps} steps on one downstream "
+               "task: "
+               "a unit's gain interval is wide, and small differences between units are within noise; the "
+               "bootstrap over so few seeds understates that uncertainty.")
+    if an.lr_edges:
+        out.append(f"{len(an.lr_edges)} train(s) have their best lr at a grid edge; their gains may be "
+                   "underestimated.")
+    out.append("Plasticity is measured before finetuning on this model only; it says nothing about other "
+               "models, tasks or training lengths.")
+    return out
 
 
-def gain_interval(result: dict) -> str:
+def gain_interval(setup: Setup) -> str:
     """What the gain's error bars are: the 95% t interval over seeds, or none with a single seed."""
-    seeds = len(result["config"]["seed"])
-    return "95% t CI over seeds" if seeds >= 2 else "n = 1 seed: no interval"
+    return "95% t CI over seeds" if len(setup.seed) >= 2 else "n = 1 seed: no interval"
 
 
-def plot_claim(result: dict, path) -> Path:
-    """Gain against plasticity (one point per component, 95% error bars both ways, Theil-Sen trend)
-    beside plasticity per layer (mean and 95% band per component) -> PNG at ``path``."""
-    an = result["analysis"]
-    rows = an["rows"]
-    fig, axes = figure(1, 2, (12, 4.8), gridspec_kw={"width_ratios": [1.15, 1]})
-    ax, ax2 = axes[0]
-    points = [r for r in rows if r["plasticity"] is not None and r["accuracy_gain"]["mean"] is not None]
+def _errors(v: float, ci) -> list | None:
+    lo, hi = ci
+    return None if lo is None or hi is None else [[max(0.0, v - lo)], [max(0.0, hi - v)]]
+
+
+def plot_claim(an: ClaimAnalysis, setup: Setup, path) -> Path:
+    """Gain against plasticity (one point per unit coloured by component, 95% error bars both ways,
+    Theil-Sen trend), plasticity per layer (mean and 95% band per component) and, for (component, layer)
+    units, the gain per layer -> PNG at ``path``."""
+    per_layer = any(r.layer_index is not None for r in an.rows)
+    fig, axes = figure(3 if per_layer else 2, 1, (8, 13 if per_layer else 9))
+    ax, ax_p = axes[0, 0], axes[1, 0]
+    seen: set[str] = set()
+    points = [r for r in an.rows if r.plasticity is not None and r.best_lr_gain.mean is not None]
     for r in points:
-        x, (xlo, xhi) = r["plasticity"], r["plasticity_ci"]
-        y, (ylo, yhi) = r["accuracy_gain"]["mean"], r["accuracy_gain"]["ci"]
-        xerr = None if xlo is None or xhi is None else [[max(0.0, x - xlo)], [max(0.0, xhi - x)]]
-        yerr = None if ylo is None or yhi is None else [[max(0.0, y - ylo)], [max(0.0, yhi - y)]]
-        ax.errorbar([x], [y], xerr=xerr, yerr=yerr, fmt="o", color=component_color(r["component"]),
-                    capsize=3, ms=7, label=f"{r['component']} ({r['trainable_params']:,} params)")
-        ax.annotate(r["component"], (x, y), textcoords="offset points", xytext=(6, 6), fontsize=10)
-    slope, intercept = an["trend"]["slope"], an["trend"]["intercept"]
-    xs = [r["plasticity"] for r in points]
+        x, y = r.plasticity, r.best_lr_gain.mean
+        ax.errorbar([x], [y], xerr=_errors(x, r.plasticity_ci), yerr=_errors(y, r.best_lr_gain.ci), fmt="o",
+                    color=component_color(r.component), capsize=2, ms=6, alpha=0.85,
+                    label=None if r.component in seen else f"{r.component} ({r.trainable_params:,} params)")
+        seen.add(r.component)
+        ax.annotate(r.unit if r.layer is None else str(r.layer), (x, y), textcoords="offset points",
+                    xytext=(4, 4), fontsize=8)
+    slope, intercept, xs = an.trend.slope, an.trend.intercept, [r.plasticity for r in points]
     if slope is not None and intercept is not None and xs:
         pad = 0.05 * (max(xs) - min(xs) or 1.0)
         x0, x1 = min(xs) - pad, max(xs) + pad
         ax.plot([x0, x1], [slope * x0 + intercept, slope * x1 + intercept], "--", color="0.4",
                 label=f"Theil-Sen trend (slope {slope:+.3g})")
     ax.axhline(0.0, color="0.75", lw=0.8)
-    sp, kd = an["correlations"]["spearman"], an["correlations"]["kendall"]
-    ax.set_title(f"Spearman ρ = {_num(sp['value'], '+.2f')} {_ci(sp['ci'], '+.2f')}, "
-                 f"p = {_num(sp['p_greater'], '.2g')};  Kendall τ = {_num(kd['value'], '+.2f')}, "
-                 f"p = {_num(kd['p_greater'], '.2g')}", fontsize=10)
-    base = "head-only run" if an["baseline"]["train"] == "head" else "before finetuning"
-    ax.set_xlabel(f"plasticity before finetuning ({result['config']['protocol']}, 95% bootstrap CI)")
-    ax.set_ylabel(f"accuracy gain over {base} ({gain_interval(result)})")
-    legend_outside(ax)
-    ax.grid(alpha=0.3)
+    sp, kd, w = an.correlations.spearman, an.correlations.kendall, an.within_type
+    within = "" if w is None else (f"\nwithin types {num(w.pooled_spearman, '+.2f')} "
+                                   f"(p {num(w.stratified_p_greater, '.2g')})")
+    ax.set_title(f"Spearman ρ = {num(sp.value, '+.2f')} {_ci(sp.ci, '+.2f')}, p = "
+                 f"{num(sp.p_greater, '.2g')};  "
+                 f"Kendall τ = {num(kd.value, '+.2f')}, p = {num(kd.p_greater, '.2g')}{within}", fontsize=10)
+    base = "head-only run" if an.baseline.train == "head" else "before finetuning"
+    ax.set_xlabel(f"plasticity before finetuning ({setup.protocol}, 95% bootstrap CI)"
+                  + ("; labels: layer" if per_layer else ""))
+    ax.set_ylabel(f"accuracy gain over {base} ({gain_interval(setup)})")
+    title = "plasticity per layer" + ("" if per_layer else " (per layer the claim is plasticity-only)")
+    panels = [(ax_p, _plasticity_series(an), "plasticity (95% CI)", 1.0, title)]
+    if per_layer:
+        panels.append((axes[2, 0], _gain_series(an), "accuracy gain over head-only (95% CI)", 0.0,
+                       "accuracy gain per layer (each unit trained alone)"))
+    for axis, series, label, level, title in panels:
+        for c, (xs, mean, lo, hi) in series.items():
+            axis.plot(xs, mean, "o-", color=component_color(c), label=c)
+            axis.fill_between(xs, lo, hi, color=component_color(c), alpha=0.2)
+        axis.axhline(level, color="0.75", lw=0.8)
+        axis.set_xticks(range(len(an.layers)), an.layers)
+        axis.set_xlabel("layer (block)")
+        axis.set_ylabel(label)
+        axis.set_title(title, fontsize=10)
+    for axis in axes[:, 0]:
+        legend_outside(axis)
+        axis.grid(alpha=0.3)
+    return save(fig, path, dpi=100)
 
-    layers = list(range(len(an["layers"])))
-    series = [(r["component"], r["plasticity_per_layer"], r["plasticity_per_layer_ci"]) for r in rows]
-    series += [(c, v["per_layer"], v["per_layer_ci"]) for c, v in an["other_measured"].items()]
-    for c, mean, ci in series:
-        color = component_color(c)
-        m = [math.nan if v is None else v for v in mean]
-        ax2.plot(layers, m, "o-", color=color, label=c)
-        lo = [math.nan if v[0] is None else v[0] for v in ci]
-        hi = [math.nan if v[1] is None else v[1] for v in ci]
-        ax2.fill_between(layers, lo, hi, color=color, alpha=0.2)
-    ax2.axhline(1.0, color="0.75", lw=0.8)
-    ax2.set_xticks(layers, an["layers"])
-    ax2.set_xlabel("layer (block)")
-    ax2.set_ylabel("plasticity")
-    ax2.set_title("plasticity per layer (per layer the claim is plasticity-only)", fontsize=10)
-    legend_outside(ax2)
-    ax2.grid(alpha=0.3)
-    return save(fig, path)
+
+def _ordered(names) -> list[str]:
+    names = list(dict.fromkeys(names))
+    return [c for c in TRAIN_ORDER if c in names] + [c for c in names if c not in TRAIN_ORDER]
+
+
+def _plasticity_series(an: ClaimAnalysis) -> dict[str, tuple]:
+    """``{component: (layer indexes, mean, lo, hi)}`` of plasticity per layer: whole components' own
+    per-layer values, or the layer units' of each component, and the components measured but not
+    ranked."""
+    out = {}
+    for c in _ordered(r.component for r in an.rows):
+        rows = sorted((r for r in an.rows if r.component == c), key=lambda r: nan(r.layer_index))
+        if rows[0].plasticity_per_layer is not None:
+            out[c] = _series(range(len(an.layers)), rows[0].plasticity_per_layer,
+                             rows[0].plasticity_per_layer_ci)
+        else:
+            out[c] = _series([r.layer_index for r in rows], [r.plasticity for r in rows],
+                             [r.plasticity_ci for r in rows])
+    out.update({c: _series(range(len(an.layers)), v.per_layer, v.per_layer_ci)
+                for c, v in an.other_measured.items()})
+    return out
+
+
+def _gain_series(an: ClaimAnalysis) -> dict[str, tuple]:
+    """``{component: (layer indexes, mean, lo, hi)}`` of the layer units' gains."""
+    out = {}
+    for c in _ordered(r.component for r in an.rows):
+        rows = sorted((r for r in an.rows if r.component == c), key=lambda r: r.layer_index)
+        out[c] = _series([r.layer_index for r in rows], [r.best_lr_gain.mean for r in rows],
+                         [r.best_lr_gain.ci for r in rows])
+    return out
+
+
+def _series(xs, mean, ci) -> tuple:
+    return list(xs), [nan(v) for v in mean], [nan(v[0]) for v in ci], [nan(v[1]) for v in ci]

@@ -6,27 +6,28 @@ result is its runs (`shard_result`). Every non-finite float is None (strict JSON
 
 from __future__ import annotations
 
-import math
+import dataclasses
 import time
 
+from ..runs.summary import RunSummary
 from .aggregate import aggregate_claims, format_aggregate
-from .analysis import analyse
+from .analysis import analyse, finite
 from .budgets import analyse_budgets
 from .grid import ClaimPlan, DatasetGrid
-from .layer_report import format_layer_report
-from .layers import analyse_layers
 from .options import ClaimOptions
 from .plan_summary import counts
+from .records import Setup
 from .report import format_report
 from .training import Trained
+from .units import ClaimUnits
 
-RUN_KEYS = ("train", "lr", "seed", "final_acc", "initial_acc", "trainable_params", "run_dir", "reused")
-MEASUREMENT_KEYS = ("components", "layers", "pairs", "chunks", "seconds", "provenance", "criteria_seconds")
+MEASUREMENT_KEYS = ("components", "layers", "pairs", "chunks", "seconds", "provenance", "criteria_seconds",
+                    "reused_files")
 
 
 def shard_result(plan: ClaimPlan, trained: Trained) -> dict:
     """What a ``--shard`` returns: the options, the plan and its own runs."""
-    return {"config": plan.record, "plan": plan.summary, "runs": [_kept(s) for s in trained.shard]}
+    return {"config": plan.record, "plan": plan.summary, "runs": [run_record(s) for s in trained.shard]}
 
 
 def analyse_claim(opts: ClaimOptions, plan: ClaimPlan, measured: dict[str, dict], trained: Trained, est,
@@ -40,60 +41,46 @@ def analyse_claim(opts: ClaimOptions, plan: ClaimPlan, measured: dict[str, dict]
     seconds = time.perf_counter() - started
     for r in results.values():
         r["plan"].update(train_seconds=train_seconds, seconds=seconds)
-    agg = None
-    if plan.several:
-        named = {g.dataset.name: results[g.key] for g in plan.grids}
-        agg = finite_or_none(aggregate_claims(named, permutations=opts.permutations, seed=opts.stats_seed))
-    for g in plan.grids:  # each dataset's report
-        r = results[g.key]
-        r["text"] = format_layer_report(r) if g.units is not None else format_report(r)
     if not plan.several:
         return results[""]
+    named = {g.dataset.name: results[g.key] for g in plan.grids}
+    agg = aggregate_claims(named, permutations=opts.permutations, seed=opts.stats_seed)
     summary = {**plan.summary, "trained": sum(r["plan"]["trained"] for r in named.values()),
                "reused": sum(r["plan"]["reused"] for r in named.values())}
-    return {"config": plan.record, "plan": summary, "estimate": est, "datasets": named, "aggregate": agg,
-            "text": format_aggregate(agg)}
+    return {"config": plan.record, "plan": summary, "estimate": est, "datasets": named,
+            "aggregate": agg.to_json(), "text": format_aggregate(agg)}
 
 
-def analyse_dataset(opts: ClaimOptions, g: DatasetGrid, measured: dict, summaries: list[dict],
+def analyse_dataset(opts: ClaimOptions, g: DatasetGrid, measured: dict, summaries: list,
                     budget_sets: list, lrs: list[float], record: dict, est) -> dict:
     """One dataset's result (what its claim.json holds; `analyse_claim` adds its report under
     ``"text"``): the analysis of the claim's own runs (``lrs``: the learning rates they used), and the
     budgets' from every run (``summaries``)."""
-    every, summaries = summaries, [s for s in summaries if s["train"] in g.trains]  # the claim's own
-    runs = [_kept(s) for s in every]
-    reused = sum(s["reused"] for s in every)
+    every = [RunSummary.of(s) for s in summaries]
+    own = [s for s in every if s.train in g.trains]  # the claim's own runs
+    reused = sum(s.reused for s in every)
     plan = {"runs": len(g.runs), **counts(g.runs), "trains": g.trains, "lrs": opts.lr, "seeds": opts.seed,
             "steps": opts.steps, "trained": len(every) - reused, "reused": reused,
-            "budget_trains": g.budget_trains, "budget_runs": len(every) - len(summaries)}
-    common = dict(lrs=lrs, seeds=opts.seed, bootstrap=opts.bootstrap, permutations=opts.permutations,
-                  seed=opts.stats_seed)
-    if g.units is not None:
-        analysis = analyse_layers(measured, summaries, units=g.units, criteria=measured.get("unit_scores"),
-                                  **common)
-    else:
-        analysis = analyse(measured, summaries, components=opts.ranked, baseline=opts.baseline,
-                           extra=opts.extra_baselines, criteria=measured.get("criteria"), **common)
-    analysis["budgets"] = analyse_budgets(budget_sets, every, seeds=opts.seed,
-                                          unit="components" if g.units is None else "parameters")
+            "budget_trains": g.budget_trains, "budget_runs": len(every) - len(own)}
+    units = ClaimUnits.of(g.names, g.units)
+    criteria = (measured.get("unit_scores")  # a layer claim's, plasticity's included; a component claim's:
+                or {n: c["scores"] for n, c in (measured.get("criteria") or {}).items()})
+    analysis = analyse(measured, own, units=units, baseline=opts.baseline, extra=opts.extra_baselines,
+                       criteria=criteria, lrs=lrs, seeds=opts.seed, bootstrap=opts.bootstrap,
+                       permutations=opts.permutations, seed=opts.stats_seed)
+    analysis = dataclasses.replace(analysis, budgets=analyse_budgets(budget_sets, every, seeds=opts.seed,
+                                                                     unit=units.budget_unit))
     if opts.lr_auto:
         plan["lrs_run"] = lrs
     measurement = {k: measured[k] for k in MEASUREMENT_KEYS if k in measured}
-    return finite_or_none({"config": {**record, "data": g.dataset.spec}, "plan": plan, "estimate": est,
-                           "measurement": measurement, "analysis": analysis, "runs": runs})
+    result = finite({"config": {**record, "data": g.dataset.spec}, "plan": plan, "estimate": est,
+                     "measurement": measurement, "analysis": analysis.to_json(),
+                     "runs": [run_record(s) for s in every]})
+    return {**result, "text": format_report(analysis, Setup.of(result))}
 
 
-def _kept(summary: dict) -> dict:
+def run_record(s: RunSummary) -> dict:
     """What claim.json keeps of a run's summary."""
-    return {k: summary[k] for k in RUN_KEYS}
-
-
-def finite_or_none(obj):
-    """``obj`` with every non-finite float replaced by None (strict JSON; the reports print "nan")."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: finite_or_none(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [finite_or_none(v) for v in obj]
-    return obj
+    return {"train": s.train, "lr": s.lr, "seed": s.seed, "final_acc": s.final_acc,
+            "initial_acc": s.initial_acc, "trainable_params": s.trainable_params, "run_dir": s.run_dir,
+            "reused": s.reused}

@@ -23,6 +23,8 @@ import dataclasses
 
 import numpy as np
 
+from ..runs.summary import RunSummary
+
 
 def resample_counts(rng: np.random.Generator, n: int, replicates: int) -> np.ndarray:
     """``(replicates, n)`` multiplicities of a bootstrap resample of ``n`` units (each row sums to n)."""
@@ -30,18 +32,21 @@ def resample_counts(rng: np.random.Generator, n: int, replicates: int) -> np.nda
 
 
 # ------------------------------------------------------------------------------------------ accuracy
-def accuracy_cube(summaries: list[dict], trains: list[str], lrs: list[float], seeds: list[int]):
-    """``(acc (T, LR, S), initial (S,), params {train: n})`` from run summaries. A (train, lr) is run
-    for every seed or for none (``--lr auto`` widens one train's grid only): NaN marks one not run."""
+def accuracy_cube(summaries: list, trains: list[str], lrs: list[float], seeds: list[int], *,
+                  holdout: bool = False):
+    """``(acc (T, LR, S), initial (S,), params {train: n})`` from run summaries (`RunSummary`, or their
+    fields); ``holdout``: the accuracy on the held-out split instead of the final one. A (train, lr) is
+    run for every seed or for none (``--lr auto`` widens one train's grid only): NaN marks one not
+    run."""
     acc = np.full((len(trains), len(lrs), len(seeds)), np.nan)
     initial = np.full((len(seeds),), np.nan)
     params: dict[str, int] = {}
     ti, li, si = ({t: i for i, t in enumerate(trains)}, {float(v): i for i, v in enumerate(lrs)},
                   {s: i for i, s in enumerate(seeds)})
-    for s in summaries:
-        acc[ti[s["train"]], li[float(s["lr"])], si[int(s["seed"])]] = s["final_acc"]
-        initial[si[int(s["seed"])]] = s["initial_acc"]
-        params[s["train"]] = int(s["trainable_params"])
+    for s in map(RunSummary.of, summaries):
+        acc[ti[s.train], li[s.lr], si[s.seed]] = s.holdout_acc if holdout else s.final_acc
+        initial[si[s.seed]] = s.initial_acc
+        params[s.train] = s.trainable_params
     missing = np.isnan(acc)
     if (missing.any(-1) & ~missing.all(-1)).any() or missing.all(-1).all(-1).any():
         raise ValueError("accuracy_cube: a (train, lr, seed) combination has no summary")
@@ -86,12 +91,12 @@ def relative_gains(best: np.ndarray, head: int | None) -> np.ndarray:
     return (best - best[head]) / best[head]
 
 
-def holdout_cube(summaries: list[dict], trains: list[str], lrs: list[float], seeds: list[int]):
+def holdout_cube(summaries: list, trains: list[str], lrs: list[float], seeds: list[int]):
     """``(T, LR, S)`` accuracy on a validation split held out from the training data (the summaries'
     ``holdout_acc``), or None when a run has none (the runs of this version hold none)."""
-    if not summaries or any(s.get("holdout_acc") is None for s in summaries):
+    if not summaries or any(RunSummary.of(s).holdout_acc is None for s in summaries):
         return None
-    cube, _, _ = accuracy_cube([{**s, "final_acc": s["holdout_acc"]} for s in summaries], trains, lrs, seeds)
+    cube, _, _ = accuracy_cube(summaries, trains, lrs, seeds, holdout=True)
     return cube
 
 
@@ -106,11 +111,12 @@ def relative_gains_validated(acc: np.ndarray, holdout: np.ndarray | None, head: 
     return relative_gains(chosen, head)
 
 
-def relative_gain_table(summaries: list[dict], seeds: list[int]) -> tuple[dict, dict]:
+def relative_gain_table(summaries: list, seeds: list[int]) -> tuple[dict, dict]:
     """``({train: relative gain}, {train: trainable parameters})`` of every train of ``summaries``, each
     at the best of the lrs it was run at (`relative_gains`; NaN without a head-only run)."""
-    trains = list(dict.fromkeys(s["train"] for s in summaries))
-    lrs = sorted({float(s["lr"]) for s in summaries})
+    summaries = [RunSummary.of(s) for s in summaries]
+    trains = list(dict.fromkeys(s.train for s in summaries))
+    lrs = sorted({s.lr for s in summaries})
     acc, _, params = accuracy_cube(summaries, trains, lrs, seeds)
     best, _ = best_over_lrs(acc.mean(-1))
     gains = relative_gains(best, trains.index("head") if "head" in trains else None)
@@ -142,7 +148,7 @@ class Accuracy:
     holdout: bool
 
 
-def accuracy_samples(summaries: list[dict], trains: list[str], lrs: list[float], seeds: list[int], *,
+def accuracy_samples(summaries: list, trains: list[str], lrs: list[float], seeds: list[int], *,
                      ranked: int, baseline: str, seed_counts: np.ndarray) -> Accuracy:
     """The accuracy arrays (`Accuracy`) of ``trains``, whose first ``ranked`` are ranked by the claim;
     the gains' reference is the last train (``baseline="head"``) or the accuracy before finetuning
@@ -170,7 +176,8 @@ class Plasticity:
     """The plasticity arrays of the measured ``components`` (in measured order) over ``layers``:
     ``per_layer`` ``(C, L)`` and ``overall`` ``(C,)`` mean rates over all pairs (NaN without pairs),
     ``pairs`` ``(C,)`` (the fewest pairs of a layer) and ``excluded`` ``(C,)`` (identical or
-    non-finite pairs), and with chunk counts their bootstrap replicates ``per_layer_reps``
+    non-finite pairs), the same per layer ``layer_pairs``, ``layer_excluded`` ``(C, L)``, and with chunk
+    counts their bootstrap replicates ``per_layer_reps``
     ``(B, C, L)`` and ``overall_reps`` ``(B, C)`` (None without)."""
 
     components: list[str]
@@ -181,6 +188,8 @@ class Plasticity:
     excluded: np.ndarray
     per_layer_reps: np.ndarray | None
     overall_reps: np.ndarray | None
+    layer_pairs: np.ndarray | None = None
+    layer_excluded: np.ndarray | None = None
 
 
 # layout of the saved chunk statistics along their last axis: the result's first stat_fields (checked
@@ -212,7 +221,9 @@ def plasticity_samples(measured: dict, chunk_counts: np.ndarray | None = None) -
         overall=np.array([float(res.overall(c)) for c in res.components]),
         pairs=fields["count"].min(-1).astype(np.int64),
         excluded=(fields["identical"].sum(-1) + fields["nonfinite"].sum(-1)).astype(np.int64),
-        per_layer_reps=None if reps is None else reps[0], overall_reps=None if reps is None else reps[1])
+        per_layer_reps=None if reps is None else reps[0], overall_reps=None if reps is None else reps[1],
+        layer_pairs=fields["count"].astype(np.int64),
+        layer_excluded=(fields["identical"] + fields["nonfinite"]).astype(np.int64))
 
 
 def unit_means(measured: dict) -> np.ndarray:
@@ -232,11 +243,12 @@ class Samples:
     pair_chunks: int
 
 
-def claim_samples(measured: dict, summaries: list[dict], *, trains: list[str], ranked: int, lrs: list[float],
+def claim_samples(measured: dict, summaries: list, *, trains: list[str], ranked: int, lrs: list[float],
                   seeds: list[int], baseline: str, bootstrap: int, seed: int) -> Samples:
     """Every array of one claim's analysis: the seeds' and the chunks' bootstrap multiplicities drawn
     from one generator seeded ``seed`` (in that order), the accuracies of ``trains`` (`accuracy_samples`)
     and the plasticity of the measured chunks (`plasticity_samples`)."""
+    summaries = [RunSummary.of(s) for s in summaries]
     rng = np.random.default_rng(seed)
     seed_counts = resample_counts(rng, len(seeds), bootstrap)  # (B, S)
     chunk_counts = resample_counts(rng, int(measured["chunks"]), bootstrap)  # (B, K)

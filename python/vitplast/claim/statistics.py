@@ -23,6 +23,7 @@ Undefined values (a constant vector has no rank correlation; one seed has no t i
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import warnings
@@ -74,16 +75,45 @@ def kendall_tau_b(x, y) -> np.ndarray | float:
 STATISTICS = {"spearman": spearman, "kendall": kendall_tau_b}
 
 
-def _nan_result(observed: float) -> dict:
-    return {"observed": observed, "greater": math.nan, "two_sided": math.nan, "exact": None,
-            "permutations": 0}
+@dataclasses.dataclass(frozen=True)
+class PermutationTest:
+    """A statistic's ``observed`` value and its permutation p-values (``greater``: one-sided, H1 > 0;
+    ``two_sided``), whether every permutation was enumerated (``exact``, None when undefined) and how
+    many there were; a stratified test's number of ``strata``; with bootstrap replicates the
+    statistic's percentile ``interval`` and how many replicates define it (``defined``)."""
+
+    observed: float
+    greater: float
+    two_sided: float
+    exact: bool | None
+    permutations: int
+    strata: int | None = None
+    interval: tuple | None = None
+    defined: int | None = None
 
 
-def permutation_test(x, y, statistic, *, permutations: int = 10000, seed: int = 0) -> dict:
+@dataclasses.dataclass(frozen=True)
+class Association:
+    """How one score ranks the gains: ``spearman`` with its bootstrap ``interval``, ``kendall``, the
+    one-sided permutation p of Spearman (``p_greater``) and the ``partial`` Spearman with the size held
+    fixed (NaN: not computed or undefined)."""
+
+    spearman: float
+    interval: tuple | None = None
+    kendall: float = math.nan
+    p_greater: float = math.nan
+    partial: float = math.nan
+
+
+def _nan_result(observed: float, strata: int | None = None) -> PermutationTest:
+    return PermutationTest(observed, math.nan, math.nan, None, 0, strata)
+
+
+def permutation_test(x, y, statistic, *, permutations: int = 10000, seed: int = 0) -> PermutationTest:
     """p-values of ``statistic(x, y)`` under "y's order is exchangeable" (y unrelated to x), through
     ``scipy.stats.permutation_test(permutation_type="pairings")`` on y alone. Up to
     `EXACT_PERMUTATION_LIMIT` items every permutation is enumerated, beyond ``permutations``
-    random ones. Returns ``{"observed", "greater", "two_sided", "exact", "permutations"}``."""
+    random ones."""
     x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
     n = y.shape[-1]
     observed = float(statistic(x, y))
@@ -103,8 +133,7 @@ def permutation_test(x, y, statistic, *, permutations: int = 10000, seed: int = 
     hits_l = int((res.null_distribution <= observed + _tolerance(observed)).sum())
     less = hits_l / count if exact else (1 + hits_l) / (1 + count)
     greater = float(res.pvalue)
-    return {"observed": observed, "greater": greater, "two_sided": min(1.0, 2 * min(greater, less)),
-            "exact": exact, "permutations": count}
+    return PermutationTest(observed, greater, min(1.0, 2 * min(greater, less)), exact, count)
 
 
 def _tolerance(observed: float) -> float:
@@ -113,9 +142,9 @@ def _tolerance(observed: float) -> float:
 
 
 # ------------------------------------------------------------------------------------------ strata
-def within_strata(x, y, strata, statistic=spearman) -> dict:
+def within_strata(x, y, strata, statistic=spearman) -> tuple[dict, float]:
     """Per stratum ``statistic(x, y)`` and their size-weighted mean over the strata where it is
-    defined (the pooled within-stratum association). ``{"per_stratum": {s: value}, "pooled": v}``."""
+    defined (the pooled within-stratum association): ``({stratum: value}, pooled)``."""
     x, y, strata = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64), np.asarray(strata)
     per, num, den = {}, 0.0, 0
     for s in dict.fromkeys(strata.tolist()):
@@ -124,7 +153,7 @@ def within_strata(x, y, strata, statistic=spearman) -> dict:
         per[s] = v
         if math.isfinite(v):
             num, den = num + v * int(m.sum()), den + int(m.sum())
-    return {"per_stratum": per, "pooled": num / den if den else math.nan}
+    return per, num / den if den else math.nan
 
 
 def _pooled_null(x: np.ndarray, y_perm: np.ndarray, groups: list[np.ndarray], statistic) -> np.ndarray:
@@ -138,7 +167,7 @@ def _pooled_null(x: np.ndarray, y_perm: np.ndarray, groups: list[np.ndarray], st
 
 
 def stratified_permutation_test(x, y, strata, *, statistic=spearman, permutations: int = 10000,
-                                seed: int = 0) -> dict:
+                                seed: int = 0) -> PermutationTest:
     """Permutation test of the pooled within-stratum ``statistic`` (`within_strata`), ``y``
     permuted **only among rows of the same stratum**: between-stratum differences (e.g. of size) are
     held fixed, so only the association inside each stratum can make p small. Every combination of
@@ -150,9 +179,9 @@ def stratified_permutation_test(x, y, strata, *, statistic=spearman, permutation
         raise ValueError(f"stratified_permutation_test: x, y and strata must be 1-D of one length, got "
                          f"{x.shape}, {y.shape}, {strata.shape}")
     groups = [np.flatnonzero(strata == s) for s in dict.fromkeys(strata.tolist())]
-    observed = within_strata(x, y, strata, statistic)["pooled"]
+    _, observed = within_strata(x, y, strata, statistic)
     if not math.isfinite(observed):
-        return {**_nan_result(observed), "strata": len(groups)}
+        return _nan_result(observed, len(groups))
     count = math.prod(math.factorial(len(g)) for g in groups)
     if count <= EXACT_STRATIFIED_LIMIT:
         orders = np.empty((count, len(y)), dtype=np.int64)
@@ -173,8 +202,8 @@ def stratified_permutation_test(x, y, strata, *, statistic=spearman, permutation
         greater, less = hits_g / count, hits_l / count
     else:
         greater, less = (1 + hits_g) / (1 + permutations), (1 + hits_l) / (1 + permutations)
-    return {"observed": observed, "greater": greater, "two_sided": min(1.0, 2 * min(greater, less)),
-            "exact": exact, "permutations": len(orders), "strata": len(groups)}
+    return PermutationTest(observed, greater, min(1.0, 2 * min(greater, less)), exact, len(orders),
+                           len(groups))
 
 
 # ------------------------------------------------------------------------------------------ partial
@@ -254,30 +283,30 @@ def too_few_to_resample(**units: int) -> str | None:
 
 
 # ------------------------------------------------------------------------------------------ the claim's tests
-def rank_tests(x, y, x_reps=None, y_reps=None, *, permutations: int, seed: int, level: float = 0.95) -> dict:
+def rank_tests(x, y, x_reps=None, y_reps=None, *, permutations: int, seed: int,
+               level: float = 0.95) -> dict[str, PermutationTest]:
     """Every statistic of `STATISTICS` between ``x`` and ``y`` (1-D): its value, its `permutation_test`
     p-values (``greater``, ``two_sided``, ``exact``, ``permutations``) and, with bootstrap replicates
     ``x_reps``, ``y_reps`` ``(B, n)``, its `percentile_interval` over them (``interval``, None
-    without) and how many replicates define it (``defined``). ``{name: {...}}``."""
+    without) and how many replicates define it (``defined``), by statistic name."""
     out = {}
     for name, statistic in STATISTICS.items():
         perm = permutation_test(x, y, statistic, permutations=permutations, seed=seed)
         reps = None if x_reps is None else np.asarray(statistic(x_reps, y_reps))
-        out[name] = {**perm, "interval": None if reps is None else percentile_interval(reps, level),
-                     "defined": None if reps is None else int(np.isfinite(reps).sum())}
+        out[name] = perm if reps is None else dataclasses.replace(
+            perm, interval=percentile_interval(reps, level), defined=int(np.isfinite(reps).sum()))
     return out
 
 
-def association(x, y, y_reps, z, *, permutations: int, seed: int, level: float = 0.95) -> dict:
+def association(x, y, y_reps, z, *, permutations: int, seed: int, level: float = 0.95) -> Association:
     """How ``x`` ranks ``y`` (1-D, at least 3 items): ``spearman`` with its `percentile_interval` over
     the bootstrap replicates ``y_reps`` ``(B, n)`` of ``y`` (``interval``), ``kendall``, the one-sided
     permutation p of Spearman (``p_greater``) and the `partial_spearman` with ``z`` held fixed."""
     x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
     perm = permutation_test(x, y, spearman, permutations=permutations, seed=seed)
     reps = np.asarray(spearman(np.broadcast_to(x, y_reps.shape), y_reps))
-    return {"spearman": float(spearman(x, y)), "interval": percentile_interval(reps, level),
-            "kendall": float(kendall_tau_b(x, y)), "p_greater": perm["greater"],
-            "partial": float(partial_spearman(x, y, z))}
+    return Association(float(spearman(x, y)), percentile_interval(reps, level), float(kendall_tau_b(x, y)),
+                       perm.greater, float(partial_spearman(x, y, z)))
 
 
 def pooled_within(x: np.ndarray, ys: np.ndarray, strata: np.ndarray, statistic) -> np.ndarray:
@@ -296,7 +325,7 @@ def pooled_within(x: np.ndarray, ys: np.ndarray, strata: np.ndarray, statistic) 
 
 
 def within_association(x, y, strata, y_reps, z, *, permutations: int, seed: int,
-                       level: float = 0.95) -> dict:
+                       level: float = 0.95) -> Association:
     """`association` within strata: the pooled within-stratum Spearman (`pooled_within`, NaN with
     fewer than 3 items; then nothing else is computed) with its interval over ``y_reps``, the pooled
     Kendall, the one-sided `stratified_permutation_test` p and the `partial_spearman` over all items
@@ -304,22 +333,22 @@ def within_association(x, y, strata, y_reps, z, *, permutations: int, seed: int,
     x, y, strata = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64), np.asarray(strata)
     rho = float(pooled_within(x, y[None], strata, spearman)[0]) if len(x) >= 3 else math.nan
     if not math.isfinite(rho):
-        return {"spearman": rho}
+        return Association(rho)
     test = stratified_permutation_test(x, y, strata, permutations=permutations, seed=seed)
     reps = pooled_within(x, y_reps, strata, spearman)
-    return {"spearman": rho, "interval": percentile_interval(reps, level),
-            "kendall": float(pooled_within(x, y[None], strata, kendall_tau_b)[0]),
-            "p_greater": test["greater"], "partial": float(partial_spearman(x, y, z))}
+    kendall = float(pooled_within(x, y[None], strata, kendall_tau_b)[0])
+    return Association(rho, percentile_interval(reps, level), kendall, test.greater,
+                       float(partial_spearman(x, y, z)))
 
 
-def per_stratum_spearman(x, y, x_reps, y_reps, strata, level: float = 0.95) -> dict:
+def per_stratum_spearman(x, y, x_reps, y_reps, strata, level: float = 0.95) -> dict[str, Association]:
     """Spearman's rho of ``x`` and ``y`` within each stratum, with its `percentile_interval` over the
-    bootstrap replicates ``x_reps``, ``y_reps`` ``(B, n)``: ``{stratum: {"spearman", "interval"}}``."""
+    bootstrap replicates ``x_reps``, ``y_reps`` ``(B, n)``, by stratum."""
     out = {}
     for s in dict.fromkeys(strata.tolist()):
         m = strata == s
-        out[s] = {"spearman": float(spearman(x[m], y[m])),
-                  "interval": percentile_interval(np.asarray(spearman(x_reps[:, m], y_reps[:, m])), level)}
+        out[s] = Association(float(spearman(x[m], y[m])),
+                             percentile_interval(np.asarray(spearman(x_reps[:, m], y_reps[:, m])), level))
     return out
 
 

@@ -9,13 +9,15 @@ from pathlib import Path
 
 from vitplast_kernels.atomic_io import atomic_write_bytes
 
-from ..runs.rundir import write_json_atomic
-from .aggregate import plot_aggregate
+from ..outputs.result_files import write_result_json
+from .aggregate import Aggregate, plot_aggregate
 from .budget_report import plot_budgets
 from .grid import ClaimPlan
-from .layer_report import plot_layer_claim
+from .records import CLAIM_FORMAT, ClaimAnalysis, Setup
 from .report import plot_claim
 from .session import ClaimSession
+
+CRITERIA_FORMAT, AGGREGATE_FORMAT = ("vitplast-criteria", 1), ("vitplast-aggregate", 1)  # (kind, version)
 
 
 def write_claim(result: dict, plan: ClaimPlan, ses: ClaimSession, out: Path) -> dict:
@@ -25,22 +27,24 @@ def write_claim(result: dict, plan: ClaimPlan, ses: ClaimSession, out: Path) -> 
     ``result``."""
     reports = [(g, result["datasets"][g.dataset.name] if plan.several else result) for g in plan.grids]
     if ses.dist.is_main:
-        files = [(g.dataset.out, {"claim.json": {k: v for k, v in r.items() if k != "text"},
-                                  "criteria.json": criteria_record(r)}, {"claim.txt": r["text"]})
-                 for g, r in reports]
+        files = [(g.dataset.out, {"claim.json": ({k: v for k, v in r.items() if k != "text"}, CLAIM_FORMAT),
+                                  "criteria.json": (criteria_record(r), CRITERIA_FORMAT)},
+                  {"claim.txt": r["text"]}) for g, r in reports]
         if plan.several:
             record = {k: v for k, v in result.items() if k not in ("text", "datasets")}
-            files.append((out, {"aggregate.json": record}, {"aggregate.txt": result["text"]}))
+            files.append((out, {"aggregate.json": (record, AGGREGATE_FORMAT)},
+                          {"aggregate.txt": result["text"]}))
         for folder, records, texts in files:
-            for name, record in records.items():
-                write_json_atomic(folder / name, record)
+            for name, (record, (kind, version)) in records.items():
+                write_result_json(folder / name, record, kind=kind, version=version)
             for name, text in texts.items():
                 atomic_write_bytes(folder / name, (text + "\n").encode())
         for g, r in reports:
-            (plot_layer_claim if g.units is not None else plot_claim)(r, g.dataset.out / "claim.png")
-            plot_budgets(r, g.dataset.out / "budgets.png")
+            an = ClaimAnalysis.from_json(r["analysis"])
+            plot_claim(an, Setup.of(r), g.dataset.out / "claim.png")
+            plot_budgets(an, g.dataset.out / "budgets.png")
         if plan.several:
-            plot_aggregate(result["aggregate"], out / "aggregate.png")
+            plot_aggregate(Aggregate.from_json(result["aggregate"]), out / "aggregate.png")
     for g, r in reports:
         folder, counts = g.dataset.out, r["plan"]
         if not plan.several:
@@ -68,7 +72,7 @@ def criteria_record(result: dict) -> dict:
     kept = ("criterion", "budget", "relative_gain", "random_percentile", "train", "random_sets")
     budget_rows = [{k: r[k] for k in kept} for r in budgets.get("rows", [])]
     full = (budgets.get("full") or {}).get("relative_gain")
-    return {"format": "vitplast-criteria/1", "rows": rows, "budget_rows": budget_rows,
+    return {"rows": rows, "budget_rows": budget_rows,
             "budget_unit": budgets.get("unit"), "full_relative_gain": full,
             "note": "higher score = finetune first; p_value: one-sided permutation (H1: rho > 0); "
                     "partial_size: Spearman with the trainable-parameter count held fixed (null for size); "

@@ -146,15 +146,15 @@ def plot_grid(rows: Sequence[dict], folder) -> list[Path]:
     pts = [r for r in rows if "plasticity" in r]
     fig, ax = figure(1, 1, (6, 4.5))
     for r in pts:
-        ax[0, 0].errorbar(r["plasticity"], r["accuracy_gain"], yerr=r["acc_std"] if r["n"] >= 2 else None,
+        ax[0, 0].errorbar(r["plasticity"], r["gain_at_lr"], yerr=r["acc_std"] if r["n"] >= 2 else None,
                           fmt="o",
                           color=component_color(r["train"]), capsize=3, ms=7)
         label = r["train"] + (" (n = 1)" if mark and r["n"] < 2 else "")
-        ax[0, 0].annotate(label, (r["plasticity"], r["accuracy_gain"]), textcoords="offset points",
+        ax[0, 0].annotate(label, (r["plasticity"], r["gain_at_lr"]), textcoords="offset points",
                           xytext=(5, 5),
                           color=component_color(r["train"]), fontsize=9)
     ax[0, 0].margins(x=0.15, y=0.15)
-    over = rows[0]["accuracy_gain_over"] if rows else "initial"
+    over = rows[0]["gain_at_lr_over"] if rows else "initial"
     ax[0, 0].set(xlabel="plasticity before finetuning", title=f"plasticity vs accuracy gain ({note})",
                  ylabel=f"accuracy gain over {'linear probing' if over == 'head' else 'start'}")
     ax[0, 0].grid(alpha=0.3)

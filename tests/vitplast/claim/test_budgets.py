@@ -18,6 +18,7 @@ from vitplast.claim.budgets import (
     maximal_sets,
     upper_bound,
 )
+from vitplast.claim.records import encode
 from vitplast.claim.statistics import percentile_of_score
 
 FIVE = ["MHA", "FC1", "FC2", "LN1", "LN2"]
@@ -109,7 +110,7 @@ def test_analyse_budgets_relative_gain_and_percentile_by_hand():
            "A": {0.1: [0.6, 0.8]}, "B": {0.1: [0.5, 0.5]}, "C": {0.1: [0.75, 0.75]},
            "full": {0.1: [0.9, 0.9]}}
     sets = [BudgetSets(1, {"plasticity": "A", "size": "B", "attention": None}, ("A", "B", "C"), True)]
-    out = analyse_budgets(sets, _summaries(acc), seeds=[0, 1], unit="components")
+    out = encode(analyse_budgets(sets, _summaries(acc), seeds=[0, 1], unit="components"))
     rows = {r["criterion"]: r for r in out["rows"]}
     assert rows["plasticity"]["relative_gain"] == pytest.approx(0.4)  # (0.7 - 0.5) / 0.5
     assert rows["size"]["relative_gain"] == pytest.approx(0.0)

@@ -6,20 +6,28 @@ import json
 
 import pytest
 from test_claim_end_to_end import _made_up
-from vitplast.claim.analysis import analyse
+from vitplast.claim.analysis import analyse as typed_analysis
+from vitplast.claim.records import ClaimAnalysis
 from vitplast.claim.report import criteria_lines
+from vitplast.claim.units import ClaimUnits
+
+
+def analyse(*args, **kwargs) -> dict:
+    """The analysis as claim.json holds it."""
+    return typed_analysis(*args, **kwargs).to_json()
 
 
 def _analysed(criteria):
     measured, summaries = _made_up()
-    return analyse(measured, summaries, components=["MHA", "FC1", "LN1"], lrs=[1e-3, 1e-2], seeds=[0, 1],
+    return analyse(measured, summaries, units=ClaimUnits.whole(["MHA", "FC1", "LN1"]),
+                 lrs=[1e-3, 1e-2], seeds=[0, 1],
                    bootstrap=100, criteria=criteria)
 
 
 def test_each_criterion_is_correlated_with_the_gains():
-    an = _analysed({"size": {"scores": {"MHA": 100, "FC1": 80, "LN1": 8}, "seconds": 0.5},
-                    "rgn": {"scores": {"MHA": 0.1, "FC1": 0.2, "LN1": 0.3}, "seconds": 1.5},
-                    "spectral": {"scores": {"MHA": 2.0, "FC1": 3.0, "LN1": None}, "seconds": 0.2}})
+    an = _analysed({"size": {"MHA": 100, "FC1": 80, "LN1": 8},
+                    "rgn": {"MHA": 0.1, "FC1": 0.2, "LN1": 0.3},
+                    "spectral": {"MHA": 2.0, "FC1": 3.0, "LN1": None}})
     rows = {r["criterion"]: r for r in an["criteria"]}
     assert list(rows) == ["plasticity", "size", "rgn", "spectral"]
     # gains rank MHA > FC1 > LN1, as plasticity (3, 2, 1) and size do; rgn ranks them the other way
@@ -33,12 +41,12 @@ def test_each_criterion_is_correlated_with_the_gains():
     # 2 seeds: no bootstrap interval for any criterion
     assert all(r["spearman_ci"] == [None, None] for r in rows.values())
     assert all(r["granularity"] == "component" for r in rows.values())
-    text = "\n".join(criteria_lines(an["criteria"]))
+    text = "\n".join(criteria_lines(ClaimAnalysis.from_json(an).criteria))
     assert "criteria vs accuracy gain" in text and "rgn" in text and "[no interval]" in text
 
 
 def test_partial_on_size_vanishes_when_size_ranks_like_the_gains():
-    an = _analysed({"cka": {"scores": {"MHA": 0.9, "FC1": 0.1, "LN1": 0.5}, "seconds": 0.1}})
+    an = _analysed({"cka": {"MHA": 0.9, "FC1": 0.1, "LN1": 0.5}})
     row = an["criteria"][1]
     assert row["criterion"] == "cka" and row["spearman"] == pytest.approx(0.5)
     # sizes 100 > 80 > 8 rank as the gains do: nothing is left for cka to explain
@@ -50,10 +58,10 @@ def test_mha_is_tested_over_dataset_and_seed_pairs_across_datasets():
 
     results = {name: {"config": {"data": name}, "analysis": _analysed(None)} for name in ("a", "b")}
     agg = aggregate_claims(results, permutations=50)
-    fc1 = agg["mha_tests"]["comparisons"]["FC1"]
-    assert fc1["n"] == 4  # 2 datasets x 2 seeds
-    assert fc1["mean_difference"] == pytest.approx(0.25)  # MHA 0.9/1.0 vs FC1 0.7/0.7, twice
-    assert fc1["wilcoxon_p_holm"] >= fc1["wilcoxon_p"]
+    fc1 = agg.mha_tests.comparisons["FC1"]
+    assert fc1.n == 4  # 2 datasets x 2 seeds
+    assert fc1.mean_difference == pytest.approx(0.25)  # MHA 0.9/1.0 vs FC1 0.7/0.7, twice
+    assert fc1.wilcoxon_p_holm >= fc1.wilcoxon_p
     assert "vs FC1" in format_aggregate(agg) and "n = 4" in format_aggregate(agg)
 
 

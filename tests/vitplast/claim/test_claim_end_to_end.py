@@ -11,8 +11,14 @@ import pytest
 import torch
 from helpers import Killed, collecting, kill_after, quiet
 from vitplast.claim import claim
-from vitplast.claim.analysis import analyse
+from vitplast.claim.analysis import analyse as typed_analysis
+from vitplast.claim.units import ClaimUnits
 from vitplast.cli import main as cli_main
+
+
+def analyse(*args, **kwargs) -> dict:
+    """The analysis as claim.json holds it."""
+    return typed_analysis(*args, **kwargs).to_json()
 
 
 # ------------------------------------------------------------------------------------------ analysis
@@ -38,17 +44,18 @@ def _made_up(plasticity=(3.0, 2.0, 1.0), chunks=2, seeds=2):
 
 def test_analysis_gains_best_lr_and_correlations_by_hand():
     measured, summaries = _made_up()
-    an = analyse(measured, summaries, components=["MHA", "FC1", "LN1"], lrs=[1e-3, 1e-2], seeds=[0, 1],
+    an = analyse(measured, summaries, units=ClaimUnits.whole(["MHA", "FC1", "LN1"]),
+                 lrs=[1e-3, 1e-2], seeds=[0, 1],
                  bootstrap=300)
     rows = {r["component"]: r for r in an["rows"]}
     assert rows["MHA"]["lr"] == 1e-2 and rows["FC1"]["lr"] == 1e-3 and an["baseline"]["lr"] == 1e-3
     # paired per-seed gains over the head's best lr (seeds: 0.5, 0.6)
-    assert rows["MHA"]["accuracy_gain_per_seed"] == pytest.approx([0.4, 0.4])
-    assert rows["FC1"]["accuracy_gain_per_seed"] == pytest.approx([0.2, 0.1])
-    assert rows["LN1"]["accuracy_gain_per_seed"] == pytest.approx([0.0, 0.05])
-    assert rows["MHA"]["accuracy_gain"]["ci"] == pytest.approx([0.4, 0.4])
+    assert rows["MHA"]["best_lr_gain_per_seed"] == pytest.approx([0.4, 0.4])
+    assert rows["FC1"]["best_lr_gain_per_seed"] == pytest.approx([0.2, 0.1])
+    assert rows["LN1"]["best_lr_gain_per_seed"] == pytest.approx([0.0, 0.05])
+    assert rows["MHA"]["best_lr_gain"]["ci"] == pytest.approx([0.4, 0.4])
     half = 12.706204736 * 0.05  # t(1) * sem of [0.2, 0.1]
-    assert rows["FC1"]["accuracy_gain"]["ci"] == pytest.approx([0.15 - half, 0.15 + half])
+    assert rows["FC1"]["best_lr_gain"]["ci"] == pytest.approx([0.15 - half, 0.15 + half])
     assert rows["FC1"]["accuracy"]["ci"] == pytest.approx([0.7, 0.7])
     assert rows["LN1"]["accuracy"]["ci"][1] == 1.0  # cut to what an accuracy can be
     assert rows["MHA"]["plasticity"] == pytest.approx(3.0)
@@ -64,11 +71,11 @@ def test_analysis_gains_best_lr_and_correlations_by_hand():
     assert rows["MHA"]["relative_gain"] == pytest.approx((0.95 - 0.55) / 0.55)
     assert rows["LN1"]["relative_gain"] == pytest.approx((0.575 - 0.55) / 0.55)
     assert rows["MHA"]["relative_gain_validated"] is None  # the runs hold no held-out accuracy
-    assert rows["FC1"]["accuracy_gain"]["n"] == 2 and rows["LN1"]["accuracy"]["clipped"] == "both"
+    assert rows["FC1"]["best_lr_gain"]["n"] == 2 and rows["LN1"]["accuracy"]["clipped"] == "both"
     mha = an["mha_tests"]["comparisons"]
     assert set(mha) == {"FC1", "LN1"} and mha["FC1"]["n"] == 2
     assert mha["FC1"]["mean_difference"] == pytest.approx(0.25)
-    assert an["ranking"]["accuracy_gain"] == ["MHA", "FC1", "LN1"]
+    assert an["ranking"]["best_lr_gain"] == ["MHA", "FC1", "LN1"]
     assert "not established" in an["verdict"] and "0.167" in an["verdict"]
     assert "no bootstrap interval" in an["verdict"]
     # sizes 100 > 80 > 8 rank like the gains: the rival predictor is reported beside plasticity
@@ -79,11 +86,12 @@ def test_analysis_gains_best_lr_and_correlations_by_hand():
 def test_analysis_initial_baseline_and_reversed_plasticity():
     measured, summaries = _made_up(plasticity=(1.0, 2.0, 3.0))
     summaries = [s for s in summaries if s["train"] != "head"]
-    an = analyse(measured, summaries, components=["MHA", "FC1", "LN1"], lrs=[1e-3, 1e-2], seeds=[0, 1],
+    an = analyse(measured, summaries, units=ClaimUnits.whole(["MHA", "FC1", "LN1"]),
+                 lrs=[1e-3, 1e-2], seeds=[0, 1],
                  baseline="initial", bootstrap=300)
     rows = {r["component"]: r for r in an["rows"]}
-    assert rows["MHA"]["accuracy_gain_per_seed"] == pytest.approx([0.7, 0.7])  # best lr minus (0.2, 0.3)
-    assert rows["LN1"]["accuracy_gain_per_seed"] == pytest.approx([0.3, 0.35])
+    assert rows["MHA"]["best_lr_gain_per_seed"] == pytest.approx([0.7, 0.7])  # best lr minus (0.2, 0.3)
+    assert rows["LN1"]["best_lr_gain_per_seed"] == pytest.approx([0.3, 0.35])
     assert an["correlations"]["spearman"]["value"] == pytest.approx(-1.0)
     assert an["correlations"]["spearman"]["p_greater"] == pytest.approx(1.0)
     assert an["trend"]["slope"] < 0
@@ -95,7 +103,8 @@ def test_analysis_bootstrap_moves_with_noisy_seeds():
     for s in summaries:
         if s["train"] == "LN1" and s["lr"] == 1e-3:
             s["final_acc"] = [0.5, 0.95][s["seed"] % 2]
-    an = analyse(measured, summaries, components=["MHA", "FC1", "LN1"], lrs=[1e-3, 1e-2],
+    an = analyse(measured, summaries, units=ClaimUnits.whole(["MHA", "FC1", "LN1"]),
+                 lrs=[1e-3, 1e-2],
                  seeds=list(range(5)), bootstrap=400)
     lo, hi = an["correlations"]["spearman"]["ci"]
     assert lo < 1.0 and hi == pytest.approx(1.0)
@@ -105,6 +114,7 @@ def test_analysis_bootstrap_moves_with_noisy_seeds():
 
 
 def test_report_labels_its_intervals():
+    from vitplast.claim.records import Correlation
     from vitplast.claim.report import _ci, disagreement_lines, t_ci
 
     assert _ci([None, None], ".2f") == "[no interval]"
@@ -114,8 +124,8 @@ def test_report_labels_its_intervals():
     assert t_ci({"ci": [None, None], "n": 1}, ".2f") == "(n=1: no interval)"
     assert t_ci({"ci": [0.2, 0.2], "n": 2}, ".2f").startswith("[0.20: no spread]")
     # an interval excluding 0 beside p >= 0.05: the report says what each answers
-    assert "different questions" in disagreement_lines({"ci": [0.5, 0.6], "p_greater": 0.175})[0]
-    assert disagreement_lines({"ci": [-0.2, 0.6], "p_greater": 0.175}) == []
+    assert "different questions" in disagreement_lines(Correlation(0.5, [0.5, 0.6], 0.175))[0]
+    assert disagreement_lines(Correlation(0.5, [-0.2, 0.6], 0.175)) == []
 
 
 # ------------------------------------------------------------------------------------------ end to end
@@ -159,7 +169,7 @@ def test_claim_end_to_end_writes_reports(whole):
     for r in saved["analysis"]["rows"]:
         assert r["plasticity"] > 0 and r["plasticity_ci"][0] <= r["plasticity"] <= r["plasticity_ci"][1]
         assert len(r["plasticity_per_layer"]) == 2 and r["trainable_params"] > 0
-        assert len(r["accuracy_gain_per_seed"]) == 2
+        assert len(r["best_lr_gain_per_seed"]) == 2
     assert set(saved["analysis"]["other_measured"]) == {"LN2", "FC2"}  # measured, not finetuned
     assert -1 <= saved["analysis"]["correlations"]["spearman"]["value"] <= 1
     assert saved["analysis"]["correlations"]["kendall"]["permutations"] == 6

@@ -150,6 +150,7 @@ def test_grid_options_bad_input_is_one_line_and_exit_2(args, message, tmp_path, 
 def test_baselines_beside_the_components_get_accuracy_and_gain_not_rank():
     import numpy as np
     from vitplast.claim.analysis import analyse
+    from vitplast.claim.units import ClaimUnits
 
     stats = np.zeros((2, 3, 1, 5))
     for c, p in enumerate((3.0, 2.0, 1.0)):
@@ -159,11 +160,12 @@ def test_baselines_beside_the_components_get_accuracy_and_gain_not_rank():
     acc = {"MHA": [0.8, 0.9], "FC1": [0.7, 0.7], "LN1": [0.5, 0.6], "full": [0.95, 0.85], "head": [0.5, 0.6]}
     summaries = [{"train": t, "lr": 1e-3, "seed": s, "final_acc": a[s], "initial_acc": 0.2,
                   "trainable_params": {"full": 1000}.get(t, 10)} for t, a in acc.items() for s in (0, 1)]
-    an = analyse(measured, summaries, components=["MHA", "FC1", "LN1"], extra=["full"], lrs=[1e-3],
-                 seeds=[0, 1], bootstrap=50)
+    an = analyse(measured, summaries, units=ClaimUnits.whole(["MHA", "FC1", "LN1"]), extra=["full"],
+                 lrs=[1e-3],
+                 seeds=[0, 1], bootstrap=50).to_json()
     (full,) = an["baselines"]
     assert full["train"] == "full" and full["trainable_params"] == 1000
-    assert full["accuracy_gain_per_seed"] == pytest.approx([0.45, 0.25])
+    assert full["best_lr_gain_per_seed"] == pytest.approx([0.45, 0.25])
     assert full["accuracy"]["mean"] == pytest.approx(0.9)
     assert [r["component"] for r in an["rows"]] == ["MHA", "FC1", "LN1"]  # full is not ranked
-    assert an["ranking"]["accuracy_gain"] == ["MHA", "FC1", "LN1"]
+    assert an["ranking"]["best_lr_gain"] == ["MHA", "FC1", "LN1"]

@@ -11,10 +11,16 @@ import numpy as np
 import pytest
 from helpers import Killed, collecting, kill_after, quiet
 from vitplast.claim import claim
-from vitplast.claim.layers import analyse_layers, units_of
+from vitplast.claim.analysis import analyse as typed_analysis
 from vitplast.claim.lr_auto import lrs_run, widen, widen_groups
 from vitplast.claim.samples import accuracy_cube, lr_edge
+from vitplast.claim.units import ClaimUnits, units_of
 from vitplast.cli import main as cli_main
+
+
+def analyse(*args, **kwargs) -> dict:
+    """The analysis as claim.json holds it."""
+    return typed_analysis(*args, **kwargs).to_json()
 
 
 def _made_up():
@@ -42,11 +48,12 @@ def _made_up():
 def test_analysis_within_type_and_partial_by_hand():
     measured, summaries = _made_up()
     units = units_of(measured, ["MHA", "LN1"])
-    an = analyse_layers(measured, summaries, units=units, lrs=[1e-3, 1e-2], seeds=[0, 1], bootstrap=100,
+    an = analyse(measured, summaries, units=ClaimUnits.per_layer(units), lrs=[1e-3, 1e-2], seeds=[0, 1],
+                 bootstrap=100,
                         permutations=500)
     assert [r["unit"] for r in an["rows"]] == ["MHA@0", "MHA@1", "MHA@2", "LN1@0", "LN1@1", "LN1@2"]
     assert [r["plasticity"] for r in an["rows"]] == pytest.approx([0.5, 1.0, 1.5, 0.2, 0.4, 0.6])
-    gains = [r["accuracy_gain"]["mean"] for r in an["rows"]]
+    gains = [r["best_lr_gain"]["mean"] for r in an["rows"]]
     assert gains == pytest.approx([0.01, 0.02, 0.03, 0.10, 0.11, 0.12])
     w = an["within_type"]
     # within each type the orders agree: pooled rho 1, and of the 3! x 3! = 36 within-type
@@ -73,7 +80,8 @@ def test_criteria_rows_within_types_by_hand():
         "spectral": {"MHA@0": 1.0, "MHA@1": 2.0, "MHA@2": 3.0},  # undefined on LayerNorms
         "size": {"MHA@0": 105, "MHA@1": 105, "MHA@2": 105, "LN1@0": 13, "LN1@1": 13, "LN1@2": 13},
     }
-    an = analyse_layers(measured, summaries, units=units, lrs=[1e-3, 1e-2], seeds=[0, 1], bootstrap=100,
+    an = analyse(measured, summaries, units=ClaimUnits.per_layer(units), lrs=[1e-3, 1e-2], seeds=[0, 1],
+                 bootstrap=100,
                         permutations=500, criteria=criteria)
     rows = {r["criterion"]: r for r in an["criteria"]}
     assert all(r["granularity"] == "layer" for r in rows.values())
@@ -117,7 +125,7 @@ def test_layer_claim_end_to_end(whole):
     an = saved["analysis"]
     assert [r["unit"] for r in an["rows"]] == ["MHA@0", "MHA@1", "LN1@0", "LN1@1"]
     for r in an["rows"]:
-        assert r["plasticity"] > 0 and r["trainable_params"] > 0 and len(r["accuracy_gain_per_seed"]) == 2
+        assert r["plasticity"] > 0 and r["trainable_params"] > 0 and len(r["best_lr_gain_per_seed"]) == 2
     assert set(an["within_type"]["per_type"]) == {"MHA", "LN1"}
     assert an["within_type"]["exact"] and an["within_type"]["permutations"] == 4  # (2!)^2
     assert "spearman" in an["partial"]

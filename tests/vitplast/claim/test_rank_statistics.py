@@ -37,27 +37,27 @@ def test_ranks_and_correlations_by_hand():
 def test_exact_permutation_p_countable():
     # 4 items in the observed order: only the identity reaches rho = 1 -> p = 1/24
     res = S.permutation_test([1, 2, 3, 4], [10, 20, 30, 40], S.spearman)
-    assert res["exact"] and res["permutations"] == 24
-    assert res["greater"] == pytest.approx(1 / 24) and res["two_sided"] == pytest.approx(2 / 24)
+    assert res.exact and res.permutations == 24
+    assert res.greater == pytest.approx(1 / 24) and res.two_sided == pytest.approx(2 / 24)
     # Kendall: tau = 1 only for the identity as well
-    assert S.permutation_test([1, 2, 3], [3, 5, 9], S.kendall_tau_b)["greater"] == pytest.approx(1 / 6)
-    assert math.isnan(S.permutation_test([1, 2, 3], [1, 1, 1], S.spearman)["greater"])
+    assert S.permutation_test([1, 2, 3], [3, 5, 9], S.kendall_tau_b).greater == pytest.approx(1 / 6)
+    assert math.isnan(S.permutation_test([1, 2, 3], [1, 1, 1], S.spearman).greater)
 
 
 def test_two_sided_is_scipys_twice_the_smaller_tail():
     # an asymmetric null: statistic = y[0]; observed 3 of [3, 1, 2] -> greater 1/3, less 3/3
     res = S.permutation_test([0, 0, 0], [3, 1, 2], lambda x, y: np.asarray(y)[..., 0])
-    assert res["greater"] == pytest.approx(1 / 3) and res["two_sided"] == pytest.approx(2 / 3)
+    assert res.greater == pytest.approx(1 / 3) and res.two_sided == pytest.approx(2 / 3)
     ref = sps.permutation_test(([3.0, 1.0, 2.0],), lambda y, axis=-1: y[..., 0], vectorized=True,
                                permutation_type="pairings", alternative="two-sided")
-    assert res["two_sided"] == pytest.approx(ref.pvalue)
+    assert res.two_sided == pytest.approx(ref.pvalue)
 
 
 def test_sampled_permutation_beyond_the_exact_limit():
     x = np.arange(12.0)
     res = S.permutation_test(x, x, S.spearman, permutations=500, seed=3)
-    assert not res["exact"] and res["permutations"] == 500
-    assert res["greater"] == pytest.approx(1 / 501)  # (1 + 0 hits) / (1 + 500)
+    assert not res.exact and res.permutations == 500
+    assert res.greater == pytest.approx(1 / 501)  # (1 + 0 hits) / (1 + 500)
 
 
 def test_stratified_two_types_exact_p():
@@ -67,16 +67,16 @@ def test_stratified_two_types_exact_p():
     x = [0.5, 1.0, 1.5, 0.1, 0.2, 0.3]
     y = [0.01, 0.02, 0.03, 0.30, 0.40, 0.50]  # LN1 gains all larger: no size confound inside types
     res = S.stratified_permutation_test(x, y, strata)
-    assert res["exact"] and res["permutations"] == 36 and res["strata"] == 2
-    assert res["observed"] == pytest.approx(1) and res["greater"] == pytest.approx(1 / 36)
-    assert res["two_sided"] == pytest.approx(2 / 36)
-    w = S.within_strata(x, y, strata)
-    assert w["per_stratum"] == {"MHA": pytest.approx(1), "LN1": pytest.approx(1)}
+    assert res.exact and res.permutations == 36 and res.strata == 2
+    assert res.observed == pytest.approx(1) and res.greater == pytest.approx(1 / 36)
+    assert res.two_sided == pytest.approx(2 / 36)
+    per_stratum, _ = S.within_strata(x, y, strata)
+    assert per_stratum == {"MHA": pytest.approx(1), "LN1": pytest.approx(1)}
     # per-stratum rho over 3! orders is 1, .5, .5, -.5, -.5, -1: pooled >= 0.75 needs (1, 1) or
     # (1, .5) / (.5, 1): 1 + 2 + 2 = 5 of 36
     y2 = [0.01, 0.02, 0.03, 0.30, 0.50, 0.40]  # LN1 order (1, 3, 2): rho 0.5
     res2 = S.stratified_permutation_test(x, y2, strata)
-    assert res2["observed"] == pytest.approx(0.75) and res2["greater"] == pytest.approx(5 / 36)
+    assert res2.observed == pytest.approx(0.75) and res2.greater == pytest.approx(5 / 36)
 
 
 def test_stratified_ignores_between_type_differences():
@@ -87,14 +87,14 @@ def test_stratified_ignores_between_type_differences():
     y = [3, 2, 1, 11, 12, 13]
     assert S.spearman(x, y) > 0.7
     res = S.stratified_permutation_test(x, y, strata)
-    assert res["observed"] == pytest.approx(0) and res["greater"] > 0.5
+    assert res.observed == pytest.approx(0) and res.greater > 0.5
 
 
 def test_stratified_sampled_and_errors():
     rng = np.random.default_rng(0)
     res = S.stratified_permutation_test(rng.random(20), rng.random(20), list("abcde") * 4,
                                         permutations=300, seed=1)
-    assert not res["exact"] and res["permutations"] == 300 and 0 < res["greater"] <= 1
+    assert not res.exact and res.permutations == 300 and 0 < res.greater <= 1
     with pytest.raises(ValueError, match="1-D of one length"):
         S.stratified_permutation_test([1, 2], [1, 2, 3], ["a", "a", "a"])
 
@@ -139,8 +139,8 @@ def test_agrees_with_the_previous_hand_written_statistics():
     assert S.spearman(p, g) == pytest.approx(0.9) and S.kendall_tau_b(p, g) == pytest.approx(0.8)
     for fn in (S.spearman, S.kendall_tau_b):
         res = S.permutation_test(p, g, fn)
-        assert res["exact"] and res["permutations"] == 120
-        assert res["greater"] == pytest.approx(5 / 120) and res["two_sided"] == pytest.approx(10 / 120)
+        assert res.exact and res.permutations == 120
+        assert res.greater == pytest.approx(5 / 120) and res.two_sided == pytest.approx(10 / 120)
     assert S.t_interval(g) == pytest.approx((0.0354, -0.008036949053217994, 0.078836949053218), abs=1e-12)
     slope, intercept = S.theil_sen(p, g)
     assert slope == pytest.approx(0.12271874999999999)
@@ -177,26 +177,26 @@ def test_kendall_tau_b_by_hand_with_ties():
 def test_permutation_p_values_by_enumeration():
     # n = 3, spearman over the 6 orders: 1, .5, .5, -.5, -.5, -1
     p = permutation_test([1, 2, 3], [1, 2, 3], spearman)
-    assert p["exact"] and p["permutations"] == 6
-    assert p["greater"] == pytest.approx(1 / 6) and p["two_sided"] == pytest.approx(2 / 6)
+    assert p.exact and p.permutations == 6
+    assert p.greater == pytest.approx(1 / 6) and p.two_sided == pytest.approx(2 / 6)
     # n = 4, tau = 2/3 (1 inversion); inversions of the 24 orders: 1, 3, 5, 6, 5, 3, 1 for 0..6
     p = permutation_test([1, 2, 3, 4], [1, 2, 4, 3], kendall_tau_b)
-    assert p["greater"] == pytest.approx(4 / 24) and p["two_sided"] == pytest.approx(8 / 24)
+    assert p.greater == pytest.approx(4 / 24) and p.two_sided == pytest.approx(8 / 24)
     # a tie in y: the observed statistic counts itself and the orders that equal it
     p = permutation_test([1, 2, 3], [1, 2, 2], spearman)
-    assert p["observed"] == pytest.approx(math.sqrt(3) / 2)
-    assert p["greater"] == pytest.approx(2 / 6)  # identity and swapping the tied pair
+    assert p.observed == pytest.approx(math.sqrt(3) / 2)
+    assert p.greater == pytest.approx(2 / 6)  # identity and swapping the tied pair
     p = permutation_test([1, 2, 3], [5, 5, 5], spearman)
-    assert math.isnan(p["greater"])
+    assert math.isnan(p.greater)
 
 
 def test_permutation_beyond_enumeration_draws_at_random():
     x = np.arange(9.0)
     p = permutation_test(x, x, spearman, permutations=999, seed=1)
-    assert not p["exact"] and p["permutations"] == 999
-    assert p["greater"] == pytest.approx(1 / 1000, abs=2 / 1000)  # 1/9! of the orders reach rho = 1
+    assert not p.exact and p.permutations == 999
+    assert p.greater == pytest.approx(1 / 1000, abs=2 / 1000)  # 1/9! of the orders reach rho = 1
     q = permutation_test(x, x[::-1].copy(), spearman, permutations=999, seed=1)
-    assert q["greater"] == pytest.approx(1.0)
+    assert q.greater == pytest.approx(1.0)
 
 
 def test_t_interval_and_percentiles():
@@ -228,7 +228,7 @@ def test_enumerated_permutations_match_itertools():
     null = [spearman(x, y[list(p)]) for p in itertools.permutations(range(4))]
     obs = spearman(x, y)
     p = permutation_test(x, y, spearman)
-    assert p["greater"] == pytest.approx(np.mean([v >= obs - 1e-12 for v in null]))
+    assert p.greater == pytest.approx(np.mean([v >= obs - 1e-12 for v in null]))
 
 
 def test_the_analyses_tests_by_hand():
@@ -236,26 +236,26 @@ def test_the_analyses_tests_by_hand():
     reps = np.array([[1.0, 2.0, 3.0, 4.0], [4.0, 3.0, 2.0, 1.0]])  # one replicate agrees, one reverses
     tests = S.rank_tests(x, y, np.array([x, x]), reps, permutations=100, seed=0)
     sp = tests["spearman"]
-    assert sp["observed"] == pytest.approx(1) and sp["exact"] and sp["greater"] == pytest.approx(1 / 24)
-    assert sp["interval"] == pytest.approx((-0.95, 0.95)) and sp["defined"] == 2
-    assert tests["kendall"]["observed"] == pytest.approx(1)
-    assert S.rank_tests(x, y, permutations=100, seed=0)["spearman"]["interval"] is None
+    assert sp.observed == pytest.approx(1) and sp.exact and sp.greater == pytest.approx(1 / 24)
+    assert sp.interval == pytest.approx((-0.95, 0.95)) and sp.defined == 2
+    assert tests["kendall"].observed == pytest.approx(1)
+    assert S.rank_tests(x, y, permutations=100, seed=0)["spearman"].interval is None
     # association: the same tests of a criterion, and its partial Spearman with z held fixed
     z = [4.0, 1.0, 3.0, 2.0]
     assoc = S.association(x, y, reps, z, permutations=100, seed=0)
-    assert assoc["spearman"] == pytest.approx(1) and assoc["kendall"] == pytest.approx(1)
-    assert assoc["p_greater"] == pytest.approx(1 / 24) and assoc["interval"] == pytest.approx((-0.95, 0.95))
-    assert assoc["partial"] == pytest.approx(S.partial_spearman(x, y, z))
+    assert assoc.spearman == pytest.approx(1) and assoc.kendall == pytest.approx(1)
+    assert assoc.p_greater == pytest.approx(1 / 24) and assoc.interval == pytest.approx((-0.95, 0.95))
+    assert assoc.partial == pytest.approx(S.partial_spearman(x, y, z))
     # within strata: each stratum ordered alike, the 3! x 3! within-stratum orders, one reaching it
     strata = np.array(list("aaabbb"))
     xs, ys = np.array([1.0, 2, 3, 1, 2, 3]), np.array([5.0, 6, 7, 1, 2, 3])
     within = S.within_association(xs, ys, strata, ys[None], np.ones(6), permutations=100, seed=0)
-    assert within["spearman"] == pytest.approx(1) and within["p_greater"] == pytest.approx(1 / 36)
-    assert within["kendall"] == pytest.approx(1) and within["interval"] == pytest.approx((1, 1))
+    assert within.spearman == pytest.approx(1) and within.p_greater == pytest.approx(1 / 36)
+    assert within.kendall == pytest.approx(1) and within.interval == pytest.approx((1, 1))
     assert math.isnan(S.within_association(xs[:2], ys[:2], strata[:2], ys[None, :2], np.ones(2),
-                                           permutations=10, seed=0)["spearman"])
+                                           permutations=10, seed=0).spearman)
     per = S.per_stratum_spearman(xs, -ys, xs[None], -ys[None], strata)
-    assert per["a"]["spearman"] == pytest.approx(-1) and per["b"]["interval"] == pytest.approx((-1, -1))
+    assert per["a"].spearman == pytest.approx(-1) and per["b"].interval == pytest.approx((-1, -1))
 
 
 def test_bounded_intervals_percentiles_and_quantiles():

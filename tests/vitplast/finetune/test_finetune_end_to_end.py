@@ -108,7 +108,7 @@ def test_grid_aggregates_and_refuses_to_overwrite(tmp_path):
     assert set(rows) == {"LN1", "head"} and rows["LN1"]["n"] == 2
     accs = [s["final_acc"] for s in res["runs"] if s["train"] == "LN1"]
     assert rows["LN1"]["acc_mean"] == pytest.approx(sum(accs) / 2)
-    assert rows["LN1"]["accuracy_gain"] == pytest.approx(rows["LN1"]["acc_mean"] - rows["head"]["acc_mean"])
+    assert rows["LN1"]["gain_at_lr"] == pytest.approx(rows["LN1"]["acc_mean"] - rows["head"]["acc_mean"])
     assert rows["LN1"]["plasticity"] > 0 and "plasticity" not in rows["head"]
     assert "LN1" in res["table_text"] and "±" in res["table_text"]
     assert (tmp_path / "run" / "grid_summary.json").exists()

@@ -61,8 +61,8 @@ def test_curves_and_the_steps_heatmap(tmp_path):
 
 def _row(train, n, std=0.0):
     return {"train": train, "lr": 1e-3, "seeds": list(range(n)), "n": n, "acc_mean": 0.5, "acc_std": std,
-            "initial_acc": 0.3, "trainable_params": 100, "plasticity": 0.8, "accuracy_gain": 0.2,
-            "accuracy_gain_over": "initial"}
+            "initial_acc": 0.3, "trainable_params": 100, "plasticity": 0.8, "gain_at_lr": 0.2,
+            "gain_at_lr_over": "initial"}
 
 
 def test_error_bars_only_with_two_seeds(tmp_path):
