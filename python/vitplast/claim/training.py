@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..runs.grid import NOT_FINISHED, refuse_runs
+from ..runs.summary import RunSummary
 from .finetuning import PlannedRun, plan_runs, train_all
 from .grid import ClaimPlan
 from .lr_auto import lrs_run, widen_groups
@@ -24,10 +25,10 @@ class Trained:
     auto`` added and the budgets'; by the runs' dataset name) and each dataset's budgets' sets; a
     ``--shard``'s own summaries only."""
 
-    groups: dict[str, list[dict]]
+    groups: dict[str, list[RunSummary]]
     budget_sets: dict[str, list]
     lrs: dict[str, list[float]]  # the learning rates the claim's own runs used (``--lr auto``: widened)
-    shard: list[dict] | None = None
+    shard: list[RunSummary] | None = None
 
 
 def train_claim(opts: ClaimOptions, ses: ClaimSession, executor, plan: ClaimPlan,
@@ -41,11 +42,12 @@ def train_claim(opts: ClaimOptions, ses: ClaimSession, executor, plan: ClaimPlan
     prepared = {g.key: g.prepared for g in plan.grids}
     by_key = {g.key: g for g in plan.grids}
 
-    def train(planned: list[PlannedRun]) -> list[dict]:
+    def train(planned: list[PlannedRun]) -> list[RunSummary]:
         if opts.analyse_only:
             refuse_runs([(r.spec.directory, r.state) for r in planned], NOT_FINISHED, lead="--analyse-only",
                         then="train them first (every --shard, or a run without --analyse-only)")
-        return train_all(planned, prepared, executor, reporter, progress=ses.progress, after_step=after_step)
+        done = train_all(planned, prepared, executor, reporter, progress=ses.progress, after_step=after_step)
+        return [RunSummary.of(s) for s in done]
 
     def plan_lr(key: str, train_name: str, lr: float) -> list[PlannedRun]:
         g = by_key[key]
@@ -69,11 +71,11 @@ def train_claim(opts: ClaimOptions, ses: ClaimSession, executor, plan: ClaimPlan
                 groups[r.dataset].append(summary)
             if opts.lr_auto:
                 _, groups = widen_groups(groups, start=opts.lr, plan=plan_lr, train=train, say=reporter.say)
-        own = {g.key: [s for s in groups[g.key] if s["train"] in g.trains] for g in plan.grids}
+        own = {g.key: [s for s in groups[g.key] if s.train in g.trains] for g in plan.grids}
         lrs = {key: lrs_run(summaries) if opts.lr_auto else opts.lr for key, summaries in own.items()}
         return Trained(groups, {key: sets for key, (sets, _) in budgets.items()}, lrs)
     summaries = train(plan.mine)  # a --shard: its own runs, then the line it ends with
-    ses.grid.shard_done(opts, len(plan.mine), len(plan.runs), reused=sum(s["reused"] for s in summaries),
+    ses.grid.shard_done(opts, len(plan.mine), len(plan.runs), reused=sum(s.reused for s in summaries),
                         then="when every shard is done, run the same command without --shard (or "
                         "with --analyse-only) for the analysis")
     return Trained({}, {}, {}, summaries)
