@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 
 from torch import nn
 
+from ..criteria.loop import measure_plasticity as measuring_loop
 from ..runtime.distributed import DistContext
 from .selection import (
     AUTO_LAYER,
@@ -32,8 +33,6 @@ def plasticity_record(model: nn.Module, batches, *, dist: DistContext | None = N
     ``(2B, 3, H, W)``; the one measuring loop, `vitplast.criteria.loop.measure_plasticity`) and
     over ranks; returns `summarize`'s dict.
     ``components``: the component map (``{label: glob}``; default: the model's preset)."""
-    from ..criteria.loop import measure_plasticity as measuring_loop
-
     was_training = model.training
     model.eval()
     try:

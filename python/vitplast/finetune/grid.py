@@ -31,6 +31,7 @@ from ..runs.rundir import RunDir, RunDirError, config_differences, write_json_at
 from ..runtime.distributed import DistContext
 from .loop import AfterStep, train_run
 from .options import FinetuneOptions, RunSettings
+from .plots import plot_grid
 from .preflight import Prepared, prepare
 from .report import aggregate, format_table
 from .spec import RunSpec, run_name
@@ -195,8 +196,6 @@ def _aggregate(opts: FinetuneOptions, specs: list[RunSpec], summaries: list[dict
         config = {f.name: getattr(opts, f.name) for f in dataclasses.fields(opts)}
         write_json_atomic(out / "grid_summary.json", {"config": config, **result})
         if opts.plots:
-            from .plots import plot_grid
-
             plot_grid(rows, out / "plots")
     reporter.say(result["table_text"])
     return result

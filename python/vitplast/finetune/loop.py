@@ -34,8 +34,11 @@ from .data import StepBatches, evaluate, load_data, probe_batch
 from .export import export_weights
 from .log import RunLog
 from .model import current_lr, fresh_model, make_optimizer, make_scheduler, make_trainable, run_device
+from .plots import plot_curves
 from .preflight import Prepared
+from .selection import count_parameters
 from .spec import RunSpec
+from .step_recorder import StepRecorder
 
 AfterStep = Callable[[int], None]  # called with the number of finished steps, after each checkpoint point
 
@@ -126,9 +129,6 @@ class Training:
 
 def _setup(spec: RunSpec, prepared: Prepared, dctx: DistContext, rd: RunDir, reporter: Reporter) -> Training:
     """Model, data, trainable parts, optimiser and recorder of a run, restored from its checkpoint."""
-    from .selection import count_parameters
-    from .step_recorder import StepRecorder
-
     s = spec.settings
     device = run_device(s, dctx)
     amp = autocast(s.amp, device)
@@ -277,8 +277,6 @@ def _train(spec: RunSpec, prepared: Prepared, dctx: DistContext, rd: RunDir, rep
 def _finish(spec: RunSpec, prepared: Prepared, t: Training, rd: RunDir, dctx: DistContext,
             seconds: float | None) -> dict:
     """The summary (written last: it marks the run finished), the curves and the exported weights."""
-    from .selection import count_parameters
-
     s = spec.settings
     summary = {
         "train": spec.train, "lr": spec.lr, "seed": spec.seed, "trained": list(t.parts),
@@ -292,8 +290,6 @@ def _finish(spec: RunSpec, prepared: Prepared, t: Training, rd: RunDir, dctx: Di
     if t.auto is not None:
         summary["auto"] = t.auto
     if dctx.is_main and s.plots:
-        from .plots import plot_curves
-
         plot_curves(rd.metrics(), spec.directory / "plots" / "curves.png", title=spec.label)
     if s.export and dctx.is_main:
         peft_model = t.model if spec.train.is_lora else None

@@ -30,7 +30,7 @@ from ..outputs.paths import check_out_dir
 from ..runs.executors import GRID_TITLE, ExecutorOptions
 from ..runtime.environment import world
 from .log import tensorboard_writer_class
-from .lora import lora_target_parts
+from .lora import import_peft, lora_target_parts
 from .selection import SPECIAL, TRAIN_CHOICES, TRAIN_ORDER, TrainPlan, check_train_syntax
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
@@ -155,7 +155,5 @@ def check_trains(settings: RunSettings, trains: list[str]) -> list[TrainPlan]:
             raise OptionError(f"--lora-targets {settings.lora_targets}: components only (e.g. MHA, MHA@2-3, "
                               "MHA+FC1), not full, head, lora or auto")
     if any(p.is_lora for p in plans):
-        from .lora import import_peft
-
         fail_on("--train lora", import_peft)
     return plans

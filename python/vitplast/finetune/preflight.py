@@ -19,10 +19,13 @@ import torch
 
 from ..data.transforms import ImageTransform, transform_record, with_overrides
 from ..models.builder import BuiltModel
+from ..models.heads import head_module
+from ..runs.provenance import provenance
 from .data import load_data
+from .lora import lora_target_parts, lora_targets
 from .model import built_model, make_optimizer
 from .options import RunSettings
-from .selection import ComponentMap, TrainPlan, component_map
+from .selection import ComponentMap, TrainPlan, component_map, count_parameters, select_trainable
 
 CHECK_SIZE = 8  # the images' size while the data is checked, before the model says its own
 
@@ -62,8 +65,6 @@ def prepare(settings: RunSettings, trains: Sequence[str], seed: int) -> Prepared
 def prepare_model(settings: RunSettings, seed: int) -> PreparedModel:
     """The checks of `prepare` that do not depend on ``--train``, with the model and data they build
     (the model drawn from ``torch.manual_seed(seed)``; the caller's RNG state is left as it was)."""
-    from ..runs.provenance import provenance
-
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         first, _, _ = load_data(settings, seed, CHECK_SIZE)
@@ -106,14 +107,9 @@ def check_train(settings: RunSettings, train: str, model: torch.nn.Module,
                 cmap: ComponentMap | None = None) -> None:
     """What one ``--train`` value needs of the model: its components and layers, LoRA targets, a
     ``--budget`` above the head."""
-    from ..models.heads import head_module
-    from .selection import count_parameters, select_trainable
-
     comps = settings.components
     plan = TrainPlan.parse(train, comps)
     if plan.is_lora:
-        from .lora import lora_target_parts, lora_targets
-
         # a map without the targets (by default its attention) raises ValueError here
         lora_targets(model, lora_target_parts(settings.lora_targets, comps), comps)
         return  # peft and --lora-r are checked with the options
