@@ -103,8 +103,8 @@ class CriterionResult:
         if not comps:
             raise ResultFileError(path, "components", "holds no component")
         first = next(iter(comps.values()))
-        seeds = sorted(first.get("per_seed", {})) if isinstance(first, Mapping) else []
-        extras = sorted(first.get("extra", {})) if isinstance(first, Mapping) else []
+        seeds = list(first.get("per_seed", {})) if isinstance(first, Mapping) else []  # in the file's order
+        extras = list(first.get("extra", {})) if isinstance(first, Mapping) else []
         values, per_seed, extra = [], {s: [] for s in seeds}, {k: [] for k in extras}
         for c, entry in comps.items():
             where = f"components.{c}"
