@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 from ..criteria import Scores, score_criteria
-from ..finetune import PreparedModel
+from ..finetune.preflight import PreparedModel
 from ..outputs.reporter import Reporter
 from .datasets import DatasetPlan
 from .options import ClaimOptions
@@ -22,8 +22,8 @@ from .scoring import score_cache, score_request
 def score_dataset(opts: ClaimOptions, dataset: DatasetPlan, model: PreparedModel, names: tuple[str, ...],
                   device, reporter: Reporter, *, progress: bool, write: bool) -> Scores:
     """The `Scores` of ``names`` (plasticity left out) on ``dataset`` and its ``model`` (built and
-    checked once, `vitplast.finetune.prepare_model`): read back when cached, else scored (and written
-    when ``write``)."""
+    checked once, `vitplast.finetune.preflight.prepare_model`): read back when cached, else scored (and
+    written when ``write``)."""
     names = tuple(n for n in names if n != "plasticity")
     if not names:
         return Scores({})

@@ -8,7 +8,7 @@ import dataclasses
 import re
 from pathlib import Path
 
-from ..finetune import RunSettings
+from ..finetune.options import RunSettings
 from .options import ClaimOptions
 
 

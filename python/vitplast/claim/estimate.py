@@ -10,7 +10,10 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..finetune import Prepared, RunSettings, RunSpec, train_run
+from ..finetune.loop import train_run
+from ..finetune.options import RunSettings
+from ..finetune.preflight import Prepared
+from ..finetune.spec import RunSpec
 from ..outputs.reporter import Reporter
 from .finetuning import PlannedRun
 from .grid import ClaimPlan

@@ -1,5 +1,5 @@
-"""The finetuning runs of `vitplast claim`: one `vitplast.finetune.train_run` per (dataset, train,
-lr, seed), planned by `vitplast.finetune.plan_grid` and trained through an executor
+"""The finetuning runs of `vitplast claim`: one `vitplast.finetune.loop.train_run` per (dataset, train,
+lr, seed), planned by `vitplast.finetune.grid.plan_grid` and trained through an executor
 (`vitplast.runs.executors`).
 
 Every run trains into its own directory ``DATASET_OUT/runs/<train>-lr<lr>-s<seed>/`` (the finetune run
@@ -19,7 +19,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from ..finetune import PlannedRun, Prepared, RunSettings, config_mismatches, mismatch_message, plan_grid
+from ..finetune.grid import PlannedRun, config_mismatches, mismatch_message, plan_grid
+from ..finetune.options import RunSettings
+from ..finetune.preflight import Prepared
 from ..outputs.reporter import Reporter
 from ..runs.grid import refuse_runs, train_grid
 

@@ -1,7 +1,7 @@
 """The grid of a claim, planned before anything is written (`plan_claim`): per dataset, what is trained
 (the components and baselines, or a layer claim's units), the model and data checked once
-(`vitplast.finetune.prepare`) and the runs with the state of their directories (`plan_dataset`); then
-the plan's lines (`plan_summary`), this process's runs and the options' record.
+(`vitplast.finetune.preflight.prepare`) and the runs with the state of their directories
+(`plan_dataset`); then the plan's lines (`plan_summary`), this process's runs and the options' record.
 
 The sets of ``--budgets`` that do not depend on any score are planned with the claim's own runs
 (`.budget_plan`), so a ``--shard`` trains its slice of them; a criterion's set that is none of those is
@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from ..finetune import Prepared, PreparedModel, check_trains_fit, prepare_model
+from ..finetune.preflight import Prepared, PreparedModel, check_trains_fit, prepare_model
 from ..outputs.reporter import Reporter
 from ..runs.grid import NOT_FINISHED, refuse_runs, runs_of_this_process
 from .budget_plan import BudgetPlan, plan_budget_sets

@@ -19,7 +19,7 @@ from ..criteria import cache_key
 from ..criteria.plasticity import check_sums
 from ..data.datasets import load_dataset
 from ..data.transforms import transform_record
-from ..finetune import PreparedModel
+from ..finetune.preflight import PreparedModel
 from ..outputs.reporter import Reporter
 from ..outputs.result_files import (
     ResultFileError,
@@ -126,8 +126,8 @@ def planned_measurement(opts: ClaimOptions, dataset: DatasetPlan, device, report
 def _saved_or_measured(opts: ClaimOptions, dataset: DatasetPlan, device, reporter: Reporter, *,
                        progress: bool, model: PreparedModel) -> dict:
     """The dataset's chunks: saved ones (`saved_measurement`), else measured now on ``model`` (the
-    dataset's model, built and checked once by `vitplast.finetune.prepare_model`; its images prepared
-    as the runs prepare theirs), with the options they were measured with, the model's provenance and
+    dataset's model, built and checked once by `vitplast.finetune.preflight.prepare_model`; its images
+    prepared as the runs prepare theirs), with the options they were measured with, the model's provenance and
     their cache key."""
     saved = saved_measurement(opts, dataset, model, reporter)
     if saved is not None:

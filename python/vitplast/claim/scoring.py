@@ -1,6 +1,6 @@
 """What a claim hands the scoring service (`vitplast.criteria.score_criteria`) for one dataset: the
 request (`score_request`: each seed's model as that seed's finetuning run builds it,
-``torch.manual_seed(seed)`` then ``vitplast.finetune.fresh_model``; the labelled sample, ``--criterion-
+``torch.manual_seed(seed)`` then ``vitplast.finetune.model.fresh_model``; the labelled sample, ``--criterion-
 batches`` batches of ``--batch-size`` images of the dataset's training split in the order
 ``--measure-seed`` draws, drawn only when a criterion reads it) and the cache in
 ``DATASET_OUT/criteria/`` (`score_cache`: the model's provenance, the data and options each key holds).
@@ -14,7 +14,8 @@ from ..criteria import ScoreCache, ScoringRequest, resolve_units
 from ..criteria.service import labelled_sample, seeded_models
 from ..data.datasets import load_dataset
 from ..data.transforms import transform_record
-from ..finetune import PreparedModel, fresh_model
+from ..finetune.model import fresh_model
+from ..finetune.preflight import PreparedModel
 from ..runs.provenance import provenance
 from ..runtime.precision import autocast
 from .datasets import DatasetPlan
@@ -26,7 +27,7 @@ FOLDER = "criteria"
 def score_request(opts: ClaimOptions, dataset: DatasetPlan, model: PreparedModel, device, *,
                   progress: bool) -> ScoringRequest:
     """The `ScoringRequest` of ``dataset``'s criteria on ``model`` (built and checked once,
-    `vitplast.finetune.prepare_model`): each seed's model built anew (the checks of the prepared one
+    `vitplast.finetune.preflight.prepare_model`): each seed's model built anew (the checks of the prepared one
     changed which parameters train), the labelled batches the training split's."""
     def batches():
         train = load_dataset(dataset.spec, "train", img_size=model.built.img_size, seed=opts.measure_seed,
