@@ -141,8 +141,8 @@ def test_export_writes_the_finetuned_weights(tmp_path, train):
     exported = load_file(str(run / "model.safetensors"))
     ckpt = torch.load(run / "checkpoint.pt", weights_only=True)["model"]
     if train == "lora":
-        from vitplast.finetune import fresh_model
         from vitplast.finetune.lora import apply_lora
+        from vitplast.finetune.model import fresh_model
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
