@@ -30,7 +30,7 @@ from scipy import stats
 from ..outputs.plots import component_color, figure, save
 from .analysis import REFERENCE, finite
 from .paired import paired_tests
-from .records import ClaimAnalysis, PairedTests, decode, encode
+from .records import ClaimAnalysis, Correlation, PairedTests, decode, encode
 from .report import _errors, mha_test_lines, num
 from .statistics import PermutationTest, stratified_permutation_test
 
@@ -48,20 +48,13 @@ class Point:
 
 
 @dataclasses.dataclass(frozen=True)
-class Rank:
-    value: float | None
-    ci: list
-    p_greater: float | None
-
-
-@dataclasses.dataclass(frozen=True)
 class DatasetRanks:
     """One dataset's rank correlations (from its own analysis) and its points."""
 
     data: str
     rows: int
-    spearman: Rank
-    kendall: Rank
+    spearman: Correlation  # its value, interval and one-sided p
+    kendall: Correlation
     ranking: dict
     points: list[Point]
 
@@ -107,8 +100,8 @@ def _points(an: ClaimAnalysis) -> list[Point]:
             for r in an.rows]
 
 
-def _rank(c) -> Rank:
-    return Rank(c.value, c.ci, c.p_greater)
+def _rank(c: Correlation) -> Correlation:
+    return Correlation(c.value, c.ci, c.p_greater)
 
 
 def aggregate_claims(results: dict[str, dict], *, permutations: int = 10000, seed: int = 0) -> Aggregate:

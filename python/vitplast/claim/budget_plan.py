@@ -25,7 +25,8 @@ class BudgetPlan:
 
     budgets: list[int]  # --budgets as resolved: components, or parameters at layer granularity
     trains: list[str]  # the budgets' sets and references known before scoring, not in the claim's trains
-    bound: dict  # runs planned, and at most how many more the criteria's sets add once scored
+    planned_runs: int  # the runs of those trains
+    most_after_scoring: int  # at most how many more runs the criteria's sets add once scored
 
 
 def plan_budget_sets(opts: ClaimOptions, names: list[str], sizes: dict | None, trains: list[str]
@@ -41,9 +42,7 @@ def plan_budget_sets(opts: ClaimOptions, names: list[str], sizes: dict | None, t
                         layer=sizes is not None)
     budget_trains = new + references
     per_run = len(opts.lr) * len(opts.seed)
-    return BudgetPlan(budgets, budget_trains, {"planned": len(budget_trains) * per_run,
-                                               "after_scoring_at_most": bound["sets"] * per_run,
-                                               "per_budget": bound["per_budget"]})
+    return BudgetPlan(budgets, budget_trains, len(budget_trains) * per_run, bound["sets"] * per_run)
 
 
 def budget_sets(opts: ClaimOptions, names: list[str], sizes: dict | None, budgets: list[int],

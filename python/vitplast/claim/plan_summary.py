@@ -23,6 +23,7 @@ def plan_summary(opts: ClaimOptions, grids: Sequence, reporter: Reporter) -> dic
     (and the shard's part of it)."""
     runs = [r for g in grids for r in g.runs]
     states = counts(runs)
+    finished, partial, new = states.values()
     first = grids[0]
     listing = ", ".join(first.trains) if first.units is None else (
         f"{len(first.units)} (component, layer) units, head")
@@ -30,25 +31,23 @@ def plan_summary(opts: ClaimOptions, grids: Sequence, reporter: Reporter) -> dic
     n_trains = len(first.trains) + len(first.budget_trains)
     reporter.say(f"claim: {len(runs)} finetuning runs = {over}{n_trains} trained ({listing}; "
                  f"{len(first.budget_trains)} for the budgets) x {len(opts.lr)} learning rates x "
-                 f"{len(opts.seed)} seeds, {opts.steps} steps each; {states['finished']} finished, "
-                 f"{states['partial']} partial, {states['new']} new")
+                 f"{len(opts.seed)} seeds, {opts.steps} steps each; {finished} finished, {partial} partial, "
+                 f"{new} new")
+    planned = sum(g.budget_plan.planned_runs for g in grids)
+    most = sum(g.budget_plan.most_after_scoring for g in grids)
     plan = {"runs": len(runs), **states, "trains": first.trains, "lrs": opts.lr, "seeds": opts.seed,
-            "steps": opts.steps, "datasets": [g.dataset.spec for g in grids]}
-    planned = sum(g.budget_plan.bound["planned"] for g in grids)
-    most = sum(g.budget_plan.bound["after_scoring_at_most"] for g in grids)
-    plan["budget_runs"] = planned
-    plan["budget_runs_after_scoring_at_most"] = most
-    plan["budget_runs_at_most"] = planned + most
+            "steps": opts.steps, "datasets": [g.dataset.spec for g in grids], "budget_runs": planned,
+            "budget_runs_after_scoring_at_most": most, "budget_runs_at_most": planned + most}
     unit = "components" if first.units is None else "parameters"
     listed = _listed(first.budget_trains)
     reporter.say(f"budgets {', '.join(f'{b:,}' for b in first.budget_plan.budgets)} ({unit}): {planned} of "
                  f"these runs ({len(first.budget_trains)} sets and references: {listed}); "
                  f"after the criteria are scored, at most {most} more (a criterion's set outside the "
                  f"random sets): at most {planned + most} runs for the budgets in all")
-    if opts.shard is not None:
-        mine = opts.shard.select(runs)
-        plan["shard"] = {"shard": str(opts.shard), "runs": len(mine), **counts(mine)}
-        source = " (from SLURM_ARRAY_TASK_ID; --shard none trains them all)" if opts.shard_env else ""
-        reporter.say(f"shard {opts.shard}{source}: {len(mine)} of these runs ({plan['shard']['finished']} "
-                     "finished)")
-    return plan
+    if opts.shard is None:
+        return plan
+    mine = opts.shard.select(runs)
+    source = " (from SLURM_ARRAY_TASK_ID; --shard none trains them all)" if opts.shard_env else ""
+    done = sum(r.state == "finished" for r in mine)
+    reporter.say(f"shard {opts.shard}{source}: {len(mine)} of these runs ({done} finished)")
+    return {**plan, "shard": {"shard": str(opts.shard), "runs": len(mine), **counts(mine)}}

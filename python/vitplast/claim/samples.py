@@ -213,17 +213,16 @@ def plasticity_samples(measured: dict, chunk_counts: np.ndarray | None = None) -
     ``chunk_counts`` ``(B, K)`` is given."""
     res = chunk_result(measured)
     total = res.stats.numpy()  # (C, L, 5)
-    fields = {name: total[..., i] for i, name in enumerate(CHUNK_FIELDS)}
+    count, _, _, identical, nonfinite = np.moveaxis(total, -1, 0)  # each (C, L), in CHUNK_FIELDS' order
     reps = None if chunk_counts is None else [t.numpy() for t in res.replicate_means(chunk_counts)]
     return Plasticity(
         components=list(res.components), layers=list(res.layers),
         per_layer=np.stack([res.mean(c).numpy() for c in res.components]),
         overall=np.array([float(res.overall(c)) for c in res.components]),
-        pairs=fields["count"].min(-1).astype(np.int64),
-        excluded=(fields["identical"].sum(-1) + fields["nonfinite"].sum(-1)).astype(np.int64),
+        pairs=count.min(-1).astype(np.int64),
+        excluded=(identical.sum(-1) + nonfinite.sum(-1)).astype(np.int64),
         per_layer_reps=None if reps is None else reps[0], overall_reps=None if reps is None else reps[1],
-        layer_pairs=fields["count"].astype(np.int64),
-        layer_excluded=(fields["identical"] + fields["nonfinite"]).astype(np.int64))
+        layer_pairs=count.astype(np.int64), layer_excluded=(identical + nonfinite).astype(np.int64))
 
 
 def unit_means(measured: dict) -> np.ndarray:

@@ -13,7 +13,7 @@ from ..outputs.result_files import write_result_json
 from .aggregate import Aggregate, plot_aggregate
 from .budget_report import plot_budgets
 from .grid import ClaimPlan
-from .records import CLAIM_FORMAT, ClaimAnalysis, Setup
+from .records import CLAIM_FORMAT, ClaimAnalysis, Setup, encode
 from .report import plot_claim
 from .session import ClaimSession
 
@@ -27,9 +27,10 @@ def write_claim(result: dict, plan: ClaimPlan, ses: ClaimSession, out: Path) -> 
     ``result``."""
     reports = [(g, result["datasets"][g.dataset.name] if plan.several else result) for g in plan.grids]
     if ses.dist.is_main:
+        typed = [(ClaimAnalysis.from_json(r["analysis"]), Setup.of(r), r["measurement"]) for _, r in reports]
         files = [(g.dataset.out, {"claim.json": ({k: v for k, v in r.items() if k != "text"}, CLAIM_FORMAT),
-                                  "criteria.json": (criteria_record(r), CRITERIA_FORMAT)},
-                  {"claim.txt": r["text"]}) for g, r in reports]
+                                  "criteria.json": (criteria_record(an, measured), CRITERIA_FORMAT)},
+                  {"claim.txt": r["text"]}) for (g, r), (an, _, measured) in zip(reports, typed, strict=True)]
         if plan.several:
             record = {k: v for k, v in result.items() if k not in ("text", "datasets")}
             files.append((out, {"aggregate.json": (record, AGGREGATE_FORMAT)},
@@ -39,9 +40,8 @@ def write_claim(result: dict, plan: ClaimPlan, ses: ClaimSession, out: Path) -> 
                 write_result_json(folder / name, record, kind=kind, version=version)
             for name, text in texts.items():
                 atomic_write_bytes(folder / name, (text + "\n").encode())
-        for g, r in reports:
-            an = ClaimAnalysis.from_json(r["analysis"])
-            plot_claim(an, Setup.of(r), g.dataset.out / "claim.png")
+        for (g, _), (an, setup, _) in zip(reports, typed, strict=True):
+            plot_claim(an, setup, g.dataset.out / "claim.png")
             plot_budgets(an, g.dataset.out / "budgets.png")
         if plan.several:
             plot_aggregate(Aggregate.from_json(result["aggregate"]), out / "aggregate.png")
@@ -60,20 +60,20 @@ def write_claim(result: dict, plan: ClaimPlan, ses: ClaimSession, out: Path) -> 
     return result
 
 
-def criteria_record(result: dict) -> dict:
+def criteria_record(an: ClaimAnalysis, measurement: dict) -> dict:
     """What ``criteria.json`` holds: a row per (criterion, granularity) (``criterion``, ``granularity``,
-    ``n``, ``spearman``, ``spearman_ci``, ``kendall``, ``p_value``, ``partial_size``, ``seconds``), and
-    under ``budget_rows`` a row per (criterion, budget) (``criterion``, ``budget``, ``relative_gain``,
-    ``random_percentile``, ``train``, ``random_sets``; `vitplast.claim.budgets`) with full finetuning's
-    relative gain beside them (``full_relative_gain``)."""
-    seconds = result["measurement"].get("criteria_seconds") or {}
-    rows = [{**r, "seconds": seconds.get(r["criterion"])} for r in result["analysis"].get("criteria") or []]
-    budgets = result["analysis"].get("budgets") or {}
+    ``n``, ``spearman``, ``spearman_ci``, ``kendall``, ``p_value``, ``partial_size``, ``seconds``: the
+    ``measurement``'s ``criteria_seconds``), and under ``budget_rows`` a row per (criterion, budget)
+    (``criterion``, ``budget``, ``relative_gain``, ``random_percentile``, ``train``, ``random_sets``;
+    `vitplast.claim.budgets`) with full finetuning's relative gain beside them
+    (``full_relative_gain``)."""
+    seconds = measurement.get("criteria_seconds") or {}
+    rows = [{**encode(r), "seconds": seconds.get(r.criterion)} for r in an.criteria]
+    budgets = an.budgets
     kept = ("criterion", "budget", "relative_gain", "random_percentile", "train", "random_sets")
-    budget_rows = [{k: r[k] for k in kept} for r in budgets.get("rows", [])]
-    full = (budgets.get("full") or {}).get("relative_gain")
-    return {"rows": rows, "budget_rows": budget_rows,
-            "budget_unit": budgets.get("unit"), "full_relative_gain": full,
+    budget_rows = [{k: getattr(r, k) for k in kept} for r in (budgets.rows if budgets else [])]
+    return {"rows": rows, "budget_rows": budget_rows, "budget_unit": budgets and budgets.unit,
+            "full_relative_gain": budgets and budgets.full.relative_gain,
             "note": "higher score = finetune first; p_value: one-sided permutation (H1: rho > 0); "
                     "partial_size: Spearman with the trainable-parameter count held fixed (null for size); "
                     "random_percentile: where the set's relative gain lies among random sets of the same "

@@ -2,7 +2,10 @@
 the renamed keys below (and the key names inside recorded strings): every number, string and list is
 otherwise the same, to the bit. Run from the repository root:
 
-    python tests/vitplast/golden/check_only_names_changed.py [REVISION]   # default: HEAD
+    python tests/vitplast/golden/check_only_names_changed.py [REVISION]
+
+REVISION: the golden files before the rename (default 0b64857^, the commit before the one that renamed
+the keys).
 
 ``--apply`` rewrites the golden files from the revision's with the renames (no rerun, so no number can
 move), which is how they were re-recorded when ``accuracy_gain`` got its two names.
@@ -42,7 +45,7 @@ def renamed(value, names: dict[str, str]):
 def main(argv: list[str]) -> int:
     apply = "--apply" in argv
     args = [a for a in argv if a != "--apply"]
-    revision = args[0] if args else "HEAD"
+    revision = args[0] if args else "0b64857^"
     bad = 0
     for name in sorted({f for f, _, _ in RENAMES} | {p.name for p in GOLDEN.glob("*.json")}):
         names = {old: new for f, old, new in RENAMES if f == name}
