@@ -18,7 +18,7 @@ import dataclasses
 import math
 from pathlib import Path
 
-from ..finetune import TRAIN_ORDER
+from ..finetune.selection import TRAIN_ORDER
 from ..outputs.plots import component_color, figure, legend_outside, save
 from .records import Budgets, ClaimAnalysis, Correlation, CriterionRow, Interval, PairedTests, Setup
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..finetune import unit_sizes
+from ..finetune.selection import unit_sizes
 from .options import ClaimOptions
 
 

@@ -5,6 +5,7 @@ working, 130 Ctrl-C), and leaves nothing behind: the corrected command finds --o
 from __future__ import annotations
 
 import json
+import sys
 import warnings
 from pathlib import Path
 
@@ -45,12 +46,14 @@ def no_build(monkeypatch):
     import vitplast.models.builder as mb
     from vitplast.cli import build_parser
 
-    build_parser()  # every command imported first: none binds the stand-in by a from-import
+    build_parser()  # every command imported first, then each module that took build_model gets the stand-in
 
     def build(*a, **k):
         raise AssertionError("the model must not be built: the error is found before any work")
 
-    monkeypatch.setattr(mb, "build_model", build)
+    original = mb.build_model
+    for module in [m for m in sys.modules.values() if getattr(m, "build_model", None) is original]:
+        monkeypatch.setattr(module, "build_model", build)
 
 
 # ------------------------------------------------------------------------------------------ finetune
