@@ -735,3 +735,45 @@ def test_closed_pipe_on_stdout_keeps_the_measurement(tmp_path, monkeypatch):
         warnings.simplefilter("ignore")
         rc = main(["measure", "--batches", "1", "--no-progress", "--out", str(tmp_path / "res")])
     assert rc == 0 and (tmp_path / "res" / "plasticity.json").exists()
+
+
+# -- issue 46: inputs refused instead of cast or believed, files named ---------------------------------
+
+TINY_TIMM = {"img_size": 16, "patch_size": 8, "depth": 1, "embed_dim": 32, "num_heads": 2}
+
+
+def _non_floating(state: dict, dtype: torch.dtype) -> dict:
+    return {k: (v > 0) if dtype == torch.bool else (v * 100).to(dtype) for k, v in state.items()}
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.bool], ids=["int64", "bool"])
+@pytest.mark.parametrize("route", ["weights", "timm-overlay", "hf-folder"])
+def test_integer_or_boolean_weights_are_refused_by_name_on_every_loading_path(route, dtype, tmp_path,
+                                                                              capsys):
+    from safetensors.torch import load_file, save_file
+
+    out = tmp_path / "out"
+    if route == "weights":
+        from vitplast.models.digits import SHIPPED_DIR
+
+        file = tmp_path / "w.safetensors"
+        save_file(_non_floating(load_file(str(next(SHIPPED_DIR.glob("*.safetensors")))), dtype), str(file))
+        argv = _measure("digits-vit", out, "--weights", file)
+    elif route == "timm-overlay":
+        import timm
+
+        file = tmp_path / "w.pth"
+        state = timm.create_model("vit_tiny_patch16_224", **TINY_TIMM).state_dict()
+        torch.save(_non_floating(state, dtype), file)
+        args = [a for k, v in TINY_TIMM.items() if k != "img_size" for a in ("--model-arg", f"{k}={v}")]
+        argv = _measure("vit_tiny_patch16_224", out, "--img-size", "16", *args, "--pretrained", "--model-arg",
+                        "pretrained_cfg_overlay=" + json.dumps({"file": str(file)}), "--data", "synthetic")
+    else:
+        folder = _tiny_hf_vit(tmp_path / "vit")
+        file = folder / "model.safetensors"
+        save_file(_non_floating(load_file(str(file)), dtype), str(file), metadata={"format": "pt"})
+        argv = _measure(f"hf:{folder}", out, "--data", "synthetic")
+    capsys.readouterr()  # what making the files printed
+    rc, err = _cli(argv, capsys)
+    assert rc == 2 and len(err.splitlines()) == 1 and str(file) in err, err
+    assert "non-floating tensors" in err and re.search(rf"\.weight \({re.escape(str(dtype))}\)", err), err

@@ -23,6 +23,7 @@ objects — raises `CheckpointError` (a ``ValueError``) naming the file.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import pickle
 import re
@@ -82,15 +83,15 @@ def check_checkpoint_file(path: str | os.PathLike, what: str) -> Path:
     return p
 
 
-def read_checkpoint_file(path: str | os.PathLike, what: str) -> None:
+def read_checkpoint_file(path: str | os.PathLike, what: str) -> dict[str, torch.Tensor] | None:
     """`check_checkpoint_file`, then its tensors read as ``--weights`` reads them (nothing but
-    tensors unpickled): `CheckpointError` naming ``what`` and the file when it is not a readable
-    checkpoint. A ``.npz`` archive is left to its loader."""
+    tensors unpickled) and returned: `CheckpointError` naming ``what`` and the file when it is not a
+    readable checkpoint. A ``.npz`` archive is left to its loader (None)."""
     p = check_checkpoint_file(path, what)
     if p.suffix.lower() == ".npz":
-        return
+        return None
     try:
-        read_state_dict(p)
+        return read_state_dict(p)
     except CheckpointError as exc:
         text = str(exc)
         raise CheckpointError(what + text[len("weights"):] if text.startswith("weights:") else
@@ -290,6 +291,35 @@ def read_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
                               f"{STATE_DICT_SUFFIXES + ('.npz',)} or a vitplast finetune run directory")
     obj = _read_safetensors(p) if suffix == ".safetensors" else load_weights_only(p, f"weights: {str(p)!r}")
     return merge_lora(strip_prefixes(_unwrap(obj, p)))
+
+
+SAFETENSORS_HEADER_MAX = 100 * 2**20  # safetensors' own bound on the size of a header
+SAFETENSORS_DTYPES = {"BOOL": torch.bool, "U8": torch.uint8, "I8": torch.int8, "I16": torch.int16,
+                      "I32": torch.int32, "I64": torch.int64, "F16": torch.float16, "BF16": torch.bfloat16,
+                      "F32": torch.float32, "F64": torch.float64, "C64": torch.complex64}
+
+
+def tensor_dtypes(path: str | os.PathLike) -> dict[str, object]:
+    """``{tensor name: dtype}`` of the checkpoint file at ``path``: for a ``.safetensors`` file read from
+    its header alone (no tensor data; torch dtypes, or the header's name of a type torch lacks such as
+    ``U16``), else the dtypes of the tensors `read_state_dict` reads. `CheckpointError` naming the file
+    when it cannot be read."""
+    p = Path(path)
+    if p.suffix.lower() != ".safetensors":
+        return {k: v.dtype for k, v in read_state_dict(p).items()}
+    try:
+        with open(p, "rb") as f:
+            size = int.from_bytes(f.read(8), "little")
+            if not 0 < size <= min(SAFETENSORS_HEADER_MAX, p.stat().st_size - 8):
+                raise ValueError(f"a header of {size} bytes does not fit the file")
+            header = json.loads(f.read(size))
+        if not isinstance(header, dict):
+            raise ValueError("its header is not a JSON object")
+    except (OSError, ValueError) as exc:  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise CheckpointError(f"weights: {str(p)!r} is not a readable .safetensors file (truncated or "
+                              f"corrupt?): {_one_line(exc)}") from None
+    return {k: SAFETENSORS_DTYPES.get(v.get("dtype"), v.get("dtype")) for k, v in header.items()
+            if k != "__metadata__" and isinstance(v, dict)}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 RESAMPLE_NAMES = {0: "nearest", 1: "lanczos", 2: "bilinear", 3: "bicubic", 4: "box", 5: "hamming"}
 NO_DECAY = ("*cls_token", "*position_embeddings", "*mask_token", "*distillation_token", "*register_tokens")
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+INDEX_FILES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")  # sharded weights
 
 
 class HFImageClassifier(nn.Module):
@@ -191,10 +192,53 @@ def create_hf(ref: str, num_classes: int | None = None, *, random_init: bool = F
             if config is None or not _is_weights_error(exc):
                 raise
             raise _weights_failure(ref, exc) from None
+    if not random_init:
+        _refuse_non_floating_weights(ref, model)
     net = HFImageClassifier(model)
     if num_classes is not None:
         net.reset_classifier(num_classes)
     return net.eval()
+
+
+def weight_files(ref: str) -> list[Path]:
+    """The weights files transformers reads for ``ref``: the folder's (for a hub id, the local cache
+    snapshot's) ``model.safetensors`` or ``pytorch_model.bin``, else the shards its index lists; [] when
+    none is found."""
+    from .hub import cached_hub_file, split_revision
+
+    path = Path(os.path.expanduser(ref))
+    if not path.is_dir():
+        repo, revision = split_revision(ref)
+        found = cached_hub_file(repo, [*WEIGHT_FILES, *INDEX_FILES], revision).get("file")
+        if not found:
+            return []
+        path = Path(found).parent
+    for name in WEIGHT_FILES:
+        if (path / name).is_file():
+            return [path / name]
+    for name in INDEX_FILES:
+        if (path / name).is_file():
+            from ..outputs.json_files import read_json_file
+
+            index = read_json_file(path / name)
+            shards = index.get("weight_map") if isinstance(index, dict) else None
+            shards = shards if isinstance(shards, dict) else {}
+            names = sorted({s for s in shards.values() if isinstance(s, str)})
+            return [path / s for s in names if "/" not in s and (path / s).is_file()]
+    return []
+
+
+def _refuse_non_floating_weights(ref: str, model: nn.Module) -> None:
+    """`vitplast.models.weights.refuse_non_floating` for the weights files transformers read for ``ref``
+    (it casts integer or boolean tensors to the model's floating ones in silence)."""
+    from .checkpoints import align_prefix, tensor_dtypes
+    from .weights import refuse_non_floating
+
+    own = model.state_dict()
+    for path in weight_files(ref):
+        dtypes = align_prefix(tensor_dtypes(path), own)
+        refuse_non_floating(model, dtypes, f"--model hf:{ref}: its weights file {str(path)!r}", own=own,
+                            renamed=True)
 
 
 def _processor(ref: str, config, trust_remote_code: bool = False):

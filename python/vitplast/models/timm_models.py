@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from torch import nn
 
 from .built import BuildRequest, BuiltModel, input_size
-from .weights import load_weights
+from .weights import load_weights, refuse_non_floating
 
 if TYPE_CHECKING:
     from .sources import ModelPlan
@@ -45,23 +45,14 @@ def create_vit(name: str, num_classes: int, img_size: int | None = None,
     if not isinstance(num_classes, int) or num_classes < 0:
         raise ValueError(f"num_classes must be an int >= 0, got {num_classes!r}")
     check_timm_name(name)
-    if pretrained:  # a file a --model-arg names is read as --weights would be, before timm reads it
-        from .checkpoints import read_checkpoint_file
-        from .sources import weight_files
-
-        for what, path in weight_files(timm_kwargs).items():
-            read_checkpoint_file(path, what)
+    overlays = _overlay_dtypes(timm_kwargs) if pretrained else {}
     kwargs = dict(timm_kwargs)
     if img_size is not None:
         kwargs["img_size"] = img_size
-    try:
-        model = _create(timm, name, num_classes, pretrained, kwargs, timm_kwargs)
-    except RejectedArguments as exc:
-        if "img_size" in kwargs and "img_size" in exc.named and "img_size" not in timm_kwargs:
-            kwargs.pop("img_size")  # a model without an input size (ResNets): images are just resized
-            model = _create(timm, name, num_classes, pretrained, kwargs, timm_kwargs)
-        else:
-            raise
+    if any(not d.is_floating_point for dtypes in overlays.values() for d in dtypes.values()):
+        # integer or boolean tensors: checked against the model's own before timm loads (and casts) them
+        _check_overlays(_create_sized(timm, name, num_classes, False, kwargs, timm_kwargs), overlays)
+    model = _create_sized(timm, name, num_classes, pretrained, kwargs, timm_kwargs)
     if weights is None and not pretrained:
         warnings.warn(f"{name}: no weights given, using random init; random-init ViTs rank components "
                       f"almost opposite to pretrained ones (pass weights=PATH / --weights PATH)",
@@ -69,6 +60,43 @@ def create_vit(name: str, num_classes: int, img_size: int | None = None,
     elif weights is not None:
         load_weights(model, weights, allow_partial=allow_partial)
     return model.eval()
+
+
+def _overlay_dtypes(timm_kwargs: dict) -> dict[str, dict]:
+    """``{what: {tensor name: dtype}}`` of the files a ``--model-arg`` names for timm to read, each read
+    as ``--weights`` would be before timm reads it (``what``: the option and the file, as errors name
+    them); a ``.npz`` archive, left to its loader, has no entry."""
+    from .checkpoints import read_checkpoint_file
+    from .sources import weight_files
+
+    found = {}
+    for what, path in weight_files(timm_kwargs).items():
+        state = read_checkpoint_file(path, what)
+        if state is not None:
+            found[f"{what} {str(path)!r}"] = {k: v.dtype for k, v in state.items()}
+    return found
+
+
+def _check_overlays(model: nn.Module, overlays: dict[str, dict]) -> None:
+    """`refuse_non_floating` for each file of `_overlay_dtypes`, its names fitted to the model's."""
+    from .checkpoints import align_prefix
+
+    own = model.state_dict()
+    for what, dtypes in overlays.items():
+        refuse_non_floating(model, align_prefix(dtypes, own), what, own=own)
+
+
+def _create_sized(timm, name: str, num_classes: int, pretrained: bool, kwargs: dict,
+                  given: dict) -> nn.Module:
+    """`_create`, again without ``img_size`` (popped from ``kwargs``) when the model does not take it and
+    the user did not give it (a ResNet: its images are simply resized)."""
+    try:
+        return _create(timm, name, num_classes, pretrained, kwargs, given)
+    except RejectedArguments as exc:
+        if "img_size" in kwargs and "img_size" in exc.named and "img_size" not in given:
+            kwargs.pop("img_size")
+            return _create(timm, name, num_classes, pretrained, kwargs, given)
+        raise
 
 
 class RejectedArguments(ValueError):

@@ -21,7 +21,9 @@ import inspect
 import os
 import sys
 import warnings
+from collections.abc import Mapping
 
+import torch
 from torch import nn
 
 from .checkpoints import CheckpointError, read_checkpoint
@@ -30,6 +32,41 @@ from .heads import head_prefixes
 
 class WeightsError(CheckpointError):
     """A checkpoint that does not fit the model (tensors left at random init beyond the head, or extra)."""
+
+
+def _is_floating(dtype) -> bool:
+    """Whether ``dtype`` (a torch dtype, or a safetensors header's dtype name: ``F32``, ``BF16``, ``I64``,
+    ``BOOL``, ...) is a floating type."""
+    if isinstance(dtype, str):
+        return dtype.upper().startswith(("F", "BF"))
+    return bool(dtype.is_floating_point)
+
+
+def refuse_non_floating(model: nn.Module, dtypes: Mapping[str, object], source: str, *,
+                        own: Mapping[str, torch.Tensor] | None = None, renamed: bool = False) -> None:
+    """`WeightsError` (its message starting with ``source``, the option or file the tensors come from)
+    when a checkpoint holds an integer, boolean or complex tensor where ``model`` holds a floating one of
+    that name: loading would cast it to floats in silence. ``dtypes`` maps the checkpoint's tensor names
+    (as the model names them) to tensors or dtypes (a torch dtype or a safetensors dtype name); ``own``:
+    the model's tensors by name (default: its state dict). ``renamed``: the loader renames the
+    checkpoint's tensors (transformers does), so a name the model lacks is refused too when every
+    tensor of the model is floating. The one check of every loading path: ``--weights``, timm's
+    ``pretrained_cfg_overlay`` file and a transformers model's own weights file."""
+    own = model.state_dict() if own is None else own
+    all_floating = all(t.is_floating_point() for t in own.values() if isinstance(t, torch.Tensor))
+    bad = []
+    for name, value in dtypes.items():
+        dtype = value.dtype if isinstance(value, torch.Tensor) else value
+        mine = own.get(name)
+        floating_here = (mine.is_floating_point() if isinstance(mine, torch.Tensor) else
+                         renamed and name not in own and all_floating)
+        if floating_here and not _is_floating(dtype):
+            bad.append(f"{name} ({dtype})")
+    if bad:
+        more = f" ... ({len(bad)} in all)" if len(bad) > 4 else ""
+        raise WeightsError(f"{source} holds non-floating tensors where {type(model).__name__} has floating "
+                           f"ones: {', '.join(bad[:4])}{more}; integer or boolean tensors are not weights "
+                           "and are not cast: pass the checkpoint of the model's floating weights")
 
 
 def _filter_for(model: nn.Module):
@@ -69,12 +106,15 @@ def load_weights(model: nn.Module, weights: str | os.PathLike, *, allow_partial:
         _npz(model, str(path))
         return model
     state = checkpoint.state
+    source = f"weights: {str(path)!r}"
+    refuse_non_floating(model, state, source, own=own)
     if filt is not None:
         try:
             state = filt(state, model)
         except Exception as exc:  # a filter written for another layout: load the raw keys instead
             warnings.warn(f"weights: timm's checkpoint filter for {type(model).__name__} failed "
                           f"({type(exc).__name__}: {exc}); loading keys as they are", stacklevel=3)
+    refuse_non_floating(model, state, source, own=own)  # the names the filter gave, too
     shared = any(k in own for k in state)
     mismatched = sorted(k for k, v in state.items() if k in own and tuple(v.shape) != tuple(own[k].shape))
     shapes = {k: (tuple(own[k].shape), tuple(state.pop(k).shape)) for k in mismatched}
