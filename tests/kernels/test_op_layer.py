@@ -56,7 +56,7 @@ def _group(n=4):
     (lambda a, b: (a.__setitem__(1, a[1][:, 0, 0]), b.__setitem__(1, b[1][:, 0, 0])), ValueError,
      r"a\[1\] must have at least 2 dims"),
     (lambda a, b: (a.__setitem__(3, a[3].to("meta")), b.__setitem__(3, b[3].to("meta"))), ValueError,
-     r"a\[3\] is on meta but a\[0\] is on cpu"),
+     r"a\[3\] is on the meta device"),
     (lambda a, b: b.__setitem__(0, b[0].numpy()), TypeError, r"b\[0\] must be a torch.Tensor"),
     (lambda a, b: (a.__setitem__(0, a[0][:0]), b.__setitem__(0, b[0][:0])), ValueError,
      r"a\[0\] has an empty batch"),

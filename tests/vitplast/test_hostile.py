@@ -777,3 +777,13 @@ def test_integer_or_boolean_weights_are_refused_by_name_on_every_loading_path(ro
     rc, err = _cli(argv, capsys)
     assert rc == 2 and len(err.splitlines()) == 1 and str(file) in err, err
     assert "non-floating tensors" in err and re.search(rf"\.weight \({re.escape(str(dtype))}\)", err), err
+
+
+def test_meta_tensors_are_refused_at_the_call_naming_the_argument():
+    import vitplast_kernels as vk
+
+    real, meta = torch.randn(8, 4), torch.empty(8, 4, device="meta")
+    with pytest.raises(ValueError, match=r"^acts\['MHA'\] output is on the meta device"):
+        vk.pairwise_plasticity({"MHA": (real, meta)})  # before: accepted, failing later in to_dict()
+    with pytest.raises(ValueError, match=r"^b is on the meta device"):
+        vk.pair_sq_distances(real, meta)

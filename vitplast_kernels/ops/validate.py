@@ -25,6 +25,15 @@ def dtype_problem(name: str, dtype: torch.dtype) -> str:
     return f"{name} must be float32, float16, bfloat16 or float64, got {dtype}{why}"
 
 
+def device_problem(name: str) -> str:
+    """The error text for an activation without data (on the ``meta`` device). Fake tensors, which
+    tracing (``torch.compile``, ``FakeTensorMode``, ``opcheck``) passes, report the device they stand
+    for and are not refused; the ops' fake kernels take meta tensors when called directly."""
+    return (f"{name} is on the meta device: it holds no data, so there is nothing to compare (move it to "
+            "a real device with its values, e.g. a model built under torch.device('meta') needs its "
+            "weights loaded first)")
+
+
 def result_dtype(t: torch.Tensor) -> torch.dtype:
     """The dtype of the ops' distances and rates: float64 for float64 inputs, float32 otherwise."""
     return torch.float64 if t.dtype == torch.float64 else torch.float32
@@ -36,6 +45,8 @@ def check_tensor(name: str, t: object, *, min_dims: int = 2) -> torch.Tensor:
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     if t.dtype not in SUPPORTED_DTYPES:
         raise TypeError(dtype_problem(name, t.dtype))
+    if t.device.type == "meta":
+        raise ValueError(device_problem(name))
     if t.dim() < min_dims:
         raise ValueError(
             f"{name} must have at least {min_dims} dims (B, ...): pairs first, then the elements of each "
@@ -77,7 +88,7 @@ def group_is_valid(a: Sequence[object], b: Sequence[object]) -> bool:
     if not isinstance(first, torch.Tensor) or first.dtype not in SUPPORTED_DTYPES or first.dim() < 2:
         return False
     dtype, device, rows = first.dtype, first.device, first.shape[0]
-    if rows == 0:
+    if rows == 0 or device.type == "meta":
         return False
     for x, y in zip(a, b, strict=True):
         if not (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)):
