@@ -787,3 +787,21 @@ def test_meta_tensors_are_refused_at_the_call_naming_the_argument():
         vk.pairwise_plasticity({"MHA": (real, meta)})  # before: accepted, failing later in to_dict()
     with pytest.raises(ValueError, match=r"^b is on the meta device"):
         vk.pair_sq_distances(real, meta)
+
+
+def test_threads_beyond_the_usable_cpus_are_refused_like_workers(tmp_path):
+    # through the options every command validates (the CLI prints the same line, rc 2); before, claim
+    # started 100000 threads and died of it
+    from vitplast.claim import claim_options
+    from vitplast.finetune import finetune_options
+    from vitplast.options.fields import OptionError
+    from vitplast.profile.run import profile_options
+
+    too_many = 100000
+    for make in (lambda: claim_options(threads=too_many, out=str(tmp_path / "c")),
+                 lambda: finetune_options(data="synthetic", threads=too_many, out=str(tmp_path / "f")),
+                 lambda: profile_options(None, {"threads": too_many, "out": str(tmp_path / "p")})):
+        with pytest.raises(OptionError, match=rf"^--threads: {too_many} threads, but this process may use "
+                                              rf"{len(os.sched_getaffinity(0))} CPU"):
+            make()
+    assert _tree(tmp_path) == []

@@ -129,7 +129,7 @@ class ClaimOptions(ExecutorOptions, RuntimeOptions, OptimOptions, DataOptions, M
                                  "(default: 1 for the digits ViT on CPU, else torch's; with --executor ray, "
                                  "--cpus-per-run); runs of the same --threads give the same results bit for "
                                  "bit", group="grid",
-                                 kind=optional(integer(1)))
+                                 kind=optional(fields.thread_count()))
     criteria: list = option(
         ",".join(CRITERIA), "criteria compared with the accuracy gains, comma-separated (default: every one: "
         "%(default)s); each is scored on the model the runs start from (see the criteria guide)",

@@ -102,6 +102,23 @@ def integer(minimum: int | None = None, maximum: int | None = None, *, what: str
     return Kind(_int_text, check)
 
 
+def thread_count() -> Kind:
+    """A count of threads (``--threads``): at least 1, at most the CPUs this process may use, the bound
+    of ``--workers`` (more threads than CPUs only wait for each other, and a huge count exhausts
+    memory with thread stacks before anything runs)."""
+
+    def check(v):
+        from ..runtime.resources import usable_cpus
+
+        v = integer(1).check(v)
+        cpus = usable_cpus()
+        if v > cpus:
+            raise ValueError(f"{v} threads, but this process may use {cpus} CPU(s); use at most {cpus}")
+        return v
+
+    return Kind(_int_text, check)
+
+
 def number(*, positive: bool = False, minimum: float | None = None) -> Kind:
     """A finite float (``positive``: > 0; ``minimum``: >= it)."""
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..options import parsing
-from ..options.fields import OptionError, choice, integer, number, option, optional, settle
+from ..options.fields import OptionError, choice, integer, number, option, optional, settle, thread_count
 from ..options.groups import IMG_SIZE, RuntimeOptions
 from ..runtime.device import resolve_device
 
@@ -37,7 +37,7 @@ class ProfileOptions(RuntimeOptions):
     depth: int | None = option(None, "override the number of blocks (a smaller, faster model; default: the "
                                "model's)", kind=optional(integer(1)))
     threads: int | None = option(None, "CPU threads for torch and the kernels (default: torch's)",
-                                 kind=optional(integer(1)))
+                                 kind=optional(thread_count()))
     reps: int = option(3, "timed rounds per variant (medians reported)", kind=integer(1))
     paper: str = option(
         "auto", "run the paper's protocol on every block, estimate it from block 0 times the depth, or skip "

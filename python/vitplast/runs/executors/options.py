@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
+from ...options import fields
 from ...options.fields import Kind, OptionError, choice, integer, number, option, optional, settle
 from .ray_tasks import RAY_EXTRA
 from .registry import EXECUTORS, executor_module
@@ -37,7 +38,7 @@ class ExecutorOptions:
     threads: int | None = option(None, "intra-op threads of every run, whichever executor trains it "
                                  "(default: torch's; with --executor ray, --cpus-per-run); runs of the same "
                                  "--threads give the same results bit for bit", group="grid",
-                                 kind=optional(integer(1)))
+                                 kind=optional(fields.thread_count()))
     ray_address: str | None = option(
         None, "the Ray cluster to run on: auto (the one `ray start` made on this machine) or HOST:PORT "
         "(default: start a Ray on this machine)", metavar="ADDRESS", group="grid")
