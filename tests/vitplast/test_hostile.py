@@ -805,3 +805,12 @@ def test_threads_beyond_the_usable_cpus_are_refused_like_workers(tmp_path):
                                               rf"{len(os.sched_getaffinity(0))} CPU"):
             make()
     assert _tree(tmp_path) == []
+
+
+def test_an_empty_class_folder_is_named(tmp_path, capsys):
+    _images(tmp_path / "data", classes=("a", "b"))
+    (tmp_path / "data" / "c").mkdir()
+    rc, _, err = _run_cli(["measure", "--data", str(tmp_path / "data"), "--batches", "1", "--no-progress",
+                           "--out", str(tmp_path / "out")], capsys)
+    empty = str(tmp_path / "data" / "c")
+    assert rc == 2 and len(err) == 1 and f"class folder {empty!r} holds no image" in err[0], err

@@ -117,6 +117,17 @@ class _Scan:
                           stacklevel=4)
 
 
+class EmptyClassFolder(ValueError):
+    """A class folder of an ImageFolder that holds no image (``path``), while others do: a class the
+    model could never see (torchvision's ImageFolder refuses it too, naming the class)."""
+
+    def __init__(self, path: str, empty: int, classes: int) -> None:
+        self.path = path
+        others = f" ({empty} of the {classes} class folders are empty)" if empty > 1 else ""
+        super().__init__(f"class folder {path!r} holds no image{others}; supported extensions: "
+                         f"{', '.join(IMG_EXTENSIONS)}. Put images in it, or remove it")
+
+
 class ImageFolder(datasets.ImageFolder):
     """torchvision's ImageFolder, with the rules of this module."""
 
@@ -160,6 +171,9 @@ class ImageFolder(datasets.ImageFolder):
         scan.warn(directory)
         found = {target for _, target in scan.images}
         empty = sorted(name for name, i in class_to_idx.items() if i not in found)
+        if empty and not allow_empty and len(empty) < len(class_to_idx):
+            # some classes without images: named, as a bad folder (ValueError), not as no data at all
+            raise EmptyClassFolder(class_dirs[empty[0]], len(empty), len(class_to_idx))
         if empty and not allow_empty:
             raise FileNotFoundError(f"Found no valid file for the classes {', '.join(empty)}. Supported "
                                     f"extensions are: {', '.join(IMG_EXTENSIONS)}")
