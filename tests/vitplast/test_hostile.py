@@ -814,3 +814,14 @@ def test_an_empty_class_folder_is_named(tmp_path, capsys):
                            "--out", str(tmp_path / "out")], capsys)
     empty = str(tmp_path / "data" / "c")
     assert rc == 2 and len(err) == 1 and f"class folder {empty!r} holds no image" in err[0], err
+
+
+def test_a_truncated_run_config_json_is_named(tmp_path, capsys):
+    from vitplast.runs.rundir import RunDir
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text('{"model": "digits-vit", "tra')
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(run / 'config.json'))}: not valid JSON "
+                                         r"\(Unterminated string"):
+        RunDir(run).saved_config()

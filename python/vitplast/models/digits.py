@@ -260,7 +260,9 @@ def checkpoint_info(path: str | os.PathLike) -> dict:
     with safe_open(os.fspath(path), framework="pt") as f:
         meta = dict(f.metadata() or {})
     if "config" in meta:
-        meta["config"] = json.loads(meta["config"])
+        from vitplast.outputs.json_files import loads_named
+
+        meta["config"] = loads_named(meta["config"], f"{path} (its metadata's config)")
     return meta
 
 

@@ -270,7 +270,10 @@ class RunDir:
         return self
 
     def saved_config(self) -> dict:
-        return json.loads(self.config_path.read_text())
+        """The run's ``config.json`` (`JSONFileError` naming the file when it is not valid JSON)."""
+        from ..outputs.json_files import read_json_file
+
+        return read_json_file(self.config_path)
 
     def _check_same_config(self, config: dict) -> None:
         diffs = config_differences(self.saved_config(), config)
