@@ -825,3 +825,13 @@ def test_a_truncated_run_config_json_is_named(tmp_path, capsys):
     with pytest.raises(ValueError, match=rf"^{re.escape(str(run / 'config.json'))}: not valid JSON "
                                          r"\(Unterminated string"):
         RunDir(run).saved_config()
+
+
+def test_a_malformed_timm_overlay_is_refused_with_the_option_name(tmp_path, capsys):
+    for overlay, says in [("[1, 2]", "expected a JSON object"), ('{"fil": "x.pth"}', "'fil' is not a field"),
+                          ('{"input_size": 5}', "input_size: expected Tuple[int, int, int], got 5")]:
+        rc, err = _cli(_measure("vit_tiny_patch16_224", tmp_path / "out", "--pretrained", "--model-arg",
+                                f"pretrained_cfg_overlay={overlay}"), capsys)
+        assert rc == 2 and len(err.splitlines()) == 1, err
+        assert err.split("error: ", 1)[1].startswith("--model-arg pretrained_cfg_overlay: "), err
+        assert says in err, err

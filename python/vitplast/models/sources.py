@@ -241,9 +241,76 @@ def weight_files(model_kwargs: dict) -> dict[str, str]:
     return found
 
 
+def _config_fields() -> dict:
+    """``{field: type}`` of timm's pretrained config (what ``pretrained_cfg_overlay`` may set)."""
+    import typing
+
+    from timm.models import PretrainedCfg
+
+    return typing.get_type_hints(PretrainedCfg)
+
+
+def _fits(value, hint) -> bool:
+    """Whether a JSON value fits the type ``hint`` of a pretrained-config field (lists for tuples)."""
+    import typing
+
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is typing.Any:
+        return True
+    if hint is type(None):
+        return value is None
+    if origin is typing.Union:
+        return any(_fits(value, a) for a in args)
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            return False
+        if len(args) == 2 and args[1] is Ellipsis or len(args) == 1:  # (X, ...); timm's Tuple[str] too
+            return all(_fits(v, args[0]) for v in value)
+        return len(value) == len(args) and all(_fits(v, a) for v, a in zip(value, args, strict=True))
+    if origin is dict:
+        return isinstance(value, dict) and all(_fits(k, args[0]) and _fits(v, args[1])
+                                               for k, v in value.items())
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, hint) if isinstance(hint, type) else True
+
+
+def check_config_args(model_kwargs: dict) -> None:
+    """ValueError naming the ``--model-arg`` when ``pretrained_cfg_overlay`` (or a ``pretrained_cfg``
+    given as a dict) is not what timm's pretrained config takes: a JSON object of its fields, each of its
+    type (timm's own message would blame every --model-arg, or come from deep inside the model)."""
+    import difflib
+
+    for key in CONFIG_ARGS:
+        value = model_kwargs.get(key)
+        if value is None or (key == "pretrained_cfg" and isinstance(value, str)):  # a pretrained tag
+            continue
+        what = f"--model-arg {key}"
+        if not isinstance(value, dict):
+            raise ValueError(f"{what}: expected a JSON object of timm's pretrained config fields "
+                             f"({{\"file\": PATH, \"mean\": [R, G, B], ...}}), got "
+                             f"{json.dumps(value, default=str)[:60]}")
+        fields = _config_fields()
+        for name, item in value.items():
+            if name not in fields:
+                close = difflib.get_close_matches(str(name), list(fields), n=3)
+                hint = f" (did you mean {', '.join(close)}?)" if close else ""
+                raise ValueError(f"{what}: {name!r} is not a field of timm's pretrained config{hint}")
+            if not _fits(item, fields[name]):
+                hint = fields[name]
+                wanted = (hint.__name__ if isinstance(hint, type) else
+                          str(hint).replace("typing.", "").replace("NoneType", "None"))
+                got = json.dumps(item, default=str)[:60]
+                raise ValueError(f"{what}: {name}: expected {wanted}, got {got}")
+
+
 def check_weight_files(model_kwargs: dict) -> None:
     """The files ``--model-arg`` names get the checks ``--weights`` gets before anything is read (it
-    exists, is a regular file, has a checkpoint's suffix): a ValueError naming the option and the file."""
+    exists, is a regular file, has a checkpoint's suffix): a ValueError naming the option and the file.
+    A malformed ``pretrained_cfg_overlay`` is refused first (`check_config_args`)."""
+    check_config_args(model_kwargs)
     files = weight_files(model_kwargs)
     if not files:
         return

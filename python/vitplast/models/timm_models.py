@@ -45,6 +45,9 @@ def create_vit(name: str, num_classes: int, img_size: int | None = None,
     if not isinstance(num_classes, int) or num_classes < 0:
         raise ValueError(f"num_classes must be an int >= 0, got {num_classes!r}")
     check_timm_name(name)
+    from .sources import check_config_args
+
+    check_config_args(timm_kwargs)
     overlays = _overlay_dtypes(timm_kwargs) if pretrained else {}
     kwargs = dict(timm_kwargs)
     if img_size is not None:
