@@ -835,3 +835,21 @@ def test_a_malformed_timm_overlay_is_refused_with_the_option_name(tmp_path, caps
         assert rc == 2 and len(err.splitlines()) == 1, err
         assert err.split("error: ", 1)[1].startswith("--model-arg pretrained_cfg_overlay: "), err
         assert says in err, err
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory", "link-to-device"])
+def test_only_a_regular_file_is_read_as_the_shipped_checkpoint(kind, tmp_path, monkeypatch):
+    from vitplast.models import digits
+
+    path = tmp_path / f"digits_vit-{digits.SHIPPED['key']}.safetensors"
+    if kind == "fifo":
+        os.mkfifo(path)
+        _unblock(path)  # before, the read waited for a writer
+    elif kind == "directory":
+        path.mkdir()
+    else:
+        path.symlink_to("/dev/null")
+    monkeypatch.setattr(digits, "SHIPPED_DIR", tmp_path)
+    monkeypatch.setattr(digits, "_SHIPPED_CHECKED", set())
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(path))}: the shipped digits ViT is not a regu"):
+        digits.shipped_checkpoint()

@@ -58,7 +58,7 @@ SHIPPED_DIR = Path(__file__).resolve().parent / "shipped"
 # the shipped default checkpoint: the (config, seed) key it was made for, its sha256, its val accuracy
 SHIPPED = {"key": "d615fdcaad975756", "seed": 0,
            "sha256": "5d9ce3c35b83e56a6339c62aa1b21dbca2ce4a501ef337293d3be78b01474e20",
-           "val_acc": 0.988889}
+           "bytes": 860836, "val_acc": 0.988889}
 _SHIPPED_CHECKED: set[Path] = set()
 
 
@@ -72,15 +72,44 @@ def shipped_checkpoint(config: DigitsConfig | None = None, seed: int = 0) -> Pat
     path = SHIPPED_DIR / f"digits_vit-{SHIPPED['key']}.safetensors"
     if path not in _SHIPPED_CHECKED:
         try:
-            digest = hashlib.sha256(path.read_bytes()).hexdigest()
+            data = _read_shipped(path, SHIPPED["bytes"])
         except OSError as exc:
             raise ValueError(f"{path}: the shipped digits ViT cannot be read ({exc.strerror}); "
                              "reinstall vitplast-kernels") from exc
+        digest = hashlib.sha256(data).hexdigest()
         if digest != SHIPPED["sha256"]:
             raise ValueError(f"{path}: the shipped digits ViT is damaged (sha256 {digest[:12]}..., "
                              f"expected {SHIPPED['sha256'][:12]}...); reinstall vitplast-kernels")
         _SHIPPED_CHECKED.add(path)
     return path
+
+
+def _read_shipped(path: Path, size: int) -> bytes:
+    """The bytes of the shipped checkpoint at ``path``, which must be a regular file (a link to one is
+    followed) of ``size`` bytes: a directory, FIFO, socket or device in its place is never read (a FIFO
+    would block, a device never end), nor more than ``size`` + 1 bytes of any file. ValueError naming
+    the file and what it is otherwise; OSError when it cannot be opened."""
+    import stat
+
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError:
+        os.close(fd)
+        raise
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        from vitplast.data.images import file_kind
+
+        raise ValueError(f"{path}: the shipped digits ViT is not a regular file ({file_kind(mode)}), so it "
+                         "is not read; reinstall vitplast-kernels")
+    with os.fdopen(fd, "rb") as f:
+        data = f.read(size + 1)
+    if len(data) != size:
+        found = f"more than {size}" if len(data) > size else str(len(data))
+        raise ValueError(f"{path}: the shipped digits ViT is damaged ({found} bytes, expected {size}); "
+                         "reinstall vitplast-kernels")
+    return data
 
 
 def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
