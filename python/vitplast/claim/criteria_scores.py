@@ -16,7 +16,7 @@ from ..outputs.reporter import Reporter
 from .datasets import DatasetPlan
 from .options import ClaimOptions
 from .samples import chunk_result, unit_means
-from .scoring import score_cache, score_request
+from .scoring import dataset_cache, score_request
 
 
 def score_dataset(opts: ClaimOptions, dataset: DatasetPlan, model: PreparedModel, names: tuple[str, ...],
@@ -27,7 +27,7 @@ def score_dataset(opts: ClaimOptions, dataset: DatasetPlan, model: PreparedModel
     names = tuple(n for n in names if n != "plasticity")
     if not names:
         return Scores({})
-    cache = score_cache(opts, dataset, model, device)
+    cache = dataset_cache(opts, dataset, model, device)
     scores = score_criteria(names, score_request(opts, dataset, model, device, progress=progress),
                             cache=cache, say=reporter.say)
     for n, result in scores.items():

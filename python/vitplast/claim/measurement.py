@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from ..criteria import cache_key
-from ..criteria.plasticity import check_sums
+from ..criteria.plasticity import check_statistics
 from ..data.datasets import load_dataset
 from ..data.transforms import transform_record
 from ..finetune.preflight import PreparedModel
@@ -67,7 +67,7 @@ def read_chunks(path: str | os.PathLike) -> dict:
     if not comps or not layers or stats.shape != shape:
         raise ResultFileError(path, "stats", f"has shape {stats.shape}, not (chunks, components, layers, "
                               f"statistics) = {shape}")
-    check_sums(stats, CHUNK_FIELDS, path, "stats")
+    check_statistics(stats, CHUNK_FIELDS, path, "stats")
     return doc
 
 

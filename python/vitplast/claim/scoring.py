@@ -3,7 +3,7 @@ request (`score_request`: each seed's model as that seed's finetuning run builds
 ``torch.manual_seed(seed)`` then ``vitplast.finetune.model.fresh_model``; the labelled sample, ``--criterion-
 batches`` batches of ``--batch-size`` images of the dataset's training split in the order
 ``--measure-seed`` draws, drawn only when a criterion reads it) and the cache in
-``DATASET_OUT/criteria/`` (`score_cache`: the model's provenance, the data and options each key holds).
+``DATASET_OUT/criteria/`` (`dataset_cache`: the model's provenance, the data and options each key holds).
 Reading back and writing scores is `.criteria_scores`'s."""
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def score_request(opts: ClaimOptions, dataset: DatasetPlan, model: PreparedModel
                           amp=autocast(opts.amp, device), progress=progress)
 
 
-def score_cache(opts: ClaimOptions, dataset: DatasetPlan, model: PreparedModel, device) -> ScoreCache:
+def dataset_cache(opts: ClaimOptions, dataset: DatasetPlan, model: PreparedModel, device) -> ScoreCache:
     """The `ScoreCache` of ``DATASET_OUT/criteria/``: the model's provenance (the dataset's training
     split, the runs' transform), the options every score depends on and what draws the labelled
     sample."""

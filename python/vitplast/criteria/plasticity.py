@@ -87,7 +87,7 @@ class Plasticity(Criterion):
                                                for r in sums):
                 raise ResultFileError(path, f"components.{c}.sums", f"is not {len(layers)} rows of "
                                       f"{len(fields)} statistics ({', '.join(map(str, fields))})")
-            check_sums(np.array(sums, dtype=object), fields, path, f"components.{c}.sums")
+            check_statistics(np.array(sums, dtype=object), fields, path, f"components.{c}.sums")
         measured = PlasticityResult.from_dict(doc)
         for c, entry in comps.items():
             _agrees(entry, "n_pairs", measured.n_pairs(c).tolist(), path, c)
@@ -110,7 +110,7 @@ def scores_of(measured, units: Units) -> tuple[np.ndarray, dict[str, np.ndarray]
     return values, {"pairs": pairs}
 
 
-def check_sums(sums: np.ndarray, fields, path: str | os.PathLike, name: str) -> None:
+def check_statistics(sums: np.ndarray, fields, path: str | os.PathLike, name: str) -> None:
     """`ResultFileError` naming ``path`` and ``name`` unless every statistic of ``sums`` (last axis:
     ``fields``) is a finite number, and the counts (``count``, ``identical``, ``nonfinite``) are >= 0."""
     flat = sums.reshape(-1, len(fields))

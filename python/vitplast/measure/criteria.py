@@ -1,5 +1,5 @@
 """What ``vitplast measure`` hands the scoring service (`vitplast.criteria.score_criteria`): the cache
-in ``--out`` (`score_cache`: the model's provenance, the data and options each criterion's key holds),
+in ``--out`` (`out_cache`: the model's provenance, the data and options each criterion's key holds),
 the requests (`plasticity_request`: the measured model and its capture over the paired images;
 `criteria_request`: each seed's model as its finetuning run starts it, the labelled sample), and the
 files each criterion writes (`criterion_files`, `write_criterion`)."""
@@ -39,7 +39,7 @@ def seeds_of(opts: MeasureOptions) -> tuple[int, ...]:
     return tuple(opts.criterion_seeds) if opts.criterion_seeds else (opts.seed,)
 
 
-def score_cache(opts: MeasureOptions, record: dict, device, img_size: int):
+def out_cache(opts: MeasureOptions, record: dict, device, img_size: int):
     """The `vitplast.criteria.ScoreCache` of ``--out``: ``record`` (the measured model's provenance),
     the options every score depends on, and what draws the labelled sample and the pairs."""
     return ScoreCache(

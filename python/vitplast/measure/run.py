@@ -35,8 +35,8 @@ from .criteria import (
     criteria_request,
     criterion_files,
     every_criterion_file,
+    out_cache,
     plasticity_request,
-    score_cache,
     write_criterion,
 )
 from .data import MeasureData, batches_to_run, open_data
@@ -110,7 +110,7 @@ def measure_scores(opts: MeasureOptions | None = None, /, *, reporter: Reporter 
     say(f"model: {subject.built.description}, "
         f"{sum(p.numel() for p in subject.net.parameters()) / 1e6:.2f} M parameters")
     names = tuple(opts.criterion)
-    cache = score_cache(opts, _provenance(opts, subject), subject.device, subject.img_size)
+    cache = out_cache(opts, _provenance(opts, subject), subject.device, subject.img_size)
     parts = []
     if "plasticity" in names:
         parts.append(_plasticity(opts, subject, cache, say, start))
