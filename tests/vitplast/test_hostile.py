@@ -853,3 +853,48 @@ def test_only_a_regular_file_is_read_as_the_shipped_checkpoint(kind, tmp_path, m
     monkeypatch.setattr(digits, "_SHIPPED_CHECKED", set())
     with pytest.raises(ValueError, match=rf"^{re.escape(str(path))}: the shipped digits ViT is not a regu"):
         digits.shipped_checkpoint()
+
+
+# -- issue "Trust IV", item 5: a hangup during a claim with worker processes -----------------------------
+def _shm_semaphores() -> set[str]:
+    return {p.name for p in Path("/dev/shm").glob("sem.*")} if Path("/dev/shm").is_dir() else set()
+
+
+@pytest.mark.slow
+def test_hangup_stops_a_claim_with_two_workers_exit_129(tmp_path):
+    """A closed terminal (SIGHUP to the process group) while a claim trains in two worker processes:
+    the one line and rc 129, no traceback (the resource tracker survives the hangup), nothing of the
+    group left running, no semaphore of the command's processes left in /dev/shm."""
+    _images(tmp_path / "data", per_class=24, size=16)
+    out = tmp_path / "claim"
+    argv = [PY, "-m", "vitplast.cli", "claim", *SMALL_MODEL, "--data", str(tmp_path / "data"), "--components",
+            "MHA,FC1,LN1", "--lr", "3e-3", "--seed", "0", "--steps", "100000", "--batch-size", "8",
+            "--checkpoint-every", "2", "--pairs", "8", "--pair-batch", "4", "--jobs", "2", "--threads", "1",
+            "--workers", "1", "--no-progress", "--out", str(out)]
+    before = _shm_semaphores()
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=_env(),
+                            start_new_session=True, preexec_fn=default_stops)
+    group: set[int] = set()
+    try:
+        deadline = time.monotonic() + 300
+        while (not any(out.glob("runs/*/checkpoint.pt")) and proc.poll() is None
+               and time.monotonic() < deadline):
+            time.sleep(0.2)
+        assert proc.poll() is None, proc.communicate()[1]
+        group = {proc.pid, *_in_group(proc.pid)}  # the driver, its workers and their loaders, the tracker
+        os.killpg(proc.pid, signal.SIGHUP)
+        _, err = proc.communicate(timeout=120)
+        deadline = time.monotonic() + 2.0  # a moment for the kernel to reap what was killed
+        while _in_group(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        left = _in_group(proc.pid)
+    finally:
+        for pid in _in_group(proc.pid):
+            with __import__("contextlib").suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert proc.returncode == 129 and len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0].startswith("vitplast claim: stopped by SIGHUP: ") and str(out) in lines[0], lines
+    assert left == [], f"processes outlived the command: {left}"
+    ours = [n for n in _shm_semaphores() - before if any(f"-{pid}-" in n for pid in group)]
+    assert ours == [], f"semaphores left in /dev/shm: {ours}"

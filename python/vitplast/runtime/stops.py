@@ -2,6 +2,12 @@
 (`Terminated`, a ``KeyboardInterrupt``) raised in the main thread, so every ``finally`` and
 ``with`` on the way out runs: worker processes and data loaders are stopped, files closed, semaphores
 released. A second signal of the same kind ends the process at once (the default action).
+
+A closed terminal sends SIGHUP to the whole process group, as Ctrl-C sends SIGINT: the command's
+helpers leave both to the command. Its worker processes and data loaders ignore them (the command
+stops them), and multiprocessing's resource tracker, which ignores SIGINT and SIGTERM by itself, is
+started with SIGHUP blocked: it outlives the hangup, so the semaphores are released through it, and
+nothing is left in ``/dev/shm``.
 """
 
 from __future__ import annotations
@@ -48,6 +54,7 @@ def stops_as_exceptions() -> Iterator[None]:
     for s, previous in saved.items():
         if previous in (signal.SIG_DFL, None) or previous is signal.default_int_handler:
             signal.signal(s, _raise)
+    tracker_outlives_hangups()
     try:
         yield
     finally:
@@ -56,12 +63,48 @@ def stops_as_exceptions() -> Iterator[None]:
                 signal.signal(s, previous if previous is not None else signal.SIG_DFL)
 
 
+HELD_SIGNALS = tuple(s for s in (signal.SIGINT, getattr(signal, "SIGHUP", None)) if s)
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """Inside, SIGINT and SIGHUP are blocked in this thread (the main thread): a process started here
+    (a worker) starts with them blocked, until it ignores them (`die_with_parent`); one sent meanwhile
+    reaches this process when the block ends."""
+    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, HELD_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
+def tracker_outlives_hangups() -> None:
+    """Starts multiprocessing's resource tracker now, with SIGHUP blocked (it keeps that mask), unless
+    it runs already: a hangup of the process group then leaves it alive to release the semaphores of
+    the command's workers (killed, it is relaunched empty and prints a traceback per semaphore)."""
+    if not hasattr(signal, "SIGHUP") or not hasattr(signal, "pthread_sigmask"):
+        return
+    from multiprocessing import resource_tracker
+
+    with signals_held(), contextlib.suppress(OSError):
+        resource_tracker.ensure_running()
+
+
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 def die_with_parent() -> None:
-    """In a worker process (a data loader's, an executor's): the kernel kills it when its parent dies
-    (Linux ``PR_SET_PDEATHSIG``; elsewhere nothing: such workers watch their parent themselves)."""
+    """In a worker process (a data loader's, an executor's): a hangup (the terminal closed) is its
+    parent's to handle, which stops it, so it ignores SIGHUP (then unblocks what `signals_held` held);
+    and the kernel kills it when its parent dies (Linux ``PR_SET_PDEATHSIG``; elsewhere nothing: such
+    workers watch their parent themselves)."""
+    if hasattr(signal, "SIGHUP") and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        if hasattr(signal, "pthread_sigmask"):
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD_SIGNALS)
     if not sys.platform.startswith("linux"):
         return
     import ctypes

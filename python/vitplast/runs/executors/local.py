@@ -5,40 +5,32 @@ intra-op threads, `ProcessExecutor`); under torchrun, every rank runs the same r
 
 The workers die with the driver: on Linux the kernel kills them when it dies (``PR_SET_PDEATHSIG``),
 everywhere a thread of theirs exits when their parent changes, and every write to a run directory
-first checks the parent, so nothing is written after a ``kill -9`` of the driver. Ctrl-C is the
-driver's to handle (the workers ignore it): it stops them, each run keeping its last checkpoint. A
-worker that dies (killed, out of memory) breaks the pool: a new pool retries the runs it held, which
-resume from their checkpoints.
+first checks the parent, so nothing is written after a ``kill -9`` of the driver. Ctrl-C and a hangup
+are the driver's to handle (the workers ignore them, from their first instruction: they start with
+both blocked): it stops them, each run keeping its last checkpoint. A worker that dies (killed, out
+of memory) breaks the pool: a new pool retries the runs it held, which resume from their checkpoints.
 """
 
 from __future__ import annotations
 
 import os
 import signal
-import sys
 import threading
 import time
 from collections.abc import Sequence
 from typing import Any
 
-from ...runtime.stops import clean_worker_exit
+from ...runtime.stops import clean_worker_exit, die_with_parent, signals_held
 from ..rundir import check_parent, guard_writes
 from .base import Attempt, Ended, ExecutorBase, Resources
 from .jobs import run_attempt
 
-PR_SET_PDEATHSIG = 1  # linux/prctl.h
-
 
 def _worker_init(parent_pid: int) -> None:
-    """First thing in a worker process: it dies with ``parent_pid`` and leaves Ctrl-C to it."""
+    """First thing in a worker process: it dies with ``parent_pid`` and leaves Ctrl-C and hangups to
+    it."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        try:  # the kernel sends SIGKILL when the parent dies
-            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-        except (OSError, AttributeError):
-            pass
+    die_with_parent()  # the kernel sends SIGKILL when the parent dies; SIGHUP ignored
     clean_worker_exit()  # SIGTERM from the driver: exit handlers run, no semaphore leaks
     guard_writes(parent_pid)
     check_parent()  # the parent may have died before prctl took effect
@@ -161,8 +153,9 @@ class ProcessExecutor(ExecutorBase):
         return self.pool
 
     def submit(self, attempt: Attempt):
-        return self._pool().submit(run_attempt, attempt.job.fn, attempt.args, attempt.token,
-                                   attempt.supersedes, attempt.resources.threads)
+        with signals_held():  # a worker started here ignores Ctrl-C and hangups from its start
+            return self._pool().submit(run_attempt, attempt.job.fn, attempt.args, attempt.token,
+                                       attempt.supersedes, attempt.resources.threads)
 
     def wait(self, handles: Sequence[Any], timeout: float) -> list[tuple[Any, Ended]]:
         from concurrent.futures import FIRST_COMPLETED, wait
