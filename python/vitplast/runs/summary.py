@@ -128,12 +128,13 @@ class RunSummary:
         return cls.from_json(doc, path)
 
     @classmethod
-    def of(cls, summary: RunSummary | dict) -> RunSummary:
-        """``summary`` as a `RunSummary` (a run's result in memory is checked as a file would be)."""
+    def of(cls, summary: RunSummary | dict, path: str | os.PathLike = "a run's summary") -> RunSummary:
+        """``summary`` as a `RunSummary` (a run's result in memory is checked as its file would be;
+        ``path``: what an error names)."""
         if isinstance(summary, RunSummary):
             return summary
         plain = json.loads(json.dumps(summary, default=_plain))
-        return cls.from_json(plain, "a run's summary")
+        return cls.from_json(plain, path)
 
 
 def _plain(o):
