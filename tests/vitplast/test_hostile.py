@@ -737,6 +737,72 @@ def test_closed_pipe_on_stdout_keeps_the_measurement(tmp_path, monkeypatch):
     assert rc == 0 and (tmp_path / "res" / "plasticity.json").exists()
 
 
+# -- issue "Trust IV", item 2: a run summary read back is checked ------------------------------------------
+def _summary_file(path: Path, **changes) -> Path:
+    """A finished run's summary.json as vitplast writes it, with ``changes`` made and its checksum
+    recomputed (an edit that the checksum alone cannot catch)."""
+    from vitplast.outputs.result_files import with_checksum
+    from vitplast.runs.summary import KIND, VERSION, RunSummary
+
+    summary = RunSummary(train="MHA", lr=0.01, seed=0, final_acc=0.5, initial_acc=0.25, trainable_params=100,
+                         best_acc=0.5, run_dir=str(path.parent))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(with_checksum({**summary.to_json(), **changes}, kind=KIND, version=VERSION)))
+    return path
+
+
+@pytest.mark.parametrize("field, value", [("best_acc", 7.5), ("best_acc", -3), ("final_acc", 1.5),
+                                          ("initial_acc", None), ("trainable_params", -1),
+                                          ("trainable_params", 2.5), ("seconds", -1.0), ("lr", 0),
+                                          ("plasticity_start", {"MHA": -0.5})])
+def test_impossible_summary_value_is_refused_naming_file_and_field(field, value, tmp_path):
+    from vitplast.outputs.result_files import ResultFileError
+    from vitplast.runs.rundir import RunDir
+
+    path = _summary_file(tmp_path / "run" / "summary.json", **{field: value})
+    with pytest.raises(ResultFileError) as exc:
+        RunDir(tmp_path / "run").summary()
+    assert exc.value.path == str(path) and exc.value.field.split(".")[0] == field, str(exc.value)
+
+
+def test_edited_or_old_summary_is_refused_by_checksum_and_version(tmp_path):
+    from vitplast.outputs.result_files import ResultFileError
+    from vitplast.runs.summary import RunSummary
+
+    path = _summary_file(tmp_path / "a" / "summary.json")
+    doc = json.loads(path.read_text())
+    path.write_text(json.dumps({**doc, "final_acc": 0.9}))  # edited, checksum kept
+    with pytest.raises(ResultFileError, match="checksum.*edited"):
+        RunSummary.read(path)
+    old = {k: v for k, v in doc.items() if k not in ("format", "checksum")}  # before the format had a version
+    path.write_text(json.dumps(old))
+    with pytest.raises(ResultFileError, match=r"summary.json: format: .*vitplast-run-summary/1.*rerun"):
+        RunSummary.read(path)
+
+
+def _claim_args(out: Path) -> list[str]:
+    return ["claim", "--out", str(out), *SMALL_MODEL, "--data", "synthetic", "--pretrain-data", "synthetic",
+            "--components", "MHA,FC1,LN1", "--lr", "3e-3", "--seed", "0", "--steps", "2", "--batch-size", "8",
+            "--pairs", "8", "--pair-batch", "4", "--bootstrap", "10", "--permutations", "10", "--criteria",
+            "plasticity", "--jobs", "1", "--threads", "1", "--no-progress"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("best_acc", [7.5, -3])
+def test_claim_analyse_only_refuses_an_impossible_accuracy_rc_2(best_acc, tmp_path, capsys):
+    out = tmp_path / "c"
+    rc, _ = _cli(_claim_args(out), capsys)
+    assert rc == 0
+    path = out / "runs" / "FC1-lr0.003-s0" / "summary.json"
+    doc = json.loads(path.read_text())
+    path.write_text(json.dumps(__import__("vitplast.outputs.result_files", fromlist=["x"]).with_checksum(
+        {**doc, "best_acc": best_acc}, kind="vitplast-run-summary", version=1)))
+    rc, err = _cli([*_claim_args(out), "--analyse-only"], capsys)
+    lines = [line for line in err.splitlines() if line.strip() and "warning" not in line.lower()]
+    assert rc == 2 and len(lines) == 1, err
+    assert str(path) in lines[0] and "best_acc" in lines[0] and "[0, 1]" in lines[0], lines[0]
+
+
 # -- issue 46: inputs refused instead of cast or believed, files named ---------------------------------
 
 TINY_TIMM = {"img_size": 16, "patch_size": 8, "depth": 1, "embed_dim": 32, "num_heads": 2}

@@ -43,6 +43,7 @@ from vitplast_kernels.atomic_io import atomic_write
 
 from ..models.checkpoints import load_weights_only
 from ..runs.lock import LOCK, RunBusy, RunDirError, RunLock
+from .summary import RunSummary
 
 __all__ = ["RunBusy", "RunDir", "RunDirError", "RunLock"]
 
@@ -315,14 +316,20 @@ class RunDir:
             os.fsync(self._metrics_file.fileno())
         save_atomic(self.checkpoint_path, state)
 
-    def write_summary(self, summary: dict) -> None:
-        """Write ``summary.json`` (marks the run finished)."""
+    def write_summary(self, summary: RunSummary | dict) -> RunSummary:
+        """Write ``summary.json`` (marks the run finished; `vitplast.runs.summary`, checked as it
+        will be read back); returns the `RunSummary`."""
         if self.writer:
             self.lock.confirm()
-            write_json_atomic(self.summary_path, summary)
+        summary = RunSummary.of(summary, self.summary_path)
+        if self.writer:
+            summary.write(self.summary_path)
+        return summary
 
     def summary(self) -> dict:
-        return json.loads(self.summary_path.read_text())
+        """The run's summary as its fields, checked (`RunSummary.read`: ResultFileError naming the file
+        and the field)."""
+        return RunSummary.read(self.summary_path).to_json()
 
     def close(self) -> None:
         """Closes the metrics file and releases the directory's lock (the end of this writer's session)."""

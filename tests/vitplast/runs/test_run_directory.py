@@ -48,7 +48,8 @@ def test_lifecycle_refuse_resume_and_truncate(tmp_path):
     rd = RunDir(tmp_path / "run").open({**cfg, "progress": False}, resume=True)  # free key
     assert rd.checkpoint["step"] == 3 and not rd.finished
     assert [r["iter"] for r in rd.metrics()] == [-1, 0, 1, 2]  # iterations >= 3 are replayed
-    rd.write_summary({"acc": 1.0})
+    rd.write_summary({"train": "head", "lr": 0.1, "seed": 0, "final_acc": 1.0, "initial_acc": 0.5,
+                      "trainable_params": 10})
     rd.close()  # ends this writer's session (releases the directory's lock)
     with pytest.raises(RunDirError, match="already holds a finished run"):
         RunDir(tmp_path / "run").open(cfg)
