@@ -47,6 +47,7 @@ def test_score_takes_a_loader_and_refuses_missing_labels():
     for n in ("plasticity", "cka"):
         torch.testing.assert_close(torch.as_tensor(a[n].values), torch.as_tensor(b[n].values))
     assert a["plasticity"].measurement.n_pairs("MHA").tolist() == [4, 4]  # 2 per batch of 4, halves
+    assert list(a["cka"].to_dataframe().columns) == ["component", "layer", "score"]
     with pytest.raises(ValueError, match="rgn read labels"):
         vitplast.score(net, images, criteria=["rgn"])
     with pytest.raises(ValueError, match="unknown criterion 'nope'"):

@@ -175,6 +175,13 @@ class CriterionResult:
                 rows.append(row)
         return rows
 
+    def to_dataframe(self):
+        """`records` as a pandas ``DataFrame`` (component, layer, score, then the per-seed and extra
+        values)."""
+        import pandas as pd  # optional dependency, loaded when a frame is asked for
+
+        return pd.DataFrame(self.records())
+
     def to_csv(self, path: str | os.PathLike) -> None:
         """`records` as CSV (an undefined value is an empty cell), atomically."""
         atomic_write_csv(path, self.records())
