@@ -13,7 +13,9 @@ import dataclasses
 from pathlib import Path
 
 from ..criteria import CRITERIA
-from ..finetune import TRAIN_ORDER, RunSettings, import_peft
+from ..finetune.lora import import_peft
+from ..finetune.options import RunSettings
+from ..finetune.selection import TRAIN_ORDER
 from ..models.families import family_of
 from ..options import fields
 from ..options.fields import OptionError, choice, csv, integer, option, optional, settle

@@ -23,6 +23,8 @@ import dataclasses
 
 import numpy as np
 
+from vitplast_kernels.measure.chunks import ChunkedResult
+
 from ..runs.summary import RunSummary
 
 
@@ -201,8 +203,6 @@ def chunk_result(measured: dict):
     """The ``PlasticityResult`` of saved chunk statistics (each chunk's sums kept): its statistics, and
     the bootstrap replicates over chunks (``replicate_means``), are the kernel package's."""
     import torch
-
-    from vitplast_kernels.measure.chunks import ChunkedResult
 
     stats = torch.tensor(measured["stats"], dtype=torch.float64)  # (K, C, L, 5)
     return ChunkedResult(stats, measured["components"], measured["layers"])

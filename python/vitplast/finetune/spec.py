@@ -1,5 +1,5 @@
 """The run spec: one finetuning run, fully described by typed values (what ``vitplast finetune``'s grid
-makes for each (train, lr, seed), what claim hands to `vitplast.finetune.train_run`, and what an
+makes for each (train, lr, seed), what claim hands to `vitplast.finetune.loop.train_run`, and what an
 executor ships to a worker: it pickles, and it is what the run directory's config.json records).
 
 A resumed run's options are compared with its config.json (`RunSpec.resume_config`). Options added

@@ -42,7 +42,9 @@ import torch
 from torch import nn
 
 from vitplast.data.datasets import load_dataset
+from vitplast.data.images import file_kind
 from vitplast.data.transforms import ImageTransform
+from vitplast.outputs.json_files import loads_named
 from vitplast.outputs.paths import check_out_dir
 from vitplast_kernels.atomic_io import atomic_write
 
@@ -99,7 +101,6 @@ def _read_shipped(path: Path, size: int) -> bytes:
         raise
     if not stat.S_ISREG(mode):
         os.close(fd)
-        from vitplast.data.images import file_kind
 
         raise ValueError(f"{path}: the shipped digits ViT is not a regular file ({file_kind(mode)}), so it "
                          "is not read; reinstall vitplast-kernels")
@@ -289,8 +290,6 @@ def checkpoint_info(path: str | os.PathLike) -> dict:
     with safe_open(os.fspath(path), framework="pt") as f:
         meta = dict(f.metadata() or {})
     if "config" in meta:
-        from vitplast.outputs.json_files import loads_named
-
         meta["config"] = loads_named(meta["config"], f"{path} (its metadata's config)")
     return meta
 

@@ -23,7 +23,12 @@ from typing import TYPE_CHECKING
 
 from torch import nn
 
+from ..data.transforms import from_data_config
+from ..outputs.json_files import read_json_file
 from .built import BuildRequest, BuiltModel, input_size
+from .checkpoints import align_prefix, tensor_dtypes
+from .hub import cached_hub_file, hub_error, offline_unless_reachable, snapshot_revision, split_revision
+from .weights import refuse_non_floating
 
 if TYPE_CHECKING:
     from .sources import ModelPlan
@@ -109,8 +114,6 @@ def _failure(ref: str, exc: BaseException) -> ValueError:
     """A failed load as one line; offline, it says that only the local cache was read, and which."""
     from huggingface_hub import constants
 
-    from .hub import hub_error
-
     text = hub_error(exc) or (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
     if constants.HF_HUB_OFFLINE and "HF_HUB_OFFLINE" not in text:
         text += f" (HF_HUB_OFFLINE is set: only the Hugging Face cache {constants.HF_HUB_CACHE} is read)"
@@ -130,8 +133,6 @@ def _is_weights_error(exc: BaseException) -> bool:
 
 def _weights_failure(ref: str, exc: BaseException) -> ValueError:
     """A weights file of ``ref`` that cannot be read, named (the folder's, or the hub cache's)."""
-    from .hub import cached_hub_file, split_revision
-
     path = Path(os.path.expanduser(ref))
     if path.is_dir():
         found = next((str(path / f) for f in WEIGHT_FILES if (path / f).is_file()), str(path))
@@ -157,7 +158,6 @@ def create_hf(ref: str, num_classes: int | None = None, *, random_init: bool = F
         from transformers import AutoConfig, AutoModelForImageClassification
     except ImportError as exc:
         raise ImportError("hf: models need transformers: pip install transformers") from exc
-    from .hub import split_revision
 
     if "trust_remote_code" in from_pretrained:
         raise ValueError("--model-arg trust_remote_code: pass --trust-remote-code instead "
@@ -165,7 +165,6 @@ def create_hf(ref: str, num_classes: int | None = None, *, random_init: bool = F
     trust = bool(trust_remote_code)
     source, revision = (ref, None) if os.path.isdir(os.path.expanduser(ref)) else split_revision(ref)
     config = None
-    from .hub import offline_unless_reachable
 
     hub = contextlib.nullcontext() if os.path.isdir(os.path.expanduser(ref)) else offline_unless_reachable()
     with _quiet_transformers(), hub:
@@ -204,8 +203,6 @@ def weight_files(ref: str) -> list[Path]:
     """The weights files transformers reads for ``ref``: the folder's (for a hub id, the local cache
     snapshot's) ``model.safetensors`` or ``pytorch_model.bin``, else the shards its index lists; [] when
     none is found."""
-    from .hub import cached_hub_file, split_revision
-
     path = Path(os.path.expanduser(ref))
     if not path.is_dir():
         repo, revision = split_revision(ref)
@@ -218,8 +215,6 @@ def weight_files(ref: str) -> list[Path]:
             return [path / name]
     for name in INDEX_FILES:
         if (path / name).is_file():
-            from ..outputs.json_files import read_json_file
-
             index = read_json_file(path / name)
             shards = index.get("weight_map") if isinstance(index, dict) else None
             shards = shards if isinstance(shards, dict) else {}
@@ -231,9 +226,6 @@ def weight_files(ref: str) -> list[Path]:
 def _refuse_non_floating_weights(ref: str, model: nn.Module) -> None:
     """`vitplast.models.weights.refuse_non_floating` for the weights files transformers read for ``ref``
     (it casts integer or boolean tensors to the model's floating ones in silence)."""
-    from .checkpoints import align_prefix, tensor_dtypes
-    from .weights import refuse_non_floating
-
     own = model.state_dict()
     for path in weight_files(ref):
         dtypes = align_prefix(tensor_dtypes(path), own)
@@ -246,8 +238,6 @@ def _processor(ref: str, config, trust_remote_code: bool = False):
     ``(None, reason)``; `RemoteCodeRefused` when its own needs code of the model's folder and
     ``trust_remote_code`` is False."""
     from transformers import AutoImageProcessor
-
-    from .hub import offline_unless_reachable, split_revision
 
     source, revision = (ref, None) if os.path.isdir(os.path.expanduser(ref)) else split_revision(ref)
     hub = contextlib.nullcontext() if os.path.isdir(os.path.expanduser(ref)) else offline_unless_reachable()
@@ -303,8 +293,6 @@ def hf_data_config(ref: str, net: HFImageClassifier, *, trust_remote_code: bool 
 def hf_origin(ref: str) -> dict:
     """Where the weights of ``ref`` come from: ``{"dir", "file", "revision"}`` for a folder (the revision
     when it is a hub cache snapshot), ``{"hub_id", "file", "revision"}`` for a hub id (from the cache)."""
-    from .hub import cached_hub_file, snapshot_revision, split_revision
-
     path = Path(os.path.expanduser(ref))
     if path.is_dir():
         found = next((path / f for f in WEIGHT_FILES if (path / f).is_file()), None)
@@ -317,8 +305,6 @@ def build_hf(plan: ModelPlan, request: BuildRequest) -> BuiltModel:
     """The transformers family's `BuiltModel`: the image classifier with its weights (its config alone
     with ``plan.random_init``; ``plan.weights`` the builder loads over it), the head replaced when
     ``request.num_classes`` differs from its own; its input preparation is its image processor's."""
-    from ..data.transforms import from_data_config
-
     net = create_hf(plan.source.ref, random_init=plan.random_init, trust_remote_code=plan.trust_remote_code,
                     **plan.model_kwargs)
     own = net.image_size

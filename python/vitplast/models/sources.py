@@ -314,7 +314,7 @@ def check_weight_files(model_kwargs: dict) -> None:
     files = weight_files(model_kwargs)
     if not files:
         return
-    from .checkpoints import check_checkpoint_file
+    from .checkpoints import check_checkpoint_file  # heavy: torch; the option checks stay torch-free
 
     for what, path in files.items():
         if not isinstance(path, (str, os.PathLike)):

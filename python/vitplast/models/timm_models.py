@@ -22,7 +22,11 @@ from typing import TYPE_CHECKING
 
 from torch import nn
 
+from ..data.transforms import from_data_config
 from .built import BuildRequest, BuiltModel, input_size
+from .checkpoints import align_prefix, read_checkpoint_file
+from .hub import cached_hub_file, hub_error, offline_unless_reachable, split_revision
+from .sources import check_config_args, weight_files
 from .weights import load_weights, refuse_non_floating
 
 if TYPE_CHECKING:
@@ -45,7 +49,6 @@ def create_vit(name: str, num_classes: int, img_size: int | None = None,
     if not isinstance(num_classes, int) or num_classes < 0:
         raise ValueError(f"num_classes must be an int >= 0, got {num_classes!r}")
     check_timm_name(name)
-    from .sources import check_config_args
 
     check_config_args(timm_kwargs)
     overlays = _overlay_dtypes(timm_kwargs) if pretrained else {}
@@ -69,9 +72,6 @@ def _overlay_dtypes(timm_kwargs: dict) -> dict[str, dict]:
     """``{what: {tensor name: dtype}}`` of the files a ``--model-arg`` names for timm to read, each read
     as ``--weights`` would be before timm reads it (``what``: the option and the file, as errors name
     them); a ``.npz`` archive, left to its loader, has no entry."""
-    from .checkpoints import read_checkpoint_file
-    from .sources import weight_files
-
     found = {}
     for what, path in weight_files(timm_kwargs).items():
         state = read_checkpoint_file(path, what)
@@ -82,8 +82,6 @@ def _overlay_dtypes(timm_kwargs: dict) -> dict[str, dict]:
 
 def _check_overlays(model: nn.Module, overlays: dict[str, dict]) -> None:
     """`refuse_non_floating` for each file of `_overlay_dtypes`, its names fitted to the model's."""
-    from .checkpoints import align_prefix
-
     own = model.state_dict()
     for what, dtypes in overlays.items():
         refuse_non_floating(model, align_prefix(dtypes, own), what, own=own)
@@ -129,8 +127,6 @@ def check_timm_name(name: str) -> None:
 
 def _create(timm, name: str, num_classes: int, pretrained: bool, kwargs: dict, given: dict) -> nn.Module:
     """``timm.create_model``, its errors as ValueErrors that say what to do."""
-    from .hub import hub_error, offline_unless_reachable
-
     try:
         with offline_unless_reachable() if pretrained else contextlib.nullcontext():
             return timm.create_model(name, pretrained=pretrained, num_classes=num_classes, **kwargs)
@@ -165,8 +161,6 @@ def timm_data_config(model: nn.Module) -> dict:
 def pretrained_origin(model: nn.Module) -> dict:
     """Where timm's pretrained weights of ``model`` come from: ``{"file": path}`` for a local file or
     folder, ``{"hub_id", "revision", "file"}`` for the hub (the file in the local cache when there)."""
-    from .hub import cached_hub_file, split_revision
-
     config = dict(getattr(model, "pretrained_cfg", None) or {})
     if config.get("file"):
         return {"file": str(config["file"])}
@@ -195,8 +189,6 @@ def build_timm(plan: ModelPlan, request: BuildRequest) -> BuiltModel:
     published weights with ``plan.pretrained``, else random init (``plan.weights``, which the builder
     loads over it, or ``plan.random_init``); its input preparation is timm's data config at its input
     size."""
-    from ..data.transforms import from_data_config
-
     name = plan.source.ref
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*no weights given.*")  # random init is asked for

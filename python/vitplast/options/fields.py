@@ -27,6 +27,8 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ..runtime.resources import usable_cpus
+
 
 class OptionError(ValueError):
     """A bad option value: ``--flag: what is wrong`` (one line)."""
@@ -108,8 +110,6 @@ def thread_count() -> Kind:
     memory with thread stacks before anything runs)."""
 
     def check(v):
-        from ..runtime.resources import usable_cpus
-
         v = integer(1).check(v)
         cpus = usable_cpus()
         if v > cpus:

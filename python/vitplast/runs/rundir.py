@@ -42,6 +42,7 @@ import torch
 from vitplast_kernels.atomic_io import atomic_write
 
 from ..models.checkpoints import load_weights_only
+from ..outputs.json_files import read_json_file
 from ..runs.lock import LOCK, RunBusy, RunDirError, RunLock
 from .summary import RunSummary
 
@@ -272,8 +273,6 @@ class RunDir:
 
     def saved_config(self) -> dict:
         """The run's ``config.json`` (`JSONFileError` naming the file when it is not valid JSON)."""
-        from ..outputs.json_files import read_json_file
-
         return read_json_file(self.config_path)
 
     def _check_same_config(self, config: dict) -> None:

@@ -20,6 +20,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from ...options.fields import OptionError
 from ...runtime.stops import clean_worker_exit, die_with_parent, signals_held
 from ..rundir import check_parent, guard_writes
 from .base import Attempt, Ended, ExecutorBase, Resources
@@ -63,8 +64,6 @@ def from_options(opts, *, jobs: int, threads: int | None, device_type: str, lock
 
 def check_options(opts) -> None:
     """This executor takes none of Ray's options."""
-    from ...options.fields import OptionError
-
     for name, flag in (("ray_address", "--ray-address"), ("cpus_per_run", "--cpus-per-run"),
                        ("gpus_per_run", "--gpus-per-run")):
         if getattr(opts, name) is not None:
