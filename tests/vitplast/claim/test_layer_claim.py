@@ -45,12 +45,37 @@ def _made_up():
     return measured, summaries
 
 
+def test_component_and_layer_claims_share_one_schema():
+    import dataclasses
+
+    from vitplast.claim.records import ClaimAnalysis, UnitRow
+    from vitplast.outputs.result_files import ResultFileError
+
+    measured, summaries = _made_up()
+    whole = [{**s, "train": c} for c in ("MHA", "LN1") for s in summaries if s["train"] == f"{c}@0"]
+    common = dict(lrs=[1e-3, 1e-2], seeds=[0, 1], bootstrap=50, permutations=50)
+    units = ClaimUnits.per_layer(units_of(measured, ["MHA", "LN1"]))
+    layer = typed_analysis(measured, summaries, units=units, **common)
+    component = typed_analysis(measured, whole + [s for s in summaries if s["train"] == "head"],
+                               units=ClaimUnits.whole(["MHA", "LN1"]), **common)
+    lj, cj = layer.to_json(), component.to_json()
+    row_keys = {f.name for f in dataclasses.fields(UnitRow)}
+    assert set(lj) == set(cj) and set(lj["rows"][0]) == set(cj["rows"][0]) == row_keys
+    assert set(lj["params_correlations"]["spearman"]) == set(cj["params_correlations"]["spearman"])
+    assert (lj["granularity"], cj["granularity"]) == ("layer", "component")
+    assert cj["within_type"] is None and lj["within_type"] is not None  # one unit per type: nothing within
+    assert cj["rows"][0]["layer"] is None and lj["rows"][0]["layer"] == "0"
+    assert ClaimAnalysis.from_json(lj) == layer  # one codec, both ways
+    cj["rows"][1]["best_lr_gain"]["mean"] = "high"
+    with pytest.raises(ResultFileError, match=r"rows\[1\].best_lr_gain.mean: 'high' is not a number"):
+        ClaimAnalysis.from_json(cj)
+
+
 def test_analysis_within_type_and_partial_by_hand():
     measured, summaries = _made_up()
     units = units_of(measured, ["MHA", "LN1"])
     an = analyse(measured, summaries, units=ClaimUnits.per_layer(units), lrs=[1e-3, 1e-2], seeds=[0, 1],
-                 bootstrap=100,
-                        permutations=500)
+                 bootstrap=100, permutations=500)
     assert [r["unit"] for r in an["rows"]] == ["MHA@0", "MHA@1", "MHA@2", "LN1@0", "LN1@1", "LN1@2"]
     assert [r["plasticity"] for r in an["rows"]] == pytest.approx([0.5, 1.0, 1.5, 0.2, 0.4, 0.6])
     gains = [r["best_lr_gain"]["mean"] for r in an["rows"]]
@@ -81,8 +106,7 @@ def test_criteria_rows_within_types_by_hand():
         "size": {"MHA@0": 105, "MHA@1": 105, "MHA@2": 105, "LN1@0": 13, "LN1@1": 13, "LN1@2": 13},
     }
     an = analyse(measured, summaries, units=ClaimUnits.per_layer(units), lrs=[1e-3, 1e-2], seeds=[0, 1],
-                 bootstrap=100,
-                        permutations=500, criteria=criteria)
+                 bootstrap=100, permutations=500, criteria=criteria)
     rows = {r["criterion"]: r for r in an["criteria"]}
     assert all(r["granularity"] == "layer" for r in rows.values())
     # plasticity orders the gains inside each type: pooled rho 1, only 1 of the 3! x 3! orders reaches it
