@@ -142,8 +142,8 @@ def claim(out: Path, tmp: Path) -> list[str]:
 
 def charts(out: Path, tmp: Path) -> list[str]:
     sys.path.insert(0, str(ROOT))
+    from vitplast.claim.figure import plot_claim
     from vitplast.claim.records import ClaimAnalysis, Setup
-    from vitplast.claim.report import plot_claim
 
     from bench.compare import plot
 

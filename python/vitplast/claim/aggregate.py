@@ -29,9 +29,10 @@ from scipy import stats
 
 from ..outputs.plots import component_color, figure, save
 from .analysis import REFERENCE, finite
+from .figure import error_bars
 from .paired import paired_tests
 from .records import ClaimAnalysis, Correlation, PairedTests, decode, encode
-from .report import _errors, mha_test_lines, num
+from .report import mha_test_lines, num
 from .statistics import PermutationTest, stratified_permutation_test
 
 
@@ -209,8 +210,8 @@ def plot_aggregate(agg: Aggregate, path) -> Path:
         for p in d.points:
             if p.plasticity is None or p.best_lr_gain is None:
                 continue
-            ax.errorbar([p.plasticity], [p.best_lr_gain], xerr=_errors(p.plasticity, p.plasticity_ci),
-                        yerr=_errors(p.best_lr_gain, p.best_lr_gain_ci), fmt="o", capsize=2, ms=5,
+            ax.errorbar([p.plasticity], [p.best_lr_gain], xerr=error_bars(p.plasticity, p.plasticity_ci),
+                        yerr=error_bars(p.best_lr_gain, p.best_lr_gain_ci), fmt="o", capsize=2, ms=5,
                         color=component_color(p.component))
             ax.annotate(p.name, (p.plasticity, p.best_lr_gain), textcoords="offset points", xytext=(4, 4),
                         fontsize=8)

@@ -12,9 +12,9 @@ from vitplast_kernels.atomic_io import atomic_write_bytes
 from ..outputs.result_files import write_result_json
 from .aggregate import Aggregate, plot_aggregate
 from .budget_report import plot_budgets
+from .figure import plot_claim
 from .grid import ClaimPlan
 from .records import CLAIM_FORMAT, ClaimAnalysis, Setup, encode
-from .report import plot_claim
 from .session import ClaimSession
 
 CRITERIA_FORMAT, AGGREGATE_FORMAT = ("vitplast-criteria", 1), ("vitplast-aggregate", 1)  # (kind, version)

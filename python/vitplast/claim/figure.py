@@ -1,0 +1,113 @@
+"""The figure of `vitplast claim`, one for both granularities: gain against plasticity (one point per
+unit coloured by its component, 95% error bars both ways and the Theil-Sen trend), plasticity per layer
+and, for (component, layer) units, the gain per layer.
+
+Drawn on a bare ``matplotlib.figure.Figure`` with the Agg canvas (no pyplot, so no global figure state is
+created or left behind), with each component in its one colour (`vitplast.outputs.plots.component_color`),
+and written atomically. Gains get error bars only where there are at least two seeds.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..finetune.selection import TRAIN_ORDER
+from ..outputs.plots import component_color, figure, legend_outside, save
+from .records import ClaimAnalysis, Setup
+from .report import _ci, gain_interval, nan, num
+
+
+def error_bars(v: float, ci) -> list | None:
+    lo, hi = ci
+    return None if lo is None or hi is None else [[max(0.0, v - lo)], [max(0.0, hi - v)]]
+
+
+def plot_claim(an: ClaimAnalysis, setup: Setup, path) -> Path:
+    """Gain against plasticity (one point per unit coloured by component, 95% error bars both ways,
+    Theil-Sen trend), plasticity per layer (mean and 95% band per component) and, for (component, layer)
+    units, the gain per layer -> PNG at ``path``."""
+    per_layer = any(r.layer_index is not None for r in an.rows)
+    fig, axes = figure(3 if per_layer else 2, 1, (8, 13 if per_layer else 9))
+    ax, ax_p = axes[0, 0], axes[1, 0]
+    seen: set[str] = set()
+    points = [r for r in an.rows if r.plasticity is not None and r.best_lr_gain.mean is not None]
+    for r in points:
+        x, y = r.plasticity, r.best_lr_gain.mean
+        ax.errorbar([x], [y], xerr=error_bars(x, r.plasticity_ci), yerr=error_bars(y, r.best_lr_gain.ci),
+                    fmt="o", color=component_color(r.component), capsize=2, ms=6, alpha=0.85,
+                    label=None if r.component in seen else f"{r.component} ({r.trainable_params:,} params)")
+        seen.add(r.component)
+        ax.annotate(r.unit if r.layer is None else str(r.layer), (x, y), textcoords="offset points",
+                    xytext=(4, 4), fontsize=8)
+    slope, intercept, xs = an.trend.slope, an.trend.intercept, [r.plasticity for r in points]
+    if slope is not None and intercept is not None and xs:
+        pad = 0.05 * (max(xs) - min(xs) or 1.0)
+        x0, x1 = min(xs) - pad, max(xs) + pad
+        ax.plot([x0, x1], [slope * x0 + intercept, slope * x1 + intercept], "--", color="0.4",
+                label=f"Theil-Sen trend (slope {slope:+.3g})")
+    ax.axhline(0.0, color="0.75", lw=0.8)
+    sp, kd, w = an.correlations.spearman, an.correlations.kendall, an.within_type
+    within = "" if w is None else (f"\nwithin types {num(w.pooled_spearman, '+.2f')} "
+                                   f"(p {num(w.stratified_p_greater, '.2g')})")
+    ax.set_title(f"Spearman ρ = {num(sp.value, '+.2f')} {_ci(sp.ci, '+.2f')}, p = "
+                 f"{num(sp.p_greater, '.2g')};  "
+                 f"Kendall τ = {num(kd.value, '+.2f')}, p = {num(kd.p_greater, '.2g')}{within}", fontsize=10)
+    base = "head-only run" if an.baseline.train == "head" else "before finetuning"
+    ax.set_xlabel(f"plasticity before finetuning ({setup.protocol}, 95% bootstrap CI)"
+                  + ("; labels: layer" if per_layer else ""))
+    ax.set_ylabel(f"accuracy gain over {base} ({gain_interval(setup)})")
+    title = "plasticity per layer" + ("" if per_layer else " (per layer the claim is plasticity-only)")
+    panels = [(ax_p, _plasticity_series(an), "plasticity (95% CI)", 1.0, title)]
+    if per_layer:
+        panels.append((axes[2, 0], _gain_series(an), "accuracy gain over head-only (95% CI)", 0.0,
+                       "accuracy gain per layer (each unit trained alone)"))
+    for axis, series, label, level, title in panels:
+        for c, (xs, mean, lo, hi) in series.items():
+            axis.plot(xs, mean, "o-", color=component_color(c), label=c)
+            axis.fill_between(xs, lo, hi, color=component_color(c), alpha=0.2)
+        axis.axhline(level, color="0.75", lw=0.8)
+        axis.set_xticks(range(len(an.layers)), an.layers)
+        axis.set_xlabel("layer (block)")
+        axis.set_ylabel(label)
+        axis.set_title(title, fontsize=10)
+    for axis in axes[:, 0]:
+        legend_outside(axis)
+        axis.grid(alpha=0.3)
+    return save(fig, path, dpi=100)
+
+
+def _ordered(names) -> list[str]:
+    names = list(dict.fromkeys(names))
+    return [c for c in TRAIN_ORDER if c in names] + [c for c in names if c not in TRAIN_ORDER]
+
+
+def _plasticity_series(an: ClaimAnalysis) -> dict[str, tuple]:
+    """``{component: (layer indexes, mean, lo, hi)}`` of plasticity per layer: whole components' own
+    per-layer values, or the layer units' of each component, and the components measured but not
+    ranked."""
+    out = {}
+    for c in _ordered(r.component for r in an.rows):
+        rows = sorted((r for r in an.rows if r.component == c), key=lambda r: nan(r.layer_index))
+        if rows[0].plasticity_per_layer is not None:
+            out[c] = _series(range(len(an.layers)), rows[0].plasticity_per_layer,
+                             rows[0].plasticity_per_layer_ci)
+        else:
+            out[c] = _series([r.layer_index for r in rows], [r.plasticity for r in rows],
+                             [r.plasticity_ci for r in rows])
+    out.update({c: _series(range(len(an.layers)), v.per_layer, v.per_layer_ci)
+                for c, v in an.other_measured.items()})
+    return out
+
+
+def _gain_series(an: ClaimAnalysis) -> dict[str, tuple]:
+    """``{component: (layer indexes, mean, lo, hi)}`` of the layer units' gains."""
+    out = {}
+    for c in _ordered(r.component for r in an.rows):
+        rows = sorted((r for r in an.rows if r.component == c), key=lambda r: r.layer_index)
+        out[c] = _series([r.layer_index for r in rows], [r.best_lr_gain.mean for r in rows],
+                         [r.best_lr_gain.ci for r in rows])
+    return out
+
+
+def _series(xs, mean, ci) -> tuple:
+    return list(xs), [nan(v) for v in mean], [nan(v[0]) for v in ci], [nan(v[1]) for v in ci]
