@@ -75,12 +75,12 @@ def test_field_number_count_checks(tmp_path):
     with pytest.raises(ResultFileError, match="is a bool, expected int"):
         rf.field(doc, "flag", "f.json", int)
     with pytest.raises(ResultFileError, match=r"best_acc: 7.5 is outside \[0, 1\]"):
-        rf.number(doc["acc"], "f.json", "best_acc", lo=0, hi=1)
-    assert math.isnan(rf.number(doc["loss"], "f.json", "loss", nullable=True))
+        rf.checked_number(doc["acc"], "f.json", "best_acc", lo=0, hi=1)
+    assert math.isnan(rf.checked_number(doc["loss"], "f.json", "loss", nullable=True))
     with pytest.raises(ResultFileError, match="not a number"):
-        rf.number(doc["loss"], "f.json", "loss")
+        rf.checked_number(doc["loss"], "f.json", "loss")
     with pytest.raises(ResultFileError, match="not finite"):
-        rf.number(float("inf"), "f.json", "loss")
+        rf.checked_number(float("inf"), "f.json", "loss")
     with pytest.raises(ResultFileError, match="not a count"):
         rf.count(doc["n"], "f.json", "n")
     assert rf.count(3, "f.json", "n") == 3

@@ -120,13 +120,6 @@ def analyse(measured: dict, summaries: list, *, units: ClaimUnits, lrs: list[flo
                              dtype=np.float64) for name, per_unit in scored.items()}
     defined = {name: np.isfinite(x) & np.isfinite(gain) for name, x in scores.items()}
 
-    def criterion_test(x, ok):
-        if within:
-            return within_association(x[ok], gain[ok], types[ok], g_reps[:, ok], sizes[ok],
-                                      permutations=permutations, seed=seed, level=LEVEL)
-        return association(x[ok], gain[ok], g_reps[:, ok], sizes[ok], permutations=permutations, seed=seed,
-                           level=LEVEL)
-
     partial = float(partial_spearman(p_value, gain, sizes))
     partial_reps = partial_spearman(p_reps, g_reps, np.broadcast_to(sizes, p_reps.shape))  # (B,)
     withheld = too_few_to_resample(seeds=samples.seeds, pair_chunks=samples.pair_chunks)
@@ -137,8 +130,8 @@ def analyse(measured: dict, summaries: list, *, units: ClaimUnits, lrs: list[flo
                                   rank_tests(sizes, gain, permutations=permutations, seed=seed).items()})
     accuracy = [bounded_t_interval(v, ACC, LEVEL) for v in acc.per_seed]
     gains = [bounded_t_interval(v, GAIN, LEVEL) for v in acc.gains_seed]
-    tests = {name: criterion_test(x, ok) for (name, x), ok in zip(scores.items(), defined.values(),
-                                                                  strict=True) if ok.sum() >= 3}
+    tests = criterion_tests(scores, defined, gain, g_reps, sizes, types if within else None,
+                            permutations=permutations, seed=seed)
     measured_components = _plasticity_records(plast, chunks_withheld)
     unit_ci = [bootstrap_ci(percentile_interval(r, LEVEL), chunks_withheld) for r in p_reps.T]
     rows = [UnitRow(**_unit_columns(i, n, c, li, plast, measured_components, unit_ci, p_value),
@@ -173,6 +166,24 @@ def analyse(measured: dict, summaries: list, *, units: ClaimUnits, lrs: list[flo
         relative_gain=RelativeGain(RELATIVE_GAIN, VALIDATED if acc.holdout else f"{VALIDATED} {NO_HOLDOUT}"),
         mha_tests=None if mha is None else decode(PairedTests, finite(mha), "claim.json",
                                                   "analysis.mha_tests"))
+
+
+def criterion_tests(scores: dict, defined: dict, gain, g_reps, sizes, types, *, permutations: int,
+                    seed: int) -> dict:
+    """Each criterion's association with the gains over the units where both are defined (at least
+    three): within types when ``types`` is given (some type holds several units), else over all."""
+    out = {}
+    for name, x in scores.items():
+        ok = defined[name]
+        if ok.sum() < 3:
+            continue
+        if types is not None:
+            out[name] = within_association(x[ok], gain[ok], types[ok], g_reps[:, ok], sizes[ok],
+                                           permutations=permutations, seed=seed, level=LEVEL)
+        else:
+            out[name] = association(x[ok], gain[ok], g_reps[:, ok], sizes[ok], permutations=permutations,
+                                    seed=seed, level=LEVEL)
+    return out
 
 
 def unit_plasticity(plast: Plasticity, units: ClaimUnits) -> tuple[np.ndarray, np.ndarray]:

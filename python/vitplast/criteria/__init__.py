@@ -6,10 +6,10 @@ them through."""
 from .base import Criterion, Setting, Units, resolve_units
 from .cost import Cost
 from .loop import Batch, Measured, measure_plasticity, measuring_loop
-from .registry import CRITERIA, get_criterion, parse_criteria
+from .registry import CRITERIA, get_criterion
 from .result import CriterionResult
 from .service import ScoreCache, Scores, ScoringRequest, cache_key, score_criteria
 
 __all__ = ["CRITERIA", "Batch", "Cost", "Criterion", "CriterionResult", "Measured", "ScoreCache", "Scores",
            "ScoringRequest", "Setting", "Units", "cache_key", "get_criterion", "measure_plasticity",
-           "measuring_loop", "parse_criteria", "resolve_units", "score_criteria"]
+           "measuring_loop", "resolve_units", "score_criteria"]

@@ -10,7 +10,7 @@ import numpy as np
 
 from vitplast_kernels import PlasticityResult
 
-from ..outputs.result_files import ResultFileError, field, number, read_result_json, write_result_json
+from ..outputs.result_files import ResultFileError, checked_number, field, read_result_json, write_result_json
 from .base import Criterion, Setting, Units, unit_grid
 from .cost import Cost
 from .loop import measure_plasticity
@@ -117,7 +117,7 @@ def check_statistics(sums: np.ndarray, fields, path: str | os.PathLike, name: st
     for f, column in zip(fields, flat.T, strict=True):
         low = 0.0 if f in ("count", "identical", "nonfinite") else -math.inf
         for i, v in enumerate(column):
-            number(v, path, f"{name}: {f} #{i}", lo=low)
+            checked_number(v, path, f"{name}: {f} #{i}", lo=low)
 
 
 def _agrees(entry, key: str, made: list, path, component: str, *, scalar: bool = False) -> None:
@@ -128,7 +128,7 @@ def _agrees(entry, key: str, made: list, path, component: str, *, scalar: bool =
     if not isinstance(saved, list) or len(saved) != len(made):
         raise ResultFileError(path, name, f"holds {saved!r}, not {len(made)} values")
     for s, m in zip(saved, made, strict=True):
-        s = number(s, path, name, nullable=True)
+        s = checked_number(s, path, name, nullable=True)
         if math.isfinite(s) != math.isfinite(m) or (math.isfinite(m)
                                                     and not math.isclose(s, m, rel_tol=1e-9)):
             raise ResultFileError(path, name, f"{s!r} is not what the sums give ({m!r})")

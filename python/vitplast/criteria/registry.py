@@ -1,4 +1,4 @@
-"""The criteria by name: `CRITERIA` (one line each), `get_criterion`, `parse_criteria`.
+"""The criteria by name: `CRITERIA` (one line each), `get_criterion`.
 Adding a criterion is one module with a `Criterion` subclass and one
 line here."""
 
@@ -28,15 +28,3 @@ def get_criterion(name: str) -> Criterion:
         return CRITERIA[name]()
     except KeyError:
         raise ValueError(f"unknown criterion {name!r}; known: {', '.join(CRITERIA)}") from None
-
-
-def parse_criteria(text: str | list | tuple) -> tuple[str, ...]:
-    """``"rgn,size"`` (or a list) -> ``("rgn", "size")``, checked, duplicates dropped, order kept."""
-    items = text.split(",") if isinstance(text, str) else list(text)
-    names = tuple(dict.fromkeys(s.strip().lower() for s in items if s.strip()))
-    if not names:
-        raise ValueError(f"no criterion named; known: {', '.join(CRITERIA)}")
-    for n in names:
-        if n not in CRITERIA:
-            raise ValueError(f"unknown criterion {n!r}; known: {', '.join(CRITERIA)}")
-    return names

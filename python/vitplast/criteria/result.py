@@ -20,7 +20,14 @@ import numpy as np
 from vitplast.outputs.plots import component_color, figure, save
 from vitplast_kernels.atomic_io import atomic_write_csv
 
-from ..outputs.result_files import ResultFileError, count, field, number, read_result_json, write_result_json
+from ..outputs.result_files import (
+    ResultFileError,
+    checked_number,
+    count,
+    field,
+    read_result_json,
+    write_result_json,
+)
 from .cost import Cost
 
 KIND, VERSION = "vitplast-criterion", 1
@@ -123,14 +130,15 @@ class CriterionResult:
         out = cls(field(d, "criterion", path, str), tuple(comps), tuple(layers), np.array(values),
                   {int(s): np.array(v) for s, v in per_seed.items()} if "per_seed" in first else None,
                   {k: np.array(v) for k, v in extra.items()}, reduce,
-                  Cost(number(field(cost, "seconds", path, (int, float), "cost"), path, "cost.seconds", lo=0),
+                  Cost(checked_number(field(cost, "seconds", path, (int, float), "cost"), path,
+                                      "cost.seconds", lo=0),
                        count(field(cost, "forwards", path, int, "cost"), path, "cost.forwards"),
                        count(field(cost, "backwards", path, int, "cost"), path, "cost.backwards"),
                        None if peak is None else count(peak, path, "cost.peak_memory")),
                   dict(field(d, "meta", path, dict)))
         for c, entry in comps.items():
             saved, made = field(entry, "overall", path, where=f"components.{c}"), out.overall(c)
-            saved = number(saved, path, f"components.{c}.overall", nullable=True)
+            saved = checked_number(saved, path, f"components.{c}.overall", nullable=True)
             if math.isfinite(made) != math.isfinite(saved) or (
                     math.isfinite(made) and not math.isclose(made, saved, rel_tol=1e-9, abs_tol=1e-12)):
                 raise ResultFileError(path, f"components.{c}.overall",
@@ -235,7 +243,7 @@ def _row(values: list, n: int, path, name: str) -> list[float]:
     """``values`` as ``n`` floats (null: NaN), each finite or null."""
     if len(values) != n:
         raise ResultFileError(path, name, f"holds {len(values)} values for {n} layers")
-    return [number(v, path, f"{name}[{i}]", nullable=True) for i, v in enumerate(values)]
+    return [checked_number(v, path, f"{name}[{i}]", nullable=True) for i, v in enumerate(values)]
 
 
 def _fmt(v: float) -> str:

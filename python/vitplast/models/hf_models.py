@@ -199,7 +199,7 @@ def create_hf(ref: str, num_classes: int | None = None, *, random_init: bool = F
     return net.eval()
 
 
-def weight_files(ref: str) -> list[Path]:
+def hf_weight_files(ref: str) -> list[Path]:
     """The weights files transformers reads for ``ref``: the folder's (for a hub id, the local cache
     snapshot's) ``model.safetensors`` or ``pytorch_model.bin``, else the shards its index lists; [] when
     none is found."""
@@ -227,7 +227,7 @@ def _refuse_non_floating_weights(ref: str, model: nn.Module) -> None:
     """`vitplast.models.weights.refuse_non_floating` for the weights files transformers read for ``ref``
     (it casts integer or boolean tensors to the model's floating ones in silence)."""
     own = model.state_dict()
-    for path in weight_files(ref):
+    for path in hf_weight_files(ref):
         dtypes = align_prefix(tensor_dtypes(path), own)
         refuse_non_floating(model, dtypes, f"--model hf:{ref}: its weights file {str(path)!r}", own=own,
                             renamed=True)

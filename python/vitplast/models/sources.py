@@ -28,6 +28,7 @@ import os
 from pathlib import Path
 
 DIGITS_MODEL = "digits-vit"  # the embedded default of every command's --model
+DEFAULT_MODEL = DIGITS_MODEL  # what the option groups offer as --model's default, by role
 HF_PREFIX = "hf:"
 # keys of timm's pretrained_cfg_overlay that name the weights to load (used only with pretrained=True)
 OVERLAY_WEIGHT_KEYS = ("file", "url", "hf_hub_id", "state_dict")
@@ -228,7 +229,7 @@ def overlay_weights(model_kwargs: dict) -> list[str]:
 CONFIG_ARGS = ("pretrained_cfg_overlay", "pretrained_cfg")
 
 
-def weight_files(model_kwargs: dict) -> dict[str, str]:
+def model_arg_files(model_kwargs: dict) -> dict[str, str]:
     """``{option wording: path}`` of every file a ``--model-arg`` names for timm to read (the ``file`` of
     ``pretrained_cfg_overlay`` or ``pretrained_cfg``, a ``file`` argument)."""
     found = {}
@@ -311,7 +312,7 @@ def check_weight_files(model_kwargs: dict) -> None:
     exists, is a regular file, has a checkpoint's suffix): a ValueError naming the option and the file.
     A malformed ``pretrained_cfg_overlay`` is refused first (`check_config_args`)."""
     check_config_args(model_kwargs)
-    files = weight_files(model_kwargs)
+    files = model_arg_files(model_kwargs)
     if not files:
         return
     from .checkpoints import check_checkpoint_file  # heavy: torch; the option checks stay torch-free

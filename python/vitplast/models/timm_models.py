@@ -26,7 +26,7 @@ from ..data.transforms import from_data_config
 from .built import BuildRequest, BuiltModel, input_size
 from .checkpoints import align_prefix, read_checkpoint_file
 from .hub import cached_hub_file, hub_error, offline_unless_reachable, split_revision
-from .sources import check_config_args, weight_files
+from .sources import check_config_args, model_arg_files
 from .weights import load_weights, refuse_non_floating
 
 if TYPE_CHECKING:
@@ -73,7 +73,7 @@ def _overlay_dtypes(timm_kwargs: dict) -> dict[str, dict]:
     as ``--weights`` would be before timm reads it (``what``: the option and the file, as errors name
     them); a ``.npz`` archive, left to its loader, has no entry."""
     found = {}
-    for what, path in weight_files(timm_kwargs).items():
+    for what, path in model_arg_files(timm_kwargs).items():
         state = read_checkpoint_file(path, what)
         if state is not None:
             found[f"{what} {str(path)!r}"] = {k: v.dtype for k, v in state.items()}

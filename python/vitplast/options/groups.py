@@ -23,7 +23,7 @@ import dataclasses
 
 from ..data.transforms import TransformRequest
 from ..models.sizes import MAX_IMG_SIZE, check_model_size
-from ..models.sources import DIGITS_MODEL, ModelRequest, check_weights_source
+from ..models.sources import DEFAULT_MODEL, ModelRequest, check_weights_source
 from ..runtime.device import check_device
 from ..runtime.precision import AMP_ALIASES, AMP_CHOICES
 from ..runtime.resources import check_workers
@@ -97,8 +97,8 @@ def _layer_decay(value):
 @dataclasses.dataclass(frozen=True)
 class ModelOptions:
     model: str = option(
-        DIGITS_MODEL, "timm name (with a pretrained tag, or hf-hub:ORG/NAME), hf:ID_OR_DIR (a transformers "
-        f"image model), or {DIGITS_MODEL!r} (the embedded ViT pretrained here on digits 0-4)", group="model")
+        DEFAULT_MODEL, "timm name (with a pretrained tag, or hf-hub:ORG/NAME), hf:ID_OR_DIR (a transformers "
+        f"image model), or {DEFAULT_MODEL!r} (the embedded ViT pretrained here on digits 0-4)", group="model")
     model_kwargs: dict = option(
         help="extra timm.create_model argument (repeatable), e.g. patch_size=4 or "
         "pretrained_cfg_overlay='{\"file\": \"w.safetensors\"}' (with --pretrained); for hf: models, "

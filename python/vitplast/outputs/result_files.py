@@ -5,7 +5,7 @@ of their content (``"checksum": "sha256:..."``, over the canonical JSON of every
 `write_result_json` writes one atomically; `read_result_json` is the one place that opens one: it
 refuses, with a `ResultFileError` naming the file and the field, a file that is not JSON, not an object,
 of another kind or an unknown version, or whose checksum does not match its content (edited or damaged).
-The typed results' ``from_json`` add their schema and range checks with `field`, `number` and
+The typed results' ``from_json`` add their schema and range checks with `field`, `checked_number` and
 `count`, so that every refusal reads ``FILE: FIELD: what is wrong``. A cache that fails is recomputed by
 its caller (one line naming the file and the reason); an input that fails is refused (rc 2).
 
@@ -132,8 +132,9 @@ def field(doc: Mapping, key: str, path: str | os.PathLike, kind: type | tuple[ty
     return value
 
 
-def number(value: Any, path: str | os.PathLike, name: str, *, lo: float = -math.inf, hi: float = math.inf,
-           nullable: bool = False) -> float:
+def checked_number(value: Any, path: str | os.PathLike, name: str, *, lo: float = -math.inf,
+                   hi: float = math.inf,
+                   nullable: bool = False) -> float:
     """``value`` as a float within ``[lo, hi]`` (``None``: NaN when ``nullable``); `ResultFileError`
     naming ``name`` otherwise (a non-number, a non-finite number, one out of range)."""
     if value is None and nullable:

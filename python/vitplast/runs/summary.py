@@ -20,7 +20,14 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..outputs.result_files import ResultFileError, count, field, number, read_result_json, write_result_json
+from ..outputs.result_files import (
+    ResultFileError,
+    checked_number,
+    count,
+    field,
+    read_result_json,
+    write_result_json,
+)
 
 KIND = "vitplast-run-summary"
 VERSION = 1
@@ -82,7 +89,7 @@ class RunSummary:
 
         def acc(key: str, nullable: bool = False) -> float | None:
             value = doc.get(key) if nullable else field(doc, key, path)
-            v = number(value, path, key, lo=ACCURACY[0], hi=ACCURACY[1], nullable=nullable)
+            v = checked_number(value, path, key, lo=ACCURACY[0], hi=ACCURACY[1], nullable=nullable)
             return None if math.isnan(v) else v
 
         def opt_count(key: str) -> int | None:
@@ -90,16 +97,16 @@ class RunSummary:
 
         plast = opt("plasticity_start", dict)
         if plast is not None:
-            plast = {str(c): _or_none(number(v, path, f"plasticity_start.{c}", lo=0.0, nullable=True))
+            plast = {str(c): _or_none(checked_number(v, path, f"plasticity_start.{c}", lo=0.0, nullable=True))
                      for c, v in plast.items()}
-        seconds = number(doc.get("seconds"), path, "seconds", lo=0.0, nullable=True)
+        seconds = checked_number(doc.get("seconds"), path, "seconds", lo=0.0, nullable=True)
         trained = opt("trained", list) or []
         if not all(isinstance(t, str) for t in trained):
             raise ResultFileError(path, "trained", "holds a value that is not a name")
         return cls(
             train=field(doc, "train", path, str),
-            lr=number(field(doc, "lr", path), path, "lr", lo=math.ulp(0.0)),
-            seed=int(number(field(doc, "seed", path, int), path, "seed")),
+            lr=checked_number(field(doc, "lr", path), path, "lr", lo=math.ulp(0.0)),
+            seed=int(checked_number(field(doc, "seed", path, int), path, "seed")),
             final_acc=acc("final_acc"), initial_acc=acc("initial_acc"),
             trainable_params=count(field(doc, "trainable_params", path), path, "trainable_params"),
             best_acc=acc("best_acc", nullable=True), holdout_acc=acc("holdout_acc", nullable=True),

@@ -243,7 +243,7 @@ def test_out_of_memory_while_working_is_one_line_exit_1(tmp_path, capsys, monkey
 @pytest.mark.parametrize("command,module,function,needle", [
     ("finetune", "vitplast.finetune.command", "finetune", "--resume"),
     ("claim", "vitplast.claim.command", "claim", "run the same command again"),
-    ("measure", "vitplast.measure.command", "measure", "nothing was written"),
+    ("measure", "vitplast.measure.command", "measure_scores", "nothing was written"),
     ("profile", "vitplast.profile.command", "profile", "nothing was written"),
 ])
 def test_ctrl_c_is_one_line_exit_130(command, module, function, needle, tmp_path, capsys, monkeypatch):
