@@ -305,7 +305,10 @@ def _runs_now(block: Block, config) -> bool:
 
 
 def _param(block: Block):
-    return pytest.param(block, id=block.id, marks=[pytest.mark.slow] if block.directive.slow else [])
+    # a page's blocks share one namespace and folder: under pytest-xdist (--dist loadgroup) they run in
+    # one worker, in order, instead of each worker running the page's earlier blocks again
+    marks = [pytest.mark.xdist_group(block.page)] + ([pytest.mark.slow] if block.directive.slow else [])
+    return pytest.param(block, id=block.id, marks=marks)
 
 
 @pytest.mark.parametrize("block", [_param(b) for b in BLOCKS])

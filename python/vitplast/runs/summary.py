@@ -20,14 +20,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..outputs.result_files import (
-    ResultFileError,
-    checked_number,
-    count,
-    field,
-    read_result_json,
-    write_result_json,
-)
+from ..outputs import result_files
+from ..outputs.result_files import ResultFileError, checked_number, count, field
 
 KIND = "vitplast-run-summary"
 VERSION = 1
@@ -119,13 +113,13 @@ class RunSummary:
     def write(self, path: str | os.PathLike) -> str:
         """Writes ``summary.json`` at ``path`` atomically with its format and checksum; returns the
         checksum."""
-        return write_result_json(path, self.to_json(), kind=KIND, version=VERSION, indent=2)
+        return result_files.write_result_json(path, self.to_json(), kind=KIND, version=VERSION, indent=2)
 
     @classmethod
     def read(cls, path: str | os.PathLike) -> RunSummary:
         """The summary saved at ``path``, checked (`from_json`); `ResultFileError` otherwise."""
         try:
-            doc, _ = read_result_json(path, kind=KIND, versions=(VERSION,))
+            doc, _ = result_files.read_result_json(path, kind=KIND, versions=(VERSION,))
         except ResultFileError as exc:
             if exc.field == "format" and "format" not in _raw_keys(path):
                 raise ResultFileError(path, "format", f"missing: a summary written before {KIND}/{VERSION} "
