@@ -12,6 +12,8 @@ import torch
 
 from vitplast_kernels import PlasticityResult
 
+from ..outputs.result_files import CHECKSUM, ResultFileError, read_result_json
+
 RESULT_FILE = "plasticity.json"
 KNOWN_FORMATS = ("vitplast-plasticity/1",)  # the format versions of plasticity.json this package reads
 
@@ -44,13 +46,22 @@ def result_file(run: str) -> Path:
 
 def read_result(path: Path) -> PlasticityResult:
     """The result saved in ``path``; ValueError naming the file when it is not one, has a format
-    version this package does not know, or sums no measurement can give (`check_sums`)."""
+    version this package does not know, carries a checksum its content does not match (a file that
+    ``vitplast measure`` wrote, edited since; the kernels' own ``PlasticityResult.save`` writes none), or
+    sums no measurement can give (`check_sums`)."""
     try:
         with open(path, encoding="utf-8") as f:
             saved = json.load(f)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"RUN {str(path)!r}: not a plasticity result written by vitplast "
                          f"({type(exc).__name__}: {exc})") from None
+    if isinstance(saved, dict) and CHECKSUM in saved:  # written by vitplast measure: believed when it checks
+        kind, _, number = str(saved.get("format")).partition("/")
+        try:
+            read_result_json(path, kind=kind, versions={int(number)} if number.isdigit() else set())
+        except ResultFileError as exc:
+            where = f"{exc.field}: " if exc.field else ""
+            raise ValueError(f"RUN {str(path)!r}: {where}{exc.reason}") from None
     version = saved.get("format") if isinstance(saved, dict) else None
     if version is not None and version not in KNOWN_FORMATS:  # None: not a result (from_dict says so)
         raise ValueError(f"RUN {str(path)!r}: format {version!r} is not one this version of vitplast reads "

@@ -99,3 +99,24 @@ def test_bad_input_is_one_line_and_status_2(runs, tmp_path, gen, capsys, argv, m
     assert main(["compare", *[a.format(**paths) for a in argv]]) == 2
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert len(err) == 1 and err[0].startswith("vitplast compare: error: ") and message in err[0], err
+
+
+def test_a_measured_file_edited_since_is_refused_naming_file_and_field(runs, capsys):
+    """A plasticity.json that `vitplast measure` wrote carries a checksum: an edit made since (a sum
+    multiplied, the sums still possible) is refused with one line, exit status 2; the kernels' own
+    files (no checksum) are still read."""
+    from vitplast.outputs.result_files import write_result_json
+
+    before = runs[0] / "plasticity.json"
+    payload = json.loads(before.read_text())
+    write_result_json(before, payload, kind="vitplast-plasticity", version=1)
+    assert main(["compare", str(runs[0]), str(runs[1]), "--out", str(runs[0].parent / "ok")]) == 0
+    capsys.readouterr()
+    doc = json.loads(before.read_text())
+    doc["components"]["MHA"]["sums"][0][1] *= 2.0
+    before.write_text(json.dumps(doc))
+    rc = main(["compare", str(runs[0]), str(runs[1]), "--out", str(runs[0].parent / "edited")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1
+    assert str(before) in err[0] and "checksum: does not match the content" in err[0]
+    assert not (runs[0].parent / "edited").exists()
