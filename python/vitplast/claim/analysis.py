@@ -162,7 +162,8 @@ def analyse(measured: dict, summaries: list, *, units: ClaimUnits, lrs: list[flo
                             withheld),
         criteria=criteria_rows(tests, {k: int(v.sum()) for k, v in defined.items()}, withheld,
                                units.granularity),
-        verdict=verdict(correlations.spearman, len(units), f"{units.noun}s"),
+        verdict=verdict(correlations.spearman, len(units), f"{units.noun}s",
+                        [f"{r.unit} ({r.lr_edge})" for r in rows if r.lr_edge]),
         relative_gain=RelativeGain(RELATIVE_GAIN, VALIDATED if acc.holdout else f"{VALIDATED} {NO_HOLDOUT}"),
         mha_tests=None if mha is None else decode(PairedTests, finite(mha), "claim.json",
                                                   "analysis.mha_tests"))
@@ -307,9 +308,15 @@ def criteria_rows(tests: dict, counts: dict, withheld: str | None, granularity: 
     return rows
 
 
-def verdict(spearman: Correlation, n: int, noun: str = "components") -> str:
-    """One sentence on what the Spearman correlation, its interval and its p-value support."""
+def verdict(spearman: Correlation, n: int, noun: str = "components", unbracketed: list[str] = ()) -> str:
+    """One sentence on what the Spearman correlation, its interval and its p-value support; withheld
+    ("not bracketed") while a ranked unit's best lr sits at an edge of the grid it was run at
+    (``unbracketed``: those units with the edge), since its gain may be clipped there."""
     rho, (lo, hi), p = spearman.value, spearman.ci, spearman.p_greater
+    if unbracketed:
+        return (f"not bracketed: the best lr of {', '.join(unbracketed)} is at an edge of the grid it was "
+                "run at, so the gain may be clipped; no verdict until every best lr is interior (widen --lr, "
+                f"or --lr auto); rho = {'n/a' if rho is None else f'{rho:+.2f}'}")
     if rho is None or p is None:
         return f"undefined: plasticity or accuracy gain is constant across the {noun}"
     floor = 1 / math.factorial(n) if n <= 8 else None

@@ -1,7 +1,8 @@
 """``vitplast claim --lr auto``: no train is judged at a clipped learning rate.
 
 The claim first runs the starting grid (the default ``--lr`` values). A train whose best learning
-rate (mean final accuracy over seeds; ties: the smaller lr) is the largest it was run at gets the next
+rate (mean accuracy over seeds, on the images ``--holdout`` kept out of training when every run of the
+train holds them, else the final accuracy; ties: the smaller lr) is the largest it was run at gets the next
 one up, ``LR_AUTO_FACTOR`` times larger (two significant digits); at the smallest, the next one down.
 Only that train is run at the new lr, for every seed, and the check repeats, at most
 ``LR_AUTO_ROUNDS`` steps beyond the starting grid on each side. A train still at an edge then is
@@ -22,11 +23,15 @@ def _round(v: float) -> float:
 
 
 def widen(summaries: list, start: list[float]) -> list[tuple[str, float]]:
-    """``(train, lr)`` pairs to run next: one step beyond the edge where a train's best lr sits, while
-    fewer than `LR_AUTO_ROUNDS` steps were taken on that side."""
+    """``(train, lr)`` pairs to run next: one step beyond the edge where a train's best lr sits (chosen
+    on held-out accuracy where the train's runs have it, never on the test accuracy then), while fewer
+    than `LR_AUTO_ROUNDS` steps were taken on that side."""
+    runs = list(map(RunSummary.of, summaries))
+    held_out = {s.train for s in runs} - {s.train for s in runs if s.holdout_acc is None}
     acc: dict[str, dict[float, list[float]]] = {}
-    for s in map(RunSummary.of, summaries):
-        acc.setdefault(s.train, {}).setdefault(s.lr, []).append(s.final_acc)
+    for s in runs:
+        acc.setdefault(s.train, {}).setdefault(s.lr, []).append(
+            s.holdout_acc if s.train in held_out else s.final_acc)
     lo, hi = min(start), max(start)
     out = []
     for train, per_lr in acc.items():

@@ -312,6 +312,11 @@ def mha_test_lines(tests: PairedTests | None) -> list[str]:
     out += [f"  vs {c:<6} n = {r.n}, mean difference {num(r.mean_difference, '+.4f')}, paired t p = "
             f"{num(r.t_p_holm, '.3g')}, Wilcoxon (one-sided) p = {num(r.wilcoxon_p_holm, '.3g')}"
             for c, r in tests.comparisons.items()]
+    ns = sorted({r.n for r in tests.comparisons.values() if r.n})
+    if ns:
+        floors = ", ".join(f"{0.5 ** n:.3g} with n = {n}" for n in ns)
+        out.append(f"  (the smallest one-sided Wilcoxon p the n allows, before Holm's correction: {floors}; "
+                   "n >= 5 pairs are needed for it to reach 0.05)")
     return out
 
 

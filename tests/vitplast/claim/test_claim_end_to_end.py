@@ -76,8 +76,17 @@ def test_analysis_gains_best_lr_and_correlations_by_hand():
     assert set(mha) == {"FC1", "LN1"} and mha["FC1"]["n"] == 2
     assert mha["FC1"]["mean_difference"] == pytest.approx(0.25)
     assert an["ranking"]["best_lr_gain"] == ["MHA", "FC1", "LN1"]
-    assert "not established" in an["verdict"] and "0.167" in an["verdict"]
-    assert "no bootstrap interval" in an["verdict"]
+    # every best lr sits at an edge of this 2-lr grid: no verdict, and the units at an edge named
+    assert an["verdict"].startswith("not bracketed") and "rho = +1.00" in an["verdict"]
+    assert all(f"{u} ({e})" in an["verdict"] for u, e in (("MHA", "high"), ("FC1", "low"), ("LN1", "low")))
+    # bracketed, the same correlation is read as far as 3 units' permutation test allows
+    from vitplast.claim.analysis import verdict
+
+    spearman = typed_analysis(measured, summaries, units=ClaimUnits.whole(["MHA", "FC1", "LN1"]),
+                              lrs=[1e-3, 1e-2], seeds=[0, 1], bootstrap=300
+                              ).correlations.spearman
+    assert verdict(spearman, 3).startswith("not established") and "0.167" in verdict(spearman, 3)
+    assert "no bootstrap interval" in verdict(spearman, 3)
     # sizes 100 > 80 > 8 rank like the gains: the rival predictor is reported beside plasticity
     assert an["params_correlations"]["spearman"]["value"] == pytest.approx(1.0)
     assert an["params_correlations"]["kendall"]["p_greater"] == pytest.approx(1 / 6)

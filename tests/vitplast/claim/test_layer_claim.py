@@ -251,3 +251,14 @@ def test_lr_auto_widens_only_at_edges_and_is_bounded():
     assert lr_edge(acc, 0, 4) == "high" and lr_edge(acc, 1, 0) == "low"
     with pytest.raises(ValueError, match="has no summary"):
         accuracy_cube(out[:-1], trains, lrs_run(out), seeds)  # one seed of a (train, lr) missing
+
+
+def test_lr_auto_chooses_on_held_out_accuracy_when_the_runs_hold_it():
+    """The test accuracy says A's best lr is the top one; the held-out images say the bottom one: the
+    grid widens downwards. A train with a run lacking held-out accuracy is chosen on the final one."""
+    start = [1e-3, 1e-2]
+    s = [{**r, "holdout_acc": 0.8} for r in _summ("A", 1e-3, [0.5, 0.5])]
+    s += [{**r, "holdout_acc": 0.6} for r in _summ("A", 1e-2, [0.7, 0.7])]
+    assert widen(s, start) == [("A", 0.00033)]
+    s[0] = {**s[0], "holdout_acc": None}
+    assert widen(s, start) == [("A", 0.03)]
