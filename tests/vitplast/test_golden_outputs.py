@@ -38,9 +38,9 @@ GOLDEN = Path(__file__).resolve().parent / "golden"
 UPDATE = os.environ.get("VITPLAST_UPDATE_GOLDEN") == "1"
 TINY = {"epochs": 1, "depth": 2, "embed_dim": 32, "num_heads": 2, "batch_size": 256, "warmup_epochs": 0}
 # wall times (and every key ending in _seconds); library versions (in the fingerprint); the model's
-# description and the reproducibility record (wording and metadata that other changes may extend, not results);
-# a result file's checksum (a hash of its content, wall times included) and a cache's key (a hash of the
-# reproducibility record, temporary folders included)
+# description and the reproducibility record (wording and metadata that other changes may extend, not
+# results); a result file's checksum (a hash of its content, wall times included) and a cache's key (a
+# hash of the reproducibility record, temporary folders included)
 VOLATILE = {"seconds", "train_seconds", "versions", "model_desc", "provenance", "checksum", "cache_key"}
 ANALYSIS_DERIVED = {"correlations", "params_correlations", "trend", "ranking", "verdict"}
 TRAINING = ["--random-init", "--optimizer", "adamw", "--steps", "4", "--batch-size", "16", "--eval-limit",
