@@ -137,7 +137,53 @@ def claim(out: Path, tmp: Path) -> list[str]:
     for name in ("claim.txt", "claim.json", "claim.png", "criteria.json", "budgets.png"):
         if (tmp / "runs" / "claim" / name).is_file():
             shutil.copy(tmp / "runs" / "claim" / name, out / "claim" / name)
+    write_claim_tables(out / "claim")
     return [CLAIM]
+
+
+def _cell(v, fmt: str) -> str:
+    return "n/a" if v is None else format(v, fmt)
+
+
+def _with_ci(d: dict | None, fmt: str) -> str:
+    if not d or d.get("mean") is None:
+        return "n/a"
+    lo, hi = d.get("ci") or (None, None)
+    return _cell(d["mean"], fmt) + ("" if lo is None or hi is None else f" [{lo:{fmt}}, {hi:{fmt}}]")
+
+
+def claim_tables(doc: dict) -> str:
+    """The claim's analysis (``claim.json``) as Markdown tables that fit a page: the verdict, one row
+    per ranked unit and baseline, and the criteria's correlations with the gains."""
+    an = doc["analysis"]
+    edge = {"low": " (lowest of its grid)", "high": " (highest of its grid)", None: ""}
+    lines = [f"**Verdict:** {an['verdict']}", "",
+             "| unit | trainable params | plasticity [95% CI] | best lr | accuracy [95% CI] | gain over "
+             f"{an['baseline']['train']} [95% CI] |", "|---|---:|---|---|---|---|"]
+    for r in an["rows"]:
+        lo, hi = r["plasticity_ci"]
+        plast = _cell(r["plasticity"], ".3f") + ("" if lo is None else f" [{lo:.3f}, {hi:.3f}]")
+        lines.append(f"| {r['unit']} | {r['trainable_params']:,} | {plast} "
+                     f"| {r['lr']:.2g}{edge[r['lr_edge']]} | {_with_ci(r['accuracy'], '.3f')} "
+                     f"| {_with_ci(r['best_lr_gain'], '+.3f')} |")
+    for b in [an["baseline"], *an["baselines"]]:
+        lr = "n/a" if b.get("lr") is None else f"{b['lr']:.2g}{edge[b.get('lr_edge')]}"
+        params = "n/a" if b.get("trainable_params") is None else f"{b['trainable_params']:,}"
+        lines.append(f"| {b['train']} (baseline) | {params} | - | {lr} "
+                     f"| {_with_ci(b.get('accuracy'), '.3f')} | {_with_ci(b.get('best_lr_gain'), '+.3f')} |")
+    lines += ["", "| criterion | units | Spearman ρ with the gains [95% CI] | Kendall τ | one-sided p "
+              "| partial ρ, size fixed |", "|---|---:|---|---:|---:|---:|"]
+    for c in an["criteria"]:
+        lo, hi = c["spearman_ci"]
+        rho = _cell(c["spearman"], "+.2f") + ("" if lo is None else f" [{lo:+.2f}, {hi:+.2f}]")
+        lines.append(f"| {c['criterion']} | {c['n']} | {rho} | {_cell(c['kendall'], '+.2f')} "
+                     f"| {_cell(c['p_value'], '.3g')} | {_cell(c['partial_size'], '+.2f')} |")
+    return "\n".join(lines) + "\n"
+
+
+def write_claim_tables(folder: Path) -> None:
+    """``tables.md`` beside the claim's ``claim.json``, for the claim guide."""
+    (folder / "tables.md").write_text(claim_tables(json.loads((folder / "claim.json").read_text())))
 
 
 def charts(out: Path, tmp: Path) -> list[str]:

@@ -89,3 +89,15 @@ def test_pages_include_the_generated_files_not_copies():
 def test_an_unknown_part_is_refused(part, capsys):
     assert generate.main([part]) == 2
     assert "unknown part" in capsys.readouterr().err
+
+
+def test_the_claim_tables_are_made_from_the_committed_claim():
+    """The claim guide's tables (``tables.md``) are what `claim_tables` makes of the committed
+    ``claim.json``: the verdict and every ranked unit and criterion, in Markdown tables."""
+    folder = GENERATED / "claim"
+    tables = generate.claim_tables(json.loads((folder / "claim.json").read_text()))
+    assert (folder / "tables.md").read_text() == tables
+    doc = json.loads((folder / "claim.json").read_text())
+    assert tables.startswith(f"**Verdict:** {doc['analysis']['verdict']}")
+    assert all(f"| {r['unit']} |" in tables for r in doc["analysis"]["rows"])
+    assert all(f"| {c['criterion']} |" in tables for c in doc["analysis"]["criteria"])

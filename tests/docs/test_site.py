@@ -58,3 +58,16 @@ def test_site_carries_pages_not_build_scripts(site):
     assert 'src="generated/demo/plasticity_heatmap.png"' in home
     assert (site / "generated" / "demo" / "plasticity_heatmap.png").is_file()
     assert 'class="arithmatex"' in home and "\\frac{" in home
+
+
+@pytest.mark.slow
+def test_the_claim_page_shows_tables_not_a_wide_text_block(site):
+    """The claim guide shows the default claim as tables, and none of its code blocks is wider than the
+    content column holds without scrolling (about 110 characters of the theme's monospace)."""
+    import html
+
+    page = (site / "guides" / "claim.html").read_text()
+    assert page.count("<table>") >= 2 and "Verdict:" in page
+    widths = [len(line) for pre in re.findall(r"<pre.*?</pre>", page, re.S)
+              for line in html.unescape(re.sub(r"<[^>]+>", "", pre)).splitlines()]
+    assert max(widths) <= 110, f"a code block line of {max(widths)} characters"
