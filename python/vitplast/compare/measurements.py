@@ -55,6 +55,11 @@ def read_result(path: Path) -> PlasticityResult:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"RUN {str(path)!r}: not a plasticity result written by vitplast "
                          f"({type(exc).__name__}: {exc})") from None
+    written_by_measure = isinstance(saved, dict) and isinstance(saved.get("meta"), dict) and (
+        "cache_key" in saved["meta"])
+    if written_by_measure and CHECKSUM not in saved:  # vitplast measure always writes one: removed since
+        raise ValueError(f"RUN {str(path)!r}: {CHECKSUM}: missing, though vitplast measure wrote the file "
+                         "(it carries a cache key): it was edited after it was written")
     if isinstance(saved, dict) and CHECKSUM in saved:  # written by vitplast measure: believed when it checks
         kind, _, number = str(saved.get("format")).partition("/")
         try:

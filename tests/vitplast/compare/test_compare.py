@@ -120,3 +120,11 @@ def test_a_measured_file_edited_since_is_refused_naming_file_and_field(runs, cap
     assert rc == 2 and len(err) == 1
     assert str(before) in err[0] and "checksum: does not match the content" in err[0]
     assert not (runs[0].parent / "edited").exists()
+    # the checksum taken out with the edit: the file still says vitplast measure wrote it (its cache key)
+    doc.pop("checksum")
+    doc["meta"]["cache_key"] = "0" * 64
+    before.write_text(json.dumps(doc))
+    rc = main(["compare", str(runs[0]), str(runs[1]), "--out", str(runs[0].parent / "stripped")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "checksum: missing" in err[0]
+
