@@ -214,13 +214,17 @@ def score_criteria(names: Sequence[str], request: ScoringRequest, *, cache: Scor
 def _cached(criterion: Criterion, cache: ScoreCache | None, key: str | None, units: Units | None,
             say: Callable[[str], None]) -> tuple[CriterionResult, Path] | None:
     """``(result, path)`` of ``criterion``'s cached file when it holds ``key`` and checks out, else None
-    (no file, another key: silently; a file that fails its checks: one line)."""
+    (no file: silently; another key, another criterion's scores or a file that fails its checks: one
+    line naming the file)."""
     path = None if cache is None else cache.path(criterion)
     if path is None or not path.exists():
         return None
     try:
         saved = criterion.read(path)
+        if saved.criterion != criterion.name:
+            raise ResultFileError(path, "criterion", f"{saved.criterion!r}, not {criterion.name!r}")
         if saved.meta.get("cache_key") != key:
+            say(f"{criterion.name}: scoring again, {path} was scored with other inputs or options")
             return None
         if units is not None:
             saved.expect_units(units.components, units.layers, path)

@@ -229,3 +229,23 @@ def test_claim_rescores_an_edited_size_json(tmp_path):
     recorded = json.loads((tmp_path / "c" / "claim.json").read_text())["measurement"]["reused_files"]
     assert again["measurement"]["reused_files"] == recorded == [
         {"path": str(chunks), "checksum": json.loads(chunks.read_text())["checksum"]}]
+
+
+@pytest.mark.parametrize("field_name, value, words", [
+    ("criterion", "size", "criterion: 'size', not 'rgn'"),
+    ("cache_key", "0" * 64, "was scored with other inputs or options"),
+])
+def test_another_criterion_or_key_in_a_file_edited_with_its_checksum_is_scored_again(
+        scored, field_name, value, words):
+    """rgn.json claiming to hold size's scores, or another cache key, checksum recomputed: scored again
+    with one line naming the file (never reused as rgn's, never silently)."""
+    cache, first = scored
+    path = cache.folder / "rgn.json"
+    if field_name == "criterion":
+        _edit(path, lambda d: d.__setitem__("criterion", value), checksum=True)
+    else:
+        _edit(path, lambda d: d["meta"].__setitem__("cache_key", value), checksum=True)
+    again, said = _score_again(cache)
+    assert "rgn" not in again.reused and len(said) == 1
+    assert said[0].startswith("rgn: scoring again, ") and str(path) in said[0] and words in said[0]
+    np.testing.assert_array_equal(again["rgn"].values, first["rgn"].values)
