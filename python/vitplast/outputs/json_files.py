@@ -1,8 +1,8 @@
 """Reading a JSON file so that a failure names it: ``read_json_file(path)`` and, for text already read,
 ``loads_named(text, path)``. A file that is not valid JSON (truncated, edited by hand, not text) raises
-`JSONFileError` worded ``FILE: not valid JSON (WHAT: line L, column C)``, as
-`vitplast.outputs.result_files` words it. It is a `ResultFileError` and a ``json.JSONDecodeError``
-(both ``ValueError``s): callers that caught json's own error keep catching it.
+`JSONFileError` worded ``FILE: not valid JSON (WHAT: line L, column C)``. It is a `ResultFileError`
+(the error of every result file that cannot be believed, `vitplast.outputs.result_files`) and a
+``json.JSONDecodeError`` (both ``ValueError``s): callers that caught json's own error keep catching it.
 A file that cannot be opened raises the ``OSError`` ``open`` raises (it names the file already).
 """
 
@@ -13,7 +13,14 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .result_files import ResultFileError
+
+class ResultFileError(ValueError):
+    """A result file that cannot be believed: ``path``, the ``field`` at fault (``""``: the whole file)
+    and the ``reason``."""
+
+    def __init__(self, path: str | os.PathLike, field: str, reason: str) -> None:
+        self.path, self.field, self.reason = str(path), field, reason
+        super().__init__(f"{self.path}: {field + ': ' if field else ''}{reason}")
 
 
 class JSONFileError(ResultFileError, json.JSONDecodeError):

@@ -26,17 +26,13 @@ from typing import Any
 
 from vitplast_kernels.atomic_io import atomic_write
 
+from .json_files import ResultFileError, loads_named
+
+__all__ = ["ResultFileError", "ReusedFile", "checked_number", "content_checksum", "count", "field",
+           "read_result_json", "with_checksum", "write_result_json"]
+
 CHECKSUM = "checksum"
 FORMAT = "format"
-
-
-class ResultFileError(ValueError):
-    """A result file that cannot be believed: ``path``, the ``field`` at fault (``""``: the whole file)
-    and the ``reason``."""
-
-    def __init__(self, path: str | os.PathLike, field: str, reason: str) -> None:
-        self.path, self.field, self.reason = str(path), field, reason
-        super().__init__(f"{self.path}: {field + ': ' if field else ''}{reason}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,12 +87,10 @@ def read_result_json(path: str | os.PathLike, *, kind: str,
     if not p.is_file():
         raise ResultFileError(p, "", "no such file" if not p.exists() else "not a regular file")
     try:
-        doc = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
+        data = p.read_bytes()
+    except OSError as exc:
         raise ResultFileError(p, "", f"cannot be read ({exc.__class__.__name__}: {exc})") from None
-    except json.JSONDecodeError as exc:
-        raise ResultFileError(p, "", f"not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})"
-                              ) from None
+    doc = loads_named(data, p)  # a JSONFileError (a ResultFileError) naming the file when not JSON
     if not isinstance(doc, dict):
         raise ResultFileError(p, "", f"a JSON {type(doc).__name__}, not an object")
     fmt = doc.get(FORMAT)
