@@ -16,6 +16,7 @@ memory, the `CriterionResult`.
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -95,6 +96,8 @@ class Criterion:
     needs: frozenset[str] = frozenset()
     per_seed: bool = False
     layer_reduce: str = "mean"  # how a component's score is made from its units': "mean" or "sum"
+    value_range: tuple[float, float] = (-math.inf, math.inf)  # what a unit's score can be; read back: checked
+    whole_values: bool = False  # scores are counts
 
     def score_units(self, net: torch.nn.Module, units: Units, setting: Setting, cost: Cost
                     ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
@@ -116,8 +119,11 @@ class Criterion:
         return result.to_json(path)
 
     def read(self, path):
-        """The `CriterionResult` saved at ``path``, checked (`CriterionResult.from_json`)."""
-        return CriterionResult.from_json(path)
+        """The `CriterionResult` saved at ``path``, checked (`CriterionResult.from_json`), its scores
+        within what this criterion can give (``value_range``, ``whole_values``)."""
+        result = CriterionResult.from_json(path)
+        result.expect_range(*self.value_range, path, whole=self.whole_values)
+        return result
 
     def score(self, setting: Setting) -> CriterionResult:
         """The `CriterionResult` of ``setting``: per seed when

@@ -36,6 +36,7 @@ class CKA(Criterion):
     """
 
     name = "cka"
+    value_range = (-1e-9, 1 + 1e-9)  # 1 - CKA, CKA in [0, 1] (to rounding)
     needs = frozenset({"images"})
 
     def score_units(self, net, units: Units, setting: Setting, cost: Cost):

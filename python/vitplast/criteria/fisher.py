@@ -77,6 +77,7 @@ class Fisher(Criterion):
     """
 
     name = "fisher"
+    value_range = (0.0, math.inf)
     needs = frozenset({"images", "labels", "backward"})
     per_seed = True
 

@@ -98,8 +98,9 @@ class CriterionResult:
     @classmethod
     def from_dict(cls, d: Mapping, path: str | os.PathLike = "<dict>") -> CriterionResult:
         """The result ``d`` holds, checked: every component holds one value (finite or null) per
-        layer, per seed and per extra value alike, its ``overall`` the one its layers make, the cost's
-        counts >= 0; `ResultFileError` naming ``path`` and the field otherwise."""
+        layer, per seed and per extra value alike, its per-layer scores the mean of its per-seed ones,
+        its ``overall`` the one its layers make, the cost's counts >= 0; `ResultFileError` naming
+        ``path`` and the field otherwise."""
         layers = field(d, "layers", path, list)
         if not layers or not all(isinstance(x, str) for x in layers):
             raise ResultFileError(path, "layers", "must be a non-empty list of layer names")
@@ -136,11 +137,18 @@ class CriterionResult:
                        count(field(cost, "backwards", path, int, "cost"), path, "cost.backwards"),
                        None if peak is None else count(peak, path, "cost.peak_memory")),
                   dict(field(d, "meta", path, dict)))
+        if out.per_seed:  # the scores are the mean over seeds, as `Criterion.score` makes them
+            made = np.mean(np.stack(list(out.per_seed.values())), axis=0)
+            for i, c in enumerate(out.components):
+                for li, (saved, mean) in enumerate(zip(out.values[i], made[i], strict=True)):
+                    if not _same(saved, mean):
+                        raise ResultFileError(path, f"components.{c}.per_layer[{li}]",
+                                              f"{_num(saved)} is not the mean of its per-seed scores "
+                                              f"({_num(mean)})")
         for c, entry in comps.items():
             saved, made = field(entry, "overall", path, where=f"components.{c}"), out.overall(c)
             saved = checked_number(saved, path, f"components.{c}.overall", nullable=True)
-            if math.isfinite(made) != math.isfinite(saved) or (
-                    math.isfinite(made) and not math.isclose(made, saved, rel_tol=1e-9, abs_tol=1e-12)):
+            if not _same(saved, made):
                 raise ResultFileError(path, f"components.{c}.overall",
                                       f"{saved!r} is not the {reduce} of its per-layer scores ({made!r})")
         return out
@@ -168,6 +176,19 @@ class CriterionResult:
                 missing = [x for x in want if x not in got]
                 what = f"lacks {', '.join(missing)}" if missing else f"holds {', '.join(got)}"
                 raise ResultFileError(path, name, f"{what}; the model's are {', '.join(want)}")
+
+    def expect_range(self, lo: float, hi: float, path: str | os.PathLike, *, whole: bool = False) -> None:
+        """`ResultFileError` naming ``path`` and the value unless every defined score (per layer and per
+        seed) lies in ``[lo, hi]`` (and is a whole number when ``whole``): what the criterion can give."""
+        seeds = (self.per_seed or {}).items()
+        arrays = [("per_layer", self.values), *((f"per_seed.{s}", v) for s, v in seeds)]
+        for name, values in arrays:
+            for (i, li), v in np.ndenumerate(values):
+                if math.isfinite(v) and (not lo <= v <= hi or (whole and v != round(v))):
+                    what = "a whole number " if whole else ""
+                    raise ResultFileError(path, f"components.{self.components[i]}.{name}[{li}]",
+                                          f"{v!r} is not {what}in [{lo:g}, {hi:g}], the range of "
+                                          f"{self.criterion}")
 
     def records(self) -> list[dict]:
         """One dict per (component, layer): ``component``, ``layer``, ``score`` (NaN: not defined), the
@@ -244,6 +265,17 @@ def _row(values: list, n: int, path, name: str) -> list[float]:
     if len(values) != n:
         raise ResultFileError(path, name, f"holds {len(values)} values for {n} layers")
     return [checked_number(v, path, f"{name}[{i}]", nullable=True) for i, v in enumerate(values)]
+
+
+def _same(saved: float, made: float) -> bool:
+    """Whether a saved value is the one its parts make (both undefined, or equal to rounding)."""
+    if math.isfinite(saved) != math.isfinite(made):
+        return False
+    return not math.isfinite(made) or math.isclose(saved, made, rel_tol=1e-9, abs_tol=1e-12)
+
+
+def _num(v: float) -> str:
+    return repr(float(v)) if math.isfinite(v) else "null"
 
 
 def _fmt(v: float) -> str:

@@ -25,6 +25,7 @@ class RGN(Criterion):
     """
 
     name = "rgn"
+    value_range = (0.0, math.inf)
     needs = frozenset({"images", "labels", "backward"})
     per_seed = True
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from .base import Criterion, Setting, Units, unit_grid
 from .cost import Cost
 
@@ -17,6 +19,7 @@ class Size(Criterion):
     name = "size"
     needs = frozenset({"weights"})
     layer_reduce = "sum"
+    value_range, whole_values = (0.0, math.inf), True
 
     def score_units(self, net, units: Units, setting: Setting, cost: Cost):
         values = unit_grid(units)

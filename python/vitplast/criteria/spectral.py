@@ -68,6 +68,7 @@ class Spectral(Criterion):
     """
 
     name = "spectral"
+    value_range = (1.0, math.inf)  # alpha = 1 + n / sum(ln(x / xmin)), each log >= 0
     needs = frozenset({"weights"})
 
     def score_units(self, net, units: Units, setting: Setting, cost: Cost):

@@ -249,3 +249,49 @@ def test_another_criterion_or_key_in_a_file_edited_with_its_checksum_is_scored_a
     assert "rgn" not in again.reused and len(said) == 1
     assert said[0].startswith("rgn: scoring again, ") and str(path) in said[0] and words in said[0]
     np.testing.assert_array_equal(again["rgn"].values, first["rgn"].values)
+
+
+def test_per_layer_scores_edited_without_their_per_seed_scores_are_scored_again(scored):
+    """rgn's scores are the mean of its per-seed scores: an edit of one kept consistent with its
+    checksum but not with the other is not the user's decision, it is a file that cannot be."""
+    cache, first = scored
+    path = cache.folder / "rgn.json"
+
+    def edit(doc):
+        entry = doc["components"]["MHA"]
+        entry["per_layer"][0] *= 2
+        finite = [v for v in entry["per_layer"] if v is not None]
+        entry["overall"] = sum(finite) / len(finite)
+
+    _edit(path, edit, checksum=True)
+    again, said = _score_again(cache)
+    assert "rgn" not in again.reused and len(said) == 1, said
+    assert said[0].startswith(f"rgn: scoring again, {path}: components.MHA.per_layer[0]: ")
+    assert "is not the mean of its per-seed scores" in said[0]
+    np.testing.assert_array_equal(again["rgn"].values, first["rgn"].values)
+
+
+@pytest.mark.parametrize("name, value, words", [
+    ("size", -5.0, "is not a whole number in [0, inf], the range of size"),
+    ("size", 2.5, "is not a whole number in [0, inf]"),
+    ("spectral", 0.5, "is not in [1, inf], the range of spectral"),
+    ("rgn", -1.0, "is not in [0, inf], the range of rgn"),
+])
+def test_scores_no_criterion_can_give_are_scored_again(scored, name, value, words):
+    """A value outside what the criterion can give (a negative parameter count, a power-law exponent
+    below 1), even with its overall and checksum made consistent, is recomputed with one line."""
+    cache, first = scored
+    path = cache.folder / f"{name}.json"
+
+    def edit(doc):
+        entry = doc["components"]["LN1"]
+        entry["per_layer"] = [value] * len(entry["per_layer"])
+        for seed in entry.get("per_seed", {}):
+            entry["per_seed"][seed] = list(entry["per_layer"])
+        entry["overall"] = value * (len(entry["per_layer"]) if doc["layer_reduce"] == "sum" else 1)
+
+    _edit(path, edit, checksum=True)
+    again, said = _score_again(cache)
+    assert name not in again.reused and len(said) == 1, said
+    assert str(path) in said[0] and "components.LN1." in said[0] and words in said[0], said
+    np.testing.assert_array_equal(again[name].values, first[name].values)
