@@ -42,10 +42,12 @@ batches leave it out.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import os
 
 import torch
-from torch.utils.data import ConcatDataset, DataLoader, Dataset, Subset
+from torch.utils.data import ConcatDataset, DataLoader, Dataset, Subset, default_collate
 
 from ..runtime.resources import check_workers
 from ..runtime.stops import die_with_parent
@@ -59,11 +61,6 @@ SPLITS = ("train", "val", "all")
 VAL_FRACTION = 0.2
 
 
-def _check_split(split: str) -> None:
-    if split not in SPLITS:
-        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
-
-
 def _split_indices(labels: torch.Tensor, split: str, seed: int) -> torch.Tensor:
     """Deterministic stratified split: per class, a ``VAL_FRACTION`` share (at least 1 when the class has
     2+ items) goes to val. Returns sorted int64 indices of ``split``."""
@@ -74,9 +71,7 @@ def _split_indices(labels: torch.Tensor, split: str, seed: int) -> torch.Tensor:
     for c in torch.unique(labels).tolist():
         idx = torch.nonzero(labels == c).flatten()
         idx = idx[torch.randperm(idx.numel(), generator=g)]
-        n_val = int(round(idx.numel() * VAL_FRACTION))
-        if idx.numel() >= 2:
-            n_val = max(n_val, 1)
+        n_val = max(int(round(idx.numel() * VAL_FRACTION)), 1 if idx.numel() >= 2 else 0)
         chosen.append(idx[:n_val] if split == "val" else idx[n_val:])
     return torch.sort(torch.cat(chosen)).values
 
@@ -106,22 +101,16 @@ def _digits(class_text: str | None, split: str, img_size: int, seed: int,
         try:
             keep = _parse_classes(class_text)
         except ValueError:
-            raise ValueError(
-                f"spec 'digits:{class_text}': classes must look like '0-4' or '1,3,7'"
-            ) from None
-        bad = [c for c in keep if not 0 <= c <= 9]
-        if bad or not keep:
+            raise ValueError(f"spec 'digits:{class_text}': classes must look like '0-4' or '1,3,7'") from None
+        if not keep or not all(0 <= c <= 9 for c in keep):
             raise ValueError(f"spec 'digits:{class_text}': digit classes must be in 0..9, got {keep}")
     mask = torch.isin(labels, torch.tensor(keep))
-    images, labels = images[mask], labels[mask]
-    relabel = {c: i for i, c in enumerate(keep)}
-    labels = torch.tensor([relabel[int(c)] for c in labels], dtype=torch.long)
+    images, labels = images[mask], torch.tensor([keep.index(int(c)) for c in labels[mask]], dtype=torch.long)
     idx = _split_indices(labels, split, seed)
     images, labels = images[idx], labels[idx]
     x = images.unsqueeze(1) / 16.0  # (N, 1, 8, 8) in [0, 1]
     if img_size != 8:
-        x = torch.nn.functional.interpolate(x, size=(img_size, img_size), mode="bilinear",
-                                            align_corners=False)
+        x = torch.nn.functional.interpolate(x, size=(img_size,) * 2, mode="bilinear", align_corners=False)
     x = x.expand(-1, 3, -1, -1)
     x = transform.normalise(x) if transform is not None else x * 2.0 - 1.0
     return TensorImageDataset(x.contiguous(), labels, [str(c) for c in keep])
@@ -131,12 +120,10 @@ def _synthetic(split: str, img_size: int, seed: int, num_classes: int = 4, per_c
     """Each class = a fixed random low-frequency prototype; items = prototype + noise. The prototypes
     depend only on a fixed seed (so train and val share them); the split is drawn from ``seed``."""
     g = torch.Generator().manual_seed(1234)
-    protos = torch.randn(num_classes, 3, 4, 4, generator=g)
-    protos = torch.nn.functional.interpolate(protos, size=(img_size, img_size), mode="bilinear",
-                                             align_corners=False)
+    protos = torch.nn.functional.interpolate(torch.randn(num_classes, 3, 4, 4, generator=g),
+                                             size=(img_size, img_size), mode="bilinear", align_corners=False)
     labels = torch.arange(num_classes).repeat_interleave(per_class)
-    noise = torch.randn(labels.numel(), 3, img_size, img_size, generator=g) * 0.5
-    images = protos[labels] + noise
+    images = protos[labels] + torch.randn(labels.numel(), 3, img_size, img_size, generator=g) * 0.5
     idx = _split_indices(labels, split, seed)
     return TensorImageDataset(images[idx], labels[idx], [f"class{c}" for c in range(num_classes)])
 
@@ -166,8 +153,7 @@ def _cifar(kind: str, root: str, split: str, img_size: int, transform: ImageTran
             raise FileNotFoundError(
                 f"{kind} not found under {root!r}: expected the python-version archive extracted as "
                 f"{os.path.join(root, folder)}/ (get {cls.filename} from the CIFAR page and run "
-                f"`tar xzf {cls.filename} -C {root}`); nothing is downloaded"
-            ) from exc
+                f"`tar xzf {cls.filename} -C {root}`); nothing is downloaded") from exc
     ds = parts[0] if len(parts) == 1 else ConcatDataset(parts)
     return LabelledFiles(ds, parts[0].classes, False, *transforms)
 
@@ -191,8 +177,7 @@ def _image_folder(root: str, split: str, img_size: int, seed: int, skip_bad: boo
     except FileNotFoundError as exc:
         raise FileNotFoundError(f"no images found in {root!r}: an ImageFolder needs DIR/<class>/<image> "
                                 f"(or DIR/train/<class>/... and DIR/val/<class>/...)") from exc
-    labels = torch.tensor(full.targets, dtype=torch.long)
-    subset = Subset(full, _split_indices(labels, split, seed).tolist())
+    subset = Subset(full, _split_indices(torch.tensor(full.targets, dtype=torch.long), split, seed).tolist())
     return LabelledFiles(subset, full.classes, skip_bad, *transforms)
 
 
@@ -206,7 +191,8 @@ def load_dataset(spec: str, split: str = "train", img_size: int = 32, seed: int 
     The returned dataset has ``.num_classes`` (int) and ``.classes`` (list of names, index = label).
     Raises ``ValueError`` for an unknown spec or split, ``FileNotFoundError`` for missing files.
     """
-    _check_split(split)
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
     if not isinstance(spec, str) or not spec:
         raise ValueError(f"spec must be a non-empty string, got {spec!r}")
     if not isinstance(img_size, int) or img_size < 1:
@@ -225,10 +211,8 @@ def load_dataset(spec: str, split: str = "train", img_size: int = 32, seed: int 
     path = os.path.expanduser(spec)
     if os.path.isdir(path):
         return _image_folder(path, split, img_size, seed, skip_bad_images, transform, augment)
-    raise ValueError(
-        f"unknown dataset spec {spec!r}: expected 'digits', 'digits:0-4', 'synthetic', 'cifar10:DIR', "
-        f"'cifar100:DIR' or an existing ImageFolder directory"
-    )
+    raise ValueError(f"unknown dataset spec {spec!r}: expected 'digits', 'digits:0-4', 'synthetic', "
+                     "'cifar10:DIR', 'cifar100:DIR' or an existing ImageFolder directory")
 
 
 def make_loader(dataset: Dataset, batch_size: int, shuffle: bool = True, seed: int = 0,
@@ -254,13 +238,8 @@ def first_batches(dataset: Dataset, batch_size: int, count: int, seed: int) -> l
     """The first ``count`` batches ``(images, labels)`` of `make_loader` over ``dataset`` (shuffled by
     ``seed``); a batch of only bad images is skipped (fewer batches than ``count`` when the loader ends
     first)."""
-    out = []
-    for item in make_loader(dataset, batch_size, shuffle=True, seed=seed):
-        if item is not None:
-            out.append(item)
-        if len(out) == count:
-            break
-    return out
+    batches = (item for item in make_loader(dataset, batch_size, shuffle=True, seed=seed) if item is not None)
+    return list(itertools.islice(batches, count))
 
 
 def _loader_worker_init(worker_id: int) -> None:
@@ -270,8 +249,6 @@ def _loader_worker_init(worker_id: int) -> None:
 
 def _collate_present(items: list):
     """Default collation of the items that are not ``None`` (skipped bad images); ``None`` when none is."""
-    from torch.utils.data import default_collate
-
     items = [x for x in items if x is not None]
     return default_collate(items) if items else None
 
@@ -279,8 +256,6 @@ def _collate_present(items: list):
 def _file_of(dataset, idx: int) -> str | None:
     """The image file behind item ``idx`` (through ``LabelledFiles``, ``Subset`` and ``ConcatDataset``), or
     None for in-memory data."""
-    import bisect
-
     while True:
         if isinstance(dataset, LabelledFiles):
             dataset = dataset.inner
@@ -295,31 +270,13 @@ def _file_of(dataset, idx: int) -> str | None:
             return samples[idx][0] if samples is not None else None
 
 
-class _Indices(Dataset):
-    def __init__(self, n: int) -> None:
-        self.n = n
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, idx: int) -> int:
-        return idx
-
-
 def check_images(dataset, batches: int, batch_size: int, seed: int) -> int:
     """Decodes the image files of the first ``batches`` batches `make_loader` gives (``shuffle``,
     ``seed``, full batches): the ones a run will read, checked before it starts. Raises
     `BadImageError` naming the first file that cannot be decoded; returns the files checked."""
     # the same loader over the items' indices: the same draws from the same generator, the same order
-    loader = make_loader(_Indices(len(dataset)), batch_size=batch_size, shuffle=True, seed=seed,
-                         drop_last=True)
-    checked = 0
-    for b, idx in enumerate(loader):
-        if b >= batches:
-            break
-        for i in idx.tolist():
-            path = _file_of(dataset, int(i))
-            if path is not None:
-                open_image(path)
-                checked += 1
-    return checked
+    loader = make_loader(range(len(dataset)), batch_size=batch_size, shuffle=True, seed=seed, drop_last=True)
+    paths = [_file_of(dataset, i) for idx in itertools.islice(loader, batches) for i in idx.tolist()]
+    for path in filter(None, paths):
+        open_image(path)
+    return sum(path is not None for path in paths)

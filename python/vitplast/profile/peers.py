@@ -17,7 +17,7 @@ is ``vitplast_kernels.capture(protocol="decomposition")``); tests check that bot
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -26,7 +26,7 @@ from torch import nn
 from vitplast_kernels import timing
 from vitplast_kernels.measure import presets
 
-from .profiler import Structure, component_modules, forward_with_hooks
+from .profiler import Structure, component_modules, first_tensor, forward_with_hooks
 
 
 def eager_distance(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -35,40 +35,24 @@ def eager_distance(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 
 # --- naive hooks ------------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def naive_hooks(model: nn.Module, st: Structure, out: list[torch.Tensor]) -> Iterator[None]:
-    """Forward hooks computing eager distance ratios of every component's input/output halves into
-    ``out`` (one ``(B,)`` tensor per component call, left on the device)."""
-
-    def hook(_mod, args, output):
-        x = args[0]
-        y = output[0] if isinstance(output, tuple) else output
-        b = x.shape[0] // 2
-        out.append(eager_distance(y[:b], y[b:]) / eager_distance(x[:b], x[b:]))
-
-    handles = [m.register_forward_hook(hook) for _, m in component_modules(model, st)]
-    try:
-        yield
-    finally:
-        for h in handles:
-            h.remove()
-
-
 def naive_hooks_fn(model: nn.Module, images: torch.Tensor, st: Structure) -> Callable[[], Any]:
+    """One forward with forward hooks computing eager distance ratios of every component's input/output
+    halves (one ``(B,)`` tensor per component call, left on the device); returns their means."""
+
     def run():
         rates: list[torch.Tensor] = []
-        with torch.no_grad(), naive_hooks(model, st, rates):
-            model(images)
+
+        def hook(_mod, args, output):
+            y, b = first_tensor(output), args[0].shape[0] // 2
+            rates.append(eager_distance(y[:b], y[b:]) / eager_distance(args[0][:b], args[0][b:]))
+
+        forward_with_hooks(model, images, [m for _, m in component_modules(model, st)], hook)
         return torch.stack([r.float().mean() for r in rates]).cpu()
 
     return run
 
 
 # --- the paper's protocol ---------------------------------------------------------------------
-
-
 class _StopForward(Exception):
     pass
 
@@ -84,29 +68,17 @@ def embedding_tokens(model: nn.Module, images: torch.Tensor, st: Structure) -> t
     module = named[next(iter(found.values()))]
     got: list[torch.Tensor] = []
 
-    def pre(_m, args):
-        got.append(args[0])
+    def stop(_m, args, output=None):  # a pre-hook is called without the output
+        got.append(args[0] if which == "input" else first_tensor(output))
         raise _StopForward
 
-    def post(_m, _args, output):
-        got.append(output[0] if isinstance(output, tuple) else output)
-        raise _StopForward
-
-    h = module.register_forward_pre_hook(pre) if which == "input" else module.register_forward_hook(post)
+    h = module.register_forward_pre_hook(stop) if which == "input" else module.register_forward_hook(stop)
     try:
-        with torch.no_grad():
+        with contextlib.suppress(_StopForward), torch.no_grad():
             model(images)
-    except _StopForward:
-        pass
     finally:
         h.remove()
     return got[0]
-
-
-def _pad_to(e: torch.Tensor, width: int) -> torch.Tensor:
-    if width <= e.shape[-1]:
-        return e
-    return torch.cat([e, e.new_zeros(*e.shape[:-1], width - e.shape[-1])], dim=-1)
 
 
 def decomposition_outputs(model: nn.Module, e: torch.Tensor, st: Structure,
@@ -119,11 +91,11 @@ def decomposition_outputs(model: nn.Module, e: torch.Tensor, st: Structure,
         for lay in layers:
             for c in st.components:
                 for n in st.modules[c].get(lay, ()):
-                    mod = named[n]
-                    inp = _pad_to(e, mod.in_features) if c == "FC2" and hasattr(mod, "in_features") else e
-                    y = mod(inp)
-                    y = y[0] if isinstance(y, tuple) else y
-                    host[f"{lay}.{c}.{n}"] = y.to("cpu", copy=True)
+                    mod, inp = named[n], e
+                    width = getattr(mod, "in_features", 0) if c == "FC2" else 0
+                    if width > e.shape[-1]:  # FC2 takes e zero-padded to its input width
+                        inp = torch.cat([e, e.new_zeros(*e.shape[:-1], width - e.shape[-1])], dim=-1)
+                    host[f"{lay}.{c}.{n}"] = first_tensor(mod(inp)).to("cpu", copy=True)
     return host
 
 
@@ -165,5 +137,5 @@ def paper_host_bytes(model: nn.Module, images: torch.Tensor, st: Structure) -> i
     sizes: list[int] = []
     forward_with_hooks(
         model, images, [m for _, m in component_modules(model, st, st.layers[0])],
-        lambda _m, _a, o: sizes.append((o[0] if isinstance(o, tuple) else o)[:b].nbytes))
+        lambda _m, _a, o: sizes.append(first_tensor(o)[:b].nbytes))
     return 2 * sum(sizes) * len(st.layers)

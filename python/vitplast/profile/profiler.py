@@ -19,6 +19,7 @@ For a model and a batch ``images`` of ``N`` sequences (``N = 2B`` for ``pairs="h
 from __future__ import annotations
 
 import contextlib
+import os
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,9 +32,8 @@ import vitplast_kernels as vk
 from vitplast_kernels import timing
 from vitplast_kernels.measure import presets
 
+
 # --- model structure --------------------------------------------------------------------------
-
-
 @dataclass
 class Structure:
     """Components of a model: ``modules[component][layer] = (module names)``, ``layers`` the capture's
@@ -47,15 +47,6 @@ class Structure:
     embedding: str
 
 
-def _common_prefix(names: list[str]) -> str:
-    common = []
-    for segs in zip(*(n.split(".") for n in names), strict=False):
-        if len(set(segs)) != 1:
-            break
-        common.append(segs[0])
-    return ".".join(common)
-
-
 def structure(model: nn.Module) -> Structure:
     """What ``vk.capture(model)`` measures (ValueError when no preset matches); no hook is attached."""
     cap = vk.capture(model)
@@ -64,8 +55,9 @@ def structure(model: nn.Module) -> Structure:
         raise ValueError(f"capture layers {cap.layers} do not match its modules' layer keys {keys}")
     label = dict(zip(keys, cap.layers, strict=True))
     modules = {c: {label[k]: names for k, names in cap.modules[c].items()} for c in cap.components}
-    block = {lay: _common_prefix([n for c in cap.components for n in modules[c].get(lay, ())])
-             for lay in cap.layers}
+    # the block: the dotted prefix its component modules' names share
+    block = {lay: ".".join(os.path.commonprefix([n.split(".") for c in cap.components
+                                                 for n in modules[c].get(lay, ())])) for lay in cap.layers}
     return Structure(tuple(cap.components), tuple(cap.layers), modules, block, cap.embedding)
 
 
@@ -75,6 +67,11 @@ def component_modules(model: nn.Module, st: Structure,
     named = dict(model.named_modules())
     layers = st.layers if layer is None else (layer,)
     return [(n, named[n]) for c in st.components for lay in layers for n in st.modules[c].get(lay, ())]
+
+
+def first_tensor(output: Any) -> torch.Tensor:
+    """A module's output tensor (the first of a tuple)."""
+    return output[0] if isinstance(output, tuple) else output
 
 
 def forward_with_hooks(model: nn.Module, images: torch.Tensor, modules: list[nn.Module], hook) -> None:
@@ -89,8 +86,6 @@ def forward_with_hooks(model: nn.Module, images: torch.Tensor, modules: list[nn.
 
 
 # --- variants and their times -----------------------------------------------------------------
-
-
 def forward_fn(model: nn.Module, images: torch.Tensor) -> Callable[[], Any]:
     def run():
         with torch.no_grad():
@@ -123,8 +118,6 @@ def time_variants(fns: dict[str, Callable[[], Any]], device: torch.device, reps:
 
 
 # --- per layer / per component times ----------------------------------------------------------
-
-
 def layer_times(model: nn.Module, images: torch.Tensor, st: Structure, *, reps: int = 3,
                 protocol: str | None = None, pairs: str = "halves") -> dict[str, Any]:
     """Median seconds per layer (block module) and per (component, layer) of the forward; with
@@ -133,50 +126,42 @@ def layer_times(model: nn.Module, images: torch.Tensor, st: Structure, *, reps: 
     device = images.device
     named = dict(model.named_modules())
     targets = {f"layer/{lay}": st.block[lay] for lay in st.layers}
-    for c in st.components:
-        for lay in st.layers:
-            for i, n in enumerate(st.modules[c].get(lay, ())):
-                targets[f"{c}/{lay}" + (f"/{i}" if i else "")] = n
+    targets.update({f"{c}/{lay}" + (f"/{i}" if i else ""): n for c in st.components for lay in st.layers
+                    for i, n in enumerate(st.modules[c].get(lay, ()))})
     samples: dict[str, list[float]] = {t: [] for t in targets}
     marks: dict[str, list[Any]] = {}
 
-    def pre(label, *_):
+    def pre(label):
         marks[label] = [timing.mark(device)]
-
-    def post(label, *_):
-        marks[label].append(timing.mark(device))
 
     for r in range(reps + 1):  # the first pass warms up
         marks.clear()
         ctx = (vk.capture(model, protocol=protocol, pairs=pairs) if protocol else contextlib.nullcontext())
         with torch.no_grad(), ctx:
-            handles = []
-            for label, n in targets.items():
-                handles.append(named[n].register_forward_pre_hook(lambda m, a, label=label: pre(label)))
-                handles.append(named[n].register_forward_hook(lambda m, a, o, label=label: post(label)))
+            hooks = [h for label, n in targets.items() for h in (
+                named[n].register_forward_pre_hook(lambda m, a, label=label: pre(label)),
+                named[n].register_forward_hook(lambda m, a, o, label=label: marks[label].append(
+                    timing.mark(device))))]
             try:
                 model(images)
             finally:
-                for h in handles:
+                for h in hooks:
                     h.remove()
-        if r == 0:
-            continue
-        for label, (s, e) in marks.items():
-            samples[label].append(timing.elapsed_ms(s, e) / 1e3)
+        if r:
+            for label, (s, e) in marks.items():
+                samples[label].append(timing.elapsed_ms(s, e) / 1e3)
     med = {k: statistics.median(v) for k, v in samples.items() if v}
-    per_layer = {k.split("/", 1)[1]: v for k, v in med.items() if k.startswith("layer/")}
     per_component: dict[str, dict[str, float]] = {}
     for k, v in med.items():
         c, _, rest = k.partition("/")
         if c != "layer":
-            lay = rest.split("/")[0]
-            per_component.setdefault(c, {})[lay] = per_component.get(c, {}).get(lay, 0.0) + v
-    return {"per_layer": per_layer, "per_component": per_component}
+            per = per_component.setdefault(c, {})
+            per[rest.split("/")[0]] = per.get(rest.split("/")[0], 0.0) + v
+    return {"per_layer": {k[len("layer/"):]: v for k, v in med.items() if k.startswith("layer/")},
+            "per_component": per_component}
 
 
 # --- reductions and memory --------------------------------------------------------------------
-
-
 def reduction_rate(model: nn.Module, images: torch.Tensor, st: Structure, *, pairs: str = "halves",
                    reps: int = 5) -> dict[str, float]:
     """Bytes and median seconds of reducing block 0's distinct component inputs/outputs (each read once)
@@ -184,7 +169,7 @@ def reduction_rate(model: nn.Module, images: torch.Tensor, st: Structure, *, pai
     seen: dict[int, torch.Tensor] = {}
 
     def hook(_m, args, output):
-        for t in (args[0], output[0] if isinstance(output, tuple) else output):
+        for t in (args[0], first_tensor(output)):
             seen.setdefault(id(t), t)
 
     forward_with_hooks(model, images, [m for _, m in component_modules(model, st, st.layers[0])], hook)
@@ -199,12 +184,9 @@ def reduction_rate(model: nn.Module, images: torch.Tensor, st: Structure, *, pai
 def _vm_hwm() -> int | None:
     try:
         with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
+            return next((int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:")), None)
     except OSError:
         return None
-    return None
 
 
 def _reset_hwm() -> bool:
@@ -232,10 +214,8 @@ def peak_memory(fn: Callable[[], Any], device: torch.device) -> dict[str, int | 
         torch.cuda.synchronize(device)
         peak = torch.cuda.max_memory_allocated(device)
         return {"peak": peak, "delta": peak - base}
-    if not _reset_hwm():
-        fn()
-        return {"peak": None, "delta": None}
-    base = _vm_hwm()
+    reset = _reset_hwm()
+    base = _vm_hwm() if reset else None
     fn()
-    peak = _vm_hwm()
+    peak = _vm_hwm() if reset else None
     return {"peak": peak, "delta": None if peak is None or base is None else peak - base}

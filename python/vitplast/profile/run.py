@@ -83,7 +83,7 @@ def _random_model(opts: ProfileOptions, device):
     if not family_of(opts.model).profiled:
         raise ValueError(f"--model {opts.model}: profile times timm and transformers models (the digits ViT "
                          "is vit_tiny_patch16_224 resized: profile that)")
-    kwargs: dict[str, Any] = {k: v for k, v in (("img_size", opts.img_size), ("depth", opts.depth)) if v}
+    kwargs = _size_kwargs(opts)
     if source.kind == "timm":
         try:
             check_timm_name(source.ref)
@@ -101,10 +101,15 @@ def _random_model(opts: ProfileOptions, device):
             return create_hf(source.ref, random_init=True)
         try:
             return timm.create_model(source.ref, pretrained=False, **kwargs)
-        except TypeError as exc:  # --img-size / --depth for a model that does not take them
+        # TypeError: --img-size / --depth for a model that does not take them; RuntimeError: an hf-hub: or
+        # local-dir: config naming no timm architecture
+        except (TypeError, RuntimeError) as exc:
             raise ValueError(f"--model {opts.model}: {exc}") from None
-        except RuntimeError as exc:  # an hf-hub: or local-dir: config naming no timm architecture
-            raise ValueError(f"--model {opts.model}: {exc}") from None
+
+
+def _size_kwargs(opts: ProfileOptions) -> dict[str, int]:
+    """The model's constructor keywords of ``--img-size`` and ``--depth``, where given."""
+    return {k: v for k, v in (("img_size", opts.img_size), ("depth", opts.depth)) if v}
 
 
 def build_model_and_images(opts: ProfileOptions):
@@ -177,9 +182,9 @@ def measurements(opts: ProfileOptions, log: Callable[[str], None]) -> dict[str, 
             rec["layer_times"] = {"forward": pf.layer_times(model, images, st, reps=reps),
                                   "capture": pf.layer_times(model, images, st, reps=reps,
                                                             protocol=opts.protocol, pairs=opts.pairs)}
-    fwd = rec["variants"]["forward"]["seconds"]
     # the kernels' share: steadier than the difference of two noisy forward times on a shared machine
-    rec["reductions_share_of_forward"] = rec["reductions"]["per_forward_s"] / fwd
+    rec["reductions_share_of_forward"] = (rec["reductions"]["per_forward_s"]
+                                          / rec["variants"]["forward"]["seconds"])
     rec["kernels_backend"] = vk.backends.select.resolve("auto", device).name
     return rec
 
@@ -188,11 +193,9 @@ def _variants(opts: ProfileOptions, model, images, st) -> dict[str, Any]:
     """Seconds, images/s and peak memory of the forward, forward + capture, naive hooks and (per
     ``--paper``) the paper's protocol, with the ratios between them."""
     device = images.device
-    fns = {
-        "forward": pf.forward_fn(model, images),
-        "capture": pf.capture_fn(model, images, opts.protocol, opts.pairs),
-        "naive_hooks": peers.naive_hooks_fn(model, images, st),
-    }
+    fns = {"forward": pf.forward_fn(model, images),
+           "capture": pf.capture_fn(model, images, opts.protocol, opts.pairs),
+           "naive_hooks": peers.naive_hooks_fn(model, images, st)}
     times = pf.time_variants(fns, device, opts.reps)
     mem = {k: pf.peak_memory(fn, device) for k, fn in fns.items()}
     out: dict[str, Any] = {"paper_host_bytes": peers.paper_host_bytes(model, images, st)}
@@ -209,11 +212,11 @@ def _variants(opts: ProfileOptions, model, images, st) -> dict[str, Any]:
         if mode == "full":
             mem["paper"] = pf.peak_memory(lambda: peers.paper_protocol(model, images, st), device)
     fwd = times["forward"]["median"]
-    variants = {k: {"seconds": t["median"], "min_s": t["min"], "max_s": t["max"], "reps": t["reps"],
-                    "images_per_s": opts.batch_size / t["median"], "vs_forward": t["median"] / fwd,
-                    "peak_bytes": mem.get(k, {}).get("peak"), "peak_delta_bytes": mem.get(k, {}).get("delta")}
-                for k, t in times.items()}
-    out["variants"] = variants
+    out["variants"] = variants = {
+        k: {"seconds": t["median"], "min_s": t["min"], "max_s": t["max"], "reps": t["reps"],
+            "images_per_s": opts.batch_size / t["median"], "vs_forward": t["median"] / fwd,
+            "peak_bytes": mem.get(k, {}).get("peak"), "peak_delta_bytes": mem.get(k, {}).get("delta")}
+        for k, t in times.items()}
     cap = variants["capture"]
     out["capture_overhead"] = cap["seconds"] / fwd - 1
     if mem["forward"]["peak"] and mem["capture"]["peak"]:
@@ -226,10 +229,9 @@ def _variants(opts: ProfileOptions, model, images, st) -> dict[str, Any]:
 
 def _provenance(opts: ProfileOptions, model, images) -> dict[str, Any]:
     """The reproducibility record of a profile: random weights (from seed 0), random images."""
-    kwargs = {k: v for k, v in (("img_size", opts.img_size), ("depth", opts.depth)) if v}
-    built = BuiltModel(model, images.shape[-1], opts.model, opts.model, kwargs, None, {"kind": "random"})
-    data = {"images": f"standard normal, seed 0, {tuple(images.shape)}"}
-    return provenance(built, data, None)
+    built = BuiltModel(model, images.shape[-1], opts.model, opts.model, _size_kwargs(opts), None,
+                       {"kind": "random"})
+    return provenance(built, {"images": f"standard normal, seed 0, {tuple(images.shape)}"}, None)
 
 
 def _machine(device) -> dict[str, Any]:
