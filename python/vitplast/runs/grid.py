@@ -12,11 +12,14 @@ is a module-level function, its arguments and its directory.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from ..outputs.reporter import Reporter
 from ..runtime.device import resolve_device
@@ -53,8 +56,6 @@ class GridSession:
         self._saved_threads: int | None = None
 
     def __enter__(self) -> GridSession:
-        import torch
-
         self.dist = init_distributed(self.device)
         if not self.dist.is_main:
             self.reporter = Reporter.silent()
@@ -64,8 +65,6 @@ class GridSession:
         return self
 
     def __exit__(self, *exc) -> None:
-        import torch
-
         if self._saved_threads is not None:
             torch.set_num_threads(self._saved_threads)
         self.dist.close()
@@ -81,8 +80,6 @@ class GridSession:
         this process is alone on its machine (torchrun's ranks share the cores), else 1 (a large model
         uses the cores, or the GPU, within one run); executors that place runs on a cluster do not use
         it."""
-        import torch
-
         device = resolve_device(self.device, self.dist.local_rank if self.dist.enabled else None)
         small_on_cpu = small and device.type == "cpu"
         if threads is not None or small_on_cpu:
@@ -140,23 +137,17 @@ def train_grid(runs: Sequence[GridRun], executor, reporter: Reporter, *, progres
     ``"reused"``. With ``alone_here``, a grid of one run that the executor would train in this process
     is called directly (its messages, its errors and a lock another process holds are the command's,
     as for a single ``vitplast finetune`` run)."""
-    out: dict[int, dict] = {}
-    if reuse_finished:
-        for i, r in enumerate(runs):
-            if r.state == "finished":
-                out[i] = {**RunDir(r.directory).summary(), "reused": True}
+    out = {i: {**RunDir(r.directory).summary(), "reused": True} for i, r in enumerate(runs)
+           if reuse_finished and r.state == "finished"}
     todo = [i for i in range(len(runs)) if i not in out]
     if alone_here and len(runs) == 1 and todo and executor.in_process:
-        run = runs[0]
-        summaries = [run.job(*run.args, *run.local_args)]
+        summaries = [runs[0].job(*runs[0].args, *runs[0].local_args)]
     else:
-        jobs = [Job(runs[i].job, runs[i].args, runs[i].directory, runs[i].label, runs[i].retry_args,
-                    runs[i].local_args) for i in todo]
-        bar = GridProgress(reporter, total=len(runs), done=len(out), wanted=progress, desc="finetuning runs")
-        try:
+        jobs = [Job(r.job, r.args, r.directory, r.label, r.retry_args, r.local_args)
+                for i, r in enumerate(runs) if i not in out]
+        with contextlib.closing(GridProgress(reporter, total=len(runs), done=len(out), wanted=progress,
+                                             desc="finetuning runs")) as bar:
             summaries = run_jobs(executor, jobs, bar)
-        finally:
-            bar.close()
     extra: dict[str, Any] = {"reused": False} if reuse_finished else {}
     out.update({i: {**s, **extra} for i, s in zip(todo, summaries, strict=True)})
     return [out[i] for i in range(len(runs))]

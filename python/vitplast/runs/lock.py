@@ -133,7 +133,7 @@ def describe(holder: dict) -> str:
     """``process PID on HOST since TIME`` (what a refusal or a takeover names)."""
     if not holder.get("pid"):
         return "another process"
-    return f"process {holder.get('pid', '?')} on {holder.get('host', '?')} since {holder.get('since', '?')}"
+    return f"process {holder['pid']} on {holder.get('host', '?')} since {holder.get('since', '?')}"
 
 
 class _Heartbeat:
@@ -186,15 +186,13 @@ class RunLock:
     def read(self) -> tuple[dict, float] | None:
         """``(holder, seconds since the file was last touched)``, or None when there is no lock file."""
         try:
-            st = self.path.stat()
-            text = self.path.read_text(errors="replace")
+            age = max(0.0, time.time() - self.path.stat().st_mtime)
+            holder = json.loads(self.path.read_text(errors="replace") or "{}")
         except FileNotFoundError:
             return None
-        try:
-            holder = json.loads(text) if text.strip() else {}
-        except ValueError:
+        except ValueError:  # torn or not JSON
             holder = {}
-        return (holder if isinstance(holder, dict) else {}), max(0.0, time.time() - st.st_mtime)
+        return (holder if isinstance(holder, dict) else {}), age
 
     def holder(self, supersedes: tuple[str, ...] = ()) -> dict | None:
         """What a live holder's lock file says, or None when the lock is free or its writer gone (or one
@@ -236,22 +234,17 @@ class RunLock:
             return True
         except FileExistsError:
             return False
-        except OSError as exc:  # no hard links on this filesystem: an exclusive create
+        except OSError as exc:  # no hard links on this filesystem: an exclusive create (O_CREAT | O_EXCL)
             if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EMLINK, errno.ENOSYS):
                 raise
-            return self._create_exclusive(me)
+            try:
+                with open(self.path, "x") as f:
+                    f.write(json.dumps(me))
+                return True
+            except FileExistsError:
+                return False
         finally:
-            with contextlib.suppress(FileNotFoundError):
-                tmp.unlink()
-
-    def _create_exclusive(self, me: dict) -> bool:
-        try:
-            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileExistsError:
-            return False
-        with os.fdopen(fd, "w") as f:
-            f.write(json.dumps(me))
-        return True
+            tmp.unlink(missing_ok=True)
 
     def _take_over(self, holder: dict, token: str) -> None:
         """Removes the stale lock file ``holder`` names, unless another process replaced it meanwhile."""

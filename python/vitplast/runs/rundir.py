@@ -32,26 +32,22 @@ import json
 import os
 import random
 import re
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from vitplast_kernels.atomic_io import atomic_write
+from vitplast_kernels.atomic_io import atomic_write, atomic_write_bytes
 
 from ..models.checkpoints import load_weights_only
 from ..outputs.json_files import read_json_file
-from ..runs.lock import LOCK, RunBusy, RunDirError, RunLock
+from .lock import LOCK, RunBusy, RunDirError, RunLock
 from .summary import RunSummary
 
 __all__ = ["RunBusy", "RunDir", "RunDirError", "RunLock"]
 
-CONFIG = "config.json"
-METRICS = "metrics.jsonl"
-CHECKPOINT = "checkpoint.pt"
-SUMMARY = "summary.json"
+CONFIG, METRICS, CHECKPOINT, SUMMARY = "config.json", "metrics.jsonl", "checkpoint.pt", "summary.json"
 
 # options that may differ between a run and its resume without changing the results
 RESUME_FREE_KEYS = frozenset({"resume", "progress", "tensorboard", "out", "plots", "device", "workers",
@@ -75,34 +71,21 @@ def check_parent() -> None:
         os._exit(1)
 
 
+# the name of a temporary of an atomic write of a run's file (``.STEM.XXXXXXXX.tmpSUFFIX``)
 _TEMPORARY = re.compile(r"\.(config|metrics|checkpoint|summary|model)\.\w{8}\.tmp(\.\w+)?")
-
-
-def _temporary(name: str) -> bool:
-    """Whether ``name`` is a temporary of an atomic write of a run's file (``.STEM.XXXXXXXX.tmpSUFFIX``)."""
-    return _TEMPORARY.fullmatch(name) is not None
-
-
-def _atomic_write(path: Path, write) -> None:
-    """``write(f)`` into a binary file object, atomically (vitplast_kernels.atomic_io)."""
-    check_parent()
-
-    def fill(tmp: str) -> None:
-        with open(tmp, "wb") as f:
-            write(f)
-
-    atomic_write(path, fill)
 
 
 def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
     """Write ``obj`` as indented JSON to ``path`` atomically (temp file + ``os.replace``)."""
     data = (json.dumps(obj, indent=2, sort_keys=True, default=_json_default) + "\n").encode()
-    _atomic_write(Path(path), lambda f: f.write(data))
+    check_parent()
+    atomic_write_bytes(path, data)
 
 
 def save_atomic(path: str | os.PathLike, obj: Any) -> None:
-    """``torch.save(obj)`` to ``path`` atomically."""
-    _atomic_write(Path(path), lambda f: torch.save(obj, f))
+    """``torch.save(obj)`` to ``path`` atomically (vitplast_kernels.atomic_io)."""
+    check_parent()
+    atomic_write(path, lambda tmp: torch.save(obj, tmp))
 
 
 def _json_default(o):
@@ -202,12 +185,11 @@ class RunDir:
         self.checkpoint_path, self.summary_path = self.path / CHECKPOINT, self.path / SUMMARY
 
     # -- state of the directory -------------------------------------------------------------------
-
     def state(self) -> str:
         """``"new"`` (absent, empty, or a run that never reached a checkpoint: nothing to resume, so
         the next command replaces it), ``"finished"``, ``"partial"`` or ``"foreign"``."""
-        if not self.path.exists() or not any(not p.name.startswith(LOCK) and not _temporary(p.name)
-                                             for p in self.path.iterdir()):
+        if not self.path.exists() or all(p.name.startswith(LOCK) or _TEMPORARY.fullmatch(p.name)
+                                         for p in self.path.iterdir()):
             return "new"
         if self.summary_path.exists():
             return "finished"
@@ -220,7 +202,7 @@ class RunDir:
         ``.checkpoint.XXXXXXXX.tmp.pt``); and, of a run that never reached a checkpoint, its metrics
         (the run starts over). Only under the lock."""
         for p in self.path.iterdir():
-            if _temporary(p.name) and p.is_file():
+            if _TEMPORARY.fullmatch(p.name) and p.is_file():
                 p.unlink(missing_ok=True)
         if not self.summary_path.exists() and not self.checkpoint_path.exists():
             self.metrics_path.unlink(missing_ok=True)
@@ -228,59 +210,41 @@ class RunDir:
     def open(self, config: dict, *, resume: bool = False) -> RunDir:
         """Prepare the directory for ``config``; refuse rather than overwrite another run's files, or
         while another process writes it. A writer holds the directory's lock until `close`."""
-        if self.writer and self.state() != "foreign":  # a foreign directory is refused untouched
-            self.path.mkdir(parents=True, exist_ok=True)
-            self.lock.acquire()
-            try:
-                self._sweep()
-            except BaseException:
-                self.close()
-                raise
         try:
-            return self._open(config, resume)
+            if self.writer and self.state() != "foreign":  # a foreign directory is refused untouched
+                self.path.mkdir(parents=True, exist_ok=True)
+                self.lock.acquire()
+                self._sweep()
+            state = self.state()
+            refusals = {"foreign": f"--out {self.path} exists, is not empty and holds no vitplast run (no "
+                                   f"{CONFIG}); choose an empty or new directory"}
+            if not resume:
+                refusals.update(
+                    finished=f"--out {self.path} already holds a finished run ({SUMMARY}); refusing to "
+                             "overwrite it: choose another --out (or pass --resume to load its results)",
+                    partial=f"--out {self.path} holds an unfinished run; pass --resume to continue it from "
+                            "its last checkpoint, or choose another --out")
+            if state in refusals:
+                raise RunDirError(refusals[state])
+            if state in ("finished", "partial"):
+                if diffs := config_differences(self.saved_config(), config):
+                    raise RunDirError(f"--resume: the options differ from the run in {self.path}: "
+                                      + "; ".join(diffs))
+                self.finished = state == "finished"
+                if self.checkpoint_path.exists():
+                    self.checkpoint = load_checkpoint(self.checkpoint_path)
+                if self.writer and not self.finished:  # no checkpoint: the run starts over, no record kept
+                    self.truncate_metrics(self.checkpoint["step"] if self.checkpoint else -1)
+            elif self.writer:
+                write_json_atomic(self.config_path, config)
+            return self
         except BaseException:
             self.close()
             raise
 
-    def _open(self, config: dict, resume: bool) -> RunDir:
-        state = self.state()
-        if state == "foreign":
-            raise RunDirError(
-                f"--out {self.path} exists, is not empty and holds no vitplast run (no {CONFIG}); "
-                "choose an empty or new directory"
-            )
-        if state == "finished" and not resume:
-            raise RunDirError(
-                f"--out {self.path} already holds a finished run ({SUMMARY}); refusing to overwrite it: "
-                "choose another --out (or pass --resume to load its results)"
-            )
-        if state == "partial" and not resume:
-            raise RunDirError(
-                f"--out {self.path} holds an unfinished run; pass --resume to continue it from its last "
-                "checkpoint, or choose another --out"
-            )
-        if state in ("finished", "partial"):
-            self._check_same_config(config)
-            self.finished = state == "finished"
-            if self.checkpoint_path.exists():
-                self.checkpoint = load_checkpoint(self.checkpoint_path)
-            if self.writer and not self.finished:  # without a checkpoint the run starts over: no record kept
-                self.truncate_metrics(self.checkpoint["step"] if self.checkpoint else -1)
-        elif self.writer:
-            self.path.mkdir(parents=True, exist_ok=True)
-            write_json_atomic(self.config_path, config)
-        return self
-
     def saved_config(self) -> dict:
         """The run's ``config.json`` (`JSONFileError` naming the file when it is not valid JSON)."""
         return read_json_file(self.config_path)
-
-    def _check_same_config(self, config: dict) -> None:
-        diffs = config_differences(self.saved_config(), config)
-        if diffs:
-            raise RunDirError(
-                f"--resume: the options differ from the run in {self.path}: " + "; ".join(diffs)
-            )
 
     # -- metrics ----------------------------------------------------------------------------------
     def log(self, record: dict) -> None:
@@ -301,9 +265,10 @@ class RunDir:
         resume replays the iterations from ``next_iter`` on, and logs them again."""
         if not self.metrics_path.exists():
             return
-        kept = [r for r in self.metrics() if r.get("iter", -1) < next_iter]
-        data = "".join(json.dumps(r, default=_json_default) + "\n" for r in kept).encode()
-        _atomic_write(self.metrics_path, lambda f: f.write(data))
+        kept = "".join(json.dumps(r, default=_json_default) + "\n" for r in self.metrics()
+                       if r.get("iter", -1) < next_iter)
+        check_parent()
+        atomic_write_bytes(self.metrics_path, kept.encode())
 
     # -- checkpoints and summary ------------------------------------------------------------------
     def save_checkpoint(self, state: dict) -> None:
@@ -336,6 +301,3 @@ class RunDir:
             self._metrics_file.close()
             self._metrics_file = None
         self.lock.release()
-
-    def files(self) -> Iterable[Path]:
-        return sorted(self.path.rglob("*"))

@@ -88,7 +88,8 @@ class Executor(Protocol):
 
 
 class ExecutorBase:
-    """What most executors share: nothing to connect to, nothing to say, no lockstep."""
+    """What most executors share: nothing to connect to, nothing to say, no lockstep, as many attempts
+    in flight as runs train at once here."""
 
     in_process = False
     runs_at_once: int | None = None
@@ -105,6 +106,9 @@ class ExecutorBase:
     def describe(self) -> str | None:
         return None
 
+    def slots(self) -> int:
+        return self.runs_at_once or 1
+
 
 def run_jobs(executor: Executor, jobs: Sequence[Job], progress: GridProgress) -> list[Any]:
     """Every job's result in job order, each job attempted through ``executor`` (a crashed attempt
@@ -117,7 +121,7 @@ def run_jobs(executor: Executor, jobs: Sequence[Job], progress: GridProgress) ->
         for i, job in enumerate(sched.jobs):
             handle = executor.submit(Attempt(job, job.args, sched.token(i), (), resources))
             for _, ended in executor.wait([handle], timeout=0.0):
-                _record(sched, i, ended)
+                sched.record(i, ended)
         return sched.result()
     flying: dict[Any, int] = {}
     try:
@@ -130,7 +134,7 @@ def run_jobs(executor: Executor, jobs: Sequence[Job], progress: GridProgress) ->
                 time.sleep(sched.wake_in())
                 continue
             for handle, ended in executor.wait(list(flying), timeout=sched.wake_in()):
-                _record(sched, flying.pop(handle), ended)
+                sched.record(flying.pop(handle), ended)
             running = executor.nodes(list(flying))
             progress.update(len(running), running)
     except BaseException:
@@ -138,12 +142,3 @@ def run_jobs(executor: Executor, jobs: Sequence[Job], progress: GridProgress) ->
             executor.cancel(handle)
         raise
     return sched.result()
-
-
-def _record(sched: Schedule, i: int, ended: Ended) -> None:
-    if ended.kind == "crashed":
-        sched.crashed(i, ended.text or "")
-    elif ended.kind == "failed":
-        sched.failed(i, ended.value, text=ended.text)
-    else:
-        sched.outcome(i, ended.kind, ended.value)

@@ -70,10 +70,6 @@ class GridRefused(GridFailed, ValueError):
     """Runs of a grid failed on their input (exit status 2, like any bad input)."""
 
 
-def grid_error(failures: Sequence[Failure], total: int) -> GridFailed:
-    return (GridRefused if all(f.usage for f in failures) else GridFailed)(failures, total)
-
-
 def run_attempt(fn: Callable[..., Any], args: tuple, token: str, supersedes: tuple[str, ...],
                 threads: int | None = None, node: str | None = None) -> tuple[str, Any]:
     """One attempt of a job, in whatever process runs it: ``("done", fn(*args))``, or ``("busy",
@@ -87,11 +83,6 @@ def run_attempt(fn: Callable[..., Any], args: tuple, token: str, supersedes: tup
             return "done", fn(*args)
         except RunBusy as exc:
             return "busy", exc.holder
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = [ln for ln in str(exc).splitlines() if ln.strip()]
-    return f"{type(exc).__name__}: {lines[0].strip() if lines else ''}"[:400]
 
 
 class Schedule:
@@ -143,13 +134,6 @@ class Schedule:
         return len(self.results) + len(self.failures) == len(self.jobs)
 
     # -- what happened -------------------------------------------------------------------------------
-    def done(self, i: int, result: Any) -> None:
-        self.results[i] = result
-        self.waiting.pop(i, None)
-        self.progress.finished(self.jobs[i])
-        if self.jobs[i].log.exists():  # an earlier failure, now trained
-            self.jobs[i].log.unlink(missing_ok=True)
-
     def busy(self, i: int, holder: dict) -> None:
         """Job ``i``'s directory is held by a live writer: look again later."""
         _, delay = self.waiting.get(i, (0.0, BUSY_POLL_S[0] / 1.5))
@@ -158,33 +142,36 @@ class Schedule:
             self.progress.waiting(self.jobs[i], describe(holder))
         self.waiting[i] = (time.monotonic() + delay, delay)
 
-    def outcome(self, i: int, kind: str, value: Any) -> None:
-        """What an attempt returned (`run_attempt`)."""
-        if kind == "busy":
-            self.busy(i, value)
-        else:
-            self.done(i, value)
+    def record(self, i: int, ended) -> None:
+        """How an attempt of job ``i`` ended (a `vitplast.runs.executors.base.Ended`): what it returned
+        (`run_attempt`: done, or busy: `busy`); failed, when job ``i`` raised ``ended.value``
+        (``ended.text``: its traceback as the worker formatted it); or crashed, when its worker or node
+        died: retried (resuming from its checkpoint) while retries last."""
+        job, why = self.jobs[i], ended.text or ""
+        if ended.kind == "busy":
+            self.busy(i, ended.value)
+        elif ended.kind == "failed":
+            exc = ended.value
+            self._log(job, why or "".join(traceback.format_exception(exc)))
+            first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), "")
+            self._fail(i, f"{type(exc).__name__}: {first}"[:400], usage=isinstance(exc, USAGE_ERRORS))
+        elif ended.kind == "crashed":
+            self._log(job, f"attempt {self.attempts[i] + 1} ended: its worker died ({why})\n")
+            if self.attempts[i] < self.retries:
+                self.attempts[i] += 1
+                self.progress.retried(job, why, self.attempts[i])
+                self.ready.appendleft(i)
+            else:
+                self._fail(i, f"its worker died {self.attempts[i] + 1} times (--retries {self.retries}); "
+                              f"last: {why}", usage=False)
+        else:  # done
+            self.results[i] = ended.value
+            self.waiting.pop(i, None)
+            self.progress.finished(job)
+            job.log.unlink(missing_ok=True)  # an earlier failure, now trained
 
-    def crashed(self, i: int, why: str) -> None:
-        """Job ``i``'s worker or node died: retried (resuming from its checkpoint) while retries last."""
-        job = self.jobs[i]
-        self._log(job, f"attempt {self.attempts[i] + 1} ended: its worker died ({why})\n")
-        if self.attempts[i] < self.retries:
-            self.attempts[i] += 1
-            self.progress.retried(job, why, self.attempts[i])
-            self.ready.appendleft(i)
-        else:
-            self._fail(i, Failure(job, f"its worker died {self.attempts[i] + 1} times (--retries "
-                                       f"{self.retries}); last: {why}", usage=False))
-
-    def failed(self, i: int, exc: BaseException, text: str | None = None) -> None:
-        """Job ``i`` raised ``exc`` (``text``: its traceback as the worker formatted it)."""
-        job = self.jobs[i]
-        self._log(job, text or "".join(traceback.format_exception(exc)))
-        self._fail(i, Failure(job, _first_line(exc), usage=isinstance(exc, USAGE_ERRORS)))
-
-    def _fail(self, i: int, failure: Failure) -> None:
-        self.failures[i] = failure
+    def _fail(self, i: int, error: str, usage: bool) -> None:
+        self.failures[i] = failure = Failure(self.jobs[i], error, usage)
         self.progress.failed(failure)
 
     def _log(self, job: Job, text: str) -> None:
@@ -195,5 +182,6 @@ class Schedule:
     def result(self) -> list[Any]:
         """Every job's result in job order, or `GridFailed` naming those that failed."""
         if self.failures:
-            raise grid_error([self.failures[i] for i in sorted(self.failures)], len(self.jobs))
+            failures = [self.failures[i] for i in sorted(self.failures)]
+            raise (GridRefused if all(f.usage for f in failures) else GridFailed)(failures, len(self.jobs))
         return [self.results[i] for i in range(len(self.jobs))]

@@ -13,11 +13,15 @@ of memory) breaks the pool: a new pool retries the runs it held, which resume fr
 
 from __future__ import annotations
 
+import dataclasses
+import multiprocessing
 import os
 import signal
 import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from ...options.fields import OptionError
@@ -44,14 +48,6 @@ def _watch_parent(period: float = 0.2) -> None:
         check_parent()
 
 
-def _stop_workers(pool) -> None:
-    """Ends the pool's worker processes now (each run keeps its last checkpoint) and the pool."""
-    for proc in list((getattr(pool, "_processes", None) or {}).values()):
-        if proc.is_alive():
-            proc.terminate()
-    pool.shutdown(wait=True, cancel_futures=True)
-
-
 def from_options(opts, *, jobs: int, threads: int | None, device_type: str, lockstep: bool = False):
     """The local executor of ``jobs`` processes (``lockstep``: this process is one rank of a torchrun
     group)."""
@@ -64,17 +60,16 @@ def from_options(opts, *, jobs: int, threads: int | None, device_type: str, lock
 
 def check_options(opts) -> None:
     """This executor takes none of Ray's options."""
-    for name, flag in (("ray_address", "--ray-address"), ("cpus_per_run", "--cpus-per-run"),
-                       ("gpus_per_run", "--gpus-per-run")):
+    for name in ("ray_address", "cpus_per_run", "gpus_per_run"):
         if getattr(opts, name) is not None:
-            raise OptionError(f"{flag} only applies to --executor ray")
+            raise OptionError(f"--{name.replace('_', '-')} only applies to --executor ray")
 
 
+@dataclasses.dataclass(eq=False)  # a handle: hashed by identity
 class Finished:
     """The handle of an attempt that ran in this process: how it ended."""
 
-    def __init__(self, ended: Ended) -> None:
-        self.ended = ended
+    ended: Ended
 
 
 class InProcessExecutor(ExecutorBase):
@@ -84,10 +79,7 @@ class InProcessExecutor(ExecutorBase):
     runs_at_once = 1
 
     def __init__(self, retries: int = 3) -> None:
-        self.retries, self.resources = retries, Resources()
-
-    def slots(self) -> int:
-        return 1
+        self.retries = retries
 
     def submit(self, attempt: Attempt) -> Finished:
         """Runs the attempt now; its handle holds how it ended (a KeyboardInterrupt, or a test's stop
@@ -125,12 +117,9 @@ class ProcessExecutor(ExecutorBase):
     intra-op threads. A worker that dies breaks the pool: the runs it held end as crashed (the loop
     retries them) and the next submit starts a new pool."""
 
-    in_process = False
-
     def __init__(self, jobs: int = 2, threads: int | None = None, retries: int = 3) -> None:
-        self.jobs, self.threads, self.retries = jobs, threads, retries
+        self.jobs, self.runs_at_once, self.retries = jobs, jobs, retries
         self.resources = Resources(threads=threads)
-        self.runs_at_once = jobs
         self.pool = None
 
     def __exit__(self, *exc) -> None:
@@ -138,28 +127,15 @@ class ProcessExecutor(ExecutorBase):
             self.pool.shutdown(wait=True)
             self.pool = None
 
-    def slots(self) -> int:
-        return self.jobs
-
-    def _pool(self):
-        if self.pool is None:
-            import multiprocessing
-            from concurrent.futures import ProcessPoolExecutor
-
-            self.pool = ProcessPoolExecutor(max_workers=self.jobs,
-                                            mp_context=multiprocessing.get_context("spawn"),
-                                            initializer=_worker_init, initargs=(os.getpid(),))
-        return self.pool
-
     def submit(self, attempt: Attempt):
         with signals_held():  # a worker started here ignores Ctrl-C and hangups from its start
-            return self._pool().submit(run_attempt, attempt.job.fn, attempt.args, attempt.token,
-                                       attempt.supersedes, attempt.resources.threads)
+            if self.pool is None:
+                spawn = multiprocessing.get_context("spawn")
+                self.pool = ProcessPoolExecutor(self.jobs, spawn, _worker_init, initargs=(os.getpid(),))
+            return self.pool.submit(run_attempt, attempt.job.fn, attempt.args, attempt.token,
+                                    attempt.supersedes, attempt.resources.threads)
 
     def wait(self, handles: Sequence[Any], timeout: float) -> list[tuple[Any, Ended]]:
-        from concurrent.futures import FIRST_COMPLETED, wait
-        from concurrent.futures.process import BrokenProcessPool
-
         done, _ = wait(handles, timeout=timeout, return_when=FIRST_COMPLETED)
         ended, broken = [], False
         for fut in done:
@@ -179,7 +155,10 @@ class ProcessExecutor(ExecutorBase):
     def cancel(self, handle) -> None:
         """Ends the worker processes now (each run keeps its last checkpoint) and the pool."""
         if self.pool is not None:
-            _stop_workers(self.pool)
+            for proc in list((getattr(self.pool, "_processes", None) or {}).values()):
+                if proc.is_alive():
+                    proc.terminate()
+            self.pool.shutdown(wait=True, cancel_futures=True)
             self.pool = None
 
     def nodes(self, handles: Sequence[Any]) -> list[str]:

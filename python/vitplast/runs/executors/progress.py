@@ -14,22 +14,18 @@ class GridProgress:
                  desc: str = "runs") -> None:
         self.reporter = reporter
         self.bar = reporter.bar(total=total, initial=done, desc=desc, unit="run", wanted=wanted, leave=True)
-        self.running, self.nodes = 0, 0
-        self.trained, self.failures, self.retries = 0, 0, 0
+        self.running, self.nodes, self.failures, self.retries = 0, 0, 0, 0
         self.holders: dict[str, str] = {}  # label of a run waiting for another process -> who holds it
 
-    def _refresh(self) -> None:
-        parts = [f"running {self.running}", f"failed {self.failures}", f"retried {self.retries}"]
-        if self.holders:
-            parts.append(f"waiting {len(self.holders)}")
-        parts.append(f"nodes {self.nodes}")
-        self.bar.set_postfix_str(", ".join(parts), refresh=True)
-
-    def _say(self, text: str) -> None:
-        if self.bar.disable:
-            self.reporter.say(text)
-        else:
-            self.bar.write(text)
+    def _refresh(self, line: str | None = None) -> None:
+        """Says ``line`` in a line of its own (above a bar shown), and the counts beside the bar."""
+        if line is not None and self.bar.disable:
+            self.reporter.say(line)
+        elif line is not None:
+            self.bar.write(line)
+        waiting = f", waiting {len(self.holders)}" if self.holders else ""
+        self.bar.set_postfix_str(f"running {self.running}, failed {self.failures}, retried {self.retries}"
+                                 f"{waiting}, nodes {self.nodes}", refresh=True)
 
     def update(self, running: int, nodes: Iterable[str]) -> None:
         """What the executor sees now: runs training, and the nodes (or hosts) they train on."""
@@ -37,7 +33,6 @@ class GridProgress:
         self._refresh()
 
     def finished(self, job) -> None:
-        self.trained += 1
         self.holders.pop(job.label, None)
         self.bar.update(1)
         self._refresh()
@@ -45,19 +40,16 @@ class GridProgress:
     def failed(self, failure) -> None:
         self.failures += 1
         self.bar.update(1)
-        self._say(f"failed: {failure.line()}")
-        self._refresh()
+        self._refresh(f"failed: {failure.line()}")
 
     def retried(self, job, why: str, attempt: int) -> None:
         self.retries += 1
-        self._say(f"retrying {job.label} (attempt {attempt + 1}; it resumes from its checkpoint): {why}")
-        self._refresh()
+        self._refresh(f"retrying {job.label} (attempt {attempt + 1}; it resumes from its checkpoint): {why}")
 
     def waiting(self, job, holder: str) -> None:
         self.holders[job.label] = holder
-        self._say(f"{job.label}: {job.directory} is held by {holder}; training the others, then waiting "
-                  "for it")
-        self._refresh()
+        self._refresh(f"{job.label}: {job.directory} is held by {holder}; training the others, then waiting "
+                      "for it")
 
     def close(self) -> None:
         self.bar.close()

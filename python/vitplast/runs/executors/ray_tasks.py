@@ -89,11 +89,9 @@ class RayExecutor(ExecutorBase):
                  threads: int | None) -> None:
         self.address, self.retries = address, retries
         self.resources = Resources(cpus, gpus, threads or max(1, int(cpus)))
-        self.started_here = False
-        self.ray = None
+        self.started_here, self.ray = False, None
         self.tasks: dict[tuple[float, float], Any] = {}  # (cpus, gpus) -> the remote function
-        self.shown = self.counted = 0.0
-        self.slots_seen = 0
+        self.shown, self.counted, self.slots_seen = 0.0, 0.0, 0
         self.attempts: dict[Any, Attempt] = {}  # handle -> its attempt
         self.running: list[str] = []
 
@@ -111,7 +109,12 @@ class RayExecutor(ExecutorBase):
                 raise OptionError(f"--ray-address {self.address}: {str(exc).splitlines()[0]}") from None
             self.started_here = True
         try:
-            self._check_resources()
+            need, nodes = self.resources, self._live()
+            if not any(r.get("CPU", 0) >= need.cpus and r.get("GPU", 0) >= need.gpus for r in nodes):
+                most = {kind: max((r.get(kind, 0) for r in nodes), default=0) for kind in ("CPU", "GPU")}
+                raise OptionError(f"--cpus-per-run {need.cpus:g} / --gpus-per-run {need.gpus:g}: no node of "
+                                  f"the Ray cluster has that much (at most {most['CPU']:g} CPUs, "
+                                  f"{most['GPU']:g} GPUs on a node)")
         except BaseException:
             self.__exit__()
             raise
@@ -122,21 +125,15 @@ class RayExecutor(ExecutorBase):
             self.ray.shutdown()
             self.started_here = False
 
-    def _check_resources(self) -> None:
-        need = self.resources
-        nodes = [n.get("Resources", {}) for n in self.ray.nodes() if n.get("Alive")]
-        if not any(r.get("CPU", 0) >= need.cpus and r.get("GPU", 0) >= need.gpus for r in nodes):
-            most_cpu = max((r.get("CPU", 0) for r in nodes), default=0)
-            most_gpu = max((r.get("GPU", 0) for r in nodes), default=0)
-            raise OptionError(f"--cpus-per-run {need.cpus:g} / --gpus-per-run {need.gpus:g}: no node of the "
-                              f"Ray cluster has that much (at most {most_cpu:g} CPUs, {most_gpu:g} GPUs on a "
-                              "node)")
+    def _live(self) -> list[dict]:
+        """The resources of every live node."""
+        return [n.get("Resources", {}) for n in self.ray.nodes() if n.get("Alive")]
 
     def describe(self) -> str:
-        nodes = sum(1 for n in self.ray.nodes() if n.get("Alive"))
         total = self.ray.cluster_resources()
-        return (f"Ray cluster of {nodes} node(s), {total.get('CPU', 0):g} CPUs, {total.get('GPU', 0):g} "
-                f"GPUs; {self.resources.cpus:g} CPU(s) and {self.resources.gpus:g} GPU(s) per run")
+        return (f"Ray cluster of {len(self._live())} node(s), {total.get('CPU', 0):g} CPUs, "
+                f"{total.get('GPU', 0):g} GPUs; {self.resources.cpus:g} CPU(s) and {self.resources.gpus:g} "
+                "GPU(s) per run")
 
     # -- the attempts --------------------------------------------------------------------------------
     def slots(self) -> int:
@@ -144,14 +141,10 @@ class RayExecutor(ExecutorBase):
         queued (demand an autoscaler sees), so a retry, put first in line, starts as soon as a slot
         frees rather than after every run not yet started."""
         if time.monotonic() - self.counted >= SHOW_S:
-            self.counted, slots = time.monotonic(), 0
-            need = self.resources
-            for node in self.ray.nodes():
-                r = node.get("Resources", {}) if node.get("Alive") else {}
-                fits = [r.get("CPU", 0) / need.cpus] if need.cpus else []
-                fits += [r.get("GPU", 0) / need.gpus] if need.gpus else []
-                slots += int(min(fits)) if fits else 1
-            self.slots_seen = slots
+            self.counted, self.slots_seen, need = time.monotonic(), 0, self.resources
+            for r in self._live():
+                fits = [r.get(kind, 0) / n for kind, n in (("CPU", need.cpus), ("GPU", need.gpus)) if n]
+                self.slots_seen += int(min(fits)) if fits else 1
         return self.slots_seen + 1
 
     def submit(self, attempt: Attempt):
@@ -166,13 +159,10 @@ class RayExecutor(ExecutorBase):
 
     def wait(self, handles: Sequence[Any], timeout: float) -> list[tuple[Any, Ended]]:
         ready, _ = self.ray.wait(list(handles), num_returns=1, timeout=min(POLL_S, timeout))
-        ended = []
         for ref in ready:
             self.attempts.pop(ref, None)
-            ended.append((ref, self._ended(ref)))
-        if ready:
             self.shown = 0.0  # look at the nodes again now
-        return ended
+        return [(ref, self._ended(ref)) for ref in ready]
 
     def _ended(self, ref) -> Ended:
         exceptions = self.ray.exceptions
