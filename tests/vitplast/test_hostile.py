@@ -283,7 +283,20 @@ def test_compare_refuses_impossible_sums(tmp_path, capsys):
     saved["components"]["MHA"]["sums"][1] = [4.0, 6.0, 1.0, 0.0, 0.0]  # sum of squares below sum**2 / n
     (b / "plasticity.json").write_text(json.dumps(saved))
     rc, err = _cli(["compare", a, b], capsys)
-    assert rc == 2 and str(b / "plasticity.json") in err and "MHA layer 1" in err, err
+    assert rc == 2 and str(b / "plasticity.json") in err, err
+    assert "components.MHA.sums[1]: sums impossible" in err, err
+
+
+def test_compare_names_the_field_when_layers_disagree_with_the_sums(tmp_path, capsys):
+    """A third layer name with two rows of sums: one line naming the file and the field, the same
+    reader as the scoring service's (before: a RuntimeError about a tensor shape)."""
+    a, b = _saved_result(tmp_path / "a"), _saved_result(tmp_path / "b")
+    saved = json.loads((b / "plasticity.json").read_text())
+    saved["layers"].append("2")
+    (b / "plasticity.json").write_text(json.dumps(saved))
+    rc, err = _cli(["compare", a, b], capsys)
+    assert rc == 2 and err.count("\n") == 1 and str(b / "plasticity.json") in err, err
+    assert ".sums: is not 3 rows (one per layer of 'layers')" in err, err
 
 
 def test_compare_warns_when_the_models_differ(tmp_path, capsys):

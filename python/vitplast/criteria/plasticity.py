@@ -21,6 +21,8 @@ KIND, VERSION = "vitplast-plasticity", 1
 SAVED_META = ("cache_key", "batches", "bad_images")
 # keywords of the measuring loop a caller may set in the setting's options (not part of the cache key)
 LOOP_OPTIONS = ("limit", "chunks", "desc", "on_error", "make_capture")
+# the statistics that count pairs
+COUNTS = ("count", "identical", "nonfinite")
 
 
 class Plasticity(Criterion):
@@ -72,33 +74,45 @@ class Plasticity(Criterion):
         return write_result_json(path, payload, kind=KIND, version=VERSION)
 
     def read(self, path: str | os.PathLike) -> CriterionResult:
-        """The result saved in ``plasticity.json``: its checksum, its sums (finite; counts >= 0, one
-        row per layer and statistic) and the values derived from them (``n_pairs``, ``mean``,
-        ``overall``) checked; `ResultFileError` naming the file and the field otherwise."""
+        """The result saved in ``plasticity.json``: its checksum and its measurement
+        (`measurement_from_doc`) checked; `ResultFileError` naming the file and the field otherwise."""
         doc, _ = read_result_json(path, kind=KIND, versions=(VERSION,))
-        layers = field(doc, "layers", path, list)
-        fields = field(doc, "stat_fields", path, list)
-        comps = field(doc, "components", path, dict)
-        if not layers or not comps:
-            raise ResultFileError(path, "components" if layers else "layers", "is empty")
-        for c, entry in comps.items():
-            sums = field(entry, "sums", path, list, f"components.{c}")
-            if len(sums) != len(layers) or any(not isinstance(r, list) or len(r) != len(fields)
-                                               for r in sums):
-                raise ResultFileError(path, f"components.{c}.sums", f"is not {len(layers)} rows of "
-                                      f"{len(fields)} statistics ({', '.join(map(str, fields))})")
-            check_statistics(np.array(sums, dtype=object), fields, path, f"components.{c}.sums")
-        measured = PlasticityResult.from_dict(doc)
-        for c, entry in comps.items():
-            _agrees(entry, "n_pairs", measured.n_pairs(c).tolist(), path, c)
-            _agrees(entry, "mean", measured.mean(c).tolist(), path, c)
-            _agrees(entry, "overall", [measured.overall(c)], path, c, scalar=True)
-        meta = dict(field(doc, "meta", path, dict))
+        measured = measurement_from_doc(doc, path)
         units = Units(tuple(measured.components), tuple(measured.layers), {})
         values, extra = scores_of(measured, units)
-        result = CriterionResult(self.name, units.components, units.layers, values, extra=extra,
-                                 meta=meta, measurement=measured, checksum=doc["checksum"])
-        return result
+        return CriterionResult(self.name, units.components, units.layers, values, extra=extra,
+                               meta=dict(field(doc, "meta", path, dict)), measurement=measured,
+                               checksum=doc["checksum"])
+
+
+def measurement_from_doc(doc, path: str | os.PathLike) -> PlasticityResult:
+    """The kernels' ``PlasticityResult`` a ``plasticity.json`` holds (``vitplast measure``'s, or one the
+    kernels' ``PlasticityResult.to_json`` wrote), checked: one row of ``stat_fields`` per layer for
+    every component, sums a measurement can give (`check_statistics`), and the values derived from them
+    (``n_pairs``, ``mean``, ``overall``) the ones the sums give; `ResultFileError` naming ``path`` and
+    the field otherwise. The one reader of a measurement's content: ``vitplast compare`` reads through
+    it too."""
+    layers = field(doc, "layers", path, list)
+    fields = field(doc, "stat_fields", path, list)
+    comps = field(doc, "components", path, dict)
+    if not layers or not comps:
+        raise ResultFileError(path, "components" if layers else "layers", "is empty")
+    for c, entry in comps.items():
+        sums = field(entry, "sums", path, list, f"components.{c}")
+        if len(sums) != len(layers) or any(not isinstance(r, list) or len(r) != len(fields)
+                                           for r in sums):
+            raise ResultFileError(path, f"components.{c}.sums", f"is not {len(layers)} rows (one per layer "
+                                  f"of 'layers') of {len(fields)} statistics ({', '.join(map(str, fields))})")
+        check_statistics(np.array(sums, dtype=object), fields, path, f"components.{c}.sums")
+    try:
+        measured = PlasticityResult.from_dict(doc)
+    except (KeyError, TypeError, ValueError, RuntimeError, IndexError) as exc:  # the per-head sums
+        raise ResultFileError(path, "heads", f"not the per-head sums of a measurement ({exc})") from None
+    for c, entry in comps.items():
+        _agrees(entry, "n_pairs", measured.n_pairs(c).tolist(), path, c)
+        _agrees(entry, "mean", measured.mean(c).tolist(), path, c)
+        _agrees(entry, "overall", [measured.overall(c)], path, c, scalar=True)
+    return measured
 
 
 def scores_of(measured, units: Units) -> tuple[np.ndarray, dict[str, np.ndarray]]:
@@ -111,13 +125,25 @@ def scores_of(measured, units: Units) -> tuple[np.ndarray, dict[str, np.ndarray]
 
 
 def check_statistics(sums: np.ndarray, fields, path: str | os.PathLike, name: str) -> None:
-    """`ResultFileError` naming ``path`` and ``name`` unless every statistic of ``sums`` (last axis:
-    ``fields``) is a finite number, and the counts (``count``, ``identical``, ``nonfinite``) are >= 0."""
+    """`ResultFileError` naming ``path`` and ``name`` unless ``sums`` (last axis: ``fields``) are what a
+    measurement can give: every statistic a finite number, the counts (``count``, ``identical``,
+    ``nonfinite``) whole numbers >= 0, and per row the sums of ``count`` non-negative rates: ``sum`` and
+    ``sumsq`` >= 0, both 0 without pairs, ``count * sumsq >= sum**2``."""
     flat = sums.reshape(-1, len(fields))
     for f, column in zip(fields, flat.T, strict=True):
-        low = 0.0 if f in ("count", "identical", "nonfinite") else -math.inf
+        whole = f in COUNTS
         for i, v in enumerate(column):
-            checked_number(v, path, f"{name}: {f} #{i}", lo=low)
+            v = checked_number(v, path, f"{name}: {f} #{i}", lo=0.0 if whole else -math.inf)
+            if whole and v != round(v):
+                raise ResultFileError(path, f"{name}: {f} #{i}", f"{v!r} is not a count (a whole number)")
+    if not {"count", "sum", "sumsq"} <= set(fields):
+        return
+    at = {f: fields.index(f) for f in ("count", "sum", "sumsq")}
+    for i, row in enumerate(flat):
+        n, s1, s2 = (float(row[at[f]]) for f in ("count", "sum", "sumsq"))
+        if s1 < 0 or s2 < 0 or (n == 0 and (s1 or s2)) or n * s2 < s1 * s1 * (1 - 1e-9) - 1e-12:
+            raise ResultFileError(path, f"{name}[{i}]", f"sums impossible for {n:g} non-negative rates "
+                                  f"(sum {s1!r}, sum of squares {s2!r})")
 
 
 def _agrees(entry, key: str, made: list, path, component: str, *, scalar: bool = False) -> None:
