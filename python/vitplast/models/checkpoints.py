@@ -22,7 +22,6 @@ objects — raises `CheckpointError` (a ``ValueError``) naming the file.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import pickle
@@ -39,6 +38,7 @@ RUN_DIR_FILES = ("model.safetensors", "checkpoint.pt")  # what a finetune run di
 # wrapper keys, in order of preference (timm training checkpoints: EMA weights first, as timm loads them)
 WRAPPER_KEYS = ("state_dict_ema", "model_ema", "state_dict", "model", "module")
 PREFIXES = ("module.", "_orig_mod.", "base_model.model.")
+_WRAPPER_PREFIXES = re.compile(f"^(?:{'|'.join(map(re.escape, PREFIXES))})+")  # any run of them, at the start
 # LoRA scale alpha / r: `vitplast finetune --train lora` uses vitplast.finetune.trainable.apply_lora's alpha
 LORA_ALPHA = 16.0
 
@@ -76,39 +76,27 @@ def check_checkpoint_file(path: str | os.PathLike, what: str) -> Path:
     ``pretrained_cfg_overlay`` ``file``): it exists, is a regular file, and has a checkpoint's suffix;
     `CheckpointError` (``what`` starting its message) otherwise."""
     p = resolve_path(path, what)
-    if p.suffix.lower() not in STATE_DICT_SUFFIXES + (".npz",):
-        suffix = repr(p.suffix.lower()) if p.suffix else "(none)"
-        raise CheckpointError(f"{what}: unknown checkpoint type {suffix} for {str(p)!r}; expected one of "
-                              f"{STATE_DICT_SUFFIXES + ('.npz',)}")
+    if p.suffix.lower() not in STATE_DICT_SUFFIXES + NPZ_SUFFIXES:
+        raise _unknown_type(what, p)
     return p
 
 
-def read_checkpoint_file(path: str | os.PathLike, what: str) -> dict[str, torch.Tensor] | None:
-    """`check_checkpoint_file`, then its tensors read as ``--weights`` reads them (nothing but
-    tensors unpickled) and returned: `CheckpointError` naming ``what`` and the file when it is not a
-    readable checkpoint. A ``.npz`` archive is left to its loader (None)."""
-    p = check_checkpoint_file(path, what)
-    if p.suffix.lower() == ".npz":
-        return None
-    try:
-        return read_state_dict(p)
-    except CheckpointError as exc:
-        text = str(exc)
-        raise CheckpointError(what + text[len("weights"):] if text.startswith("weights:") else
-                              f"{what}: {text}") from None
+def _unknown_type(what: str, p: Path, more: str = "") -> CheckpointError:
+    suffix = repr(p.suffix.lower()) if p.suffix else "(none)"
+    return CheckpointError(f"{what}: unknown checkpoint type {suffix} for {str(p)!r}; expected one of "
+                           f"{STATE_DICT_SUFFIXES + NPZ_SUFFIXES}{more}")
 
 
-def _looks_like_text(path: Path) -> bool:
-    """Whether the file starts as text does (UTF-8, no NUL byte): no checkpoint format does."""
+def _unreadable(path: Path, kind: str) -> str:
+    """``not a readable KIND`` and why: the file starts as text does (UTF-8, no NUL byte), which no
+    checkpoint format does, else it is truncated or corrupt."""
     with open(path, "rb") as f:
         head = f.read(512)
-    if not head or b"\0" in head:
-        return False
     try:
-        head.decode("utf-8")
+        text = b"\0" not in head and bool(head.decode("utf-8"))
     except UnicodeDecodeError:
-        return False
-    return True
+        text = False
+    return f"not a readable {kind} ({'it holds text' if text else 'truncated or corrupt?'})"
 
 
 def weights_only_globals() -> list:
@@ -142,21 +130,9 @@ def load_weights_only(path: str | os.PathLike, what: str, *, error: type[ValueEr
     except MemoryError:
         raise
     except Exception as exc:  # a truncated or foreign file fails in many ways (KeyError, IndexError, ...)
-        kind = ("not a readable PyTorch checkpoint (it holds text)" if _looks_like_text(Path(path)) else
-                "not a readable PyTorch checkpoint (truncated or corrupt?)")
-        raise error(f"{what} is {kind}: {type(exc).__name__}: {_one_line(exc)}"
+        raise error(f"{what} is {_unreadable(Path(path), 'PyTorch checkpoint')}: {type(exc).__name__}: "
+                    f"{_one_line(exc)}"
                     + (f"; {unreadable_advice}" if unreadable_advice else "")) from None
-
-
-def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
-    from safetensors.torch import load_file
-
-    try:
-        return load_file(str(path), device="cpu")
-    except Exception as exc:  # safetensors raises its own SafetensorError, or OSError / ValueError
-        kind = ("not a readable .safetensors file (it holds text)" if _looks_like_text(path) else
-                "not a readable .safetensors file (truncated or corrupt?)")
-        raise CheckpointError(f"weights: {str(path)!r} is {kind}: {_one_line(exc)}") from None
 
 
 def _one_line(exc: BaseException) -> str:
@@ -181,13 +157,11 @@ def unpickling_reason(exc: BaseException) -> str:
 def _unwrap(obj: object, path: Path) -> dict[str, torch.Tensor]:
     """The state dict inside ``obj`` (a state dict, or one under a wrapper key)."""
     for _ in range(3):
-        if isinstance(obj, dict) and not _is_state_dict(obj):
-            inner = next((obj[k] for k in WRAPPER_KEYS if isinstance(obj.get(k), dict)), None)
-            if inner is None:
-                break
-            obj = inner
-    if isinstance(obj, dict) and any(not isinstance(k, str) for k in obj):
-        odd = [k for k in obj if not isinstance(k, str)]
+        if not isinstance(obj, dict) or _is_state_dict(obj):
+            break
+        obj = next((obj[k] for k in WRAPPER_KEYS if isinstance(obj.get(k), dict)), obj)
+    odd = [k for k in obj if not isinstance(k, str)] if isinstance(obj, dict) else []
+    if odd:
         kinds = "/".join(sorted({type(k).__name__ for k in odd}))
         raise CheckpointError(f"weights: {str(path)!r} holds a mapping with {kinds} keys ({odd[:4]}); a "
                               "state dict maps tensor names (strings) to tensors")
@@ -207,21 +181,13 @@ def strip_prefixes(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """``state`` with wrapper prefixes (`PREFIXES`) removed from every name."""
     from timm.models import clean_state_dict
 
-    out = {}
-    for k, v in clean_state_dict(state).items():
-        while k.startswith(PREFIXES):
-            k = k[len(next(p for p in PREFIXES if k.startswith(p))):]
-        out[k] = v
-    return out
+    return {_WRAPPER_PREFIXES.sub("", k): v for k, v in clean_state_dict(state).items()}
 
 
 def _leading(names, depth: int = 2) -> set[str]:
     """The prefixes of ``names`` made of their first 1..``depth`` segments (``"a."``, ``"a.b."``)."""
-    out = set()
-    for name in names:
-        parts = name.split(".")
-        out.update(".".join(parts[:i]) + "." for i in range(1, min(depth, len(parts) - 1) + 1))
-    return out
+    return {".".join(parts[:i]) + "." for parts in (name.split(".") for name in names)
+            for i in range(1, min(depth, len(parts) - 1) + 1)}
 
 
 def align_prefix(state: dict[str, torch.Tensor], names) -> dict[str, torch.Tensor]:
@@ -230,20 +196,15 @@ def align_prefix(state: dict[str, torch.Tensor], names) -> dict[str, torch.Tenso
     addition (the model wraps what the checkpoint holds) makes the most names the model's. Unchanged when
     its names are the model's already, or no prefix makes more of them match."""
     own = set(names)
-    best, hits = state, sum(k in own for k in state)
-    if hits == len(state):
+
+    def hits(renamed: dict) -> int:
+        return sum(k in own for k in renamed)
+
+    if hits(state) == len(state):
         return state
-    for p in sorted(_leading(state)):
-        moved = {k[len(p):]: v for k, v in state.items() if k.startswith(p)}
-        score = sum(k in own for k in moved)
-        if score > hits:
-            best, hits = moved, score
-    for p in sorted(_leading(own)):
-        moved = {p + k: v for k, v in state.items()}
-        score = sum(k in own for k in moved)
-        if score > hits:
-            best, hits = moved, score
-    return best
+    removed = [{k[len(p):]: v for k, v in state.items() if k.startswith(p)} for p in sorted(_leading(state))]
+    added = [{p + k: v for k, v in state.items()} for p in sorted(_leading(own))]
+    return max([state, *removed, *added], key=hits)  # the first of the best: unchanged on a tie
 
 
 _LORA = re.compile(r"^(?P<mod>.+)\.lora_(?P<ab>[AB])\.(?P<adapter>[^.]+)\.weight$")
@@ -259,17 +220,12 @@ def merge_lora(state: dict[str, torch.Tensor], alpha: float = LORA_ALPHA) -> dic
     out: dict[str, torch.Tensor] = {}
     pairs: dict[str, dict[str, torch.Tensor]] = {}
     for k, v in state.items():
-        m = _LORA.match(k)
-        if m:
+        if m := _LORA.match(k):
             pairs.setdefault(m["mod"], {})[m["ab"]] = v
-            continue
-        m = _SAVED.match(k)
-        if m:
+        elif m := _SAVED.match(k):
             out[f"{m['mod']}.{m['rest']}"] = v
-            continue
-        if ".original_module." in k:
-            continue
-        out[k.replace(".base_layer.", ".")] = v
+        elif ".original_module." not in k:
+            out[k.replace(".base_layer.", ".")] = v
     for mod, ab in pairs.items():
         if set(ab) != {"A", "B"}:
             raise CheckpointError(f"weights: LoRA adapter of {mod!r} has {sorted(ab)} but needs both A and B")
@@ -285,11 +241,18 @@ def merge_lora(state: dict[str, torch.Tensor], alpha: float = LORA_ALPHA) -> dic
 def read_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
     """The plain state dict of the checkpoint at ``path`` (see the module docstring)."""
     p = resolve_path(path)
-    suffix = p.suffix.lower()
-    if suffix not in STATE_DICT_SUFFIXES:
-        raise CheckpointError(f"weights: unknown checkpoint type {suffix!r} for {str(p)!r}; expected one of "
-                              f"{STATE_DICT_SUFFIXES + ('.npz',)} or a vitplast finetune run directory")
-    obj = _read_safetensors(p) if suffix == ".safetensors" else load_weights_only(p, f"weights: {str(p)!r}")
+    if p.suffix.lower() not in STATE_DICT_SUFFIXES:
+        raise _unknown_type("weights", p, " or a vitplast finetune run directory")
+    if p.suffix.lower() == ".safetensors":
+        from safetensors.torch import load_file
+
+        try:
+            obj = load_file(str(p), device="cpu")
+        except Exception as exc:  # safetensors raises its own SafetensorError, or OSError / ValueError
+            raise CheckpointError(f"weights: {str(p)!r} is {_unreadable(p, '.safetensors file')}: "
+                                  f"{_one_line(exc)}") from None
+    else:
+        obj = load_weights_only(p, f"weights: {str(p)!r}")
     return merge_lora(strip_prefixes(_unwrap(obj, p)))
 
 
@@ -322,24 +285,22 @@ def tensor_dtypes(path: str | os.PathLike) -> dict[str, object]:
             if k != "__metadata__" and isinstance(v, dict)}
 
 
-@dataclasses.dataclass(frozen=True)
-class Checkpoint:
-    """A checkpoint read for a model: its file (``path``) and its tensors named as the model's
-    (``state``, `align_prefix`); None for a ``.npz`` archive, which the model's own loader reads."""
-
-    path: Path
-    state: dict[str, torch.Tensor] | None
-
-
-def read_checkpoint(weights: str | os.PathLike, names) -> Checkpoint:
-    """The checkpoint ``weights`` (a file or a finetune run directory) read for a model whose tensors are
-    ``names``. `MissingCheckpoint` when it does not exist, `CheckpointError` for an unknown type or a file
-    that cannot be read."""
-    path = resolve_path(weights)
-    suffix = path.suffix.lower()
-    if suffix in NPZ_SUFFIXES:
-        return Checkpoint(path, None)
-    if suffix not in STATE_DICT_SUFFIXES:
-        raise CheckpointError(f"weights: unknown checkpoint type {suffix!r} for {str(path)!r}; "
-                              f"expected one of {STATE_DICT_SUFFIXES + NPZ_SUFFIXES}")
-    return Checkpoint(path, align_prefix(read_state_dict(path), names))
+def read_checkpoint(weights: str | os.PathLike, what: str = "weights",
+                    names=None) -> tuple[Path, dict[str, torch.Tensor] | None]:
+    """The checkpoint ``weights`` (a file or a finetune run directory; another option's file, ``what``
+    naming it) read for a model whose tensors are ``names`` (None: as the file names them):
+    `check_checkpoint_file`, then its tensors read as ``--weights`` reads them (nothing but tensors
+    unpickled). Returns ``(its file, its tensors named as the model's)`` (`align_prefix`); the tensors
+    are None for a ``.npz`` archive, which the model's own loader reads. `MissingCheckpoint` when it
+    does not exist, `CheckpointError` naming ``what`` and the file for an unknown type or a file that
+    cannot be read."""
+    path = check_checkpoint_file(weights, what)
+    if path.suffix.lower() in NPZ_SUFFIXES:
+        return path, None
+    try:
+        state = read_state_dict(path)
+    except CheckpointError as exc:
+        text = str(exc)
+        raise CheckpointError(what + text[len("weights"):] if text.startswith("weights:") else
+                              f"{what}: {text}") from None
+    return path, state if names is None else align_prefix(state, names)

@@ -24,7 +24,7 @@ from torch import nn
 
 from ..data.transforms import from_data_config
 from .built import BuildRequest, BuiltModel, input_size
-from .checkpoints import align_prefix, read_checkpoint_file
+from .checkpoints import align_prefix, read_checkpoint
 from .hub import cached_hub_file, hub_error, offline_unless_reachable, split_revision
 from .sources import check_config_args, model_arg_files
 from .weights import load_weights, refuse_non_floating
@@ -52,13 +52,15 @@ def create_vit(name: str, num_classes: int, img_size: int | None = None,
 
     check_config_args(timm_kwargs)
     overlays = _overlay_dtypes(timm_kwargs) if pretrained else {}
-    kwargs = dict(timm_kwargs)
-    if img_size is not None:
-        kwargs["img_size"] = img_size
+    kwargs = dict(timm_kwargs) if img_size is None else {**timm_kwargs, "img_size": img_size}
     if any(not d.is_floating_point for dtypes in overlays.values() for d in dtypes.values()):
-        # integer or boolean tensors: checked against the model's own before timm loads (and casts) them
-        _check_overlays(_create_sized(timm, name, num_classes, False, kwargs, timm_kwargs), overlays)
-    model = _create_sized(timm, name, num_classes, pretrained, kwargs, timm_kwargs)
+        # integer or boolean tensors: checked against the model's own before timm loads (and casts) them:
+        # `refuse_non_floating` for each file of `_overlay_dtypes`, its names fitted to the model's
+        bare = _create(timm, name, num_classes, False, kwargs, timm_kwargs)
+        own = bare.state_dict()
+        for what, dtypes in overlays.items():
+            refuse_non_floating(bare, align_prefix(dtypes, own), what, own=own)
+    model = _create(timm, name, num_classes, pretrained, kwargs, timm_kwargs)
     if weights is None and not pretrained:
         warnings.warn(f"{name}: no weights given, using random init; random-init ViTs rank components "
                       f"almost opposite to pretrained ones (pass weights=PATH / --weights PATH)",
@@ -74,38 +76,10 @@ def _overlay_dtypes(timm_kwargs: dict) -> dict[str, dict]:
     them); a ``.npz`` archive, left to its loader, has no entry."""
     found = {}
     for what, path in model_arg_files(timm_kwargs).items():
-        state = read_checkpoint_file(path, what)
+        state = read_checkpoint(path, what)[1]
         if state is not None:
             found[f"{what} {str(path)!r}"] = {k: v.dtype for k, v in state.items()}
     return found
-
-
-def _check_overlays(model: nn.Module, overlays: dict[str, dict]) -> None:
-    """`refuse_non_floating` for each file of `_overlay_dtypes`, its names fitted to the model's."""
-    own = model.state_dict()
-    for what, dtypes in overlays.items():
-        refuse_non_floating(model, align_prefix(dtypes, own), what, own=own)
-
-
-def _create_sized(timm, name: str, num_classes: int, pretrained: bool, kwargs: dict,
-                  given: dict) -> nn.Module:
-    """`_create`, again without ``img_size`` (popped from ``kwargs``) when the model does not take it and
-    the user did not give it (a ResNet: its images are simply resized)."""
-    try:
-        return _create(timm, name, num_classes, pretrained, kwargs, given)
-    except RejectedArguments as exc:
-        if "img_size" in kwargs and "img_size" in exc.named and "img_size" not in given:
-            kwargs.pop("img_size")
-            return _create(timm, name, num_classes, pretrained, kwargs, given)
-        raise
-
-
-class RejectedArguments(ValueError):
-    """Constructor arguments timm refused (``named``: those its error names)."""
-
-    def __init__(self, message: str, named: list[str]):
-        super().__init__(message)
-        self.named = named
 
 
 def check_timm_name(name: str) -> None:
@@ -126,13 +100,22 @@ def check_timm_name(name: str) -> None:
 
 
 def _create(timm, name: str, num_classes: int, pretrained: bool, kwargs: dict, given: dict) -> nn.Module:
-    """``timm.create_model``, its errors as ValueErrors that say what to do."""
+    """``timm.create_model``, its errors as ValueErrors that say what to do; again without ``img_size``
+    (popped from ``kwargs``) when the model does not take it and the user did not give it (a ResNet: its
+    images are simply resized). Constructor arguments timm refused are named: the ones its error names (an
+    unexpected keyword), else those the user gave (``img_size`` only when the user gave it)."""
     try:
         with offline_unless_reachable() if pretrained else contextlib.nullcontext():
             return timm.create_model(name, pretrained=pretrained, num_classes=num_classes, **kwargs)
     except TypeError as exc:
         named = [k for k in kwargs if f"'{k}'" in str(exc)]
-        raise RejectedArguments(_rejected(name, kwargs, given, exc), named) from None
+        if "img_size" in named and "img_size" not in given:
+            kwargs.pop("img_size")
+            return _create(timm, name, num_classes, pretrained, kwargs, given)
+        blamed = named or sorted(given) or sorted(kwargs)
+        what = "argument" if len(blamed) == 1 else "arguments"
+        raise ValueError(f"model {name!r} does not take the {what} {', '.join(blamed)} (--model-arg): "
+                         f"{exc}") from None
     except Exception as exc:  # hub lookups (offline, not cached), unknown tags, missing published weights
         reason = hub_error(exc)
         if reason is None and not isinstance(exc, (RuntimeError, ValueError, OSError, AssertionError)):
@@ -172,16 +155,6 @@ def pretrained_origin(model: nn.Module) -> dict:
     if config.get("url"):
         return {"url": str(config["url"])}
     return {}
-
-
-def _rejected(name: str, kwargs: dict, given: dict, exc: TypeError) -> str:
-    """The message for constructor arguments timm refused: the ones its error names (an unexpected
-    keyword), else those the user gave (``img_size`` only when the user gave it)."""
-    text = str(exc)
-    named = [k for k in kwargs if f"'{k}'" in text]
-    blamed = named or sorted(given) or sorted(kwargs)
-    what = "argument" if len(blamed) == 1 else "arguments"
-    return f"model {name!r} does not take the {what} {', '.join(blamed)} (--model-arg): {text}"
 
 
 def build_timm(plan: ModelPlan, request: BuildRequest) -> BuiltModel:

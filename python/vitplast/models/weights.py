@@ -37,9 +37,7 @@ class WeightsError(CheckpointError):
 def _is_floating(dtype) -> bool:
     """Whether ``dtype`` (a torch dtype, or a safetensors header's dtype name: ``F32``, ``BF16``, ``I64``,
     ``BOOL``, ...) is a floating type."""
-    if isinstance(dtype, str):
-        return dtype.upper().startswith(("F", "BF"))
-    return bool(dtype.is_floating_point)
+    return dtype.upper().startswith(("F", "BF")) if isinstance(dtype, str) else bool(dtype.is_floating_point)
 
 
 def refuse_non_floating(model: nn.Module, dtypes: Mapping[str, object], source: str, *,
@@ -71,12 +69,8 @@ def refuse_non_floating(model: nn.Module, dtypes: Mapping[str, object], source: 
 
 def _filter_for(model: nn.Module):
     """The timm ``checkpoint_filter_fn(state_dict, model)`` of the model's family, or None."""
-    module = sys.modules.get(type(model).__module__)
-    fn = getattr(module, "checkpoint_filter_fn", None)
-    if fn is None:
-        return None
-    params = list(inspect.signature(fn).parameters)
-    return fn if len(params) >= 2 else None
+    fn = getattr(sys.modules.get(type(model).__module__), "checkpoint_filter_fn", None)
+    return fn if fn is not None and len(inspect.signature(fn).parameters) >= 2 else None
 
 
 def _npz(model: nn.Module, path: str) -> None:
@@ -97,49 +91,45 @@ def load_weights(model: nn.Module, weights: str | os.PathLike, *, allow_partial:
     Raises ``FileNotFoundError`` when ``weights`` does not exist, `CheckpointError` for an unknown,
     unreadable or corrupt file, `WeightsError` when it does not fit (see ``allow_partial``).
     """
-    heads = head_prefixes(model)
-    filt = _filter_for(model)
     own = model.state_dict()
-    checkpoint = read_checkpoint(weights, own)
-    path = checkpoint.path
-    if checkpoint.state is None:
+    path, state = read_checkpoint(weights, names=own)
+    if state is None:
         _npz(model, str(path))
         return model
-    state = checkpoint.state
     source = f"weights: {str(path)!r}"
     refuse_non_floating(model, state, source, own=own)
-    if filt is not None:
+    if (filt := _filter_for(model)) is not None:
         try:
             state = filt(state, model)
         except Exception as exc:  # a filter written for another layout: load the raw keys instead
             warnings.warn(f"weights: timm's checkpoint filter for {type(model).__name__} failed "
                           f"({type(exc).__name__}: {exc}); loading keys as they are", stacklevel=3)
-    refuse_non_floating(model, state, source, own=own)  # the names the filter gave, too
-    shared = any(k in own for k in state)
-    mismatched = sorted(k for k, v in state.items() if k in own and tuple(v.shape) != tuple(own[k].shape))
-    shapes = {k: (tuple(own[k].shape), tuple(state.pop(k).shape)) for k in mismatched}
-    if not shared:
-        raise WeightsError(f"weights: {str(path)!r} shares no tensor name with {type(model).__name__} "
+        refuse_non_floating(model, state, source, own=own)  # the names the filter gave, too
+    if not any(k in own for k in state):
+        raise WeightsError(f"{source} shares no tensor name with {type(model).__name__} "
                            f"(checkpoint keys start {sorted(state)[:3]}, model keys {sorted(own)[:3]})")
+    shapes = {k: (tuple(own[k].shape), tuple(v.shape)) for k, v in state.items()
+              if k in own and v.shape != own[k].shape}
+    state = {k: v for k, v in state.items() if k not in shapes}
+    heads = head_prefixes(model)
     random_init = sorted(k for k in own if k not in state)
-    unexpected = sorted(k for k in state if k not in own)
-    beyond_head = [k for k in random_init if not k.startswith(heads)]
-    if (beyond_head or unexpected) and not allow_partial:
-        raise WeightsError(_misfit(path, model, beyond_head, unexpected, shapes))
+    misfit = _misfit(model, [k for k in random_init if not k.startswith(heads)],
+                     sorted(k for k in state if k not in own), shapes, len(own))
+    if misfit and not allow_partial:
+        raise WeightsError(f"{source} does not fit {type(model).__name__}: {misfit}. Check --model/"
+                           "--img-size against the checkpoint, or pass --allow-partial-weights "
+                           "(allow_partial=True) to load what fits")
     model.load_state_dict(state, strict=False)
-    head_left = [k for k in random_init if k.startswith(heads)]
-    if head_left:
+    if head_left := [k for k in random_init if k.startswith(heads)]:
         warnings.warn(f"weights: the classifier head ({', '.join(head_left)}) is left at random init"
                       f"{' (the checkpoint head has other shapes: another num_classes)' if shapes else ''}",
                       stacklevel=3)
-    if beyond_head or unexpected:
-        text = _misfit(path, model, beyond_head, unexpected, shapes, short=True)
-        warnings.warn(f"weights: loaded partially (allow_partial): {text}", stacklevel=3)
+    if misfit:
+        warnings.warn(f"weights: loaded partially (allow_partial): {misfit}", stacklevel=3)
     return model
 
 
-def _misfit(path, model, left: list[str], unexpected: list[str], shapes: dict, short: bool = False) -> str:
-    n_own = len(model.state_dict())
+def _misfit(model, left: list[str], unexpected: list[str], shapes: dict, n_own: int) -> str:
     parts = []
     if left:
         detail = ", ".join(f"{k}: expected shape {shapes[k][0]}, found {shapes[k][1]}" if k in shapes
@@ -149,8 +139,4 @@ def _misfit(path, model, left: list[str], unexpected: list[str], shapes: dict, s
     if unexpected:
         parts.append(f"{len(unexpected)} checkpoint tensor(s) have no place in the model "
                      f"({', '.join(unexpected[:4])}{' ...' if len(unexpected) > 4 else ''})")
-    text = "; ".join(parts)
-    if short:
-        return text
-    return (f"weights: {str(path)!r} does not fit {type(model).__name__}: {text}. Check --model/--img-size "
-            "against the checkpoint, or pass --allow-partial-weights (allow_partial=True) to load what fits")
+    return "; ".join(parts)
