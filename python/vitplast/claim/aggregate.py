@@ -20,7 +20,6 @@ Rows whose plasticity or gain is undefined are left out of the pooled test (and 
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from pathlib import Path
 
@@ -30,14 +29,12 @@ from scipy import stats
 from ..outputs.plots import component_color, figure, save
 from .analysis import REFERENCE, finite
 from .figure import error_bars
-from .paired import paired_tests
-from .records import ClaimAnalysis, Correlation, PairedTests, decode, encode
+from .records import ClaimAnalysis, Correlation, PairedTests, Record, encode
 from .report import mha_test_lines, num
-from .statistics import PermutationTest, stratified_permutation_test
+from .statistics import PermutationTest, paired_tests, stratified_permutation_test
 
 
-@dataclasses.dataclass(frozen=True)
-class Point:
+class Point(Record):
     """One ranked unit of one dataset: its plasticity and best-lr gain with their intervals."""
 
     name: str
@@ -48,8 +45,7 @@ class Point:
     best_lr_gain_ci: list
 
 
-@dataclasses.dataclass(frozen=True)
-class DatasetRanks:
+class DatasetRanks(Record):
     """One dataset's rank correlations (from its own analysis) and its points."""
 
     data: str
@@ -60,8 +56,7 @@ class DatasetRanks:
     points: list[Point]
 
 
-@dataclasses.dataclass(frozen=True)
-class Pooled:
+class Pooled(Record):
     spearman: float | None
     p_greater: float | None
     p_two_sided: float | None
@@ -71,29 +66,20 @@ class Pooled:
     strata: int | None = None
 
 
-@dataclasses.dataclass(frozen=True)
-class Combined:
+class Combined(Record):
     datasets_rho_positive: int
     datasets_rho_defined: int
     method: str
     p_greater: float | None
 
 
-@dataclasses.dataclass(frozen=True)
-class Aggregate:
+class Aggregate(Record):
     """The claim over several datasets."""
 
     datasets: dict[str, DatasetRanks]
     pooled: Pooled
     combined: Combined
     mha_tests: PairedTests | None
-
-    def to_json(self) -> dict:
-        return encode(self)
-
-    @classmethod
-    def from_json(cls, doc: dict, path: str = "aggregate.json") -> Aggregate:
-        return decode(cls, doc, path, "aggregate")
 
 
 def _points(an: ClaimAnalysis) -> list[Point]:
@@ -135,7 +121,7 @@ def _mha_tests(analyses: dict[str, ClaimAnalysis]) -> PairedTests | None:
             pairs.setdefault(c, []).extend(v)
     if REFERENCE not in pairs or len({len(v) for v in pairs.values()}) != 1:
         return None
-    return decode(PairedTests, finite(paired_tests(REFERENCE, pairs)), "aggregate", "mha_tests")
+    return PairedTests.from_json(finite(paired_tests(REFERENCE, pairs)), "aggregate", "mha_tests")
 
 
 def _pooled(test: PermutationTest | None, left_out: int) -> Pooled:

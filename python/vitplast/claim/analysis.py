@@ -46,7 +46,6 @@ import math
 
 import numpy as np
 
-from .paired import paired_tests
 from .records import (
     Bootstrap,
     ClaimAnalysis,
@@ -64,13 +63,13 @@ from .records import (
     TypeSpearman,
     UnitRow,
     WithinType,
-    decode,
 )
 from .samples import Accuracy, Plasticity, claim_samples
 from .statistics import (
     PermutationTest,
-    association,
     bounded_t_interval,
+    criterion_tests,
+    paired_tests,
     partial_p_greater,
     partial_spearman,
     per_stratum_spearman,
@@ -79,7 +78,6 @@ from .statistics import (
     stratified_permutation_test,
     theil_sen,
     too_few_to_resample,
-    within_association,
 )
 from .units import ClaimUnits
 
@@ -102,56 +100,61 @@ def analyse(measured: dict, summaries: list, *, units: ClaimUnits, lrs: list[flo
     the criteria, each correlated with the gains as plasticity is (plasticity's scores come from this
     measurement unless given). The numbers first (the arrays, the tests), the records last; the
     budgets are `.budgets`' (``budgets`` None here)."""
-    names = list(units.names)
+    names, n = list(units.names), len(units)
     trains = names + list(extra) + (["head"] if baseline == "head" else [])
-    samples = claim_samples(measured, summaries, trains=trains, ranked=len(units), lrs=lrs, seeds=seeds,
+    samples = claim_samples(measured, summaries, trains=trains, ranked=n, lrs=lrs, seeds=seeds,
                             baseline=baseline, bootstrap=bootstrap, seed=seed)
     acc, plast = samples.accuracy, samples.plasticity
-    missing = [c for c in dict.fromkeys(units.components) if c not in plast.components]
-    if missing:
-        raise ValueError(f"components {missing} were not measured (measured: {measured['components']})")
-    p_value, p_reps = unit_plasticity(plast, units)  # (U,), (B, U)
-    gain, g_reps = acc.gains_seed[: len(units)].mean(-1), acc.gain_reps  # (U,), (B, U)
-    sizes = np.array([acc.params[n] for n in names], dtype=np.float64)
-    types = np.array(units.components)
-    within = len(set(units.components)) < len(units)  # some type holds several units: compare within types
+    p_value, p_reps = plast.of_units(units.components, units.layers)  # (U,), (B, U)
+    gain, g_reps = acc.gains_seed[:n].mean(-1), acc.gain_reps  # (U,), (B, U)
+    sizes = np.array([acc.params[u] for u in names], dtype=np.float64)
+    types = np.array(units.components) if len(set(units.components)) < n else None  # within types
     scored = {"plasticity": dict(zip(names, p_value.tolist(), strict=True)), **(criteria or {})}
     scores = {name: np.array([math.nan if per_unit.get(u) is None else per_unit[u] for u in names],
                              dtype=np.float64) for name, per_unit in scored.items()}
     defined = {name: np.isfinite(x) & np.isfinite(gain) for name, x in scores.items()}
-
-    partial = float(partial_spearman(p_value, gain, sizes))
-    partial_reps = partial_spearman(p_reps, g_reps, np.broadcast_to(sizes, p_reps.shape))  # (B,)
+    # the tests (`.statistics`), then the records
     withheld = too_few_to_resample(seeds=samples.seeds, pair_chunks=samples.pair_chunks)
     chunks_withheld = too_few_to_resample(pair_chunks=samples.pair_chunks)
-    correlations = RankCorrelations(**{name: correlation(r, withheld) for name, r in rank_tests(
-        p_value, gain, p_reps, g_reps, permutations=permutations, seed=seed, level=LEVEL).items()})
-    by_size = RankCorrelations(**{name: correlation(r, "no bootstrap of the sizes") for name, r in
-                                  rank_tests(sizes, gain, permutations=permutations, seed=seed).items()})
+    correlations = rank_tests(p_value, gain, p_reps, g_reps, permutations=permutations, seed=seed,
+                              level=LEVEL)
+    by_size = rank_tests(sizes, gain, permutations=permutations, seed=seed)
     accuracy = [bounded_t_interval(v, ACC, LEVEL) for v in acc.per_seed]
     gains = [bounded_t_interval(v, GAIN, LEVEL) for v in acc.gains_seed]
-    tests = criterion_tests(scores, defined, gain, g_reps, sizes, types if within else None,
-                            permutations=permutations, seed=seed)
-    measured_components = _plasticity_records(plast, chunks_withheld)
-    unit_ci = [bootstrap_ci(percentile_interval(r, LEVEL), chunks_withheld) for r in p_reps.T]
-    rows = [UnitRow(**_unit_columns(i, n, c, li, plast, measured_components, unit_ci, p_value),
-                    **accuracy_columns(acc, i, accuracy, lrs), **gain_columns(acc, i, gains))
-            for i, (n, c, li) in enumerate(zip(names, units.components, units.layers, strict=True))]
-    initial = _interval(bounded_t_interval(acc.initial, ACC, LEVEL), acc.initial.size)
-    head = accuracy_columns(acc, len(acc.trains) - 1, accuracy, lrs) if baseline == "head" else {}
-    base = TrainRow(baseline, initial_accuracy=initial, **head)
-    extra_rows = [TrainRow(b, **accuracy_columns(acc, t, accuracy, lrs), **gain_columns(acc, t, gains))
-                  for t, b in enumerate(extra, start=len(units))]
+    initial = bounded_t_interval(acc.initial, ACC, LEVEL)
+    tests = criterion_tests(scores, defined, gain, g_reps, sizes, types, permutations=permutations, seed=seed,
+                            level=LEVEL)
+    partial = float(partial_spearman(p_value, gain, sizes))
+    partial_ci = percentile_interval(partial_spearman(p_reps, g_reps, np.broadcast_to(sizes, p_reps.shape)),
+                                     LEVEL)  # over the (B,) replicates
+    unit_ci = [percentile_interval(r, LEVEL) for r in p_reps.T]
+    component_ci = [(percentile_interval(plast.overall_reps[:, i], LEVEL),
+                     [percentile_interval(r, LEVEL) for r in per_layer])
+                    for i, per_layer in enumerate(plast.per_layer_reps.transpose(1, 2, 0))]  # (C, L, B)
     slope, intercept = theil_sen(p_value, gain)
+    strata = None if types is None else (
+        stratified_permutation_test(p_value, gain, types, permutations=permutations, seed=seed),
+        per_stratum_spearman(p_value, gain, p_reps, g_reps, types, LEVEL))
     mha = (paired_tests(REFERENCE, {c: acc.per_seed[i].tolist() for i, c in enumerate(names)})
-           if REFERENCE in names and len(names) >= 2 else None)
+           if REFERENCE in names and n >= 2 else None)
+    measured_components = _plasticity_records(plast, component_ci, chunks_withheld)
+    rows = [UnitRow(**_unit_columns(i, u, c, li, plast, measured_components, p_value),
+                    plasticity_ci=bootstrap_ci(unit_ci[i], chunks_withheld),
+                    **accuracy_columns(acc, i, accuracy, lrs), **gain_columns(acc, i, gains))
+            for i, (u, c, li) in enumerate(zip(names, units.components, units.layers, strict=True))]
+    head = accuracy_columns(acc, len(acc.trains) - 1, accuracy, lrs) if baseline == "head" else {}
+    base = TrainRow(baseline, initial_accuracy=_interval(initial, acc.initial.size), **head)
+    ranks = RankCorrelations(**{k: correlation(r, withheld) for k, r in correlations.items()})
     return ClaimAnalysis(
-        granularity=units.granularity, rows=rows, baseline=base, baselines=extra_rows,
-        correlations=correlations, params_correlations=by_size,
-        partial=Partial(finite(partial), bootstrap_ci(percentile_interval(partial_reps, LEVEL), withheld),
-                        finite(partial_p_greater(partial, len(units))), "trainable parameters"),
-        within_type=(_within_type(p_value, gain, p_reps, g_reps, types, sizes, permutations, seed, withheld)
-                     if within else None),
+        granularity=units.granularity, rows=rows, baseline=base,
+        baselines=[TrainRow(b, **accuracy_columns(acc, t, accuracy, lrs), **gain_columns(acc, t, gains))
+                   for t, b in enumerate(extra, start=n)],
+        correlations=ranks,
+        params_correlations=RankCorrelations(**{k: correlation(r, "no bootstrap of the sizes")
+                                                for k, r in by_size.items()}),
+        partial=Partial(finite(partial), bootstrap_ci(partial_ci, withheld),
+                        finite(partial_p_greater(partial, n)), "trainable parameters"),
+        within_type=None if strata is None else _within_type(*strata, types, sizes, withheld),
         trend=Trend("theil-sen", finite(slope), finite(intercept)),
         ranking=Ranking([names[i] for i in np.argsort(-p_value, kind="stable")],
                         [names[i] for i in np.argsort(-gain, kind="stable")]),
@@ -162,40 +165,11 @@ def analyse(measured: dict, summaries: list, *, units: ClaimUnits, lrs: list[flo
                             withheld),
         criteria=criteria_rows(tests, {k: int(v.sum()) for k, v in defined.items()}, withheld,
                                units.granularity),
-        verdict=verdict(correlations.spearman, len(units), f"{units.noun}s",
+        verdict=verdict(ranks.spearman, n, f"{units.noun}s",
                         [f"{r.unit} ({r.lr_edge})" for r in rows if r.lr_edge]),
         relative_gain=RelativeGain(RELATIVE_GAIN, VALIDATED if acc.holdout else f"{VALIDATED} {NO_HOLDOUT}"),
-        mha_tests=None if mha is None else decode(PairedTests, finite(mha), "claim.json",
-                                                  "analysis.mha_tests"))
-
-
-def criterion_tests(scores: dict, defined: dict, gain, g_reps, sizes, types, *, permutations: int,
-                    seed: int) -> dict:
-    """Each criterion's association with the gains over the units where both are defined (at least
-    three): within types when ``types`` is given (some type holds several units), else over all."""
-    out = {}
-    for name, x in scores.items():
-        ok = defined[name]
-        if ok.sum() < 3:
-            continue
-        if types is not None:
-            out[name] = within_association(x[ok], gain[ok], types[ok], g_reps[:, ok], sizes[ok],
-                                           permutations=permutations, seed=seed, level=LEVEL)
-        else:
-            out[name] = association(x[ok], gain[ok], g_reps[:, ok], sizes[ok], permutations=permutations,
-                                    seed=seed, level=LEVEL)
-    return out
-
-
-def unit_plasticity(plast: Plasticity, units: ClaimUnits) -> tuple[np.ndarray, np.ndarray]:
-    """``(U,)`` each unit's plasticity (its component's over every layer, or its layer's) and its
-    ``(B, U)`` bootstrap replicates."""
-    ci = [plast.components.index(c) for c in units.components]
-    value = np.array([plast.overall[c] if li is None else plast.per_layer[c, li]
-                      for c, li in zip(ci, units.layers, strict=True)], dtype=np.float64)
-    reps = np.stack([plast.overall_reps[:, c] if li is None else plast.per_layer_reps[:, c, li]
-                     for c, li in zip(ci, units.layers, strict=True)], axis=-1)
-    return value, reps
+        mha_tests=None if mha is None else PairedTests.from_json(finite(mha), "claim.json",
+                                                                 "analysis.mha_tests"))
 
 
 def finite(x):
@@ -219,9 +193,7 @@ def _interval(interval: tuple, n: int) -> Interval:
 def bootstrap_ci(interval, withheld: str | None) -> list:
     """A percentile interval as the result writes it; none (``[None, None]``) when ``withheld`` says
     why or there are no replicates (``interval`` None)."""
-    if interval is None or withheld:
-        return [None, None]
-    return [finite(v) for v in interval]
+    return [None, None] if interval is None or withheld else [finite(v) for v in interval]
 
 
 def correlation(r: PermutationTest, withheld: str | None) -> Correlation:
@@ -250,38 +222,35 @@ def gain_columns(acc: Accuracy, t: int, gains: list) -> dict:
                 relative_gain_validated=finite(float(acc.relative_gain_validated[t])))
 
 
-def _plasticity_records(plast: Plasticity, withheld: str | None) -> dict[str, MeasuredComponent]:
+def _plasticity_records(plast: Plasticity, intervals: list, withheld: str | None
+                        ) -> dict[str, MeasuredComponent]:
     """Every measured component's plasticity over all layers with its bootstrap intervals (none from
-    fewer than 5 chunks), per layer, and its pairs."""
-    per_layer_ci = plast.per_layer_reps.transpose(1, 2, 0)  # (C, L, B)
-    return {c: MeasuredComponent(finite(float(plast.overall[i])),
-                                 bootstrap_ci(percentile_interval(plast.overall_reps[:, i], LEVEL), withheld),
+    fewer than 5 chunks), per layer, and its pairs (``intervals``: each component's percentile
+    intervals, over all layers and per layer)."""
+    return {c: MeasuredComponent(finite(float(plast.overall[i])), bootstrap_ci(overall, withheld),
                                  [finite(float(v)) for v in plast.per_layer[i]],
-                                 [bootstrap_ci(percentile_interval(r, LEVEL), withheld)
-                                  for r in per_layer_ci[i]],
+                                 [bootstrap_ci(v, withheld) for v in per_layer],
                                  int(plast.pairs[i]), int(plast.excluded[i]))
-            for i, c in enumerate(plast.components)}
+            for i, (c, (overall, per_layer)) in enumerate(zip(plast.components, intervals, strict=True))}
 
 
 def _unit_columns(i: int, name: str, c: str, li: int | None, plast: Plasticity,
-                  measured: dict[str, MeasuredComponent], unit_ci: list, p_value: np.ndarray) -> dict:
+                  measured: dict[str, MeasuredComponent], p_value: np.ndarray) -> dict:
     """Unit ``i``'s plasticity columns: a whole component's over all layers (and per layer), or one
     layer's; its pairs (the fewest of a layer) and the pairs left out."""
     whole, m, ci = li is None, measured[c], plast.components.index(c)
     return dict(unit=name, component=c, layer=None if whole else plast.layers[li], layer_index=li,
-                plasticity=finite(float(p_value[i])), plasticity_ci=unit_ci[i],
+                plasticity=finite(float(p_value[i])),
                 plasticity_per_layer=m.per_layer if whole else None,
                 plasticity_per_layer_ci=m.per_layer_ci if whole else None,
                 pairs=m.pairs if whole else int(plast.layer_pairs[ci, li]),
                 excluded_pairs=m.excluded if whole else int(plast.layer_excluded[ci, li]))
 
 
-def _within_type(p_value, gain, p_reps, g_reps, types, sizes, permutations: int, seed: int,
+def _within_type(strat: PermutationTest, per_type: dict, types: np.ndarray, sizes: np.ndarray,
                  withheld: str | None) -> WithinType:
     """The stratified permutation test (gains permuted among units of one component type) and the
     per-type Spearman."""
-    strat = stratified_permutation_test(p_value, gain, types, permutations=permutations, seed=seed)
-    per_type = per_stratum_spearman(p_value, gain, p_reps, g_reps, types, LEVEL)
     return WithinType(finite(strat.greater), finite(strat.two_sided), finite(strat.observed), strat.exact,
                       strat.permutations,
                       {c: TypeSpearman(finite(v.spearman), bootstrap_ci(v.interval, withheld),

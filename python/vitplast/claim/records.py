@@ -23,8 +23,28 @@ Interval2 = list  # [lo, hi], either None when undefined
 Number = float | None
 
 
-@dataclasses.dataclass(frozen=True)
-class Interval:
+# PEP 681 (Python 3.11+): type checkers then see every subclass as the frozen dataclass it is
+_dataclass_transform = getattr(typing, "dataclass_transform", lambda **kwargs: lambda cls: cls)
+
+
+@_dataclass_transform(frozen_default=True)
+class Record:
+    """A record: every subclass is a frozen dataclass whose fields are its JSON keys, turned into JSON
+    and back by the codec (`encode`, `decode`)."""
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        dataclasses.dataclass(frozen=True)(cls)
+
+    def to_json(self) -> dict:
+        return encode(self)
+
+    @classmethod
+    def from_json(cls, doc: dict, path: str = "claim.json", where: str = "analysis"):
+        return decode(cls, doc, path, where)
+
+
+class Interval(Record):
     """A mean over seeds with its Student-t interval (``clipped``: cut at what the value can be)."""
 
     mean: Number
@@ -34,8 +54,7 @@ class Interval:
     clipped: str | None = None
 
 
-@dataclasses.dataclass(frozen=True)
-class Correlation:
+class Correlation(Record):
     """A rank statistic: its value, bootstrap interval, permutation p-values."""
 
     value: Number
@@ -47,24 +66,21 @@ class Correlation:
     bootstrap_defined: Any = None
 
 
-@dataclasses.dataclass(frozen=True)
-class RankCorrelations:
+class RankCorrelations(Record):
     """Spearman's rho and Kendall's tau-b of one pair of rankings."""
 
     spearman: Correlation
     kendall: Correlation
 
 
-@dataclasses.dataclass(frozen=True)
-class Ranking:
+class Ranking(Record):
     """The units in decreasing plasticity and in decreasing best-lr gain."""
 
     plasticity: list
     best_lr_gain: list
 
 
-@dataclasses.dataclass(frozen=True)
-class Quantiles:
+class Quantiles(Record):
     min: Number
     p10: Number
     median: Number
@@ -72,8 +88,7 @@ class Quantiles:
     max: Number
 
 
-@dataclasses.dataclass(frozen=True)
-class Setup:
+class Setup(Record):
     """What a report says of how the claim was run (claim.json's ``config``, the fields it reads)."""
 
     model: str
@@ -96,8 +111,7 @@ class Setup:
         return decode(cls, {**result["config"], "lrs_run": plan.get("lrs_run")}, path, "config")
 
 
-@dataclasses.dataclass(frozen=True)
-class UnitRow:
+class UnitRow(Record):
     """A ranked unit: a whole component (``layer`` None) or one layer of one."""
 
     unit: str
@@ -122,8 +136,7 @@ class UnitRow:
     relative_gain_validated: Number
 
 
-@dataclasses.dataclass(frozen=True)
-class TrainRow:
+class TrainRow(Record):
     """A train that is not ranked: the gain's reference (``baseline``: head, or the initial accuracy)
     or a baseline trained beside the units (full, lora)."""
 
@@ -141,24 +154,21 @@ class TrainRow:
     relative_gain_validated: Number = None
 
 
-@dataclasses.dataclass(frozen=True)
-class Partial:
+class Partial(Record):
     spearman: Number
     ci: Interval2
     p_greater: Number
     controls: str
 
 
-@dataclasses.dataclass(frozen=True)
-class TypeSpearman:
+class TypeSpearman(Record):
     spearman: Number
     ci: Interval2
     units: int
     trainable_params: int
 
 
-@dataclasses.dataclass(frozen=True)
-class WithinType:
+class WithinType(Record):
     """Plasticity against gain within component types (size fixed): the stratified permutation test
     and each type's Spearman."""
 
@@ -170,15 +180,13 @@ class WithinType:
     per_type: dict[str, TypeSpearman]
 
 
-@dataclasses.dataclass(frozen=True)
-class Trend:
+class Trend(Record):
     method: str
     slope: Number
     intercept: Number
 
 
-@dataclasses.dataclass(frozen=True)
-class MeasuredComponent:
+class MeasuredComponent(Record):
     """A measured component's plasticity over all layers and per layer, with intervals and pairs."""
 
     value: Number
@@ -189,8 +197,7 @@ class MeasuredComponent:
     excluded: int
 
 
-@dataclasses.dataclass(frozen=True)
-class Bootstrap:
+class Bootstrap(Record):
     replicates: int
     seeds: int
     pair_chunks: int
@@ -199,8 +206,7 @@ class Bootstrap:
     withheld: str | None = None
 
 
-@dataclasses.dataclass(frozen=True)
-class CriterionRow:
+class CriterionRow(Record):
     criterion: str
     granularity: str
     n: int
@@ -211,8 +217,7 @@ class CriterionRow:
     partial_size: Number
 
 
-@dataclasses.dataclass(frozen=True)
-class PairedComparison:
+class PairedComparison(Record):
     n: int
     mean_difference: Number
     t: Number
@@ -222,17 +227,15 @@ class PairedComparison:
     wilcoxon_p_holm: Number
 
 
-@dataclasses.dataclass(frozen=True)
-class PairedTests:
-    """A reference component (MHA) against each other one (`.paired.paired_tests`)."""
+class PairedTests(Record):
+    """A reference component (MHA) against each other one (`.statistics.paired_tests`)."""
 
     reference: str
     comparisons: dict[str, PairedComparison]
     tests: str
 
 
-@dataclasses.dataclass(frozen=True)
-class BudgetRow:
+class BudgetRow(Record):
     criterion: str
     budget: int
     train: str | None
@@ -242,23 +245,20 @@ class BudgetRow:
     trainable_params: int | None
 
 
-@dataclasses.dataclass(frozen=True)
-class RandomSets:
+class RandomSets(Record):
     budget: int
     random_sets: int
     enumerated: bool
     random_relative_gain: Quantiles
 
 
-@dataclasses.dataclass(frozen=True)
-class FullRow:
+class FullRow(Record):
     train: str
     relative_gain: Number
     trainable_params: int | None
 
 
-@dataclasses.dataclass(frozen=True)
-class Budgets:
+class Budgets(Record):
     """The selection at equal budget (`.budgets`)."""
 
     unit: str
@@ -268,14 +268,12 @@ class Budgets:
     percentile: str
 
 
-@dataclasses.dataclass(frozen=True)
-class RelativeGain:
+class RelativeGain(Record):
     definition: str
     validated: str
 
 
-@dataclasses.dataclass(frozen=True)
-class ClaimAnalysis:
+class ClaimAnalysis(Record):
     """One dataset's analysis: the rows of the ranked units, the reference and the baselines, the
     tests, and the budgets (None before they are analysed)."""
 
@@ -298,13 +296,6 @@ class ClaimAnalysis:
     relative_gain: RelativeGain
     mha_tests: PairedTests | None
     budgets: Budgets | None = None
-
-    def to_json(self) -> dict:
-        return encode(self)
-
-    @classmethod
-    def from_json(cls, doc: dict, path: str = "claim.json", where: str = "analysis") -> ClaimAnalysis:
-        return decode(cls, doc, path, where)
 
     @classmethod
     def read(cls, path) -> ClaimAnalysis:

@@ -5,7 +5,7 @@
   whose mean accuracy over seeds is best (ties: the first lr listed); its per-seed accuracies are read
   at that lr, and its **gain** is their paired difference, seed by seed, from the reference: the
   head-only run of the same seed, or the accuracy before finetuning.
-- **Plasticity.** The chunk statistics saved by `.plasticity.measure_chunks`, read back as the kernel
+- **Plasticity.** The chunk statistics saved by `.measurement.measure_chunks`, read back as the kernel
   package's ``ChunkedResult``: the mean rate of every (component, layer) and of every component over
   all pairs, their pair counts and the pairs left out.
 - **Bootstrap replicates.** One generator seeded with ``--stats-seed`` draws the multiplicities of the
@@ -192,6 +192,19 @@ class Plasticity:
     overall_reps: np.ndarray | None
     layer_pairs: np.ndarray | None = None
     layer_excluded: np.ndarray | None = None
+
+    def of_units(self, components, layers) -> tuple[np.ndarray, np.ndarray]:
+        """``(U,)`` each unit's plasticity (its component's over every layer, or its layer's; ``layers``:
+        each unit's layer index, None for a whole component) and its ``(B, U)`` bootstrap replicates."""
+        missing = [c for c in dict.fromkeys(components) if c not in self.components]
+        if missing:
+            raise ValueError(f"components {missing} were not measured (measured: {self.components})")
+        ci = [self.components.index(c) for c in components]
+        value = np.array([self.overall[c] if li is None else self.per_layer[c, li]
+                          for c, li in zip(ci, layers, strict=True)], dtype=np.float64)
+        reps = np.stack([self.overall_reps[:, c] if li is None else self.per_layer_reps[:, c, li]
+                         for c, li in zip(ci, layers, strict=True)], axis=-1)
+        return value, reps
 
 
 # layout of the saved chunk statistics along their last axis: the result's first stat_fields (checked

@@ -11,8 +11,7 @@ from vitplast_kernels.atomic_io import atomic_write_bytes
 
 from ..outputs.result_files import write_result_json
 from .aggregate import Aggregate, plot_aggregate
-from .budget_report import plot_budgets
-from .figure import plot_claim
+from .figure import plot_budgets, plot_claim
 from .grid import ClaimPlan
 from .records import CLAIM_FORMAT, ClaimAnalysis, Setup, encode
 from .session import ClaimSession
@@ -44,7 +43,8 @@ def write_claim(result: dict, plan: ClaimPlan, ses: ClaimSession, out: Path) -> 
             plot_claim(an, setup, g.dataset.out / "claim.png")
             plot_budgets(an, g.dataset.out / "budgets.png")
         if plan.several:
-            plot_aggregate(Aggregate.from_json(result["aggregate"]), out / "aggregate.png")
+            plot_aggregate(Aggregate.from_json(result["aggregate"], "aggregate.json", "aggregate"),
+                           out / "aggregate.png")
     for g, r in reports:
         folder, counts = g.dataset.out, r["plan"]
         if not plan.several:

@@ -269,7 +269,7 @@ def test_bounded_intervals_percentiles_and_quantiles():
 
 
 def test_holm_by_hand():
-    from vitplast.claim.paired import holm
+    from vitplast.claim.statistics import holm
 
     # sorted 0.01, 0.03, 0.04 of m = 3 (NaN not counted): 3 x 0.01, 2 x 0.03, then kept monotone
     out = holm([0.01, 0.04, 0.03, math.nan])
