@@ -198,9 +198,7 @@ class RunLock:
         """What a live holder's lock file says, or None when the lock is free or its writer gone (or one
         of the attempts ``supersedes`` names)."""
         found = self.read()
-        if found is None or holder_gone(*found, supersedes):
-            return None
-        return found[0]
+        return None if found is None or holder_gone(*found, supersedes) else found[0]
 
     def acquire(self) -> RunLock:
         if self.me is not None:
@@ -214,14 +212,12 @@ class RunLock:
                 self.me = me
                 _HEARTBEAT.add(self.path)
                 return self
-            found = self.read()
-            if found is None:
+            if (found := self.read()) is None:
                 continue
-            holder, age = found
-            if not holder_gone(holder, age, current.supersedes):
-                raise RunBusy(f"{self.path.parent} is in use by {describe(holder)} (lock {self.path}); wait "
-                              "for it to finish or choose another --out", holder)
-            self._take_over(holder, current.token)
+            if not holder_gone(*found, current.supersedes):
+                raise RunBusy(f"{self.path.parent} is in use by {describe(found[0])} (lock {self.path}); "
+                              "wait for it to finish or choose another --out", found[0])
+            self._take_over(found[0], current.token)
         raise RunDirError(f"{self.path.parent}: could not take its lock {self.path} (other processes kept "
                           "taking it over); try again")
 
@@ -266,10 +262,7 @@ class RunLock:
 
     def confirm(self) -> None:
         """Raises `RunDirError` when this lock was taken over (its file names another writer)."""
-        if self.me is None:
-            return
-        found = self.read()
-        if not self._mine(found):
+        if self.me is not None and not self._mine(found := self.read()):
             raise RunDirError(f"{self.path.parent}: its lock was taken over by "
                               f"{describe(found[0]) if found else 'nobody'}; this writer stops")
 
@@ -282,8 +275,7 @@ class RunLock:
             return
         _HEARTBEAT.discard(self.path)
         if self._mine(self.read()):
-            with contextlib.suppress(FileNotFoundError):
-                self.path.unlink()
+            self.path.unlink(missing_ok=True)
         self.me = None
 
 

@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..outputs.paths import check_path_length
-from ..runs.lock import process_alive
+from .lock import process_alive
 
 
 class OutputSet:
@@ -62,9 +62,7 @@ class OutputSet:
                                  f"({', '.join(foreign[:5])}{' ...' if len(foreign) > 5 else ''}): it would "
                                  "replace the whole directory; give a new or empty one")
         check_path_length(t)  # before anything is created: a path too long leaves nothing behind
-        existing = self.parent
-        while not existing.exists() and existing.parent != existing:
-            existing = existing.parent
+        existing = next(p for p in (self.parent, *self.parent.parents) if p.exists() or p.parent == p)
         if not existing.is_dir():
             raise ValueError(f"--out {str(t)!r}: {str(existing)!r} is a file, not a directory")
         try:  # a read-only filesystem shows here: a directory created and removed where it would go
@@ -101,11 +99,9 @@ class OutputSet:
         the umask, unlike ``mkdtemp``'s 0700)."""
         while True:
             path = self.parent / f"{self._hidden('tmp')}{secrets.token_hex(4)}"
-            try:
+            with contextlib.suppress(FileExistsError):
                 path.mkdir()
                 return path
-            except FileExistsError:
-                continue
 
     def _replace(self, new: Path) -> None:
         old = None

@@ -16,6 +16,8 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
+import sys
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,12 +28,11 @@ if TYPE_CHECKING:
 
 PACKAGE = "vitplast-kernels"
 LIBRARIES = ("torch", "timm", "transformers")
+FOLDER_FILES = ("model.safetensors", "pytorch_model.bin", "checkpoint.pt")  # what a model folder loads
 _HASHES: dict[tuple[str, int, int], str] = {}
 
 
 def _version(distribution: str) -> str | None:
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         return version(distribution)
     except PackageNotFoundError:
@@ -40,8 +41,6 @@ def _version(distribution: str) -> str | None:
 
 def versions() -> dict[str, str | None]:
     """``{"vitplast-kernels", "python", "torch", "timm", "transformers"}``: each version, None when absent."""
-    import sys
-
     out: dict[str, str | None] = {PACKAGE: _version(PACKAGE), "python": platform.python_version()}
     for name in LIBRARIES:  # an imported module's own version (torch's names its build), else the metadata's
         module = sys.modules.get(name)
@@ -70,9 +69,6 @@ def file_sha256(path: str | os.PathLike) -> str:
     return _HASHES[key]
 
 
-FOLDER_FILES = ("model.safetensors", "pytorch_model.bin", "checkpoint.pt")  # what a model folder loads
-
-
 def weights_file(origin: dict) -> Path | None:
     """The file the weights of ``origin`` were read from (a folder: the weights file it holds), or None
     (random init, a file not in the local cache)."""
@@ -88,9 +84,8 @@ def weights_file(origin: dict) -> Path | None:
 def weights_record(origin: dict) -> dict[str, Any]:
     """``origin`` (``kind``: random, pretrained, weights or digits; ``file``, ``hub_id``, ``revision``,
     ``dir`` where known) with the ``sha256`` of its weights file (None when there is no file)."""
-    record = dict(origin)
     path = weights_file(origin)
-    record["sha256"] = file_sha256(path) if path is not None else None
+    record = dict(origin, sha256=file_sha256(path) if path is not None else None)
     if path is not None and not record.get("revision"):
         record["revision"] = snapshot_revision(path)
     return record

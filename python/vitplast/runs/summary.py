@@ -25,10 +25,9 @@ from ..outputs.result_files import ResultFileError, checked_number, count, field
 
 KIND = "vitplast-run-summary"
 VERSION = 1
-ACCURACY = (0.0, 1.0)
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class RunSummary:
     """What one finished run reports: its ``train``, ``lr`` and ``seed``, the parts it trained, its
     accuracies (``final_acc`` after the last step, ``best_acc`` the best evaluation, ``initial_acc``
@@ -36,18 +35,18 @@ class RunSummary:
     plasticity of each component when it started (or None), its trainable and total parameter counts,
     steps, world size, wall time (None when resumed), directory, model and data, the reproducibility
     record and, with ``--train auto``, what was chosen. ``reused``: read back from a run finished before
-    (not a field of the file)."""
+    (not a field of the file). The fields are in the order ``summary.json`` holds them."""
 
     train: str
     lr: float
     seed: int
-    final_acc: float
-    initial_acc: float
-    trainable_params: int
-    best_acc: float | None = None
-    holdout_acc: float | None = None
     trained: tuple[str, ...] = ()
+    final_acc: float
+    best_acc: float | None = None
+    initial_acc: float
+    holdout_acc: float | None = None
     plasticity_start: dict[str, float | None] | None = None
+    trainable_params: int
     total_params: int | None = None
     steps: int | None = None
     world_size: int = 1
@@ -61,17 +60,13 @@ class RunSummary:
 
     def to_json(self) -> dict:
         """The fields as ``summary.json`` holds them (``auto`` only when set; non-finite rates null)."""
-        out = {"train": self.train, "lr": self.lr, "seed": self.seed, "trained": list(self.trained),
-               "final_acc": self.final_acc, "best_acc": self.best_acc, "initial_acc": self.initial_acc,
-               "holdout_acc": self.holdout_acc,
-               "plasticity_start": None if self.plasticity_start is None else {
-                   c: v if v is not None and math.isfinite(v) else None
-                   for c, v in self.plasticity_start.items()},
-               "trainable_params": self.trainable_params, "total_params": self.total_params,
-               "steps": self.steps, "world_size": self.world_size, "seconds": self.seconds,
-               "run_dir": self.run_dir, "model": self.model, "data": self.data, "provenance": self.provenance}
-        if self.auto is not None:
-            out["auto"] = self.auto
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "reused"}
+        out["trained"] = list(self.trained)
+        if self.plasticity_start is not None:
+            out["plasticity_start"] = {c: v if v is not None and math.isfinite(v) else None
+                                       for c, v in self.plasticity_start.items()}
+        if self.auto is None:
+            del out["auto"]
         return out
 
     @classmethod
@@ -83,8 +78,7 @@ class RunSummary:
 
         def acc(key: str, nullable: bool = False) -> float | None:
             value = doc.get(key) if nullable else field(doc, key, path)
-            v = checked_number(value, path, key, lo=ACCURACY[0], hi=ACCURACY[1], nullable=nullable)
-            return None if math.isnan(v) else v
+            return _or_none(checked_number(value, path, key, lo=0.0, hi=1.0, nullable=nullable))
 
         def opt_count(key: str) -> int | None:
             return None if doc.get(key) is None else count(doc[key], path, key)
@@ -134,8 +128,7 @@ class RunSummary:
         ``path``: what an error names)."""
         if isinstance(summary, RunSummary):
             return summary
-        plain = json.loads(json.dumps(summary, default=_plain))
-        return cls.from_json(plain, path)
+        return cls.from_json(json.loads(json.dumps(summary, default=_plain)), path)
 
 
 def _plain(o):

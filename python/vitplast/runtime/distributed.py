@@ -11,8 +11,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from ..runtime import environment
-from ..runtime.device import resolve_device
+from . import environment
+from .device import resolve_device
 
 
 @dataclass
@@ -59,9 +59,7 @@ def silent(*args, **kwargs) -> None:
 
 def world_size() -> int:
     """Ranks of the default process group (1 outside ``torch.distributed``)."""
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_world_size()
-    return 1
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
 
 def init_distributed(device: str) -> DistContext:

@@ -25,14 +25,10 @@ SLURM_INTEGERS = ("SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT", "SLURM_ARRAY_
                   "SLURM_ARRAY_TASK_STEP")
 
 
-def _env(env: Mapping[str, str] | None) -> Mapping[str, str]:
-    return os.environ if env is None else env
-
-
 def env_integer(name: str, default: int, minimum: int = 0, env: Mapping[str, str] | None = None,
             accepts: str | None = None) -> int:
     """The integer value of ``name`` (``default`` when unset or empty); ValueError naming it otherwise."""
-    text = _env(env).get(name, "").strip()
+    text = (os.environ if env is None else env).get(name, "").strip()
     if not text:
         return default
     try:
@@ -59,7 +55,7 @@ def world(env: Mapping[str, str] | None = None) -> tuple[int, int, int]:
     size = env_integer("WORLD_SIZE", 1, 1, env,
                        "an integer >= 1 (the number of processes, as torchrun sets it)")
     rank = env_integer("RANK", 0, 0, env, "an integer >= 0 (this process's rank, as torchrun sets it)")
-    if rank >= size and _env(env).get("WORLD_SIZE", "").strip():
+    if rank >= size and (os.environ if env is None else env).get("WORLD_SIZE", "").strip():
         raise ValueError(f"RANK={rank}: must be an integer in 0..{size - 1} (WORLD_SIZE={size})")
     local = env_integer("LOCAL_RANK", 0, 0, env, "an integer >= 0 (this process's GPU on its node)")
     return size, rank, local
@@ -68,7 +64,7 @@ def world(env: Mapping[str, str] | None = None) -> tuple[int, int, int]:
 def check_environment(env: Mapping[str, str] | None = None) -> None:
     """Raises ``ValueError`` naming the first variable (see the module docstring) whose value is not one
     it accepts."""
-    env = _env(env)
+    env = os.environ if env is None else env
     kernel_environment.switch(TRACEBACK, env)
     kernel_environment.check_environment(env)
     cpu = env.get("VITPLAST_CPU_KERNEL", "").strip()

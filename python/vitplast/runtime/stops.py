@@ -13,25 +13,24 @@ nothing is left in ``/dev/shm``.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import sys
 import threading
 from collections.abc import Iterator
+from multiprocessing import resource_tracker, util
 
 STOP_SIGNALS = tuple(s for s in (getattr(signal, "SIGTERM", None), getattr(signal, "SIGHUP", None)) if s)
-
-
+HELD_SIGNALS = tuple(s for s in (signal.SIGINT, getattr(signal, "SIGHUP", None)) if s)
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 class Terminated(KeyboardInterrupt):
     """The command was asked to stop by ``signum`` (SIGTERM, SIGHUP); its exit status is 128 + signum."""
 
     def __init__(self, signum: int) -> None:
-        super().__init__(signal.Signals(signum).name)
+        self.name = signal.Signals(signum).name
+        super().__init__(self.name)
         self.signum = int(signum)
-
-    @property
-    def name(self) -> str:
-        return signal.Signals(self.signum).name
 
     @property
     def exit_status(self) -> int:
@@ -63,9 +62,6 @@ def stops_as_exceptions() -> Iterator[None]:
                 signal.signal(s, previous if previous is not None else signal.SIG_DFL)
 
 
-HELD_SIGNALS = tuple(s for s in (signal.SIGINT, getattr(signal, "SIGHUP", None)) if s)
-
-
 @contextlib.contextmanager
 def signals_held() -> Iterator[None]:
     """Inside, SIGINT and SIGHUP are blocked in this thread (the main thread): a process started here
@@ -85,15 +81,9 @@ def tracker_outlives_hangups() -> None:
     """Starts multiprocessing's resource tracker now, with SIGHUP blocked (it keeps that mask), unless
     it runs already: a hangup of the process group then leaves it alive to release the semaphores of
     the command's workers (killed, it is relaunched empty and prints a traceback per semaphore)."""
-    if not hasattr(signal, "SIGHUP") or not hasattr(signal, "pthread_sigmask"):
-        return
-    from multiprocessing import resource_tracker
-
-    with signals_held(), contextlib.suppress(OSError):
-        resource_tracker.ensure_running()
-
-
-PR_SET_PDEATHSIG = 1  # linux/prctl.h
+    if hasattr(signal, "SIGHUP") and hasattr(signal, "pthread_sigmask"):
+        with signals_held(), contextlib.suppress(OSError):
+            resource_tracker.ensure_running()
 
 
 def die_with_parent() -> None:
@@ -105,18 +95,13 @@ def die_with_parent() -> None:
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
         if hasattr(signal, "pthread_sigmask"):
             signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD_SIGNALS)
-    if not sys.platform.startswith("linux"):
-        return
-    import ctypes
-
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
 
 
 def _end_worker(signum: int, frame) -> None:
     signal.signal(signum, signal.SIG_DFL)
-    from multiprocessing import util
-
     with contextlib.suppress(Exception):  # what a normal end of the process runs
         util._exit_function()
     os._exit(128 + signum)
