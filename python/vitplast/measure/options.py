@@ -17,6 +17,7 @@ PROTOCOLS = ("in_situ", "decomposition")
 PAIRS = ("halves", "all")
 DEFAULT_DATA = "digits:0-4"
 DEFAULT_PAIR_DATA = "digits:5-9"
+MAX_BATCH = 2**16  # images in one forward pass (--batch-size)
 
 
 def _json_object(value):
@@ -75,7 +76,8 @@ class MeasureOptions(RuntimeOptions, DataOptions, ModelOptions):  # fields: the 
     batches: int = option(4, "forward passes to accumulate", kind=integer(1))
     batch_size: int = option(
         128, "images per forward pass (B: B/2 pairs with halves or --pair-data, B(B-1)/2 with --pairs all)",
-        kind=integer(2, what="images per batch must be >= 2 (one pair)"))
+        kind=integer(2, MAX_BATCH, what=f"images per batch must be in 2..{MAX_BATCH} (one pair at least; "
+                     "larger batches: --batches accumulates forward passes)"))
     seed: int = option(0, "data order, random initialisation and digits pretraining seed",
                        kind=integer(0, parsing.MAX_SEED))
     criterion: list = option(

@@ -59,7 +59,8 @@ def _no_work(monkeypatch):
 
 @pytest.mark.parametrize("argv,needle", [
     (["--img-size", "0"], "--img-size: must be a positive integer"),
-    (["--batch-size", "1"], "--batch-size: images per batch must be >= 2"),
+    (["--batch-size", "1"], "--batch-size: images per batch must be in 2..65536"),
+    (["--batch-size", "99999999999998"], "--batch-size: images per batch must be in 2..65536"),
     (["--batch-size", "3"], "--batch-size 3: must be even"),
     (["--batch-size", "x"], "expected an integer"),
     (["--batches", "0"], "--batches: must be a positive integer"),
