@@ -11,7 +11,7 @@ import signal
 import pytest
 import torch
 
-from vitplast_kernels.atomic_io import atomic_write, signals_deferred
+from vitplast_kernels.atomic_io import atomic_write, atomic_write_bytes, signals_deferred
 
 
 @pytest.fixture(autouse=True)
@@ -92,3 +92,13 @@ def test_ignored_and_default_dispositions_are_left_alone():
         assert signal.getsignal(signal.SIGTERM) == signal.SIG_IGN
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def test_a_directory_in_the_files_place_is_named_not_the_temporary_file(tmp_path):
+    """os.replace onto a directory names the temporary file; the writer names the path and leaves
+    nothing behind."""
+    (tmp_path / "claim.json").mkdir()
+    with pytest.raises(IsADirectoryError) as exc:
+        atomic_write_bytes(tmp_path / "claim.json", b"{}")
+    assert exc.value.filename == str(tmp_path / "claim.json") and "move it away" in str(exc.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["claim.json"]

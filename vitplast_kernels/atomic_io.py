@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import errno
 import math
 import os
 import signal
@@ -69,6 +70,9 @@ def _atomic_write(path: str | os.PathLike, write: Callable[[str], object]) -> No
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
+    if os.path.isdir(path):  # os.replace would name the temporary file; say what is in the way
+        raise IsADirectoryError(errno.EISDIR, "a directory is where this file is written; move it away",
+                                path)
     stem, suffix = os.path.splitext(os.path.basename(path))
     fd, tmp = tempfile.mkstemp(prefix=f".{stem}.", suffix=f".tmp{suffix}", dir=folder)
     os.close(fd)
