@@ -25,9 +25,7 @@ class TensorImageDataset(Dataset):
             raise ValueError(f"images must have shape (N, 3, H, W), got {tuple(images.shape)}")
         if labels.shape != (images.shape[0],):
             raise ValueError(f"labels must have shape ({images.shape[0]},), got {tuple(labels.shape)}")
-        self.images = images.contiguous()
-        self.labels = labels.long()
-        self.classes = list(classes)
+        self.images, self.labels, self.classes = images.contiguous(), labels.long(), list(classes)
         self.num_classes = len(self.classes)
 
     def __len__(self) -> int:
@@ -61,10 +59,8 @@ class LabelledFiles(Dataset):
 
     def __init__(self, inner: Dataset, classes: Sequence[str], skip_bad_images: bool = False,
                  transform=None, augmentation=None):
-        self.inner = inner
-        self.classes = list(classes)
+        self.inner, self.classes, self.skip_bad_images = inner, list(classes), skip_bad_images
         self.num_classes = len(self.classes)
-        self.skip_bad_images = skip_bad_images
         self.transform, self.augmentation = transform, augmentation
         self.augmented = augmentation is not None
         self.bad_images: list[str] = []

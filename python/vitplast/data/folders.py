@@ -24,10 +24,6 @@ from torchvision.datasets.folder import IMG_EXTENSIONS
 from .images import file_kind
 
 
-def _is_image_name(name: str) -> bool:
-    return name.lower().endswith(IMG_EXTENSIONS)
-
-
 def _key(st: os.stat_result) -> tuple[int, int]:
     return st.st_dev, st.st_ino
 
@@ -44,7 +40,7 @@ class _Scan:
     broken: list = field(default_factory=list)  # links to nothing
 
     def add_file(self, path: str, st: os.stat_result, target: int) -> None:
-        if not _is_image_name(path):
+        if not path.lower().endswith(IMG_EXTENSIONS):
             return
         if not stat.S_ISREG(st.st_mode):
             self.special.append((path, file_kind(st.st_mode)))
@@ -108,10 +104,9 @@ class _Scan:
                           f"regular files (first: {path}, {kind}); they are never opened", stacklevel=4)
         if self.repeated:
             first = self.repeated[0]
-            target = os.path.realpath(first)
             warnings.warn(f"{root}: did not follow {len(self.repeated)} link(s) to files or folders already "
-                          f"read (first: {first} -> {target}); each image is read once and a folder loop is "
-                          "not entered", stacklevel=4)
+                          f"read (first: {first} -> {os.path.realpath(first)}); each image is read once and "
+                          "a folder loop is not entered", stacklevel=4)
         if self.broken:
             warnings.warn(f"{root}: skipped {len(self.broken)} broken link(s) (first: {self.broken[0]})",
                           stacklevel=4)
@@ -140,13 +135,11 @@ class ImageFolder(datasets.ImageFolder):
                 st = entry.stat()  # the folder a link points to
             except OSError:
                 continue
-            if not stat.S_ISDIR(st.st_mode):
-                continue
-            if _key(st) in seen:
+            if stat.S_ISDIR(st.st_mode) and _key(st) in seen:
                 skipped.append(entry.path)
-                continue
-            seen.add(_key(st))
-            classes.append(entry.name)
+            elif stat.S_ISDIR(st.st_mode):
+                seen.add(_key(st))
+                classes.append(entry.name)
         if skipped:
             warnings.warn(f"{directory}: {len(skipped)} link(s) to the data folder or to another class "
                           f"folder are not classes (first: {skipped[0]} -> {os.path.realpath(skipped[0])})",

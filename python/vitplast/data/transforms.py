@@ -80,9 +80,7 @@ class ImageTransform:
 
     def record(self) -> dict:
         """What the output files record of it."""
-        return {"size": self.size, "mean": list(self.mean), "std": list(self.std),
-                "interpolation": self.interpolation, "crop_pct": self.crop_pct, "crop_mode": self.crop_mode,
-                "source": self.source}
+        return {**dataclasses.asdict(self), "mean": list(self.mean), "std": list(self.std)}
 
 
 FIXED = "fixed: image files resized (bilinear) and centre-cropped, ImageNet mean and std; digits in [-1, 1]"

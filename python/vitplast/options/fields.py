@@ -48,28 +48,28 @@ class Kind:
 class Spec:
     """The CLI side of an option (see `option`)."""
 
-    help: str | None
-    kind: Kind
-    flag: str | None
-    group: str | None
-    metavar: str | None
-    action: str | None
-    nargs: str | None
-    const: Any
-    required: bool
-    negation: str | None  # a second flag storing False in the same option (--no-progress)
-    cli: bool
+    help: str | None = None
+    kind: Kind = Kind()
+    flag: str | None = None
+    group: str | None = None
+    metavar: str | None = None
+    action: str | None = None
+    nargs: str | None = None
+    const: Any = None
+    required: bool = False
+    negation: str | None = None  # a second flag storing False in the same option (--no-progress)
+    cli: bool = True
 
 
-def option(default: Any = None, help: str | None = None, *, kind: Kind | None = None, flag: str | None = None,
-           group: str | None = None, metavar: str | None = None, action: str | None = None,
-           nargs: str | None = None, const: Any = None, required: bool = False, negation: str | None = None,
-           cli: bool = True, default_factory: Callable[[], Any] | None = None) -> Any:
-    """A dataclass field describing one option (``cli=False``: a keyword of the Python function only)."""
-    spec = Spec(help, kind or Kind(), flag, group, metavar, action, nargs, const, required, negation, cli)
+def option(default: Any = None, help: str | None = None, *, kind: Kind | None = None,
+           default_factory: Callable[[], Any] | None = None, **cli: Any) -> Any:
+    """A dataclass field describing one option (``cli=False``: a keyword of the Python function only; the
+    other keywords: `Spec`'s ``flag``, ``group``, ``metavar``, ``action``, ``nargs``, ``const``,
+    ``required``, ``negation``)."""
+    meta = {"option": Spec(help, kind or Kind(), **cli)}
     if default_factory is not None:
-        return dataclasses.field(default_factory=default_factory, metadata={"option": spec})
-    return dataclasses.field(default=default, metadata={"option": spec})
+        return dataclasses.field(default_factory=default_factory, metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
 
 
 def flag_of(field: dataclasses.Field) -> str:
@@ -78,11 +78,19 @@ def flag_of(field: dataclasses.Field) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- kinds
-def _int_text(text: str) -> int:
-    try:
-        return int(text.strip(), 10)
-    except ValueError:
-        raise ValueError(f"expected an integer, got {text!r}") from None
+def _text_parser(convert: Callable[[str], Any], expected: str) -> Callable[[str], Any]:
+    """``convert`` of a text, its ValueError worded ``expected EXPECTED, got 'TEXT'``."""
+
+    def parse(text: str):
+        try:
+            return convert(text)
+        except ValueError:
+            raise ValueError(f"expected {expected}, got {text!r}") from None
+
+    return parse
+
+
+_int_text = _text_parser(lambda text: int(text.strip(), 10), "an integer")
 
 
 def integer(minimum: int | None = None, maximum: int | None = None, *, what: str | None = None) -> Kind:
@@ -92,13 +100,10 @@ def integer(minimum: int | None = None, maximum: int | None = None, *, what: str
         if isinstance(v, bool) or not isinstance(v, int):
             raise ValueError(f"expected an integer, got {v!r}")
         if (minimum is not None and v < minimum) or (maximum is not None and v > maximum):
-            if what is not None:
-                raise ValueError(f"{what}, got {v!r}")
-            if maximum is not None:
-                raise ValueError(f"must be an integer in {minimum}..{maximum}, got {v!r}")
-            if minimum == 1:
-                raise ValueError(f"must be a positive integer, got {v!r}")
-            raise ValueError(f"must be an integer >= {minimum}, got {v!r}")
+            reason = what or (f"must be an integer in {minimum}..{maximum}" if maximum is not None
+                              else "must be a positive integer" if minimum == 1
+                              else f"must be an integer >= {minimum}")
+            raise ValueError(f"{reason}, got {v!r}")
         return v
 
     return Kind(_int_text, check)
@@ -122,12 +127,6 @@ def thread_count() -> Kind:
 def number(*, positive: bool = False, minimum: float | None = None) -> Kind:
     """A finite float (``positive``: > 0; ``minimum``: >= it)."""
 
-    def parse(text: str) -> float:
-        try:
-            return float(text)
-        except ValueError:
-            raise ValueError(f"expected a number, got {text!r}") from None
-
     def check(v):
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             raise ValueError(f"expected a number, got {v!r}")
@@ -139,7 +138,7 @@ def number(*, positive: bool = False, minimum: float | None = None) -> Kind:
             raise ValueError(f"must be >= {minimum:g}, got {v!r}")
         return float(v)
 
-    return Kind(parse, check)
+    return Kind(_text_parser(float, "a number"), check)
 
 
 def choice(values: Sequence[str], aliases: Mapping[str, str] | None = None) -> Kind:
@@ -189,30 +188,20 @@ def optional(kind: Kind) -> Kind:
 def add_options(parser: argparse.ArgumentParser, cls: type,
                   groups: Mapping[str, str] | None = None) -> None:
     """One argparse argument per field of ``cls`` (in field order; ``groups``: title of each group)."""
-    made: dict[str, Any] = {}
+    made: dict[str | None, Any] = {None: parser}
     for f in dataclasses.fields(cls):
         spec: Spec = f.metadata["option"]
         if not spec.cli:
             continue
-        target = parser
-        if spec.group is not None:
-            if spec.group not in made:
-                made[spec.group] = parser.add_argument_group((groups or {}).get(spec.group, spec.group))
-            target = made[spec.group]
-        default = f.default if f.default is not dataclasses.MISSING else None
-        kw: dict[str, Any] = {"dest": f.name, "help": spec.help}
-        if spec.action in ("store_true", "store_false"):
-            kw.update(action=spec.action, default=default)
-        else:
-            kw.update(default=None if spec.action == "append" else default, required=spec.required)
-            if spec.action:
-                kw["action"] = spec.action
-            if spec.nargs:
-                kw.update(nargs=spec.nargs, const=spec.const)
-            metavar = spec.metavar or spec.kind.metavar
-            if metavar:
-                kw["metavar"] = metavar
-        target.add_argument(flag_of(f), **kw)
+        if spec.group not in made:
+            made[spec.group] = parser.add_argument_group((groups or {}).get(spec.group, spec.group))
+        target = made[spec.group]
+        default = None if f.default is dataclasses.MISSING or spec.action == "append" else f.default
+        # a flag (store_true/false) takes no value: no nargs, const or metavar
+        value = {} if spec.action in ("store_true", "store_false") else {
+            "nargs": spec.nargs, "const": spec.const, "metavar": spec.metavar or spec.kind.metavar}
+        target.add_argument(flag_of(f), dest=f.name, help=spec.help, default=default,
+                            action=spec.action or "store", required=spec.required, **value)
         if spec.negation:
             target.add_argument(spec.negation, dest=f.name, action="store_false")
 

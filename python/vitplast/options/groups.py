@@ -20,6 +20,7 @@ The options import the models and the data, never the reverse: a group hands the
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 from ..data.transforms import TransformRequest
 from ..models.sizes import MAX_IMG_SIZE, check_model_size
@@ -64,9 +65,7 @@ def _channels(positive: bool):
 
 def _grad_clip(value):
     """A positive norm, or None (0: no clipping)."""
-    if value is None or value == 0:
-        return None
-    return number(positive=True).check(value)
+    return None if value is None or value == 0 else number(positive=True).check(value)
 
 
 def _workers(value):
@@ -76,22 +75,21 @@ def _workers(value):
     return value
 
 
-def _holdout(value):
-    """A fraction in [0, 1) of the training data held out (0: none)."""
-    value = number(minimum=0.0).check(value)
-    if value >= 1:
-        raise ValueError(f"must be in [0, 1) (the fraction of the training images held out), got {value!r}")
-    return value
+def _bounded(kind: Kind, within: Callable[[float], bool], reason: str) -> Kind:
+    """``kind``, its checked values also ``within`` the bound ``reason`` says (else ValueError)."""
+
+    def check(value):
+        value = kind.check(value)
+        if not within(value):
+            raise ValueError(f"{reason}, got {value!r}")
+        return value
+
+    return checked(check, kind.parse)
 
 
-HOLDOUT = checked(_holdout, number().parse)  # --holdout of every command that finetunes
-
-
-def _layer_decay(value):
-    value = number(positive=True).check(value)
-    if value > 1:
-        raise ValueError(f"must be in (0, 1] (the factor per block towards the input), got {value!r}")
-    return value
+# --holdout of every command that finetunes: a fraction in [0, 1) of the training data held out (0: none)
+HOLDOUT = _bounded(number(minimum=0.0), lambda v: v < 1,
+                   "must be in [0, 1) (the fraction of the training images held out)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,15 +128,13 @@ class ModelOptions:
             if not isinstance(flag, bool):
                 raise OptionError(f"--model-arg pretrained={flag!r}: expected true or false (or pass "
                                   "--pretrained)")
-            settle(self, pretrained=self.pretrained or flag,
-                   model_kwargs={k: v for k, v in kwargs.items() if k != "pretrained"})
+            kwargs = {k: v for k, v in kwargs.items() if k != "pretrained"}
+            settle(self, pretrained=self.pretrained or flag, model_kwargs=kwargs)
         try:
             check_weights_source(self.model, self.weights, bool(self.pretrained), bool(self.random_init),
-                                 self.model_kwargs if isinstance(self.model_kwargs, dict) else {})
-            check_model_size(self.model_kwargs if isinstance(self.model_kwargs, dict) else {}, "--model-arg")
-        except OptionError:
-            raise
-        except ValueError as exc:
+                                 kwargs)
+            check_model_size(kwargs, "--model-arg")
+        except ValueError as exc:  # an OptionError too: the same one line
             raise OptionError(str(exc)) from None
 
     def model_request(self) -> ModelRequest:
@@ -185,7 +181,8 @@ class OptimOptions:
     weight_decay: float = option(0.0, group="optim", kind=number(minimum=0.0))
     layer_decay: float | None = option(
         None, "layer-wise lr decay (timm's): each block nearer the input gets lr times this factor once more",
-        group="optim", kind=optional(checked(_layer_decay, number().parse)))
+        group="optim", kind=optional(_bounded(number(positive=True), lambda v: v <= 1,
+                                              "must be in (0, 1] (the factor per block towards the input)")))
     schedule: str = option("cosine", group="optim", kind=choice(SCHEDULES))
     warmup: int = option(0, "linear warm-up steps (timm's scheduler)", group="optim", kind=integer(0))
     grad_clip: float | None = option(1.0, "clip the global gradient norm to this value (0: no clipping)",

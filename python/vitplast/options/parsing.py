@@ -29,9 +29,8 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefau
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
-        if "%(default)" in text or not action.option_strings or action.nargs == 0:
-            return text
-        if action.default is None or action.default is False or action.default == argparse.SUPPRESS:
+        if ("%(default)" in text or not action.option_strings or action.nargs == 0 or action.default is None
+                or action.default is False or action.default == argparse.SUPPRESS):
             return text
         return text + " (default: %(default)s)"
 
@@ -86,12 +85,10 @@ def component(text: str) -> tuple[str, str]:
 def components(pairs: list[tuple[str, str]] | None) -> dict[str, str | tuple[str, ...]] | None:
     """Repeated ``--component`` values as a capture mapping; a label given several times is a component
     made of several modules (their outputs together, e.g. a SwiGLU's two gates)."""
-    if not pairs:
-        return None
     out: dict[str, list[str]] = {}
-    for label, glob in pairs:
+    for label, glob in pairs or ():
         out.setdefault(label, []).append(glob)
-    return {k: v[0] if len(v) == 1 else tuple(v) for k, v in out.items()}
+    return {k: v[0] if len(v) == 1 else tuple(v) for k, v in out.items()} or None
 
 
 def component_option(value):
