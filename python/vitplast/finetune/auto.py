@@ -16,14 +16,7 @@ from torch import nn
 
 from ..criteria.loop import measure_plasticity as measuring_loop
 from ..runtime.distributed import DistContext
-from .selection import (
-    AUTO_LAYER,
-    TRAIN_ORDER,
-    PartSizes,
-    TrainPlan,
-    labels,
-    part_sizes,
-)
+from .selection import AUTO_LAYER, TRAIN_ORDER, TrainPlan, labels, part_sizes
 from .step_recorder import over_ranks, summarize
 
 
@@ -61,18 +54,22 @@ def plasticity_means(plasticity) -> dict[str, float]:
     return {str(c): plasticity.overall(c) for c in plasticity.components}
 
 
-def _head_size(sizes: PartSizes, budget: int, include_head: bool) -> int:
-    """The parameters the head takes from ``budget``; ValueError when it alone exceeds the budget."""
-    used = sizes.head if include_head else 0
-    if used > budget:
-        raise ValueError(f"--budget {budget} is smaller than the head alone ({used} parameters)")
-    return used
+def _fit(ranked: Sequence, sizes: Mapping, head: int, budget: int) -> list:
+    """The items of ``ranked`` (highest plasticity first) whose ``sizes`` fit ``budget`` after the
+    parameters the head takes from it (``head``), greedily: one that does not fit is skipped and the next,
+    smaller one may still fit. ValueError when the head alone exceeds the budget."""
+    if head > budget:
+        raise ValueError(f"--budget {budget} is smaller than the head alone ({head} parameters)")
+    chosen, used = [], head
+    for item in ranked:
+        if used + sizes[item] <= budget:
+            chosen.append(item)
+            used += sizes[item]
+    return chosen
 
 
-def choose_components(
-    plasticity, model: nn.Module, budget: int | None = None, *, include_head: bool = True,
-    components: Mapping | None = None,
-) -> list[str]:
+def choose_components(plasticity, model: nn.Module, budget: int | None = None, *, include_head: bool = True,
+                      components: Mapping | None = None) -> list[str]:
     """Components to train, highest plasticity first, whose parameters (plus the head's) fit ``budget``.
 
     ``plasticity`` is a ``PlasticityResult`` or a ``{component: value}`` mapping (non-finite values
@@ -90,14 +87,7 @@ def choose_components(
     if budget <= 0:
         raise ValueError(f"--budget must be a positive number of parameters, got {budget}")
     sizes = part_sizes(model, components)
-    used = _head_size(sizes, budget, include_head)
-    chosen = []
-    for c in ranked:
-        size = sizes.components[c]
-        if used + size <= budget:
-            chosen.append(c)
-            used += size
-    return chosen
+    return _fit(ranked, sizes.components, sizes.head if include_head else 0, budget)
 
 
 def choose_units(plasticity: Mapping[str, Sequence[float]], model: nn.Module, budget: int, *,
@@ -109,19 +99,12 @@ def choose_units(plasticity: Mapping[str, Sequence[float]], model: nn.Module, bu
     if not isinstance(budget, int) or budget <= 0:
         raise ValueError(f"--budget must be a positive number of parameters, got {budget}")
     parts = part_sizes(model, components)
-    sizes = parts.units
-    units = [(c, li, float(v)) for c, per in plasticity.items() for li, v in enumerate(per)
-             if (c, li) in sizes and v == v]
+    units = [((c, li), float(v)) for c, per in plasticity.items() for li, v in enumerate(per)
+             if (c, li) in parts.units and v == v]
     if not units:
         raise ValueError(f"no plasticity for any (component, layer) of the model (got {sorted(plasticity)})")
-    units.sort(key=lambda u: -u[2])
-    used = _head_size(parts, budget, include_head)
-    chosen = []
-    for c, li, _ in units:
-        if sizes[(c, li)] and used + sizes[(c, li)] <= budget:
-            chosen.append(f"{c}@{li}")
-            used += sizes[(c, li)]
-    return chosen
+    ranked = [u for u, _ in sorted(units, key=lambda u: -u[1]) if parts.units[u]]
+    return [f"{c}@{li}" for c, li in _fit(ranked, parts.units, parts.head if include_head else 0, budget)]
 
 
 def choose_auto(kind: str, model: nn.Module, batches, budget: int, *, dist: DistContext | None = None,
@@ -135,9 +118,8 @@ def choose_auto(kind: str, model: nn.Module, batches, budget: int, *, dist: Dist
     measured = plasticity_record(model, batches, dist=dist, amp=amp, components=components)
     means = component_means(measured)
     if kind == AUTO_LAYER:
-        per_layer = {c: measured["plasticity"][c] for c in means}
-        chosen = choose_units(per_layer, model, budget, components=components)
-        return {"plasticity": per_layer, "chosen": chosen}
+        layers = {c: measured["plasticity"][c] for c in means}
+        return {"plasticity": layers, "chosen": choose_units(layers, model, budget, components=components)}
     return {"plasticity": means, "chosen": choose_components(means, model, budget, components=components)}
 
 

@@ -38,6 +38,17 @@ def holdout_split(n: int, fraction: float, data: str = "") -> tuple[torch.Tensor
     return torch.sort(perm[held:]).values, torch.sort(perm[:held]).values
 
 
+def _tensors(dataset) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """An in-memory dataset's ``(images, labels)`` tensors (indexed directly), else None."""
+    images, labels = getattr(dataset, "images", None), getattr(dataset, "labels", None)
+    return (images, labels) if isinstance(images, torch.Tensor) and isinstance(labels, torch.Tensor) else None
+
+
+def _stack(items) -> tuple[torch.Tensor, torch.Tensor]:
+    """Items ``(image, label)`` as one batch of images and one of labels."""
+    return torch.stack([x for x, _ in items]), torch.tensor([y for _, y in items], dtype=torch.long)
+
+
 class Positions(torch.utils.data.Dataset):
     """Items ``positions`` of ``dataset`` (a part of a training set), keyed as ``dataset`` is (an index,
     or ``(index, seed)`` for an augmented dataset), with its ``classes``; an in-memory dataset's
@@ -47,9 +58,8 @@ class Positions(torch.utils.data.Dataset):
         self.dataset, self.positions = dataset, positions
         self.augmented = getattr(dataset, "augmented", False)
         self.classes, self.num_classes = dataset.classes, dataset.num_classes
-        images, labels = getattr(dataset, "images", None), getattr(dataset, "labels", None)
-        if isinstance(images, torch.Tensor) and isinstance(labels, torch.Tensor):
-            self.images, self.labels = images[positions], labels[positions]
+        if (tensors := _tensors(dataset)) is not None:
+            self.images, self.labels = (t[positions] for t in tensors)
 
     def __len__(self) -> int:
         return self.positions.numel()
@@ -64,11 +74,6 @@ class Positions(torch.utils.data.Dataset):
 def item_seed(seed: int, it: int, position: int) -> int:
     """The seed of the augmentation of the image at ``position`` of iteration ``it``'s global batch."""
     return (seed * 1_000_003 + it) * 65_537 + position
-
-
-def _item(dataset, index: int, seed: int):
-    """Item ``index`` of ``dataset``, its random augmentation (if any) drawn from ``seed``."""
-    return dataset[(index, seed)] if getattr(dataset, "augmented", False) else dataset[index]
 
 
 class StepBatches:
@@ -88,7 +93,7 @@ class StepBatches:
             raise ValueError(f"--batch-size {batch_size} must be divisible by the {world} processes")
         self.per_epoch = self.n // batch_size
         self._perm_epoch, self._perm = -1, None
-        self._tensors = (getattr(dataset, "images", None), getattr(dataset, "labels", None))
+        self._tensors = _tensors(dataset)
 
     def indices(self, it: int) -> torch.Tensor:
         epoch, k = divmod(it, self.per_epoch)
@@ -107,16 +112,14 @@ class StepBatches:
         return [(i, item_seed(self.seed, it, p)) for i, p in zip(idx, positions, strict=True)]
 
     def get(self, it: int) -> tuple[torch.Tensor, torch.Tensor]:
-        images, labels = self._tensors
-        if isinstance(images, torch.Tensor) and isinstance(labels, torch.Tensor):
+        if self._tensors is not None:
             idx = self.indices(it)
-            return images[idx], labels[idx]
-        items = [self.dataset[k] for k in self.keys(it)]
-        return torch.stack([x for x, _ in items]), torch.tensor([y for _, y in items], dtype=torch.long)
+            return tuple(t[idx] for t in self._tensors)
+        return _stack([self.dataset[k] for k in self.keys(it)])
 
     def iterate(self, start: int, stop: int, workers: int = 0):
         """``(it, images, labels)`` for ``it`` in ``[start, stop)``; ``workers`` > 0 loads ahead."""
-        if workers == 0 or isinstance(self._tensors[0], torch.Tensor):
+        if workers == 0 or self._tensors is not None:
             for it in range(start, stop):
                 yield (it, *self.get(it))
             return
@@ -128,31 +131,19 @@ class StepBatches:
             yield it, x, y
 
 
-def _eval_batches(dataset, limit: int, batch_size: int, rank: int, world: int):
-    n = len(dataset) if not limit else min(limit, len(dataset))
-    idx = torch.arange(rank, n, world)
-    images, labels = getattr(dataset, "images", None), getattr(dataset, "labels", None)
-    for s in range(0, idx.numel(), batch_size):
-        part = idx[s : s + batch_size]
-        if isinstance(images, torch.Tensor) and isinstance(labels, torch.Tensor):
-            yield images[part], labels[part]
-        else:
-            items = [dataset[int(i)] for i in part]
-            yield torch.stack([x for x, _ in items]), torch.tensor([y for _, y in items])
-
-
 def evaluate(model, dataset, device, *, limit=0, batch_size=256, dctx=None, amp=contextlib.nullcontext):
     """``(accuracy, mean loss)`` on ``dataset`` (first ``limit`` items when > 0), summed over ranks."""
     dctx = dctx or DistContext()
-    was = model.training
+    was, tensors = model.training, _tensors(dataset)
+    idx = torch.arange(dctx.rank, min(limit, len(dataset)) if limit else len(dataset), dctx.world)
     model.eval()
     tot = torch.zeros(3, dtype=torch.float64, device=device)  # correct, count, loss sum
     with torch.no_grad():
-        for x, y in _eval_batches(dataset, limit, batch_size, dctx.rank, dctx.world):
-            x, y = x.to(device), y.to(device)
+        for part in (idx[s : s + batch_size] for s in range(0, idx.numel(), batch_size)):
+            x, y = tuple(t[part] for t in tensors) if tensors else _stack([dataset[int(i)] for i in part])
             with amp():
-                logits = model(x)
-            logits = logits.float()
+                logits = model(x.to(device)).float()
+            y = y.to(device)
             tot[0] += (logits.argmax(-1) == y).sum()
             tot[1] += y.numel()
             tot[2] += torch.nn.functional.cross_entropy(logits, y, reduction="sum").double()
@@ -184,8 +175,9 @@ def probe_batch(train_ds, n: int, dctx: DistContext, device) -> torch.Tensor:
     pick = torch.randperm(len(train_ds), generator=g)[:n]
     if pick.numel() < n:
         raise ValueError(f"--probe {n} exceeds the training set ({len(train_ds)} images)")
-    probe = torch.stack([_item(train_ds, int(i), 12345 + k)[0] for k, i in enumerate(pick)])
-    probe = probe[dctx.rank :: dctx.world].to(device)
+    augmented = getattr(train_ds, "augmented", False)  # an image's random augmentation drawn from its seed
+    keys = [(int(i), 12345 + k) if augmented else int(i) for k, i in enumerate(pick)]
+    probe = torch.stack([train_ds[key][0] for key in keys])[dctx.rank :: dctx.world].to(device)
     if probe.shape[0] % 2:
         raise ValueError(f"--probe {n} must split into an even number of images per process")
     return probe

@@ -25,21 +25,18 @@ ADAPTER_DIR = "adapter"
 ADAPTER_FILES = ("adapter_model.safetensors", "adapter_config.json", "README.md")
 
 
-def plain_state_dict(state: dict[str, torch.Tensor], alpha: float = LORA_ALPHA) -> dict[str, torch.Tensor]:
-    """``state`` (a model's, possibly peft-wrapped) as the plain model's: prefixes removed, LoRA merged
-    with scale ``alpha / r``; contiguous CPU tensors that own their memory (what safetensors stores)."""
-    merged = merge_lora(strip_prefixes(state), alpha)
-    return {k: v.detach().to("cpu").contiguous().clone() for k, v in merged.items()}
-
-
 def export_weights(run_path: Path, state: dict[str, torch.Tensor], *, peft_model=None,
                    metadata: dict[str, str] | None = None) -> list[Path]:
-    """Writes `MODEL_FILE` (and the adapter of ``peft_model``) into ``run_path``; returns the paths."""
+    """Writes `MODEL_FILE` (and the adapter of ``peft_model``) into ``run_path``; returns the paths.
+    `MODEL_FILE` holds ``state`` (a model's, possibly peft-wrapped) as the plain model's: prefixes
+    removed, LoRA merged with scale ``alpha / r``; contiguous CPU tensors that own their memory (what
+    safetensors stores)."""
     from safetensors.torch import save_file
 
     is_peft = peft_model is not None and hasattr(peft_model, "peft_config")
     alpha = peft_model.peft_config["default"].lora_alpha if is_peft else LORA_ALPHA
-    plain = plain_state_dict(state, alpha)
+    merged = merge_lora(strip_prefixes(state), alpha)
+    plain = {k: v.detach().to("cpu").contiguous().clone() for k, v in merged.items()}
     path = Path(run_path) / MODEL_FILE
     atomic_write(path, lambda tmp: save_file(plain, tmp, metadata={"format": "pt", **(metadata or {})}))
     written = [path]

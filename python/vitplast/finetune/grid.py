@@ -78,18 +78,9 @@ def plan_grid(settings: RunSettings, trains: Sequence[str], lrs: Sequence[float]
         combos = [(t, lr, s) for s in seeds for t in trains for lr in lrs]
     else:
         combos = [(t, lr, s) for t in trains for lr in lrs for s in seeds]
-    runs = []
-    for t, lr, s in combos:
-        directory = under if one_in_place and len(combos) == 1 else under / run_name(t, lr, s)
-        runs.append(PlannedRun(RunSpec(t, lr, s, directory, settings, resume), RunDir(directory).state(),
-                               dataset))
-    return runs
-
-
-def _plan(opts: FinetuneOptions) -> list[PlannedRun]:
-    """The runs of the finetuning grid of ``opts``, in run order."""
-    return plan_grid(opts.settings(), opts.train, opts.lr, opts.seed, Path(opts.out), one_in_place=True,
-                     resume=opts.resume or opts.analyse_only)
+    dirs = [under if one_in_place and len(combos) == 1 else under / run_name(*c) for c in combos]
+    return [PlannedRun(RunSpec(*c, d, settings, resume), RunDir(d).state(), dataset)
+            for c, d in zip(combos, dirs, strict=True)]
 
 
 def config_mismatches(specs: Sequence[RunSpec]) -> list[tuple[RunSpec, str]]:
@@ -143,7 +134,8 @@ def finetune(opts: FinetuneOptions | None = None, /, *, reporter: Reporter | Non
     """
     opts = finetune_options(opts, **keywords)
     prepared = prepare(opts.settings(), opts.train, opts.seed[0])  # before any file is created
-    planned = _plan(opts)
+    planned = plan_grid(opts.settings(), opts.train, opts.lr, opts.seed, Path(opts.out), one_in_place=True,
+                        resume=opts.resume or opts.analyse_only)  # the runs of the grid, in run order
     specs = [r.spec for r in planned]
     with GridSession(opts.device, opts.threads, reporter) as session:
         _check_existing(opts, planned)

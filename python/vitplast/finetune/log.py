@@ -29,11 +29,6 @@ def tensorboard_writer_class():
     return SummaryWriter
 
 
-def tensorboard(run_path: Path):
-    """A writer of ``run_path/tb``."""
-    return tensorboard_writer_class()(str(run_path / "tb"))
-
-
 def tensorboard_write(tb, rec: dict, step: int) -> None:
     """The scalars of one metrics record: loss, lr, accuracy, plasticity per component (mean over layers,
     ``plasticity/{c}``, and per layer, ``plasticity/{c}/layer_{l}``) and gradient norm per group."""
@@ -65,15 +60,14 @@ class RunLog:
     the same iterations (the queued losses are averaged over ranks); only the writer writes."""
 
     def __init__(self, rd, dctx) -> None:
-        self.rd, self.dctx = rd, dctx
-        self.tb = None
+        self.rd, self.dctx, self.tb = rd, dctx, None
         self._queued: list[tuple[int, torch.Tensor, float]] = []
 
     def open_tensorboard(self, run_path: Path) -> None:
         if not self.rd.writer:
             return
         shutil.rmtree(run_path / "tb", ignore_errors=True)  # rebuilt from metrics.jsonl, the record
-        self.tb = tensorboard(run_path)
+        self.tb = tensorboard_writer_class()(str(run_path / "tb"))  # a writer of run_path/tb
         for rec in self.rd.metrics():
             tensorboard_write(self.tb, rec, rec["step"])
 

@@ -18,7 +18,6 @@ monitored when the step is recorded), then gradient clipping (``--grad-clip``) a
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import time
 from collections.abc import Callable
@@ -45,19 +44,14 @@ AfterStep = Callable[[int], None]  # called with the number of finished steps, a
 
 def _open_run_dir(spec: RunSpec, dctx: DistContext) -> RunDir:
     """Rank 0 opens (and validates) the directory; the others read what it validated."""
-    rd = RunDir(spec.directory, writer=dctx.is_main)
-    err = None
+    rd, config, err = RunDir(spec.directory, writer=dctx.is_main), None, None
     try:
         config = spec.resume_config(_saved_config(rd))
-    except RunDirError as exc:
-        config, err = None, str(exc)
-    if dctx.is_main and err is None:
-        try:
+        if dctx.is_main:
             rd.open(config, resume=spec.resume)
-        except RunDirError as exc:
-            err = str(exc)
-    err = dctx.broadcast_object(err)
-    if err:
+    except RunDirError as exc:
+        err = str(exc)
+    if err := dctx.broadcast_object(err):
         raise RunDirError(err)
     if not dctx.is_main:
         rd.open(config, resume=True)  # read-only: the checkpoint rank 0 validated
@@ -66,10 +60,8 @@ def _open_run_dir(spec: RunSpec, dctx: DistContext) -> RunDir:
 
 def _saved_config(rd: RunDir) -> dict | None:
     """The config.json of a run directory that holds one, else None."""
-    if not rd.config_path.is_file():
-        return None
     try:
-        saved = json.loads(rd.config_path.read_text())
+        saved = rd.saved_config() if rd.config_path.is_file() else None
     except (OSError, ValueError):
         return None  # RunDir.open reports it
     return saved if isinstance(saved, dict) else None
@@ -104,69 +96,6 @@ def _export_meta(spec: RunSpec) -> dict[str, str]:
             "train": spec.train, "lr": repr(spec.lr), "seed": str(spec.seed), "steps": str(s.steps)}
 
 
-@dataclasses.dataclass
-class Training:
-    """The state of a run being trained: what `_setup` builds and the step loop uses."""
-
-    model: torch.nn.Module
-    wrapped: torch.nn.Module  # DDP and/or torch.compile around model
-    params: list
-    opt: torch.optim.Optimizer
-    sched: object  # a timm scheduler, stepped by step_update(step)
-    feed: StepBatches
-    val_ds: object
-    holdout_ds: object  # the training images --holdout keeps out (None: none)
-    recorder: object
-    log: RunLog
-    device: torch.device
-    amp: Callable
-    parts: tuple[str, ...]
-    auto: dict | None
-    n_train: int
-    state: dict
-    start: int
-
-
-def _setup(spec: RunSpec, prepared: Prepared, dctx: DistContext, rd: RunDir, reporter: Reporter) -> Training:
-    """Model, data, trainable parts, optimiser and recorder of a run, restored from its checkpoint."""
-    s = spec.settings
-    device = run_device(s, dctx)
-    amp = autocast(s.amp, device)
-    torch.manual_seed(spec.seed)
-    model = fresh_model(s, prepared.num_classes)
-    train_ds, val_ds, holdout_ds = load_data(s, spec.seed, prepared.img_size, prepared.transform)
-    model.to(device).train()
-    feed = StepBatches(train_ds, s.batch_size, spec.seed, dctx.rank, dctx.world)
-    _check_micro_batches(s, dctx)
-    ckpt, log = rd.checkpoint, RunLog(rd, dctx)
-    parts, auto = trained_parts(s, spec.train, model, feed, device, dctx, amp, ckpt, log, reporter)
-    model, names = make_trainable(model, parts, s.lora_r, s.components, s.lora_targets,
-                                  prepared.component_map)
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = make_optimizer(s, model, spec.lr)
-    sched = make_scheduler(s, opt)
-    probe = probe_batch(train_ds, s.probe, dctx, device) if s.probe else None
-    recorder = StepRecorder(model, s.monitor_every, probe=probe, dist=dctx, amp=amp,
-                            start=ckpt["step"] if ckpt is not None else 0, components=s.components)
-    if ckpt is not None:
-        model.load_state_dict(ckpt["model"])
-        opt.load_state_dict(ckpt["optimizer"])
-        sched.step_update(ckpt["step"])  # the schedule is a function of the step: nothing else to restore
-        state, start = ckpt["state"], ckpt["step"]
-    else:
-        acc0, loss0 = evaluate(model, val_ds, device, limit=s.eval_limit, dctx=dctx, amp=amp)
-        state = {"initial_acc": acc0, "best_acc": acc0, "last_acc": acc0, "plasticity_start": None}
-        log.log({"kind": "eval", "iter": -1, "step": 0, "acc": acc0, "loss": loss0})
-        start = 0
-    wrapped = _wrap(model, s.compile, dctx, device)
-    if s.tensorboard:
-        log.open_tensorboard(spec.directory)  # every row kept in metrics.jsonl, then the new ones
-    if ckpt is not None:
-        set_rng_state(ckpt["rng"])
-    return Training(model, wrapped, params, opt, sched, feed, val_ds, holdout_ds, recorder, log, device, amp,
-                    parts, auto, count_parameters(model, names), state, start)
-
-
 def _check_micro_batches(s, dctx: DistContext) -> None:
     """Each process's share of a step's batch splits into ``--grad-accum`` equal micro-batches, the
     first of them even when the training batch's halves are monitored."""
@@ -193,77 +122,148 @@ def _wrap(model: torch.nn.Module, compile_mode: str | None, dctx: DistContext, d
     return wrapped
 
 
-def _forward_backward(t: Training, x, y, n_micro: int) -> torch.Tensor:
-    """The step's loss (mean over its batch), its gradients accumulated over ``n_micro`` equal parts of
-    the batch; the first part's forward is the one the monitor captures when the step is recorded, and
-    under DDP only the last backward synchronises the gradients."""
-    total = torch.zeros((), device=x.device)
-    no_sync = getattr(t.wrapped, "no_sync", None)
-    for k, (xk, yk) in enumerate(zip(x.chunk(n_micro), y.chunk(n_micro), strict=True)):
-        sync = no_sync() if no_sync is not None and k < n_micro - 1 else contextlib.nullcontext()
-        watched = t.recorder.training_forward() if k == 0 else contextlib.nullcontext()
-        with sync:
-            with watched, t.amp():
-                logits = t.wrapped(xk)
-            loss = torch.nn.functional.cross_entropy(logits.float(), yk) * (yk.shape[0] / y.shape[0])
-            loss.backward()
-        total = total + loss.detach()
-    return total
+class Training:
+    """The state of a run being trained: what `__init__` builds and the step loop uses."""
 
+    def __init__(self, spec: RunSpec, prepared: Prepared, dctx: DistContext, rd: RunDir, reporter: Reporter):
+        """Model, data, trainable parts, optimiser and recorder of a run, restored from its checkpoint."""
+        s = self.settings = spec.settings
+        self.spec, self.dctx, self.rd = spec, dctx, rd
+        device = self.device = run_device(s, dctx)
+        self.amp = autocast(s.amp, device)
+        torch.manual_seed(spec.seed)
+        model = fresh_model(s, prepared.num_classes)
+        # the training images, the validation images and those --holdout keeps out (None: none)
+        train_ds, self.val_ds, self.holdout_ds = load_data(s, spec.seed, prepared.img_size,
+                                                           prepared.transform)
+        model.to(device).train()
+        self.feed = StepBatches(train_ds, s.batch_size, spec.seed, dctx.rank, dctx.world)
+        _check_micro_batches(s, dctx)
+        ckpt, self.log = rd.checkpoint, RunLog(rd, dctx)
+        self.parts, self.auto = trained_parts(s, spec.train, model, self.feed, device, dctx, self.amp, ckpt,
+                                              self.log, reporter)
+        self.model, _ = make_trainable(model, self.parts, s.lora_r, s.components, s.lora_targets,
+                                       prepared.component_map)
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.opt = make_optimizer(s, self.model, spec.lr)
+        self.sched = make_scheduler(s, self.opt)  # a timm scheduler, stepped by step_update(step)
+        probe = probe_batch(train_ds, s.probe, dctx, device) if s.probe else None
+        self.start = ckpt["step"] if ckpt is not None else 0
+        self.recorder = StepRecorder(self.model, s.monitor_every, probe=probe, dist=dctx, amp=self.amp,
+                                     start=self.start, components=s.components)
+        if ckpt is not None:
+            self.model.load_state_dict(ckpt["model"])
+            self.opt.load_state_dict(ckpt["optimizer"])
+            # the schedule is a function of the step: nothing else to restore
+            self.sched.step_update(self.start)
+            self.state = ckpt["state"]
+        else:
+            acc0, loss0 = self.evaluate(self.val_ds)
+            self.state = {"initial_acc": acc0, "best_acc": acc0, "last_acc": acc0, "plasticity_start": None}
+            self.log.log({"kind": "eval", "iter": -1, "step": 0, "acc": acc0, "loss": loss0})
+        self.wrapped = _wrap(self.model, s.compile, dctx, device)  # DDP and/or torch.compile around model
+        if s.tensorboard:
+            self.log.open_tensorboard(spec.directory)  # every row kept in metrics.jsonl, then the new ones
+        if ckpt is not None:
+            set_rng_state(ckpt["rng"])
 
-def _step(t: Training, spec: RunSpec, it: int, x, y, bar) -> None:
-    """One optimiser step: forward and backward (monitored when due), record, clip, update."""
-    x, y = x.to(t.device, non_blocking=True), y.to(t.device, non_blocking=True)
-    loss = _forward_backward(t, x, y, spec.settings.grad_accum)
-    lr_now = current_lr(t.opt)
-    if t.recorder.due:
-        rec = t.recorder.record(it, loss, lr_now)
-        if t.state["plasticity_start"] is None:
-            t.state["plasticity_start"] = rec["plasticity_mean"]
-        t.log.log(rec)
-        bar.set_postfix(loss=f"{rec['loss']:.3f}", acc=f"{t.state['last_acc']:.3f}", refresh=False)
-    t.log.train(it, loss, lr_now)  # every step's loss (written in groups, no sync per step)
-    if spec.settings.grad_clip:  # None or 0: no clipping
-        torch.nn.utils.clip_grad_norm_(t.params, spec.settings.grad_clip)
-    t.opt.step()
-    t.sched.step_update(it + 1)
-    t.opt.zero_grad(set_to_none=True)
-    t.recorder.step()
+    def evaluate(self, dataset) -> tuple[float, float]:
+        """``(accuracy, mean loss)`` on the validation images or those ``--holdout`` keeps out."""
+        return evaluate(self.model, dataset, self.device, limit=self.settings.eval_limit, dctx=self.dctx,
+                        amp=self.amp)
 
+    def forward_backward(self, x, y, n_micro: int) -> torch.Tensor:
+        """The step's loss (mean over its batch), its gradients accumulated over ``n_micro`` equal parts of
+        the batch; the first part's forward is the one the monitor captures when the step is recorded, and
+        under DDP only the last backward synchronises the gradients."""
+        total = torch.zeros((), device=x.device)
+        no_sync = getattr(self.wrapped, "no_sync", None)
+        for k, (xk, yk) in enumerate(zip(x.chunk(n_micro), y.chunk(n_micro), strict=True)):
+            sync = no_sync() if no_sync is not None and k < n_micro - 1 else contextlib.nullcontext()
+            watched = self.recorder.training_forward() if k == 0 else contextlib.nullcontext()
+            with sync:
+                with watched, self.amp():
+                    logits = self.wrapped(xk)
+                loss = torch.nn.functional.cross_entropy(logits.float(), yk) * (yk.shape[0] / y.shape[0])
+                loss.backward()
+            total = total + loss.detach()
+        return total
 
-def _after_step(t: Training, spec: RunSpec, it: int, rd: RunDir, dctx: DistContext, bar) -> None:
-    """Validation and checkpoint at their iterations (and after the last step)."""
-    s, done = spec.settings, it + 1
-    if (s.eval_every and done % s.eval_every == 0) or done == s.steps:
-        acc, vloss = evaluate(t.model, t.val_ds, t.device, limit=s.eval_limit, dctx=dctx, amp=t.amp)
-        t.state["last_acc"], t.state["best_acc"] = acc, max(t.state["best_acc"], acc)
-        t.log.log({"kind": "eval", "iter": it, "step": done, "acc": acc, "loss": vloss})
-        bar.set_postfix(acc=f"{acc:.3f}", refresh=False)
-    if done == s.steps and t.holdout_ds is not None:  # before the last checkpoint, which then holds it
-        acc, hloss = evaluate(t.model, t.holdout_ds, t.device, limit=s.eval_limit, dctx=dctx, amp=t.amp)
-        t.state["holdout_acc"] = acc
-        t.log.log({"kind": "holdout", "iter": it, "step": done, "acc": acc, "loss": hloss})
-    bar.update(1)
-    if (s.checkpoint_every and done % s.checkpoint_every == 0) or done == s.steps:
-        t.log.flush()  # every row of the iterations before the checkpoint is on disk with it
-        rd.save_checkpoint({
-            "step": done, "model": t.model.state_dict(), "optimizer": t.opt.state_dict(),
-            "scheduler": t.sched.state_dict(), "rng": rng_state(), "state": t.state,
-            **({"auto": t.auto} if t.auto is not None else {}),
-        })
+    def step(self, it: int, x, y, bar) -> None:
+        """One optimiser step: forward and backward (monitored when due), record, clip, update."""
+        x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+        loss = self.forward_backward(x, y, self.settings.grad_accum)
+        lr_now = current_lr(self.opt)
+        if self.recorder.due:
+            rec = self.recorder.record(it, loss, lr_now)
+            if self.state["plasticity_start"] is None:
+                self.state["plasticity_start"] = rec["plasticity_mean"]
+            self.log.log(rec)
+            bar.set_postfix(loss=f"{rec['loss']:.3f}", acc=f"{self.state['last_acc']:.3f}", refresh=False)
+        self.log.train(it, loss, lr_now)  # every step's loss (written in groups, no sync per step)
+        if self.settings.grad_clip:  # None or 0: no clipping
+            torch.nn.utils.clip_grad_norm_(self.params, self.settings.grad_clip)
+        self.opt.step()
+        self.sched.step_update(it + 1)
+        self.opt.zero_grad(set_to_none=True)
+        self.recorder.step()
+
+    def after_step(self, it: int, bar) -> None:
+        """Validation and checkpoint at their iterations (and after the last step)."""
+        s, done, state = self.settings, it + 1, self.state
+        if (s.eval_every and done % s.eval_every == 0) or done == s.steps:
+            acc, vloss = self.evaluate(self.val_ds)
+            state["last_acc"], state["best_acc"] = acc, max(state["best_acc"], acc)
+            self.log.log({"kind": "eval", "iter": it, "step": done, "acc": acc, "loss": vloss})
+            bar.set_postfix(acc=f"{acc:.3f}", refresh=False)
+        if done == s.steps and self.holdout_ds is not None:  # before the last checkpoint, which then holds it
+            acc, hloss = self.evaluate(self.holdout_ds)
+            state["holdout_acc"] = acc
+            self.log.log({"kind": "holdout", "iter": it, "step": done, "acc": acc, "loss": hloss})
+        bar.update(1)
+        if (s.checkpoint_every and done % s.checkpoint_every == 0) or done == s.steps:
+            self.log.flush()  # every row of the iterations before the checkpoint is on disk with it
+            self.rd.save_checkpoint({
+                "step": done, "model": self.model.state_dict(), "optimizer": self.opt.state_dict(),
+                "scheduler": self.sched.state_dict(), "rng": rng_state(), "state": state,
+                **({"auto": self.auto} if self.auto is not None else {}),
+            })
+
+    def finish(self, prepared: Prepared, seconds: float | None) -> dict:
+        """The summary (written last: it marks the run finished), the curves and the exported weights."""
+        spec, s, state, main = self.spec, self.settings, self.state, self.dctx.is_main
+        summary = {
+            "train": spec.train, "lr": spec.lr, "seed": spec.seed, "trained": list(self.parts),
+            "final_acc": state["last_acc"], "best_acc": state["best_acc"],
+            "initial_acc": state["initial_acc"], "holdout_acc": state.get("holdout_acc"),
+            "plasticity_start": state["plasticity_start"],
+            "trainable_params": sum(p.numel() for p in self.params),
+            "total_params": count_parameters(self.model), "steps": s.steps, "world_size": self.dctx.world,
+            "seconds": seconds, "run_dir": str(spec.directory), "model": s.model, "data": s.data,
+            "provenance": prepared.provenance, **({"auto": self.auto} if self.auto is not None else {}),
+        }
+        if main and s.plots:
+            plot_curves(self.rd.metrics(), spec.directory / "plots" / "curves.png", title=spec.label)
+        if s.export and main:
+            peft_model = self.model if spec.train.is_lora else None
+            export_weights(spec.directory, self.model.state_dict(), peft_model=peft_model,
+                           metadata=_export_meta(spec))
+        self.rd.write_summary(summary)
+        self.dctx.barrier()
+        return summary
 
 
 def _train(spec: RunSpec, prepared: Prepared, dctx: DistContext, rd: RunDir, reporter: Reporter,
            after_step: AfterStep | None) -> dict:
     t0 = time.perf_counter()
-    t = _setup(spec, prepared, dctx, rd, reporter)
+    t = Training(spec, prepared, dctx, rd, reporter)
     s = spec.settings
     bar = reporter.bar(total=s.steps, initial=t.start, desc=spec.label,
                        wanted=s.progress if dctx.is_main else False)
     try:
         for it, x, y in t.feed.iterate(t.start, s.steps, s.workers):
-            _step(t, spec, it, x, y, bar)
-            _after_step(t, spec, it, rd, dctx, bar)
+            t.step(it, x, y, bar)
+            t.after_step(it, bar)
             if after_step is not None:
                 after_step(it + 1)
         t.log.flush()
@@ -271,30 +271,4 @@ def _train(spec: RunSpec, prepared: Prepared, dctx: DistContext, rd: RunDir, rep
         t.recorder.close()
         bar.close()
         t.log.close()
-    return _finish(spec, prepared, t, rd, dctx, time.perf_counter() - t0 if t.start == 0 else None)
-
-
-def _finish(spec: RunSpec, prepared: Prepared, t: Training, rd: RunDir, dctx: DistContext,
-            seconds: float | None) -> dict:
-    """The summary (written last: it marks the run finished), the curves and the exported weights."""
-    s = spec.settings
-    summary = {
-        "train": spec.train, "lr": spec.lr, "seed": spec.seed, "trained": list(t.parts),
-        "final_acc": t.state["last_acc"], "best_acc": t.state["best_acc"],
-        "initial_acc": t.state["initial_acc"], "holdout_acc": t.state.get("holdout_acc"),
-        "plasticity_start": t.state["plasticity_start"],
-        "trainable_params": t.n_train, "total_params": count_parameters(t.model),
-        "steps": s.steps, "world_size": dctx.world, "seconds": seconds,
-        "run_dir": str(spec.directory), "model": s.model, "data": s.data, "provenance": prepared.provenance,
-    }
-    if t.auto is not None:
-        summary["auto"] = t.auto
-    if dctx.is_main and s.plots:
-        plot_curves(rd.metrics(), spec.directory / "plots" / "curves.png", title=spec.label)
-    if s.export and dctx.is_main:
-        peft_model = t.model if spec.train.is_lora else None
-        export_weights(spec.directory, t.model.state_dict(), peft_model=peft_model,
-                       metadata=_export_meta(spec))
-    rd.write_summary(summary)
-    dctx.barrier()
-    return summary
+    return t.finish(prepared, time.perf_counter() - t0 if t.start == 0 else None)

@@ -12,11 +12,9 @@ from collections.abc import Mapping, Sequence
 
 from torch import nn
 
-from vitplast_kernels.measure import presets
-
 from ..models.heads import head_module, head_modules, head_names
 from .auto import choose_components, plasticity_means
-from .selection import TrainPlan, labels, resolve_selection
+from .selection import Globs, TrainPlan, labels, resolve_selection
 
 LORA_DEFAULT = ("MHA",)  # what --train lora adapts without --lora-targets: every layer's attention
 
@@ -26,10 +24,8 @@ def import_peft():
     try:
         import peft
     except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise ImportError(
-            "LoRA needs the optional dependency peft: "
-            "pip install 'vitplast-kernels[lora]' (or pip install peft)"
-        ) from exc
+        raise ImportError("LoRA needs the optional dependency peft: pip install 'vitplast-kernels[lora]' (or "
+                          "pip install peft)") from exc
     return peft
 
 
@@ -44,8 +40,7 @@ def _lora_able(module: nn.Module) -> bool:
     return isinstance(module, nn.Linear) or type(module).__name__ == "Conv1D"
 
 
-def lora_targets(model: nn.Module, train: str | Sequence[str] = "MHA",
-                 components: Mapping[str, presets.Pattern] | None = None) -> list[str]:
+def lora_targets(model: nn.Module, train: str | Sequence[str] = "MHA", components: Globs = None) -> list[str]:
     """Qualified names of the linear layers inside the selected components' own modules (the same
     ownership as the parameters: a linear inside a nested component belongs to that one). LayerNorms
     have none; ValueError when the selection holds none."""
@@ -66,10 +61,8 @@ def _has_lora_target(model: nn.Module, component: str, components: Mapping | Non
         return False
 
 
-def lora_config(
-    plasticity_or_components, model: nn.Module, *, budget: int | None = None, r: int = 8,
-    alpha: int = 16, dropout: float = 0.0, components: Mapping | None = None,
-):
+def lora_config(plasticity_or_components, model: nn.Module, *, budget: int | None = None, r: int = 8,
+                alpha: int = 16, dropout: float = 0.0, components: Mapping | None = None):
     """A peft ``LoraConfig`` targeting the chosen components' linear layers, the head kept trainable.
 
     ``plasticity_or_components``: a PlasticityResult / ``{component: plasticity}`` mapping (the top
@@ -86,11 +79,9 @@ def lora_config(
                      if c in labels(components) and _has_lora_target(model, c, components)}
         parts = choose_components(lora_able, model, budget, components=components)
     head_module(model)  # ValueError naming the model when it has no classifier head
-    return peft.LoraConfig(
-        r=r, lora_alpha=alpha, lora_dropout=dropout,
-        target_modules=lora_targets(model, tuple(parts), components),
-        modules_to_save=[name for name, _ in head_modules(model)],
-    )
+    return peft.LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout,
+                           target_modules=lora_targets(model, tuple(parts), components),
+                           modules_to_save=[name for name, _ in head_modules(model)])
 
 
 def apply_lora(model: nn.Module, config=None, *, r: int = 8, alpha: int = 16,
@@ -98,8 +89,6 @@ def apply_lora(model: nn.Module, config=None, *, r: int = 8, alpha: int = 16,
     """Wrap ``model`` with peft LoRA (default: ``targets``, a ``--train``-style spec such as
     ``"MHA@2-3+FC1"``, else the attention, component ``MHA`` of the map ``components`` or the preset:
     the ``--train lora`` baseline). Returns the peft model; only adapters and the head are trainable."""
-    peft = import_peft()
-    if config is None:
-        config = lora_config(list(lora_target_parts(targets, components)), model, r=r, alpha=alpha,
-                             components=components)
-    return peft.get_peft_model(model, config)
+    config = config or lora_config(list(lora_target_parts(targets, components)), model, r=r, alpha=alpha,
+                                   components=components)
+    return import_peft().get_peft_model(model, config)

@@ -72,7 +72,7 @@ def make_scheduler(opts: OptimOptions, optimizer: torch.optim.Optimizer):
     count: ``step_update(n)`` sets the lr of step ``n`` (times each group's ``lr_scale``)."""
     from timm.scheduler import create_scheduler_v2
 
-    lr = max(g["lr"] for g in optimizer.param_groups)
+    lr = current_lr(optimizer)
     rest = max(1, opts.steps - opts.warmup)
     # constant: timm's step schedule whose one decay, by a factor 1, falls after the last step
     kind = dict(sched="cosine") if opts.schedule == "cosine" else dict(sched="step", decay_epochs=rest + 1,

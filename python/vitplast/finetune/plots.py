@@ -107,10 +107,6 @@ def plot_step_heatmaps(records: Sequence[dict], path, *, title: str = "") -> Pat
     return save(fig, path, tight=False)
 
 
-def _grid_label(row: dict, one_lr: bool) -> str:
-    return row["train"] if one_lr else f"{row['train']}\nlr={row['lr']:g}"
-
-
 def seed_note(rows: Sequence[dict]) -> tuple[str, bool]:
     """What the error bars are, and whether single-seed rows need their own ``n = 1`` mark (a grid
     mixing one and several seeds)."""
@@ -137,7 +133,7 @@ def plot_grid(rows: Sequence[dict], folder) -> list[Path]:
         if mark and r["n"] < 2:
             ax[0, 0].annotate("n = 1", (i, r["acc_mean"]), textcoords="offset points", xytext=(0, 3),
                               ha="center", fontsize=8)
-    ax[0, 0].set_xticks(list(xs), [_grid_label(r, one_lr) for r in rows])
+    ax[0, 0].set_xticks(list(xs), [r["train"] if one_lr else f"{r['train']}\nlr={r['lr']:g}" for r in rows])
     ax[0, 0].set(ylabel=f"validation accuracy ({note})", title="accuracy per trained component")
     ax[0, 0].axhline(rows[0]["initial_acc"] if rows else 0, color="grey", ls="--", lw=1, label="before")
     legend_outside(ax[0, 0])
@@ -147,12 +143,10 @@ def plot_grid(rows: Sequence[dict], folder) -> list[Path]:
     fig, ax = figure(1, 1, (6, 4.5))
     for r in pts:
         ax[0, 0].errorbar(r["plasticity"], r["gain_at_lr"], yerr=r["acc_std"] if r["n"] >= 2 else None,
-                          fmt="o",
-                          color=component_color(r["train"]), capsize=3, ms=7)
+                          fmt="o", color=component_color(r["train"]), capsize=3, ms=7)
         label = r["train"] + (" (n = 1)" if mark and r["n"] < 2 else "")
         ax[0, 0].annotate(label, (r["plasticity"], r["gain_at_lr"]), textcoords="offset points",
-                          xytext=(5, 5),
-                          color=component_color(r["train"]), fontsize=9)
+                          xytext=(5, 5), color=component_color(r["train"]), fontsize=9)
     ax[0, 0].margins(x=0.15, y=0.15)
     over = rows[0]["gain_at_lr_over"] if rows else "initial"
     ax[0, 0].set(xlabel="plasticity before finetuning", title=f"plasticity vs accuracy gain ({note})",

@@ -80,12 +80,10 @@ def prepare_model(settings: RunSettings, seed: int) -> PreparedModel:
     n = len(train_ds)
     if n == 0 or len(val_ds) == 0:
         raise ValueError(f"--data {settings.data}: no {'training' if n == 0 else 'validation'} images")
-    if settings.batch_size > n:
-        raise ValueError(f"--batch-size {settings.batch_size} exceeds the training set of --data "
-                         f"{settings.data} ({n} images)")
-    if settings.probe > n:
-        raise ValueError(f"--probe {settings.probe} exceeds the training set of --data {settings.data} "
-                         f"({n} images)")
+    for flag, value in (("--batch-size", settings.batch_size), ("--probe", settings.probe)):
+        if value > n:
+            raise ValueError(f"{flag} {value} exceeds the training set of --data {settings.data} "
+                             f"({n} images)")
     try:
         cmap = component_map(model, settings.components)
     except ValueError:  # no preset for this model: only full, head and lora (with targets) train it
@@ -118,7 +116,6 @@ def check_train(settings: RunSettings, train: str, model: torch.nn.Module,
         if settings.budget < head:
             raise ValueError(f"--budget {settings.budget} is smaller than the classifier head alone "
                              f"({head:,} parameters of {count_parameters(model):,}): --train auto trains the "
-                             "head "
-                             "and the most plastic components that fit")
+                             "head and the most plastic components that fit")
         return
     select_trainable(model, plan.parts, comps, cmap)  # a map lacking what is named raises here

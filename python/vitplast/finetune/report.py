@@ -24,10 +24,9 @@ def aggregate(summaries: list, components=None, plans=()) -> list[dict]:
     known = {str(p): p for p in plans}
     typed = [RunSummary.of(s) for s in summaries]
     groups: dict[tuple, list[RunSummary]] = {}
-    for s in typed:
-        groups.setdefault((s.train, s.lr), []).append(s)
     start_plast: dict[str, list[float]] = {}
     for s in typed:
+        groups.setdefault((s.train, s.lr), []).append(s)
         for c, v in (s.plasticity_start or {}).items():
             start_plast.setdefault(c, []).append(math.nan if v is None else v)
     rows = []

@@ -40,6 +40,7 @@ SPECIAL = ("full", "head", "lora", "auto")
 TRAIN_CHOICES = TRAIN_ORDER + SPECIAL
 AUTO_LAYER = "auto@layer"  # auto over (component, layer) units; stands alone like auto
 _LAYERS = re.compile(r"^(-?\d+)(?:-(-?\d+))?$")
+Globs = Mapping[str, presets.Pattern] | None  # a component map as ``--component`` gives it (None: the preset)
 
 
 # ------------------------------------------------------------------------------------------ parsing
@@ -54,9 +55,8 @@ def layer_range(text: str) -> tuple[int, int]:
     m = _LAYERS.match(text.strip())
     if m is None:
         raise ValueError(f"layers {text!r}: expected N, A-B (inclusive) or a negative index such as -1")
-    lo = int(m.group(1))
-    hi = int(m.group(2)) if m.group(2) is not None else lo
-    return lo, hi
+    lo, hi = m.groups()
+    return int(lo), int(lo if hi is None else hi)
 
 
 def labels(components: Mapping | None = None) -> tuple[str, ...]:
@@ -78,28 +78,24 @@ def parse_train(spec: str, components: Mapping | None = None, *, any_label: bool
                          "to layers, e.g. MHA@3, FC1@0-2, MHA@-1)")
     lookup = {c.lower(): c for c in allowed} if allowed is not None else None
     parts = []
-    for raw in spec.split("+"):
-        text = raw.strip()
+    for text in (raw.strip() for raw in spec.split("+")):
         label, layers = split_part(text)
         label = label.strip()
         if layers is not None and f"{label}@{layers.strip()}".lower() == AUTO_LAYER:
             parts.append(AUTO_LAYER)
-            continue
-        if layers is None and label.lower() in SPECIAL:
+        elif layers is None and label.lower() in SPECIAL:
             parts.append(label.lower())
-            continue
-        if not label or label.lower() in SPECIAL:
+        elif not label or label.lower() in SPECIAL:
             raise ValueError(f"{text!r}: only a component can be restricted to layers (e.g. MHA@3), not "
                              f"{label or 'nothing'!r}")
-        if lookup is not None:
-            if label.lower() not in lookup:
-                raise ValueError(f"unknown choice {label!r}; expected one of {choices} (several join with +, "
-                                 "grid values with commas)")
-            label = lookup[label.lower()]
-        if layers is not None:
-            lo, hi = layer_range(layers)
-            parts.append(f"{label}@{lo}" if lo == hi else f"{label}@{lo}-{hi}")
+        elif lookup is not None and label.lower() not in lookup:
+            raise ValueError(f"unknown choice {label!r}; expected one of {choices} (several join with +, "
+                             "grid values with commas)")
         else:
+            label = lookup[label.lower()] if lookup is not None else label
+            if layers is not None:
+                lo, hi = layer_range(layers)
+                label += f"@{lo}" if lo == hi else f"@{lo}-{hi}"
             parts.append(label)
     if len(parts) > 1 and any((p in SPECIAL and p != "head") or p == AUTO_LAYER for p in parts):
         raise ValueError(f"{spec!r}: full, lora, auto and auto@layer cannot be combined with other choices")
@@ -168,9 +164,8 @@ class ComponentMap:
 
     def layer_indices(self, label: str, layers: str | None) -> list[int]:
         """Layer indices of ``label`` selected by ``layers`` (None: all its layers)."""
-        have = sorted(self.modules[label])
         if layers is None:
-            return have
+            return sorted(self.modules[label])
         lo, hi = layer_range(layers)
         n = len(self.layers)
         a, b = (lo + n if lo < 0 else lo), (hi + n if hi < 0 else hi)
@@ -179,15 +174,13 @@ class ComponentMap:
                              f"(0 to {n - 1}, or -{n} to -1)")
         if a > b:
             raise ValueError(f"--train {label}@{layers}: empty layer range (first {lo} after last {hi})")
-        missing = [i for i in range(a, b + 1) if i not in self.modules[label]]
-        if missing:
+        if missing := [i for i in range(a, b + 1) if i not in self.modules[label]]:
             raise ValueError(f"--train {label}@{layers}: {label} has no module in layer(s) "
                              f"{', '.join(self.layers[i] for i in missing)}")
         return list(range(a, b + 1))
 
 
-def component_map(model: nn.Module, components: Mapping[str, presets.Pattern] | None = None
-                  ) -> ComponentMap:
+def component_map(model: nn.Module, components: Globs = None) -> ComponentMap:
     """The component map of ``model``: ``components`` (``{label: glob}``) or the detected preset, as
     the capture resolves it (`vitplast_kernels.measure.targets.resolve_components`), with the layers
     indexed in block order."""
@@ -211,12 +204,9 @@ def _owners(model: nn.Module, cmap: ComponentMap) -> dict[str, tuple[str, int]]:
                 by_module[m] = (label, li)
     out = {}
     for pname, _ in model.named_parameters():
-        parts = pname.split(".")[:-1]
-        for k in range(len(parts), 0, -1):
-            owner = by_module.get(".".join(parts[:k]))
-            if owner is not None:
-                out[pname] = owner
-                break
+        holders = [pname.rsplit(".", k)[0] for k in range(1, pname.count(".") + 1)]  # innermost first
+        if owners := [by_module[m] for m in holders if m in by_module]:
+            out[pname] = owners[0]
     return out
 
 
@@ -232,9 +222,8 @@ class Selection:
     modules: list[str]
 
 
-def resolve_selection(model: nn.Module, train: str | Sequence[str],
-            components: Mapping[str, presets.Pattern] | None = None,
-            cmap: ComponentMap | None = None) -> Selection:
+def resolve_selection(model: nn.Module, train: str | Sequence[str], components: Globs = None,
+                      cmap: ComponentMap | None = None) -> Selection:
     """The parameters ``train`` selects on ``model`` (nothing is changed). ``lora``, ``auto`` and
     ``auto@layer`` are not plain selections: resolve them first (`.lora`, `.auto`)."""
     parts = TrainPlan.parse(train, any_label=True).parts if isinstance(train, str) else tuple(train)
@@ -248,54 +237,32 @@ def resolve_selection(model: nn.Module, train: str | Sequence[str],
     if "head" in parts and not head:
         raise ValueError(f"--train head: {type(model).__name__} has no classifier head "
                          "(get_classifier(), .head, .fc or .classifier)")
-    units: list[tuple[str, int]] = []
-    comp_parts = [p for p in parts if p not in SPECIAL]
-    if comp_parts:
+    units, owners, modules = [], {}, []
+    if comp_parts := [p for p in parts if p not in SPECIAL]:
         cmap = cmap or component_map(model, components)
-        for p in comp_parts:
-            label, layers = split_part(p)
+        for label, layers in map(split_part, comp_parts):
             label = cmap.label(label)
             units += [(label, li) for li in cmap.layer_indices(label, layers)]
-    units = list(dict.fromkeys(units))
-    wanted_units = set(units)
-    owners = _owners(model, cmap) if comp_parts else {}
-    wanted = set(head) | {n for n, u in owners.items() if u in wanted_units}
-    empty = [u for u in units if not any(owners.get(n) == u for n in owners)]
-    if empty:
-        label, li = empty[0]
-        raise ValueError(f"--train {label}@{li}: its module(s) {list(cmap.modules[label][li])} hold no "
-                         "parameter of their own")
-    modules = [m for u in units for m in cmap.modules[u[0]][u[1]]] if comp_parts else []
+        units = list(dict.fromkeys(units))
+        owners = _owners(model, cmap)
+        if empty := [u for u in units if u not in owners.values()]:
+            label, li = empty[0]
+            raise ValueError(f"--train {label}@{li}: its module(s) {list(cmap.modules[label][li])} hold no "
+                             "parameter of their own")
+        modules = [m for label, li in units for m in cmap.modules[label][li]]
+    wanted = set(head) | {n for n, u in owners.items() if u in units}
     return Selection(parts, [n for n in all_names if n in wanted], units, modules)
 
 
-def trainable_names(model: nn.Module, train: str | Sequence[str],
-                    components: Mapping[str, presets.Pattern] | None = None,
-                    cmap: ComponentMap | None = None) -> list[str]:
-    """Names of the parameters ``train`` makes trainable, in model order (no change to the model;
-    ``cmap``: the model's component map when it was resolved already)."""
-    return resolve_selection(model, train, components, cmap).names
-
-
-def set_trainable(model: nn.Module, names: Iterable[str]) -> int:
-    """``requires_grad = True`` exactly for ``names``, False elsewhere; returns the trainable count."""
-    names = set(names)
-    missing = names - {n for n, _ in model.named_parameters()}
-    if missing:
-        raise ValueError(f"set_trainable: no such parameters: {sorted(missing)[:5]}")
-    total = 0
-    for n, p in model.named_parameters():
-        p.requires_grad_(n in names)
-        total += p.numel() if n in names else 0
-    return total
-
-
-def select_trainable(model: nn.Module, train: str | Sequence[str],
-                     components: Mapping[str, presets.Pattern] | None = None,
+def select_trainable(model: nn.Module, train: str | Sequence[str], components: Globs = None,
                      cmap: ComponentMap | None = None) -> list[str]:
-    """Freeze ``model`` except what ``train`` selects; returns the trainable parameter names."""
-    names = trainable_names(model, train, components, cmap)
-    set_trainable(model, names)
+    """Freeze ``model`` except what ``train`` selects; returns the trainable parameter names, in model
+    order (``requires_grad = True`` exactly for them, False elsewhere; ``cmap``: the model's component
+    map when it was resolved already)."""
+    names = resolve_selection(model, train, components, cmap).names
+    wanted = set(names)
+    for n, p in model.named_parameters():
+        p.requires_grad_(n in wanted)
     return names
 
 
@@ -305,29 +272,19 @@ def count_parameters(model: nn.Module, names: Iterable[str] | None = None) -> in
     return sum(params[n].numel() for n in (params if names is None else names))
 
 
-def parameter_groups(model: nn.Module, components: Mapping[str, presets.Pattern] | None = None
-                     ) -> dict[str, list[str]]:
+def parameter_groups(model: nn.Module, components: Globs = None) -> dict[str, list[str]]:
     """Parameter names per component label (all layers), ``head`` and ``other`` (everything else)."""
     cmap = component_map(model, components)
-    owners = _owners(model, cmap)
-    head = set(head_names(model))
-    groups: dict[str, list[str]] = {c: [] for c in cmap.labels}
-    groups["head"], groups["other"] = [], []
+    owners, head = _owners(model, cmap), set(head_names(model))
+    groups: dict[str, list[str]] = {**{c: [] for c in cmap.labels}, "head": [], "other": []}
     for n, _ in model.named_parameters():
-        key = "head" if n in head else owners[n][0] if n in owners else "other"
-        groups[key].append(n)
+        groups["head" if n in head else owners[n][0] if n in owners else "other"].append(n)
     return groups
 
 
-def unit_sizes(model: nn.Module, components: Mapping[str, presets.Pattern] | None = None
-               ) -> dict[tuple[str, int], int]:
+def unit_sizes(model: nn.Module, components: Globs = None) -> dict[tuple[str, int], int]:
     """``{(label, layer index): trainable-parameter count}`` of every (component, layer)."""
-    cmap = component_map(model, components)
-    params = dict(model.named_parameters())
-    sizes = {(c, li): 0 for c, per in cmap.modules.items() for li in per}
-    for n, unit in _owners(model, cmap).items():
-        sizes[unit] += params[n].numel()
-    return sizes
+    return part_sizes(model, components).units
 
 
 @dataclass(frozen=True)
@@ -341,16 +298,12 @@ class PartSizes:
     total: int
 
 
-def part_sizes(model: nn.Module, components: Mapping[str, presets.Pattern] | None = None) -> PartSizes:
+def part_sizes(model: nn.Module, components: Globs = None) -> PartSizes:
     """The `PartSizes` of ``model`` under its component map (``components``: ``--component``)."""
     cmap = component_map(model, components)
     params = dict(model.named_parameters())
     units = {(c, li): 0 for c, per in cmap.modules.items() for li in per}
     for n, unit in _owners(model, cmap).items():
         units[unit] += params[n].numel()
-    per_label = {c: 0 for c in cmap.labels}
-    for (c, _), size in units.items():
-        per_label[c] += size
-    head = sum(params[n].numel() for n in head_names(model))
-    return PartSizes(per_label, units, head, sum(p.numel() for p in params.values()))
-
+    per_label = {c: sum(size for (u, _), size in units.items() if u == c) for c in cmap.labels}
+    return PartSizes(per_label, units, count_parameters(model, head_names(model)), count_parameters(model))

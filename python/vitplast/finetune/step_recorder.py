@@ -22,7 +22,6 @@ plasticity is that of the global batch; every value is the result's own (``mean`
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
 
 import torch
 from torch import nn
@@ -69,10 +68,7 @@ class StepRecorder:
             raise ValueError(f"--monitor-every must be >= 0 (0 = off), got {every}")
         if probe is not None and (probe.shape[0] < 2 or probe.shape[0] % 2):
             raise ValueError(f"--probe must be an even number >= 2 of images, got {probe.shape[0]}")
-        self.model = model
-        self.probe = probe
-        self.dist = dist or DistContext()
-        self.amp = amp
+        self.model, self.probe, self.dist, self.amp = model, probe, dist or DistContext(), amp
         names = parameter_groups(model, components)
         params = dict(model.named_parameters())
         self.groups = {g: [params[n] for n in ns] for g, ns in names.items()}
@@ -129,20 +125,16 @@ class StepRecorder:
         self.model.train(was_training)
         return self._steps.monitor.result(reset=True)
 
-    def record(self, it: int, loss: torch.Tensor, lr: float, *, grad_norms: Mapping | None = None) -> dict:
+    def record(self, it: int, loss: torch.Tensor, lr: float) -> dict:
         """The record of the due iteration ``it`` (call after backward, before the optimiser step)."""
         if not self.due:
             raise RuntimeError(f"StepRecorder.record: iteration {it} is not a recorded step")
         result = self._probe_result() if self.probe is not None else self._steps.monitor.result(reset=True)
         summary = summarize(over_ranks(result, self.dist))
         loss_t = self.dist.sum_(loss.detach().float().reshape(1).clone()) / self.dist.world
-        gn = grad_norms if grad_norms is not None else self.grad_norms()
+        gn = self.grad_norms()
         gn_values = torch.stack(list(gn.values())).tolist() if gn else []
-        rec = {
-            "kind": "monitor", "iter": it, "step": it, "loss": float(loss_t.item()), "lr": float(lr),
-            "grad_norm": dict(zip(gn.keys(), gn_values, strict=True)),
-            "source": "probe" if self.probe is not None else "halves",
-        }
-        rec.update(summary)
-        return rec
+        return {"kind": "monitor", "iter": it, "step": it, "loss": float(loss_t.item()), "lr": float(lr),
+                "grad_norm": dict(zip(gn.keys(), gn_values, strict=True)),
+                "source": "probe" if self.probe is not None else "halves", **summary}
 

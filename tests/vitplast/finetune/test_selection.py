@@ -70,8 +70,8 @@ def test_timm_vit(vit, spec, patterns):
 
 
 def test_timm_head_full_groups_and_sizes(vit):
-    assert S.trainable_names(vit, "head") == ["head.weight", "head.bias"]
-    assert S.trainable_names(vit, "full") == [n for n, _ in vit.named_parameters()]
+    assert S.resolve_selection(vit, "head").names == ["head.weight", "head.bias"]
+    assert S.resolve_selection(vit, "full").names == [n for n, _ in vit.named_parameters()]
     groups = S.parameter_groups(vit)
     flat = [n for names in groups.values() for n in names]
     assert sorted(flat) == sorted(n for n, _ in vit.named_parameters())
@@ -134,11 +134,11 @@ def test_custom_label_glob():
     with vk.capture(net, components=CUSTOM, pairs="halves") as acts, torch.no_grad():
         net(torch.randn(4, 5, 3))
     assert set(vk.pairwise_plasticity(acts).components) == set(CUSTOM)
-    assert S.trainable_names(net, "mix@-1", CUSTOM) == ["stack.3.mix.weight", "stack.3.mix.bias",
+    assert S.resolve_selection(net, "mix@-1", CUSTOM).names == ["stack.3.mix.weight", "stack.3.mix.bias",
                                                          "classifier.weight", "classifier.bias"]
     # FF contains UP: FF owns only the second linear, UP the first
-    assert S.trainable_names(net, "FF@0", CUSTOM)[:2] == ["stack.0.ff.2.weight", "stack.0.ff.2.bias"]
-    assert S.trainable_names(net, "UP@0", CUSTOM)[:2] == ["stack.0.ff.0.weight", "stack.0.ff.0.bias"]
+    assert S.resolve_selection(net, "FF@0", CUSTOM).names[:2] == ["stack.0.ff.2.weight", "stack.0.ff.2.bias"]
+    assert S.resolve_selection(net, "UP@0", CUSTOM).names[:2] == ["stack.0.ff.0.weight", "stack.0.ff.0.bias"]
     assert lora.lora_targets(net, "FF@1-2", CUSTOM) == ["stack.1.ff.2", "stack.2.ff.2"]
     groups = S.parameter_groups(net, CUSTOM)
     assert groups["other"] == ["stem.weight", "stem.bias"] and groups["head"] == ["classifier.weight",
@@ -171,11 +171,11 @@ def test_minilm_bert():
 
     model, _ = load_minilm()
     # hf-bert preset: MHA is the attention block, which holds LN1; each parameter has one owner
-    names = S.trainable_names(model, "MHA@3")
+    names = S.resolve_selection(model, "MHA@3").names
     assert names == _matching(model, r"encoder\.layer\.3\.attention\.(self|output\.dense)\.")
-    assert S.trainable_names(model, "LN1@-1") == _matching(model, r"encoder\.layer\.5\.attention\.output\."
-                                                                   r"LayerNorm\.")
-    assert S.trainable_names(model, "MHA@3", BERT_COMPONENTS) == _matching(
+    assert S.resolve_selection(model, "LN1@-1").names == _matching(
+        model, r"encoder\.layer\.5\.attention\.output\.LayerNorm\.")
+    assert S.resolve_selection(model, "MHA@3", BERT_COMPONENTS).names == _matching(
         model, r"encoder\.layer\.3\.attention\.self\.")
     assert lora.lora_targets(model, "FC1@0-1") == ["encoder.layer.0.intermediate.dense",
                                                    "encoder.layer.1.intermediate.dense"]
