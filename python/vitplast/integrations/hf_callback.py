@@ -91,10 +91,7 @@ class PlasticityTrainerCallback(TrainerCallback):
         self.every = every
         self.steps = StepMonitor(1 if every is None else every, prefix=prefix, per_layer=per_layer,
                                  **capture_kwargs)
-        self.trainer = trainer
-        self.module = module
-        self.dirpath = dirpath
-        self.plot = plot
+        self.trainer, self.module, self.dirpath, self.plot = trainer, module, dirpath, plot
         self.files: list = []  # what the last training run wrote (main process)
         self._pending: dict[str, float] = {}  # values of step _pending_step, joining its log event
         self._pending_step: int | None = None
@@ -104,13 +101,10 @@ class PlasticityTrainerCallback(TrainerCallback):
         """Every measured step of the last training run merged (ranks combined), or None."""
         return self.steps.total
 
-    def _target(self, model):
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
         if model is None:
             raise ValueError("PlasticityTrainerCallback: the trainer passed no model to on_train_begin")
-        return monitored_module(model, self.module, "PlasticityTrainerCallback")
-
-    def on_train_begin(self, args, state, control, model=None, **kwargs):
-        target = self._target(model)
+        target = monitored_module(model, self.module, "PlasticityTrainerCallback")
         self.trainer = self.trainer if self.trainer is not None else calling_trainer(self)
         if self.trainer is not None:
             run_before_integrations(self.trainer, self)
@@ -142,11 +136,10 @@ class PlasticityTrainerCallback(TrainerCallback):
             return
         # trainer.log() runs the on_log events, which clear control.should_log; the trainer's decisions
         # for this step are put back as they were
-        decided = (control.should_log, control.should_evaluate, control.should_save,
-                   control.should_training_stop)
+        flags = ("should_log", "should_evaluate", "should_save", "should_training_stop")
+        decided = {flag: getattr(control, flag) for flag in flags}
         self.trainer.log(metrics)
-        (control.should_log, control.should_evaluate, control.should_save,
-         control.should_training_stop) = decided
+        vars(control).update(decided)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if self._pending and logs is not None and state.global_step == self._pending_step:

@@ -31,7 +31,6 @@ from __future__ import annotations
 import os
 from typing import Any
 
-import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 
 from .step_monitor import StepMonitor, monitored_module
@@ -57,9 +56,7 @@ class PlasticityCallback(Callback):
                  per_layer: bool = True, plot: bool = False, **capture_kwargs: Any) -> None:
         super().__init__()
         self.steps = StepMonitor(every, prefix=prefix, per_layer=per_layer, **capture_kwargs)
-        self.module = module
-        self.dirpath = dirpath
-        self.plot = plot
+        self.module, self.dirpath, self.plot = module, dirpath, plot
         self.files: list = []  # what the last fit wrote (rank 0)
         self._global_step = 0
 
@@ -68,12 +65,10 @@ class PlasticityCallback(Callback):
         """Every measured step of the last fit merged (ranks combined), or None."""
         return self.steps.total
 
-    def _target(self, pl_module: LightningModule) -> torch.nn.Module:
-        return monitored_module(pl_module, self.module, "PlasticityCallback")
-
     def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self.files = []
-        self.steps.start(self._target(pl_module), wrapper=self.module is None)
+        self.steps.start(monitored_module(pl_module, self.module, "PlasticityCallback"),
+                         wrapper=self.module is None)
         if trainer.is_global_zero:
             for logger in trainer.loggers:
                 logger.log_hyperparams({self.steps.prefix: self.steps.settings()})
@@ -92,15 +87,10 @@ class PlasticityCallback(Callback):
             step, self._global_step = self._global_step, trainer.global_step
             metrics = self.steps.end_step()
             if metrics:
-                self._log(trainer, pl_module, metrics, step)
+                pl_module.log_dict(metrics, on_step=True, on_epoch=False, logger=False)
+                for logger in trainer.loggers if trainer.is_global_zero else ():
+                    logger.log_metrics(metrics, step=step)
         self.steps.pause()
-
-    def _log(self, trainer: Trainer, pl_module: LightningModule, metrics: dict[str, float],
-             step: int) -> None:
-        pl_module.log_dict(metrics, on_step=True, on_epoch=False, logger=False)
-        if trainer.is_global_zero:
-            for logger in trainer.loggers:
-                logger.log_metrics(metrics, step=step)
 
     def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         directory = self.dirpath if self.dirpath is not None else trainer.log_dir  # collective under DDP

@@ -86,12 +86,6 @@ def measured_model(root: torch.nn.Module, module_names: list[str]) -> torch.nn.M
     return root
 
 
-def _device_of(model: torch.nn.Module) -> torch.device:
-    for t in model.parameters():
-        return t.device
-    return torch.device("cpu")
-
-
 class StepMonitor:
     """Drives a `vitplast_kernels.Monitor` from trainer events (see the module docstring).
 
@@ -111,17 +105,13 @@ class StepMonitor:
                  **capture_kwargs: Any) -> None:
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:
             raise ValueError(f"every must be a positive integer (measure every k-th step), got {every!r}")
-        self.every = every
-        self.prefix = prefix
-        self.per_layer = per_layer
+        self.every, self.prefix, self.per_layer = every, prefix, per_layer
         self.capture_kwargs = capture_kwargs
         self.monitor: vk.Monitor | None = None
         self.total: PlasticityResult | None = None
-        self.measured_steps = 0
-        self.skipped_steps = 0
+        self.measured_steps = self.skipped_steps = 0
         self._pause: contextlib.AbstractContextManager | None = None
-        self._due = False
-        self._device = torch.device("cpu")
+        self._due, self._device = False, torch.device("cpu")
         self.model_name: str | None = None  # of the model measured (set by start)
 
     # ---------------------------------------------------------------- lifecycle
@@ -132,7 +122,7 @@ class StepMonitor:
         measured (a LightningModule), which names the result (`measured_model`)."""
         self.stop()
         self.total, self.measured_steps, self.skipped_steps = None, 0, 0
-        self._device = _device_of(model)
+        self._device = next((t.device for t in model.parameters()), torch.device("cpu"))
         self.monitor = vk.monitor(model, every=self.every, start=step, **self.capture_kwargs)
         names = [n for per_layer in self.monitor.capture.modules.values() for ns in per_layer.values()
                  for n in ns]
@@ -153,8 +143,8 @@ class StepMonitor:
         """Removes the hooks (the accumulated ``total`` stays)."""
         if self.monitor is not None:
             self.resume()
-            self.monitor.detach()
-            self.monitor = None
+            self.monitor, monitor = None, self.monitor
+            monitor.detach()
 
     def pause(self) -> None:
         """No forward is measured until `resume` (held open across trainer events)."""
@@ -213,9 +203,7 @@ class StepMonitor:
             return local
         flag = torch.tensor([0 if local is None else 1], dtype=torch.int64, device=self._device)
         dist.all_reduce(flag, op=dist.ReduceOp.MIN)
-        if int(flag.item()) == 0:
-            return None
-        return local.all_reduce()
+        return None if int(flag.item()) == 0 else local.all_reduce()
 
     # ---------------------------------------------------------------- files
     def write(self, directory: str | os.PathLike, *, filename: str = "plasticity.json",
@@ -224,13 +212,12 @@ class StepMonitor:
         (none when nothing was measured)."""
         if self.total is None:
             return []
-        directory = Path(directory)
         meta = {**self.total.meta, "model": self.model_name or self.total.meta.get("model"),
                 "every": self.every, "measured_steps": self.measured_steps,
                 "skipped_steps": self.skipped_steps, "world_size": world_size()}
         res = PlasticityResult(self.total.stats, self.total.components, self.total.layers,
                                heads=self.total.head_stats, meta=meta)
-        paths = [directory / filename]
+        paths = [Path(directory) / filename]
         res.to_json(paths[0])
         if plot:  # the curves and the layers x components heatmap
             stem = paths[0].with_suffix("")
