@@ -34,22 +34,18 @@ def tensorboard_write(tb, rec: dict, step: int) -> None:
     ``plasticity/{c}``, and per layer, ``plasticity/{c}/layer_{l}``) and gradient norm per group."""
     if tb is None:
         return
-    kind = rec["kind"]
-    for key in ("loss", "lr", "acc"):
-        if key in rec:
-            tb.add_scalar(f"{kind}/{key}", rec[key], step)
-    for group, value in rec.get("plasticity_mean", {}).items():
-        tb.add_scalar(f"plasticity/{group}", value, step)
-    if kind == "monitor":
-        for group, per_layer in rec.get("plasticity", {}).items():
-            for layer, value in enumerate(per_layer):
-                if value == value:  # NaN: a layer without pairs
-                    tb.add_scalar(f"plasticity/{group}/layer_{layer}", value, step)
-    for group, value in rec.get("grad_norm", {}).items():
-        tb.add_scalar(f"grad_norm/{group}", value, step)
+    kind, plasticity = rec["kind"], rec.get("plasticity", {})
+    scalars = [(f"{kind}/{key}", rec[key]) for key in ("loss", "lr", "acc") if key in rec]
+    scalars += [(f"plasticity/{group}", value) for group, value in rec.get("plasticity_mean", {}).items()]
+    if kind == "monitor":  # NaN: a layer without pairs
+        scalars += [(f"plasticity/{group}/layer_{layer}", value) for group, per_layer in plasticity.items()
+                    for layer, value in enumerate(per_layer) if value == value]
+    scalars += [(f"grad_norm/{group}", value) for group, value in rec.get("grad_norm", {}).items()]
     if kind == "auto":  # the plasticity --train auto measured before training, and what it chose
-        for group, value in rec.get("plasticity", {}).items():
-            tb.add_scalar(f"auto/plasticity/{group}", value, step)
+        scalars += [(f"auto/plasticity/{group}", value) for group, value in plasticity.items()]
+    for tag, value in scalars:
+        tb.add_scalar(tag, value, step)
+    if kind == "auto":
         tb.add_text("auto/chosen", ", ".join(rec.get("chosen", [])) or "head only", step)
 
 

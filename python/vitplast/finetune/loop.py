@@ -1,15 +1,14 @@
 """One finetuning run (`RunSpec`) trained into its run directory, resumable from its checkpoint.
 
-The run directory (`vitplast.runs.rundir.RunDir`) holds config.json, metrics.jsonl (monitor,
-eval and train records: the training loss of every step; with ``--holdout``, a ``holdout`` record of the
-held-out images' accuracy after the last step), checkpoint.pt (atomic) and summary.json (the finished
-marker, with ``holdout_acc`` (None without ``--holdout``) and the reproducibility record of
-`vitplast.runs.provenance.provenance`); with
-``--export``, model.safetensors (and adapter/ for LoRA). Everything a resumed run needs to continue
-exactly is in the checkpoint: model, optimiser, RNG states, running accuracies and, for ``--train
-auto``, the components it chose; the data order (and each image's augmentation) is a function of the
-iteration, and the lr schedule one of the step. The directory is locked while the run writes it (a
-second writer is refused).
+The run directory (`vitplast.runs.rundir.RunDir`) holds config.json, metrics.jsonl (monitor, eval and train
+records: the training loss of every step; with ``--holdout``, a ``holdout`` record of the held-out images'
+accuracy after the last step), checkpoint.pt (atomic) and summary.json (the finished marker, with
+``holdout_acc`` (None without ``--holdout``) and the reproducibility record of
+`vitplast.runs.provenance.provenance`); with ``--export``, model.safetensors (and adapter/ for LoRA).
+Everything a resumed run needs to continue exactly is in the checkpoint: model, optimiser, RNG states, running
+accuracies and, for ``--train auto``, the components it chose; the data order (and each image's augmentation)
+is a function of the iteration, and the lr schedule one of the step. The directory is locked while the run
+writes it (a second writer is refused).
 
 A step is ``--grad-accum`` forward and backward passes over equal parts of its batch (the first one
 monitored when the step is recorded), then gradient clipping (``--grad-clip``) and one optimiser step.

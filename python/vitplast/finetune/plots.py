@@ -57,8 +57,7 @@ def plot_curves(records: Sequence[dict], path, *, title: str = "") -> Path:
         acc_ax = ax[0, 2].twinx()
         acc_ax.plot([r["step"] for r in evals], [r["acc"] for r in evals],
                     "o" if len(evals) < FEW_POINTS else "o-", color="#2ca02c", ms=6, label="val accuracy")
-        acc_ax.set_ylabel("validation accuracy")
-        acc_ax.set_ylim(0, 1)
+        acc_ax.set(ylabel="validation accuracy", ylim=(0, 1))
         lines = ax[0, 2].get_legend_handles_labels()[0] + acc_ax.get_legend_handles_labels()[0]
         legend_outside(ax[0, 2], lines, bbox_to_anchor=(1.16, 1.0))  # right of the accuracy axis
         acc_ax.grid(False)
@@ -101,8 +100,7 @@ def plot_step_heatmaps(records: Sequence[dict], path, *, title: str = "") -> Pat
         a.set_xlabel("step")
         a.set_title(c, color=component_color(c), fontweight="bold")
     ax[0, 0].set_ylabel("layer")
-    bar = fig.colorbar(image, ax=list(ax[0]), shrink=0.9)
-    bar.set_label("plasticity (1 = distances kept)")
+    fig.colorbar(image, ax=list(ax[0]), shrink=0.9, label="plasticity (1 = distances kept)")
     fig.suptitle(f"plasticity per layer during training{': ' + title if title else ''}", fontsize=10)
     return save(fig, path, tight=False)
 

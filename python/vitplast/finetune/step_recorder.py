@@ -10,13 +10,12 @@ being trained:
   over the parameters that have a gradient, before clipping;
 - the loss and the learning rate.
 
-The monitor's capture is attached once, when the recorder is made (before the model is compiled),
-and paused and resumed by `StepMonitor` as the trainer
-callbacks' is:
-iterations between recorded ones run the plain variant of a compiled model (the hooks read one flag
-and return), and nothing is synchronised. Under DistributedDataParallel the result's sums are
-all-reduced over ranks (``PlasticityResult.all_reduce``) before the means are taken, so the recorded
-plasticity is that of the global batch; every value is the result's own (``mean``, ``overall``).
+The monitor's capture is attached once, when the recorder is made (before the model is compiled), and paused
+and resumed by `StepMonitor` as the trainer callbacks' is: iterations between recorded ones run the plain
+variant of a compiled model (the hooks read one flag and return), and nothing is synchronised. Under
+DistributedDataParallel the result's sums are all-reduced over ranks (``PlasticityResult.all_reduce``) before
+the means are taken, so the recorded plasticity is that of the global batch; every value is the result's own
+(``mean``, ``overall``).
 """
 
 from __future__ import annotations
@@ -37,13 +36,11 @@ def summarize(result: PlasticityResult) -> dict:
     """A result as the record's fields: ``{"plasticity": {c: [mean per layer]}, "plasticity_mean": {c:
     mean over layers (the result's overall)}, "pairs": {c: [pairs used per layer]}, "excluded": {c:
     identical + non-finite pairs}}``."""
-    out = {"plasticity": {}, "plasticity_mean": {}, "pairs": {}, "excluded": {}}
-    for c in result.components:
-        out["plasticity"][c] = [float(v) for v in result.mean(c)]
-        out["plasticity_mean"][c] = result.overall(c)
-        out["pairs"][c] = [int(v) for v in result.n_pairs(c)]
-        out["excluded"][c] = int(result.n_identical(c).sum() + result.n_nonfinite(c).sum())
-    return out
+    cs = result.components
+    return {"plasticity": {c: [float(v) for v in result.mean(c)] for c in cs},
+            "plasticity_mean": {c: result.overall(c) for c in cs},
+            "pairs": {c: [int(v) for v in result.n_pairs(c)] for c in cs},
+            "excluded": {c: int(result.n_identical(c).sum() + result.n_nonfinite(c).sum()) for c in cs}}
 
 
 def over_ranks(result: PlasticityResult, dist: DistContext | None) -> PlasticityResult:
