@@ -21,8 +21,6 @@ def check_workers(workers: int | str | None, flag: str | None = "--workers") -> 
         workers = int(workers)
     except (TypeError, ValueError):
         return
-    cpus = usable_cpus()
-    if workers > cpus:
-        named = f"{flag} {workers}" if flag else str(workers)
-        raise ValueError(f"{named}: this process may use {cpus} CPU(s); use at most {cpus} "
-                         "data-loading processes (0 loads in the main process)")
+    if workers > (cpus := usable_cpus()):
+        raise ValueError(f"{f'{flag} ' if flag else ''}{workers}: this process may use {cpus} CPU(s); use at "
+                         f"most {cpus} data-loading processes (0 loads in the main process)")
