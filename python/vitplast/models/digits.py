@@ -95,15 +95,12 @@ def _read_shipped(path: Path, size: int) -> bytes:
 
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     try:
-        mode = os.fstat(fd).st_mode
-    except OSError:
+        if not stat.S_ISREG(mode := os.fstat(fd).st_mode):
+            raise ValueError(f"{path}: the shipped digits ViT is not a regular file ({file_kind(mode)}), so "
+                             "it is not read; reinstall vitplast-kernels")
+    except BaseException:
         os.close(fd)
         raise
-    if not stat.S_ISREG(mode):
-        os.close(fd)
-
-        raise ValueError(f"{path}: the shipped digits ViT is not a regular file ({file_kind(mode)}), so it "
-                         "is not read; reinstall vitplast-kernels")
     with os.fdopen(fd, "rb") as f:
         data = f.read(size + 1)
     if len(data) != size:
@@ -115,10 +112,9 @@ def _read_shipped(path: Path, size: int) -> bytes:
 
 def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
     """``cache_dir``, else ``$VITPLAST_CACHE``, else ``~/.cache/vitplast``."""
-    if cache_dir is not None:
-        return Path(cache_dir)
-    env = os.environ.get("VITPLAST_CACHE")
-    return Path(env) if env else Path.home() / ".cache" / "vitplast"
+    if cache_dir is None:
+        cache_dir = os.environ.get("VITPLAST_CACHE") or Path.home() / ".cache" / "vitplast"
+    return Path(cache_dir)
 
 
 def check_cache_dir(cache_dir: str | os.PathLike | None = None) -> Path:
@@ -235,12 +231,6 @@ def safetensors_bytes(state: dict[str, torch.Tensor], metadata: dict[str, str]) 
     return len(text).to_bytes(8, "little") + text + blob[8 + size:]
 
 
-def _write_atomic(model: nn.Module, path: Path, metadata: dict[str, str]) -> None:
-    state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
-    data = safetensors_bytes(state, metadata)
-    atomic_write(path, lambda tmp: Path(tmp).write_bytes(data))
-
-
 def digits_checkpoint(cache_dir: str | os.PathLike | None = None, seed: int = 0, progress: bool = True,
                       config: DigitsConfig | None = None) -> Path:
     """Path of the pretrained checkpoint (``.safetensors``): the shipped one for the default config and
@@ -255,7 +245,9 @@ def digits_checkpoint(cache_dir: str | os.PathLike | None = None, seed: int = 0,
     print(f"pretraining the digits ViT once, about {pretrain_seconds_estimate(cfg):.0f} s; cached in "
           f"{path.parent}", file=sys.stderr, flush=True)  # on any stream: a first run is slower
     model, info = pretrain(cfg, seed=seed, progress=progress)
-    _write_atomic(model, path, checkpoint_metadata(cfg, seed, info))
+    state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
+    data = safetensors_bytes(state, checkpoint_metadata(cfg, seed, info))
+    atomic_write(path, lambda tmp: Path(tmp).write_bytes(data))
     return path
 
 

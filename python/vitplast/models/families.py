@@ -27,18 +27,11 @@ if TYPE_CHECKING:
     from .built import BuildRequest, BuiltModel
     from .sources import ModelPlan
 
-def _check_digits(model_kwargs: dict | None, img_size: int | None) -> None:
-    check_digits_options(model_kwargs, img_size)
-
 
 def _check_digits_plan(plan: ModelPlan, pretrain_config: dict | None, cache_dir) -> None:
     check_digits_options(plan.model_kwargs, plan.img_size, pretrain_config)
     if plan.weights is None and not plan.random_init:  # pretrained into the cache on its first use
         check_cache_dir(cache_dir)
-
-
-def _pretrain_digits(progress: bool) -> None:
-    pretrained_digits_vit(progress=progress)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,7 +67,8 @@ class ModelFamily:
 
 FAMILIES = {
     "digits": ModelFamily("digits", build_digits, keeps_pretraining_head=True, small=True, profiled=False,
-                          check=_check_digits, warm_up=_pretrain_digits, check_plan=_check_digits_plan),
+                          check=check_digits_options, check_plan=_check_digits_plan,
+                          warm_up=lambda progress: pretrained_digits_vit(progress=progress)),
     "timm": ModelFamily("timm", build_timm),
     "hf": ModelFamily("hf", build_hf),
 }

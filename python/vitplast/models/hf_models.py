@@ -133,13 +133,9 @@ def _is_weights_error(exc: BaseException) -> bool:
 
 def _weights_failure(ref: str, exc: BaseException) -> ValueError:
     """A weights file of ``ref`` that cannot be read, named (the folder's, or the hub cache's)."""
-    path = Path(os.path.expanduser(ref))
-    if path.is_dir():
-        found = next((str(path / f) for f in WEIGHT_FILES if (path / f).is_file()), str(path))
-    else:
-        repo, revision = split_revision(ref)
-        found = cached_hub_file(repo, WEIGHT_FILES, revision).get("file") or ref
+    origin = hf_origin(ref)
     text = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+    found = origin.get("file") or origin.get("dir") or ref
     return ValueError(f"--model hf:{ref}: its weights file {found} is not readable (truncated or corrupt?): "
                       f"{type(exc).__name__}: {text}")
 
@@ -165,7 +161,6 @@ def create_hf(ref: str, num_classes: int | None = None, *, random_init: bool = F
     trust = bool(trust_remote_code)
     source, revision = (ref, None) if os.path.isdir(os.path.expanduser(ref)) else split_revision(ref)
     config = None
-
     hub = contextlib.nullcontext() if os.path.isdir(os.path.expanduser(ref)) else offline_unless_reachable()
     with _quiet_transformers(), hub:
         try:

@@ -8,14 +8,16 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
-import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from urllib.parse import urlparse
 
 PROBE_TIMEOUT_S = 3.0  # how long `hub_reachable` waits for the hub to accept a connection
 PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
-_PROBED: dict[str, tuple[bool, float]] = {}  # endpoint -> (reachable, when): asked once per process
+_PROBED: dict[str, bool] = {}  # endpoint -> reachable: asked once per process
+# what to do about a file the cache lacks
+GET_IT = ("download it once where the hub is reachable (e.g. `hf download REPO`), or point HF_HUB_CACHE at a "
+          "cache that holds it")
 
 
 def split_revision(repo_id: str) -> tuple[str, str | None]:
@@ -62,10 +64,10 @@ def hub_reachable(timeout: float = PROBE_TIMEOUT_S) -> bool:
     if key not in _PROBED:
         try:
             with socket.create_connection((host, port), timeout=timeout):
-                _PROBED[key] = (True, time.monotonic())
+                _PROBED[key] = True
         except OSError:  # no route, no name resolution, refused, timed out
-            _PROBED[key] = (False, time.monotonic())
-    return _PROBED[key][0]
+            _PROBED[key] = False
+    return _PROBED[key]
 
 
 @contextlib.contextmanager
@@ -75,20 +77,12 @@ def offline_unless_reachable() -> Iterator[None]:
     `hub_error` then says the hub was unreachable and names ``HF_HUB_OFFLINE`` and the cache."""
     from huggingface_hub import constants
 
-    if constants.HF_HUB_OFFLINE or hub_reachable():
-        yield
-        return
     saved = constants.HF_HUB_OFFLINE
-    constants.HF_HUB_OFFLINE = True
+    constants.HF_HUB_OFFLINE = saved or not hub_reachable()
     try:
         yield
     finally:
         constants.HF_HUB_OFFLINE = saved
-
-
-def _found_unreachable() -> bool:
-    """Whether `hub_reachable` found the hub unreachable in this process."""
-    return any(not ok for ok, _ in _PROBED.values())
 
 
 def hub_error(exc: BaseException) -> str | None:
@@ -98,18 +92,15 @@ def hub_error(exc: BaseException) -> str | None:
         from huggingface_hub import constants, errors
     except ImportError:
         return None
-    offline = bool(constants.HF_HUB_OFFLINE)
     where = f"the Hugging Face cache ({constants.HF_HUB_CACHE})"
-    if (not os.environ.get("HF_HUB_OFFLINE") and _found_unreachable()
+    # `hub_reachable` found the hub unreachable in this process
+    if (not os.environ.get("HF_HUB_OFFLINE") and not all(_PROBED.values())
             and isinstance(exc, (errors.LocalEntryNotFoundError, errors.OfflineModeIsEnabled))):
         return (f"not in {where}, and the hub ({constants.ENDPOINT}) cannot be reached (no connection within "
-                f"{PROBE_TIMEOUT_S:g} s), so only the cache was read, as with HF_HUB_OFFLINE=1; download it "
-                "once where the hub is reachable (e.g. `hf download REPO`), or point HF_HUB_CACHE at a cache "
-                "that holds it")
+                f"{PROBE_TIMEOUT_S:g} s), so only the cache was read, as with HF_HUB_OFFLINE=1; {GET_IT}")
     if isinstance(exc, errors.LocalEntryNotFoundError):
-        why = "HF_HUB_OFFLINE is set" if offline else "the hub cannot be reached"
-        return (f"not in {where} and {why}; download it once where the hub is reachable (e.g. `hf download "
-                "REPO`), or point HF_HUB_CACHE at a cache that holds it")
+        why = "HF_HUB_OFFLINE is set" if constants.HF_HUB_OFFLINE else "the hub cannot be reached"
+        return f"not in {where} and {why}; {GET_IT}"
     if isinstance(exc, errors.OfflineModeIsEnabled):
         return f"not in {where} and HF_HUB_OFFLINE is set"
     if isinstance(exc, errors.RepositoryNotFoundError):

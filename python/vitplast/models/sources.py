@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import typing
 from pathlib import Path
 
 DIGITS_MODEL = "digits-vit"  # the embedded default of every command's --model
@@ -38,6 +39,8 @@ REFUSED_MODEL_ARGS = {
     "trust_remote_code": "pass --trust-remote-code instead (it runs the Python code a model folder or hub "
                          "repository ships; only for a model whose code you trust)",
 }
+# --model-arg keys of timm's create_model whose value is a dict that may name a weights ``file``
+CONFIG_ARGS = ("pretrained_cfg_overlay", "pretrained_cfg")
 WAYS_OUT = "pass --pretrained (the model's published weights), --weights FILE, or --random-init"
 
 
@@ -74,25 +77,16 @@ def read_config(cfg: Path) -> dict:
 def folder_config(path: str | os.PathLike) -> dict | None:
     """The ``config.json`` of a model folder (a dict), or None when ``path`` is not a folder holding one;
     ValueError naming the file when it holds one that is not a JSON object (corrupt, truncated)."""
-    p = Path(path).expanduser()
-    cfg = p / "config.json"
-    if not p.is_dir() or not cfg.is_file():
-        return None
-    return read_config(cfg)
+    cfg = Path(path).expanduser() / "config.json"
+    return read_config(cfg) if cfg.is_file() else None
 
 
 def folder_kind(config: dict | None) -> str | None:
     """``"timm"`` for a timm model folder's config (``architecture``), ``"hf"`` for a transformers one
     (``model_type``), ``"finetune"`` for a vitplast finetune run's, else None."""
-    if config is None:
-        return None
-    if "architecture" in config:
-        return "timm"
-    if "model_type" in config:
-        return "hf"
-    if "model" in config and "train" in config:
-        return "finetune"
-    return None
+    config = config or {}
+    return ("timm" if "architecture" in config else "hf" if "model_type" in config
+            else "finetune" if "model" in config and "train" in config else None)
 
 
 def model_source(name: str) -> ModelSource:
@@ -196,14 +190,11 @@ def _same_architecture(model: str | None, folder: ModelSource) -> bool:
 def finetune_run_config(weights: str | os.PathLike | None) -> dict | None:
     """The ``config.json`` of the finetune run that wrote ``weights`` (a run directory, or a file in
     one), or None."""
-    if weights is None:
+    p = None if weights is None else Path(weights).expanduser()
+    if p is None or not (p.is_dir() or p.name in ("checkpoint.pt", "model.safetensors")):
         return None
-    p = Path(weights).expanduser()
-    folder = p if p.is_dir() else p.parent if p.name in ("checkpoint.pt", "model.safetensors") else None
-    if folder is None or not (folder / "config.json").is_file():
-        return None
-    cfg = read_config(folder / "config.json")
-    return cfg if isinstance(cfg, dict) and "model" in cfg and "train" in cfg else None
+    cfg = folder_config(p if p.is_dir() else p.parent)
+    return cfg if cfg is not None and "model" in cfg and "train" in cfg else None
 
 
 def resolve_architecture(model: str | None, weights, img_size: int | None) -> tuple[str, dict, int | None]:
@@ -225,10 +216,6 @@ def overlay_weights(model_kwargs: dict) -> list[str]:
     return [k for k in OVERLAY_WEIGHT_KEYS if isinstance(overlay, dict) and overlay.get(k)]
 
 
-# --model-arg keys of timm's create_model whose value is a dict that may name a weights ``file``
-CONFIG_ARGS = ("pretrained_cfg_overlay", "pretrained_cfg")
-
-
 def model_arg_files(model_kwargs: dict) -> dict[str, str]:
     """``{option wording: path}`` of every file a ``--model-arg`` names for timm to read (the ``file`` of
     ``pretrained_cfg_overlay`` or ``pretrained_cfg``, a ``file`` argument)."""
@@ -242,19 +229,8 @@ def model_arg_files(model_kwargs: dict) -> dict[str, str]:
     return found
 
 
-def _config_fields() -> dict:
-    """``{field: type}`` of timm's pretrained config (what ``pretrained_cfg_overlay`` may set)."""
-    import typing
-
-    from timm.models import PretrainedCfg
-
-    return typing.get_type_hints(PretrainedCfg)
-
-
 def _fits(value, hint) -> bool:
     """Whether a JSON value fits the type ``hint`` of a pretrained-config field (lists for tuples)."""
-    import typing
-
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if hint is typing.Any:
         return True
@@ -271,10 +247,8 @@ def _fits(value, hint) -> bool:
     if origin is dict:
         return isinstance(value, dict) and all(_fits(k, args[0]) and _fits(v, args[1])
                                                for k, v in value.items())
-    if hint is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool)
+    if hint in (int, float):  # an int fits a float
+        return isinstance(value, (int, hint)) and not isinstance(value, bool)
     return isinstance(value, hint) if isinstance(hint, type) else True
 
 
@@ -293,7 +267,9 @@ def check_config_args(model_kwargs: dict) -> None:
             raise ValueError(f"{what}: expected a JSON object of timm's pretrained config fields "
                              f"({{\"file\": PATH, \"mean\": [R, G, B], ...}}), got "
                              f"{json.dumps(value, default=str)[:60]}")
-        fields = _config_fields()
+        from timm.models import PretrainedCfg  # heavy (torch): only when there is a config to check
+
+        fields = typing.get_type_hints(PretrainedCfg)  # {field: type}: what pretrained_cfg_overlay may set
         for name, item in value.items():
             if name not in fields:
                 close = difflib.get_close_matches(str(name), list(fields), n=3)
@@ -323,13 +299,6 @@ def check_weight_files(model_kwargs: dict) -> None:
         check_checkpoint_file(path, what)
 
 
-def _named(model: str) -> ModelSource:
-    try:
-        return model_source(model)
-    except ValueError as exc:
-        raise ValueError(f"--model: {exc}") from None
-
-
 def check_weights_source(model: str | None, weights, pretrained: bool, random_init: bool,
                          model_kwargs: dict) -> None:
     """ValueError (its message starting with the flag) when the options contradict each other, or would
@@ -347,9 +316,10 @@ def check_weights_source(model: str | None, weights, pretrained: bool, random_in
     if named and not pretrained:
         raise ValueError(f"--model-arg pretrained_cfg_overlay: its {', '.join(named)} names weights, which "
                          "timm loads only with --pretrained")
-    source = None if model is None else _named(model)
-    if source is None or weights is not None or pretrained or random_init:
-        return
-    if not source.always_pretrained:
+    try:
+        source = None if model is None else model_source(model)
+    except ValueError as exc:
+        raise ValueError(f"--model: {exc}") from None
+    if source is not None and weights is None and not (pretrained or random_init or source.always_pretrained):
         raise ValueError(f"--model {model}: no weights would be loaded, so it would run randomly "
                          f"initialised; {WAYS_OUT}")
