@@ -76,15 +76,19 @@ class HFImageClassifier(nn.Module):
 
 
 @contextlib.contextmanager
-def _quiet_transformers():
-    """transformers' own logging and progress bars held to errors while a model is built."""
+def _loading(ref: str):
+    """transformers' own logging and progress bars held to errors while a model is built, and a hub id
+    read from the local cache alone when the hub cannot be reached (`offline_unless_reachable`); yields
+    ``(source, revision)``: what ``from_pretrained`` takes for ``ref``, a folder or ``HUB_ID[@REVISION]``."""
     from transformers.utils import logging as hf_logging
 
+    folder = os.path.isdir(os.path.expanduser(ref))
     level, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
     try:
-        yield
+        with contextlib.nullcontext() if folder else offline_unless_reachable():
+            yield (ref, None) if folder else split_revision(ref)
     finally:
         hf_logging.set_verbosity(level)
         if bars:
@@ -131,15 +135,6 @@ def _is_weights_error(exc: BaseException) -> bool:
                                                                           "invalid load key", "unpickl"))))
 
 
-def _weights_failure(ref: str, exc: BaseException) -> ValueError:
-    """A weights file of ``ref`` that cannot be read, named (the folder's, or the hub cache's)."""
-    origin = hf_origin(ref)
-    text = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
-    found = origin.get("file") or origin.get("dir") or ref
-    return ValueError(f"--model hf:{ref}: its weights file {found} is not readable (truncated or corrupt?): "
-                      f"{type(exc).__name__}: {text}")
-
-
 def create_hf(ref: str, num_classes: int | None = None, *, random_init: bool = False,
               trust_remote_code: bool = False, **from_pretrained) -> HFImageClassifier:
     """The transformers image classifier ``ref`` (a hub id or a directory), in eval mode, float32, on the
@@ -159,10 +154,8 @@ def create_hf(ref: str, num_classes: int | None = None, *, random_init: bool = F
         raise ValueError("--model-arg trust_remote_code: pass --trust-remote-code instead "
                          "(create_hf(trust_remote_code=...))")
     trust = bool(trust_remote_code)
-    source, revision = (ref, None) if os.path.isdir(os.path.expanduser(ref)) else split_revision(ref)
     config = None
-    hub = contextlib.nullcontext() if os.path.isdir(os.path.expanduser(ref)) else offline_unless_reachable()
-    with _quiet_transformers(), hub:
+    with _loading(ref) as (source, revision):
         try:
             config = AutoConfig.from_pretrained(source, revision=revision, trust_remote_code=trust)
             if random_init:
@@ -185,9 +178,19 @@ def create_hf(ref: str, num_classes: int | None = None, *, random_init: bool = F
         except Exception as exc:  # a corrupt weights file: safetensors' own error, a pickle's, ...
             if config is None or not _is_weights_error(exc):
                 raise
-            raise _weights_failure(ref, exc) from None
+            # the weights file that cannot be read, named (the folder's, or the hub cache's)
+            origin = hf_origin(ref)
+            found = origin.get("file") or origin.get("dir") or ref
+            text = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+            raise ValueError(f"--model hf:{ref}: its weights file {found} is not readable (truncated or "
+                             f"corrupt?): {type(exc).__name__}: {text}") from None
     if not random_init:
-        _refuse_non_floating_weights(ref, model)
+        # `refuse_non_floating` for the weights files transformers read: it casts integer or boolean
+        # tensors to the model's floating ones in silence
+        own = model.state_dict()
+        for path in hf_weight_files(ref):
+            refuse_non_floating(model, align_prefix(tensor_dtypes(path), own),
+                                f"--model hf:{ref}: its weights file {str(path)!r}", own=own, renamed=True)
     net = HFImageClassifier(model)
     if num_classes is not None:
         net.reset_classifier(num_classes)
@@ -218,25 +221,13 @@ def hf_weight_files(ref: str) -> list[Path]:
     return []
 
 
-def _refuse_non_floating_weights(ref: str, model: nn.Module) -> None:
-    """`vitplast.models.weights.refuse_non_floating` for the weights files transformers read for ``ref``
-    (it casts integer or boolean tensors to the model's floating ones in silence)."""
-    own = model.state_dict()
-    for path in hf_weight_files(ref):
-        dtypes = align_prefix(tensor_dtypes(path), own)
-        refuse_non_floating(model, dtypes, f"--model hf:{ref}: its weights file {str(path)!r}", own=own,
-                            renamed=True)
-
-
 def _processor(ref: str, config, trust_remote_code: bool = False):
     """``(image processor, where it came from)``: the model's own, else its model type's defaults, else
     ``(None, reason)``; `RemoteCodeRefused` when its own needs code of the model's folder and
     ``trust_remote_code`` is False."""
     from transformers import AutoImageProcessor
 
-    source, revision = (ref, None) if os.path.isdir(os.path.expanduser(ref)) else split_revision(ref)
-    hub = contextlib.nullcontext() if os.path.isdir(os.path.expanduser(ref)) else offline_unless_reachable()
-    with _quiet_transformers(), hub:
+    with _loading(ref) as (source, revision):
         try:
             return (AutoImageProcessor.from_pretrained(source, revision=revision,
                                                        trust_remote_code=bool(trust_remote_code)),

@@ -25,12 +25,12 @@ _DEPTH = ("depth", "num_layers", "num_hidden_layers")
 _WIDTH = ("embed_dim", "hidden_size", "width")
 
 
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
 def _first(values: dict, keys: tuple[str, ...], default: float) -> tuple[float, str | None]:
-    for k in keys:
-        v = values.get(k)
-        if isinstance(v, (int, float)) and not isinstance(v, bool):
-            return float(v), k
-    return default, None
+    return next(((float(values[k]), k) for k in keys if _number(values.get(k))), (default, None))
 
 
 def check_model_size(values: dict, what: str) -> None:
@@ -38,9 +38,7 @@ def check_model_size(values: dict, what: str) -> None:
     (`SIZE_LIMITS`), or the parameter count they imply is beyond `MAX_PARAMETERS`."""
     for key, limit in SIZE_LIMITS.items():
         v = values.get(key)
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            continue
-        if not math.isfinite(v) or v > limit:
+        if _number(v) and (not math.isfinite(v) or v > limit):
             raise ValueError(f"{what} {key}={v!r}: at most {limit} (a larger model would not fit in "
                              "memory; nothing was built)")
     depth, depth_key = _first(values, _DEPTH, 12)
@@ -48,7 +46,7 @@ def check_model_size(values: dict, what: str) -> None:
     ratio = values.get("mlp_ratio", 4.0)
     if "intermediate_size" in values and width:
         ratio = float(values["intermediate_size"]) / width
-    ratio = float(ratio) if isinstance(ratio, (int, float)) and not isinstance(ratio, bool) else 4.0
+    ratio = float(ratio) if _number(ratio) else 4.0
     params = depth * (4 + 2 * ratio) * width**2
     if (depth_key or width_key) and params > MAX_PARAMETERS:
         given = ", ".join(f"{k}={values[k]!r}" for k in (depth_key, width_key) if k)
