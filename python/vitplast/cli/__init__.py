@@ -43,13 +43,6 @@ SUBCOMMANDS = {
 }
 
 
-def help_text(module) -> str | None:
-    """What ``vitplast COMMAND --help`` shows above the options: the module's ``HELP`` when it is a
-    string, else its docstring."""
-    text = getattr(module, "HELP", None)
-    return text if isinstance(text, str) else module.__doc__
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The ``vitplast`` parser: one subparser per shipped subcommand, each reporting bad usage as one
     line naming itself (``vitplast COMMAND: error: ...``, exit status 2)."""
@@ -67,19 +60,15 @@ def build_parser() -> argparse.ArgumentParser:
             if exc.name != module_name:
                 raise
             continue  # subcommand not shipped in this build
-        p = sub.add_parser(name, help=one_line, description=help_text(module),
+        # what `vitplast COMMAND --help` shows above the options: the module's HELP when it is a string,
+        # else its docstring
+        text = getattr(module, "HELP", None)
+        p = sub.add_parser(name, help=one_line, description=text if isinstance(text, str) else module.__doc__,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
         setup_parser(p, defaults_in_help=False)  # the module's add_arguments may set it up again
         module.add_arguments(p)
         p.set_defaults(_run=module.run, _parser=p)
     return parser
-
-
-def _command_in(argv: list[str]) -> str | None:
-    """The subcommand ``argv`` names: its first word that is not a flag (``vitplast`` itself takes no
-    option with a value), when it is a subcommand."""
-    word = next((a for a in argv if not a.startswith("-")), None)
-    return word if word in SUBCOMMANDS else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -107,8 +96,10 @@ def main(argv: list[str] | None = None) -> int:
     ``vitplast COMMAND: warning: ...``, one line each."""
     argv = sys.argv[1:] if argv is None else list(argv)
     encodable_streams()  # a character the terminal cannot encode is printed in ASCII, never an error
-    command = _command_in(argv)
-    prog = f"vitplast {command}" if command else "vitplast"
+    # the subcommand argv names: its first word that is not a flag (vitplast itself takes no option with a
+    # value), when it is a subcommand
+    command = next((a for a in argv if not a.startswith("-")), None)
+    prog = f"vitplast {command}" if command in SUBCOMMANDS else "vitplast"
     with warnings.catch_warnings():
         warnings.showwarning = warning_printer(prog)
         try:
