@@ -1,14 +1,13 @@
 """vitplast: the applications of vitplast-kernels, as a Python API and as the ``vitplast`` command.
 
-``vitplast.score(model, images, labels, criteria=...)`` (`vitplast.api.score`) scores the units of any
-model on your own images; ``vitplast.measure(...)`` (`vitplast.measure.measure_scores`),
-``vitplast.finetune(...)`` (`vitplast.finetune.finetune`) and ``vitplast.claim(...)``
-(`vitplast.claim.claim`) run the commands and return their typed results. Nothing heavy is imported
-until one of them is used.
+``vitplast.score(model, images, labels, criteria=...)`` (`vitplast.api.score`) scores the units of any model
+on your own images; ``vitplast.measure(...)`` (`vitplast.measure.measure_scores`), ``vitplast.finetune(...)``
+(`vitplast.finetune.finetune`) and ``vitplast.claim(...)`` (`vitplast.claim.claim`) run the commands and
+return their typed results. Nothing heavy is imported until one of them is used.
 
 ``vitplast.measure``, ``vitplast.finetune`` and ``vitplast.claim`` are also the commands' packages: the
-package object is callable, so both ``vitplast.measure(...)`` and ``vitplast.measure.MeasureOptions``
-work, whichever was imported first.
+package object is callable, so both ``vitplast.measure(...)`` and ``vitplast.measure.MeasureOptions`` work,
+whichever was imported first.
 """
 
 from __future__ import annotations

@@ -76,24 +76,23 @@ def main(argv: list[str] | None = None) -> int:
     (``vitplast COMMAND: error: ...``), never a traceback:
 
     - ``EXIT_OK`` (0): done (``--help`` and ``--version`` too);
-    - ``EXIT_FAILURE`` (1): a failure while working, any exception other than those below: out of
-      memory, a disk error (a full disk, ``OSError`` ENOSPC, included), a bug; ``VITPLAST_TRACEBACK=1``
-      raises it instead, to show where;
-    - ``EXIT_USAGE`` (2): bad usage or input: an unknown flag (reported by that subcommand's parser), a
-      bad value, ``ValueError`` (``OptionError`` included), ``FileNotFoundError``, ``ImportError``, a bad
+    - ``EXIT_FAILURE`` (1): a failure while working, any exception other than those below: out of memory, a
+      disk error (a full disk, ``OSError`` ENOSPC, included), a bug; ``VITPLAST_TRACEBACK=1`` raises it
+      instead, to show where;
+    - ``EXIT_USAGE`` (2): bad usage or input: an unknown flag (reported by that subcommand's parser), a bad
+      value, ``ValueError`` (``OptionError`` included), ``FileNotFoundError``, ``ImportError``, a bad
       environment variable;
     - ``EXIT_INTERRUPTED`` (130): Ctrl-C (``KeyboardInterrupt``): the line says what was kept and how to
-      continue; ``EXIT_TERMINATED`` (143) likewise for SIGTERM (129 for SIGHUP), which stop the command
-      the way Ctrl-C does (worker processes stopped, nothing left running).
+      continue; ``EXIT_TERMINATED`` (143) likewise for SIGTERM (129 for SIGHUP), which stop the command the
+      way Ctrl-C does (worker processes stopped, nothing left running).
 
-    Before the command runs, the environment variables it reads and ``--workers`` are checked
-    (`check_start`: a bad value is status 2, one line naming it).
+    Before the command runs, the environment variables it reads and ``--workers`` are checked (`check_start`:
+    a bad value is status 2, one line naming it).
 
-    What the parser itself rejects, ``--help`` and ``--version`` end in ``SystemExit`` with that
-    status, as argparse ends them; without a command the help is printed and the status is 2. A
-    subcommand's ``run(args)`` may return a status (0, or 2 after printing its own error line) or
-    raise. Warnings, those of parsing included (deprecated flags), are printed as
-    ``vitplast COMMAND: warning: ...``, one line each."""
+    What the parser itself rejects, ``--help`` and ``--version`` end in ``SystemExit`` with that status, as
+    argparse ends them; without a command the help is printed and the status is 2. A subcommand's
+    ``run(args)`` may return a status (0, or 2 after printing its own error line) or raise. Warnings, those of
+    parsing included (deprecated flags), are printed as ``vitplast COMMAND: warning: ...``, one line each."""
     argv = sys.argv[1:] if argv is None else list(argv)
     encodable_streams()  # a character the terminal cannot encode is printed in ASCII, never an error
     # the subcommand argv names: its first word that is not a flag (vitplast itself takes no option with a

@@ -1,43 +1,41 @@
 """Image datasets for measurement and finetuning, from a one-string spec.
 
 ``load_dataset(spec, split, img_size, seed, transform=None, augment=False)`` returns a
-``torch.utils.data.Dataset`` whose items are ``(image, label)``: ``image`` a float32 tensor
-``(3, img_size, img_size)``, normalised; ``label`` an int in ``[0, num_classes)``. Every dataset has
-``.num_classes`` and ``.classes`` (class names, index = label).
+``torch.utils.data.Dataset`` whose items are ``(image, label)``: ``image`` a float32 tensor ``(3, img_size,
+img_size)``, normalised; ``label`` an int in ``[0, num_classes)``. Every dataset has ``.num_classes`` and
+``.classes`` (class names, index = label).
 
-``transform`` (a `vitplast.data.transforms.ImageTransform`, e.g. the model's own) says how images
-become the model's input: image files are resized, cropped and normalised as it says, the digits
-normalised with its mean and std; None is each dataset's fixed preparation (below). ``augment`` adds
-timm's train-time augmentation to image files; an item addressed as ``dataset[(index, seed)]`` draws its
-augmentation from ``seed`` alone (the same image, crop and flip in any process, on any resume), while
-``dataset[index]`` is the image without augmentation.
+``transform`` (a `vitplast.data.transforms.ImageTransform`, e.g. the model's own) says how images become the
+model's input: image files are resized, cropped and normalised as it says, the digits normalised with its mean
+and std; None is each dataset's fixed preparation (below). ``augment`` adds timm's train-time augmentation to
+image files; an item addressed as ``dataset[(index, seed)]`` draws its augmentation from ``seed`` alone (the
+same image, crop and flip in any process, on any resume), while ``dataset[index]`` is the image without
+augmentation.
 
 Specs:
 
 - ``"digits"`` — scikit-learn's bundled 8x8 handwritten digits (1797 images, no download), upsampled
-  (bilinear) to ``img_size``, grey repeated on 3 channels, scaled to [-1, 1] (with a ``transform``:
-  normalised with its mean and std from [0, 1]). ``"digits:0-4"``,
-  ``"digits:5-9"``, ``"digits:1,3,7"`` keep a subset of classes, relabelled ``0..k-1`` in increasing digit
-  order (``.classes`` keeps the digit names). Train / val is a deterministic 80 / 20 split per class,
-  drawn from ``seed``.
-- ``"synthetic"`` — 4 classes of noisy random prototypes (320 train / 80 val images), for tests (already
-  model inputs: no transform applies).
+  (bilinear) to ``img_size``, grey repeated on 3 channels, scaled to [-1, 1] (with a ``transform``: normalised
+  with its mean and std from [0, 1]). ``"digits:0-4"``, ``"digits:5-9"``, ``"digits:1,3,7"`` keep a subset of
+  classes, relabelled ``0..k-1`` in increasing digit order (``.classes`` keeps the digit names). Train / val
+  is a deterministic 80 / 20 split per class, drawn from ``seed``.
+- ``"synthetic"`` — 4 classes of noisy random prototypes (320 train / 80 val images), for tests (already model
+  inputs: no transform applies).
 - ``"cifar10:DIR"`` / ``"cifar100:DIR"`` — torchvision's on-disk format under ``DIR`` (never downloaded).
 - any directory — an ImageFolder (``DIR/<class>/<image>``); ``DIR/train`` and ``DIR/val`` are used when
   present, otherwise the flat folder is split 80 / 20 like digits.
 
-Image files without a ``transform`` get `vitplast.data.transforms.fixed_transform` (shorter side
-resized to ``img_size``, bilinear; centre crop; ImageNet mean and std).
+Image files without a ``transform`` get `vitplast.data.transforms.fixed_transform` (shorter side resized to
+``img_size``, bilinear; centre crop; ImageNet mean and std).
 
 ``split`` is ``"train"``, ``"val"`` or ``"all"`` (train + val).
 
-An ImageFolder's files are found by `vitplast.data.folders.ImageFolder` (regular files only, each
-once, no folder loop: what it skips is named in a warning) and decoded by
-`vitplast.data.images.open_image` (16-bit images scaled by 65535; modes without a defined range
-refused by name) when an item is read; a file that cannot be decoded (corrupt, truncated, not an
-image, not a regular file) raises `BadImageError` naming it, or, with ``skip_bad_images=True``,
-the item is ``None``, its path is added to the dataset's ``.bad_images``, and `make_loader`'s
-batches leave it out.
+An ImageFolder's files are found by `vitplast.data.folders.ImageFolder` (regular files only, each once, no
+folder loop: what it skips is named in a warning) and decoded by `vitplast.data.images.open_image` (16-bit
+images scaled by 65535; modes without a defined range refused by name) when an item is read; a file that
+cannot be decoded (corrupt, truncated, not an image, not a regular file) raises `BadImageError` naming it, or,
+with ``skip_bad_images=True``, the item is ``None``, its path is added to the dataset's ``.bad_images``, and
+`make_loader`'s batches leave it out.
 """
 
 from __future__ import annotations

@@ -1,18 +1,17 @@
-"""How images become a model's input: `ImageTransform`, one description of a model's input
-preparation (size, mean, std, interpolation, crop), whoever declares it (timm's data config, a
-transformers image processor, the digits ViT, or the fixed transform of ``--no-model-transform``).
+"""How images become a model's input: `ImageTransform`, one description of a model's input preparation (size,
+mean, std, interpolation, crop), whoever declares it (timm's data config, a transformers image processor, the
+digits ViT, or the fixed transform of ``--no-model-transform``).
 
 - image files (ImageFolder, CIFAR) go through timm's ``create_transform`` built from it: at evaluation a
   resize and centre crop (``crop_pct``, ``crop_mode``) then normalisation; when finetuning, on the train
   split, timm's train-time augmentation (random resized crop, horizontal flip, colour jitter);
 - in-memory images in ``[0, 1]`` (the digits) are normalised with its mean and std
   (`ImageTransform.normalise`);
-- no transform (None) is each dataset's own, fixed preparation (``--no-model-transform``): image files
-  get `fixed_transform` (a bilinear resize of the shorter side to the input size, a centre crop,
-  ImageNet mean and std), the digits are scaled to ``[-1, 1]``;
-- `with_overrides`: what a `TransformRequest` asks applied (``--mean``/``--std`` and
-  ``--no-model-transform``; the command-line data options give one:
-  `vitplast.options.groups.DataOptions.transform_request`);
+- no transform (None) is each dataset's own, fixed preparation (``--no-model-transform``): image files get
+  `fixed_transform` (a bilinear resize of the shorter side to the input size, a centre crop, ImageNet mean and
+  std), the digits are scaled to ``[-1, 1]``;
+- `with_overrides`: what a `TransformRequest` asks applied (``--mean``/``--std`` and ``--no-model-transform``;
+  the command-line data options give one: `vitplast.options.groups.DataOptions.transform_request`);
 - `transform_record`: the JSON-ready description the output files record.
 """
 

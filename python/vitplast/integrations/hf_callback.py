@@ -7,31 +7,28 @@ Usage (either way of registering it works the same):
     trainer = Trainer(model=model, args=args, train_dataset=ds, callbacks=[PlasticityTrainerCallback()])
     trainer.train()                     # or: trainer.add_callback(PlasticityTrainerCallback(every=50))
 
-**Which steps.** The trainer numbers its optimizer steps 1, 2, 3, ... (``state.global_step`` after the
-step), and logs the loss at the steps that are multiples of ``logging_steps``. The callback measures
-the training forwards (every micro-batch under gradient accumulation) of the steps whose number is a
-multiple of ``every``; ``every=None`` (the default) takes ``logging_steps``, so the plasticity of a
-step is measured exactly where the loss is logged. Pairs are the two halves of each training batch by
-default.
+**Which steps.** The trainer numbers its optimizer steps 1, 2, 3, ... (``state.global_step`` after the step),
+and logs the loss at the steps that are multiples of ``logging_steps``. The callback measures the training
+forwards (every micro-batch under gradient accumulation) of the steps whose number is a multiple of ``every``;
+``every=None`` (the default) takes ``logging_steps``, so the plasticity of a step is measured exactly where
+the loss is logged. Pairs are the two halves of each training batch by default.
 
 **Where the values go.** ``plasticity/{component}`` (mean over layers) and, with ``per_layer=True``,
-``plasticity/{component}/layer_{l}`` go through the trainer's own logging path, numbered like the
-loss: into the trainer's log event of that step when it has one (so one event, one console line, one
-``log_history`` row with the loss), else through ``trainer.log`` at that step. Either way every
-``report_to`` integration (TensorBoard, W&B, MLflow, ...) and every callback receives them. To join
-the trainer's event before the integrations read it, the callback moves itself in the trainer's
-callback list to just after ``DefaultFlowCallback`` (the callback that decides when the trainer logs);
-it finds its trainer on the call stack at ``on_train_begin`` when it was not given ``trainer=``.
-The console prints whatever a log event holds: the per-layer values are off by default so that the
-loss line gains one key per component only.
+``plasticity/{component}/layer_{l}`` go through the trainer's own logging path, numbered like the loss: into
+the trainer's log event of that step when it has one (so one event, one console line, one ``log_history`` row
+with the loss), else through ``trainer.log`` at that step. Either way every ``report_to`` integration
+(TensorBoard, W&B, MLflow, ...) and every callback receives them. To join the trainer's event before the
+integrations read it, the callback moves itself in the trainer's callback list to just after
+``DefaultFlowCallback`` (the callback that decides when the trainer logs); it finds its trainer on the call
+stack at ``on_train_begin`` when it was not given ``trainer=``. The console prints whatever a log event holds:
+the per-layer values are off by default so that the loss line gains one key per component only.
 
-The trainer logs what it would log without the callback: its loss at every ``logging_steps``,
-averaged over the same steps; the callback never asks for a log event of the trainer and never
-cancels one. Under DDP the per-pair sums are all-reduced before the means are taken. At the end of
-training the main process writes ``plasticity.json`` (every measured step merged, ranks combined)
-into ``args.output_dir`` (or ``dirpath``). The hooks are attached in ``on_train_begin`` (the model is
-on its device; the first forward, and so any ``torch.compile`` tracing, comes later); evaluation
-forwards are not measured.
+The trainer logs what it would log without the callback: its loss at every ``logging_steps``, averaged over
+the same steps; the callback never asks for a log event of the trainer and never cancels one. Under DDP the
+per-pair sums are all-reduced before the means are taken. At the end of training the main process writes
+``plasticity.json`` (every measured step merged, ranks combined) into ``args.output_dir`` (or ``dirpath``).
+The hooks are attached in ``on_train_begin`` (the model is on its device; the first forward, and so any
+``torch.compile`` tracing, comes later); evaluation forwards are not measured.
 """
 
 from __future__ import annotations

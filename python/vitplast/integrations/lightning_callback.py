@@ -20,10 +20,9 @@ the global batch. At the end of training, rank 0 writes ``plasticity.json`` (eve
 merged; the model named after the module holding the measured components, e.g. the timm ViT inside
 the LightningModule) into ``dirpath`` or ``trainer.log_dir``.
 
-The hooks are attached in ``on_fit_start``: after Lightning has moved the model to its device and
-wrapped it (the capture's sums live on the model's device), before the first forward, so a
-``torch.compile``d module traces them. Validation, sanity checks and anything else outside a training
-batch are not measured.
+The hooks are attached in ``on_fit_start``: after Lightning has moved the model to its device and wrapped it
+(the capture's sums live on the model's device), before the first forward, so a ``torch.compile``d module
+traces them. Validation, sanity checks and anything else outside a training batch are not measured.
 """
 
 from __future__ import annotations

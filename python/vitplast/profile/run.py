@@ -45,9 +45,8 @@ def profile(opts: ProfileOptions | None = None, /, *, reporter: Reporter | None 
     """Profile a measurement: the record of the module docstring, printed as a table (on ``reporter``;
     default: stdout) and written to ``out`` as one set; returns the record.
 
-    ``opts``: a `ProfileOptions`, checked again here; or the options as keywords (each the option
-    of ``vitplast profile`` with that name, None: its default); keywords given with ``opts`` replace its
-    values.
+    ``opts``: a `ProfileOptions`, checked again here; or the options as keywords (each the option of
+    ``vitplast profile`` with that name, None: its default); keywords given with ``opts`` replace its values.
     """
     opts = profile_options(opts, keywords)
     say = (reporter or Reporter()).say
