@@ -83,6 +83,8 @@ def _random_model(opts: ProfileOptions, device):
         raise ValueError(f"--model {opts.model}: profile times timm and transformers models (the digits ViT "
                          "is vit_tiny_patch16_224 resized: profile that)")
     kwargs = _size_kwargs(opts)
+    if source.kind == "hf" and kwargs:
+        raise ValueError(f"--img-size/--depth: {opts.model} takes its config's (a transformers model)")
     if source.kind == "timm":
         try:
             check_timm_name(source.ref)
@@ -94,9 +96,6 @@ def _random_model(opts: ProfileOptions, device):
     with torch.random.fork_rng(devices=cuda), torch.device(device):
         torch.manual_seed(0)
         if source.kind == "hf":
-            if kwargs:
-                raise ValueError(f"--img-size/--depth: {opts.model} takes its config's (a transformers "
-                                 "model)")
             return create_hf(source.ref, random_init=True)
         try:
             return timm.create_model(source.ref, pretrained=False, **kwargs)
@@ -118,16 +117,15 @@ def build_model_and_images(opts: ProfileOptions):
     dtype = getattr(torch, opts.dtype)
     device = resolve_device(opts.device)
     model = _random_model(opts, device).eval().to(device=device, dtype=dtype)
-    cfg = model.pretrained_cfg if hasattr(model, "pretrained_cfg") else {}
+    cfg = getattr(model, "pretrained_cfg", {})
     size = opts.img_size or input_size(model, (cfg.get("input_size") or (3, 224, 224))[-1])
     need, have = opts.batch_size * 3 * size * size * dtype.itemsize, _memory_bytes(device)
     if have and need > have:
         raise ValueError(f"--batch-size {opts.batch_size}: the input batch alone needs {need / 1e9:,.1f} GB, "
                          f"more than the {have / 1e9:,.1f} GB of memory of {device}; choose a smaller "
                          "--batch-size")
-    gen = torch.Generator().manual_seed(0)
-    images = torch.randn(opts.batch_size, 3, size, size, generator=gen).to(device=device, dtype=dtype)
-    return model, images
+    images = torch.randn(opts.batch_size, 3, size, size, generator=torch.Generator().manual_seed(0))
+    return model, images.to(device=device, dtype=dtype)
 
 
 def _memory_bytes(device) -> int | None:
@@ -162,14 +160,12 @@ def measurements(opts: ProfileOptions, log: Callable[[str], None]) -> dict[str, 
     device = images.device
     st = _structure(model, opts)
     rec: dict[str, Any] = {
-        "args": fields_of(type(opts), opts),
-        "model": opts.model, "device": str(device), "dtype": opts.dtype, "amp": opts.amp,
-        "batch_size": opts.batch_size, "protocol": opts.protocol, "pairs": opts.pairs,
+        "args": fields_of(type(opts), opts), "model": opts.model, "device": str(device), "dtype": opts.dtype,
+        "amp": opts.amp, "batch_size": opts.batch_size, "protocol": opts.protocol, "pairs": opts.pairs,
         "image_size": images.shape[-1], "layers": len(st.layers), "components": list(st.components),
         "component_modules": sum(len(n) for c in st.components for n in st.modules[c].values()),
         "params": sum(p.numel() for p in model.parameters()), "machine": _machine(device),
-        "memory_method": pf.memory_method(device), "provenance": _provenance(opts, model, images),
-    }
+        "memory_method": pf.memory_method(device), "provenance": _provenance(opts, model, images)}
     log(f"# {opts.model}: {rec['layers']} layers, {rec['component_modules']} component modules, "
         f"{rec['params'] / 1e6:.0f}M params; batch {opts.batch_size} x {tuple(images.shape[1:])} "
         f"{precision(rec)} on {device}")
@@ -198,9 +194,8 @@ def _variants(opts: ProfileOptions, model, images, st) -> dict[str, Any]:
     times = pf.time_variants(fns, device, opts.reps)
     mem = {k: pf.peak_memory(fn, device) for k, fn in fns.items()}
     out: dict[str, Any] = {"paper_host_bytes": peers.paper_host_bytes(model, images, st)}
-    mode = opts.paper
-    if mode == "auto":
-        mode = "full" if out["paper_host_bytes"] <= opts.paper_max_gb * 1e9 else "one-block"
+    mode = opts.paper if opts.paper != "auto" else (  # auto: full when its host memory is under the bound
+        "full" if out["paper_host_bytes"] <= opts.paper_max_gb * 1e9 else "one-block")
     if mode != "skip":
         paper_runs = [peers.paper_protocol(model, images, st, blocks=None if mode == "full" else 1)
                       for _ in range(max(1, min(opts.reps, 3)))]
