@@ -32,6 +32,7 @@ import hashlib
 import json
 import math
 import os
+import stat
 import sys
 import time
 import warnings
@@ -91,8 +92,6 @@ def _read_shipped(path: Path, size: int) -> bytes:
     followed) of ``size`` bytes: a directory, FIFO, socket or device in its place is never read (a FIFO
     would block, a device never end), nor more than ``size`` + 1 bytes of any file. ValueError naming
     the file and what it is otherwise; OSError when it cannot be opened."""
-    import stat
-
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     try:
         if not stat.S_ISREG(mode := os.fstat(fd).st_mode):
@@ -157,60 +156,55 @@ def pretrain(config: DigitsConfig, seed: int = 0, progress: bool = True) -> tupl
     thread (restored afterwards): the matrices are too small for more threads to pay, and on a shared
     machine extra threads mostly wait for each other.
     """
+    from tqdm.auto import tqdm
+
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        return _pretrain(config, seed, progress)
+        start = time.perf_counter()
+        train, val = (load_dataset(f"digits:{config.classes}", split, img_size=config.img_size, seed=seed)
+                      for split in ("train", "val"))
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            model = build_digits_vit(config, num_classes=train.num_classes).train()
+        g = torch.Generator().manual_seed(seed + 1)
+        opt = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+        steps_per_epoch = math.ceil(len(train) / config.batch_size)
+        total = config.epochs * steps_per_epoch
+        warmup = config.warmup_epochs * steps_per_epoch
+
+        def lr_at(step: int) -> float:
+            if step < warmup:
+                return config.lr * (step + 1) / warmup
+            t = (step - warmup) / max(total - warmup, 1)
+            return config.lr * 0.5 * (1 + math.cos(math.pi * t))
+
+        loss_fn = nn.CrossEntropyLoss(label_smoothing=config.label_smoothing)
+        bar = tqdm(range(config.epochs), desc="pretraining digits ViT (one time)", disable=not progress,
+                   unit="epoch")
+        step = 0
+        for _ in bar:
+            order = torch.randperm(len(train), generator=g)
+            for i in range(0, len(train), config.batch_size):
+                idx = order[i:i + config.batch_size]
+                x = _augment(train.images[idx], config, g)
+                for group in opt.param_groups:
+                    group["lr"] = lr_at(step)
+                loss = loss_fn(model(x), train.labels[idx])
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                step += 1
+            bar.set_postfix(loss=f"{loss.item():.3f}")
+        model.eval()
+        info = {"val_acc": digits_accuracy(model, val), "seconds": time.perf_counter() - start,
+                "train_images": len(train), "val_images": len(val)}
+        if progress:
+            print(f"digits ViT: val accuracy {info['val_acc']:.3f} on digits {config.classes} "
+                  f"({info['seconds']:.0f} s)", flush=True)
+        return model, info
     finally:
         torch.set_num_threads(threads)
-
-
-def _pretrain(config: DigitsConfig, seed: int, progress: bool) -> tuple[nn.Module, dict]:
-    from tqdm.auto import tqdm
-
-    start = time.perf_counter()
-    train = load_dataset(f"digits:{config.classes}", "train", img_size=config.img_size, seed=seed)
-    val = load_dataset(f"digits:{config.classes}", "val", img_size=config.img_size, seed=seed)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = build_digits_vit(config, num_classes=train.num_classes)
-    model.train()
-    g = torch.Generator().manual_seed(seed + 1)
-    opt = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
-    steps_per_epoch = math.ceil(len(train) / config.batch_size)
-    total = config.epochs * steps_per_epoch
-    warmup = config.warmup_epochs * steps_per_epoch
-
-    def lr_at(step: int) -> float:
-        if step < warmup:
-            return config.lr * (step + 1) / warmup
-        t = (step - warmup) / max(total - warmup, 1)
-        return config.lr * 0.5 * (1 + math.cos(math.pi * t))
-
-    loss_fn = nn.CrossEntropyLoss(label_smoothing=config.label_smoothing)
-    bar = tqdm(range(config.epochs), desc="pretraining digits ViT (one time)", disable=not progress,
-               unit="epoch")
-    step = 0
-    for _ in bar:
-        order = torch.randperm(len(train), generator=g)
-        for i in range(0, len(train), config.batch_size):
-            idx = order[i:i + config.batch_size]
-            x = _augment(train.images[idx], config, g)
-            for group in opt.param_groups:
-                group["lr"] = lr_at(step)
-            loss = loss_fn(model(x), train.labels[idx])
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            step += 1
-        bar.set_postfix(loss=f"{loss.item():.3f}")
-    model.eval()
-    info = {"val_acc": digits_accuracy(model, val), "seconds": time.perf_counter() - start,
-            "train_images": len(train), "val_images": len(val)}
-    if progress:
-        print(f"digits ViT: val accuracy {info['val_acc']:.3f} on digits {config.classes} "
-              f"({info['seconds']:.0f} s)", flush=True)
-    return model, info
 
 
 METADATA_KEY = "__metadata__"  # where a safetensors header keeps the file's metadata
@@ -236,8 +230,7 @@ def digits_checkpoint(cache_dir: str | os.PathLike | None = None, seed: int = 0,
     """Path of the pretrained checkpoint (``.safetensors``): the shipped one for the default config and
     seed (`shipped_checkpoint`), else the cached one, pretraining it first if absent."""
     cfg = config or DigitsConfig()
-    shipped = shipped_checkpoint(cfg, seed)
-    if shipped is not None:
+    if (shipped := shipped_checkpoint(cfg, seed)) is not None:
         return shipped
     path = cache_root(cache_dir) / f"digits_vit-{cfg.key(seed)}.safetensors"
     if path.is_file():
