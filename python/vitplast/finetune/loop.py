@@ -222,25 +222,23 @@ class Training:
         bar.update(1)
         if (s.checkpoint_every and done % s.checkpoint_every == 0) or done == s.steps:
             self.log.flush()  # every row of the iterations before the checkpoint is on disk with it
-            self.rd.save_checkpoint({
-                "step": done, "model": self.model.state_dict(), "optimizer": self.opt.state_dict(),
-                "scheduler": self.sched.state_dict(), "rng": rng_state(), "state": state,
-                **({"auto": self.auto} if self.auto is not None else {}),
-            })
+            self.rd.save_checkpoint({"step": done, "model": self.model.state_dict(),
+                                     "optimizer": self.opt.state_dict(), "scheduler": self.sched.state_dict(),
+                                     "rng": rng_state(), "state": state,
+                                     **({"auto": self.auto} if self.auto is not None else {})})
 
     def finish(self, prepared: Prepared, seconds: float | None) -> dict:
         """The summary (written last: it marks the run finished), the curves and the exported weights."""
         spec, s, state, main = self.spec, self.settings, self.state, self.dctx.is_main
-        summary = {
-            "train": spec.train, "lr": spec.lr, "seed": spec.seed, "trained": list(self.parts),
-            "final_acc": state["last_acc"], "best_acc": state["best_acc"],
-            "initial_acc": state["initial_acc"], "holdout_acc": state.get("holdout_acc"),
-            "plasticity_start": state["plasticity_start"],
-            "trainable_params": sum(p.numel() for p in self.params),
-            "total_params": count_parameters(self.model), "steps": s.steps, "world_size": self.dctx.world,
-            "seconds": seconds, "run_dir": str(spec.directory), "model": s.model, "data": s.data,
-            "provenance": prepared.provenance, **({"auto": self.auto} if self.auto is not None else {}),
-        }
+        summary = {"train": spec.train, "lr": spec.lr, "seed": spec.seed, "trained": list(self.parts),
+                   "final_acc": state["last_acc"], "best_acc": state["best_acc"],
+                   "initial_acc": state["initial_acc"], "holdout_acc": state.get("holdout_acc"),
+                   "plasticity_start": state["plasticity_start"],
+                   "trainable_params": sum(p.numel() for p in self.params),
+                   "total_params": count_parameters(self.model), "steps": s.steps,
+                   "world_size": self.dctx.world, "seconds": seconds, "run_dir": str(spec.directory),
+                   "model": s.model, "data": s.data, "provenance": prepared.provenance,
+                   **({"auto": self.auto} if self.auto is not None else {})}
         if main and s.plots:
             plot_curves(self.rd.metrics(), spec.directory / "plots" / "curves.png", title=spec.label)
         if s.export and main:

@@ -32,12 +32,11 @@ def aggregate(summaries: list, components=None, plans=()) -> list[dict]:
     rows = []
     for (train, lr), runs in groups.items():
         accs = [r.final_acc for r in runs]
-        row = {
-            "train": train, "lr": lr, "seeds": [r.seed for r in runs], "n": len(runs),
-            "acc_mean": statistics.fmean(accs), "acc_std": statistics.stdev(accs) if len(accs) > 1 else 0.0,
-            "initial_acc": statistics.fmean(r.initial_acc for r in runs),
-            "trainable_params": runs[0].trainable_params,
-        }
+        row = {"train": train, "lr": lr, "seeds": [r.seed for r in runs], "n": len(runs),
+               "acc_mean": statistics.fmean(accs),
+               "acc_std": statistics.stdev(accs) if len(accs) > 1 else 0.0,
+               "initial_acc": statistics.fmean(r.initial_acc for r in runs),
+               "trainable_params": runs[0].trainable_params}
         if all(r.holdout_acc is not None for r in runs):
             row["holdout_acc"] = statistics.fmean(r.holdout_acc for r in runs)
         plan = known.get(train) or TrainPlan.parse(train, components)
@@ -64,11 +63,9 @@ def format_table(rows: list[dict]) -> str:
     for r in rows:
         plast = f"{r['plasticity']:.3f}" if "plasticity" in r else "-"
         spread = f"± {r['acc_std']:<6.4f}" if r["n"] >= 2 else f"{'(n = 1)':<8}"  # no std of one seed
-        lines.append(
-            f"{r['train']:<16} {r['lr']:>8.2g} {r['n']:>5} {r['acc_mean']:>9.4f} {spread}"
-            f" {r['gain_at_lr']:>+9.4f} {plast:>10} {r['trainable_params']:>10,}"
-            + (f" {r['holdout_acc']:>8.4f}" if "holdout_acc" in r else f" {'-':>8}" if held else "")
-        )
+        lines.append(f"{r['train']:<16} {r['lr']:>8.2g} {r['n']:>5} {r['acc_mean']:>9.4f} {spread}"
+                     f" {r['gain_at_lr']:>+9.4f} {plast:>10} {r['trainable_params']:>10,}"
+                     + (f" {r['holdout_acc']:>8.4f}" if "holdout_acc" in r else f" {'-':>8}" if held else ""))
     if rows:
         over = rows[0]["gain_at_lr_over"]
         base = "linear probing (head)" if over == "head" else "the accuracy before finetuning"
