@@ -105,8 +105,7 @@ def digits_config(pretrain_config: dict | None = None) -> DigitsConfig:
     """The digits ViT's `DigitsConfig` with ``pretrain_config``'s overrides (ValueError naming an
     unknown field or a bad value)."""
     fields = {f.name for f in dataclasses.fields(DigitsConfig)}
-    unknown = sorted(set(pretrain_config or {}) - fields)
-    if unknown:
+    if unknown := sorted(set(pretrain_config or {}) - fields):
         raise ValueError(f"pretrain_config: unknown DigitsConfig field(s) {unknown}; known: {sorted(fields)}")
     try:
         return DigitsConfig(**(pretrain_config or {}))

@@ -99,11 +99,8 @@ def model_source(name: str) -> ModelSource:
             raise ValueError(f"{name!r}: expected hf:HUB_ID or hf:DIR (a save_pretrained directory)")
         folder = os.path.expanduser(ref)
         return ModelSource("hf", name, folder if os.path.isdir(folder) else ref)
-    kind = folder_kind(folder_config(name))
-    if kind == "hf":
-        return ModelSource("hf", name, os.path.expanduser(name))
-    if kind == "timm":
-        return ModelSource("timm", name, f"local-dir:{os.path.expanduser(name)}")
+    if (folder := weights_folder_source(name, name)) is not None:
+        return folder
     if os.path.isdir(os.path.expanduser(name)):
         raise ValueError(f"{name!r} is a folder without a model's config.json (a timm or transformers model "
                          "folder holds one; a checkpoint goes to --weights)")
@@ -113,18 +110,16 @@ def model_source(name: str) -> ModelSource:
     return ModelSource("timm", name, name)
 
 
-def weights_folder_source(weights: str | os.PathLike | None) -> ModelSource | None:
+def weights_folder_source(weights: str | os.PathLike | None, name: str | None = None) -> ModelSource | None:
     """The model a ``--weights`` folder describes: a timm or transformers model folder (a Hugging Face hub
-    snapshot, a ``save_pretrained`` directory), read from its ``config.json``; None otherwise."""
-    if weights is None:
-        return None
-    kind = folder_kind(folder_config(weights))
-    path = os.path.expanduser(os.fspath(weights))
+    snapshot, a ``save_pretrained`` directory), read from its ``config.json``; None otherwise. It is
+    named ``name`` (a ``--model`` naming the folder), else as the loader takes it (``local-dir:DIR``,
+    ``hf:DIR``)."""
+    kind = None if weights is None else folder_kind(folder_config(weights))
+    path = os.path.expanduser(os.fspath(weights or ""))
     if kind == "timm":
-        return ModelSource("timm", f"local-dir:{path}", f"local-dir:{path}")
-    if kind == "hf":
-        return ModelSource("hf", f"{HF_PREFIX}{path}", path)
-    return None
+        return ModelSource("timm", name or f"local-dir:{path}", f"local-dir:{path}")
+    return ModelSource("hf", name or f"{HF_PREFIX}{path}", path) if kind == "hf" else None
 
 
 @dataclasses.dataclass(frozen=True)

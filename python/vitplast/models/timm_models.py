@@ -49,7 +49,6 @@ def create_vit(name: str, num_classes: int, img_size: int | None = None,
     if not isinstance(num_classes, int) or num_classes < 0:
         raise ValueError(f"num_classes must be an int >= 0, got {num_classes!r}")
     check_timm_name(name)
-
     check_config_args(timm_kwargs)
     overlays = _overlay_dtypes(timm_kwargs) if pretrained else {}
     kwargs = dict(timm_kwargs) if img_size is None else {**timm_kwargs, "img_size": img_size}
@@ -150,8 +149,8 @@ def pretrained_origin(model: nn.Module) -> dict:
     if config.get("hf_hub_id"):
         repo, revision = split_revision(str(config["hf_hub_id"]))
         names = [config["hf_hub_filename"]] if config.get("hf_hub_filename") else []
-        found = cached_hub_file(repo, [*names, "model.safetensors", "pytorch_model.bin"], revision)
-        return {"hub_id": repo, **found}
+        return {"hub_id": repo, **cached_hub_file(repo, [*names, "model.safetensors", "pytorch_model.bin"],
+                                                  revision)}
     if config.get("url"):
         return {"url": str(config["url"])}
     return {}
@@ -162,12 +161,10 @@ def build_timm(plan: ModelPlan, request: BuildRequest) -> BuiltModel:
     published weights with ``plan.pretrained``, else random init (``plan.weights``, which the builder
     loads over it, or ``plan.random_init``); its input preparation is timm's data config at its input
     size."""
-    name = plan.source.ref
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*no weights given.*")  # random init is asked for
-        net = create_vit(name, request.num_classes, img_size=plan.img_size, pretrained=plan.pretrained,
-                         **plan.model_kwargs)
-    config = timm_data_config(net)
+        net = create_vit(plan.source.ref, request.num_classes, img_size=plan.img_size,
+                         pretrained=plan.pretrained, **plan.model_kwargs)
     if plan.weights is not None:
         origin, how = {"kind": "weights", "file": str(plan.weights)}, f"weights {plan.weights}"
     elif plan.pretrained:
@@ -176,6 +173,6 @@ def build_timm(plan: ModelPlan, request: BuildRequest) -> BuiltModel:
     else:
         origin, how = {"kind": "random"}, "random init"
     size = input_size(net, plan.img_size)
-    transform = from_data_config(config, f"timm data config of {plan.source.name}")
+    transform = from_data_config(timm_data_config(net), f"timm data config of {plan.source.name}")
     return BuiltModel(net.eval(), size, f"{plan.source.name} ({how})", plan.source.name,
                       dict(plan.model_kwargs), transform.resized(size), origin)
