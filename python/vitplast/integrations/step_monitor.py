@@ -43,14 +43,11 @@ def metrics_of(result: PlasticityResult, prefix: str = "plasticity",
     ``per_layer``, ``{prefix}/{component}/layer_{label}``; undefined (NaN) values are left out."""
     out: dict[str, float] = {}
     for c in result.components:
-        overall = result.overall(c)
-        if math.isfinite(overall):
-            out[f"{prefix}/{c}"] = overall
+        out[f"{prefix}/{c}"] = result.overall(c)
         if per_layer:
-            for layer, value in zip(result.layers, result.mean(c).tolist(), strict=True):
-                if math.isfinite(value):
-                    out[f"{prefix}/{c}/layer_{layer}"] = value
-    return out
+            out.update({f"{prefix}/{c}/layer_{layer}": value
+                        for layer, value in zip(result.layers, result.mean(c).tolist(), strict=True)})
+    return {k: v for k, v in out.items() if math.isfinite(v)}
 
 
 def monitored_module(model: torch.nn.Module, name: str | None, who: str) -> torch.nn.Module:
