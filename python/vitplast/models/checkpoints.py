@@ -22,12 +22,14 @@ objects — raises `CheckpointError` (a ``ValueError``) naming the file.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import pickle
 import re
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from ..outputs.text import plain_text, strip_escapes
@@ -58,9 +60,8 @@ def resolve_path(path: str | os.PathLike, what: str = "weights") -> Path:
     message (the option that named the file)."""
     p = Path(path).expanduser()
     if p.is_dir():
-        for name in RUN_DIR_FILES:
-            if (p / name).is_file():
-                return p / name
+        if found := [p / name for name in RUN_DIR_FILES if (p / name).is_file()]:
+            return found[0]
         raise CheckpointError(f"{what}: {str(p)!r} is a directory without {' or '.join(RUN_DIR_FILES)} "
                               "(a vitplast finetune run directory holds them)")
     if not p.exists():
@@ -103,10 +104,6 @@ def weights_only_globals() -> list:
     """The types a weights-only load may rebuild besides tensors and plain values: numpy arrays (the RNG
     states a checkpoint may hold) and ``argparse.Namespace`` (timm's training checkpoints keep their
     arguments in one: a plain attribute holder)."""
-    import argparse
-
-    import numpy as np
-
     core = getattr(np, "_core", None) or np.core
     dtype_classes = [type(np.dtype(t)) for t in ("uint32", "int64", "float64", "bool")]  # numpy >= 1.25
     return [core.multiarray._reconstruct, np.ndarray, np.dtype, *dtype_classes, argparse.Namespace]
@@ -146,8 +143,7 @@ def unpickling_reason(exc: BaseException) -> str:
     lines = strip_escapes(str(exc)).splitlines()
     for line in lines:
         if "WeightsUnpickler error:" in line:
-            reason = line.split("WeightsUnpickler error:", 1)[1].split(". Please", 1)[0]
-            return plain_text(reason)[:200]
+            return plain_text(line.split("WeightsUnpickler error:", 1)[1].split(". Please", 1)[0])[:200]
     for line in lines:  # "Trying to load unsupported GLOBAL posix.system whose module posix is blocked."
         if "GLOBAL" in line:
             return plain_text(line)[:200]
