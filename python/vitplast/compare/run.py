@@ -7,10 +7,10 @@ every run is read; the table is printed and, with ``out``, ``compare.txt``, ``co
 
 from __future__ import annotations
 
-import csv
 import json
-import math
 from typing import Any
+
+from vitplast_kernels.atomic_io import atomic_write_csv
 
 from ..options.fields import options_for
 from ..outputs.reporter import Reporter
@@ -34,14 +34,12 @@ def compare(opts: CompareOptions | None = None, /, *, reporter: Reporter | None 
     (default: printed).
     """
     opts = options_for(CompareOptions, opts, keywords)
-    out_set = None
-    if opts.out is not None:
-        out_set = OutputSet(opts.out, OUTPUT_FILES)
+    out_set = None if opts.out is None else OutputSet(opts.out, OUTPUT_FILES)
+    if out_set is not None:
         out_set.check()
     cmp = compare_measurements(load_measurements(opts.runs, opts.labels), opts.components)
-    text = format_comparison(cmp)
     say = (reporter or Reporter()).say
-    say(text)
+    say(text := format_comparison(cmp))
     if out_set is not None:
         write_comparison(out_set, cmp, text)
         say(f"wrote {', '.join(str(out_set.target / f) for f in OUTPUT_FILES)}")
@@ -50,14 +48,8 @@ def compare(opts: CompareOptions | None = None, /, *, reporter: Reporter | None 
 
 def write_comparison(out_set, cmp: Comparison, text: str) -> None:
     """The table, the tidy CSV (one row per run, component and layer), the JSON and the figure."""
-    rows = cmp.records()
     with out_set.writing() as tmp:
         (tmp / "compare.txt").write_text(text + "\n")
-        with open(tmp / "compare.csv", "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-            writer.writeheader()
-            for r in rows:
-                writer.writerow({k: "" if isinstance(v, float) and not math.isfinite(v) else v
-                                 for k, v in r.items()})
+        atomic_write_csv(tmp / "compare.csv", cmp.records())
         (tmp / "compare.json").write_text(json.dumps(cmp.to_dict(), indent=1, allow_nan=False) + "\n")
         plot_comparison(cmp, tmp / "compare.png")

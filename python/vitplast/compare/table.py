@@ -171,34 +171,25 @@ def format_comparison(cmp: Comparison) -> str:
     with its 95% CI, and each run minus the first. Columns are as wide as their widest cell."""
     ref = cmp.labels[0]
     diffs = [f"{label} - {ref}" for label in cmp.labels[1:]]
-    rows = [["component", *cmp.labels, *diffs]]
-    for c in cmp.components:
-        cells = [_cell(e) for e in cmp.overall[c]]
-        cells += [_cell(cmp.difference(c, r), signed=True) for r in range(1, len(cmp.runs))]
-        rows.append([c, *cells])
-    table = _aligned(rows, 1)
-    width = max(len(line) for line in table)
+
+    def cells(c: str, li: int | None = None) -> list[str]:
+        """Each run's cell, then each run minus the first (``li`` None: the mean over layers)."""
+        runs = cmp.overall[c] if li is None else [run[li] for run in cmp.per_layer[c]]
+        diff = [_cell(cmp.difference(c, r, li), signed=True) for r in range(1, len(runs))]
+        return [*map(_cell, runs), *diff]
+
+    table = _aligned([["component", *cmp.labels, *diffs], *([c, *cells(c)] for c in cmp.components)], 1)
+    layers = [[c, str(layer), *cells(c, li)] for c in cmp.components for li, layer in enumerate(cmp.layers)]
     lines = [f"plasticity, mean over {len(cmp.layers)} layers [95% CI]; differences against {ref!r}",
-             table[0], "-" * width, *table[1:]]
-    rows = [["component", "layer", *cmp.labels, *diffs]]
-    for c in cmp.components:
-        for li, layer in enumerate(cmp.layers):
-            cells = [_cell(run[li]) for run in cmp.per_layer[c]]
-            cells += [_cell(cmp.difference(c, r, li), signed=True) for r in range(1, len(cmp.runs))]
-            rows.append([c, str(layer), *cells])
-    lines += ["", "per layer [95% CI]:", *_aligned(rows, 1)]
-    lines.append("(differences: 95% CI for independent pairs, conservative when the runs measured the same "
-                 "pairs)")
-    lines += ["", *(f"ranking {label}: {' > '.join(order)}" for label, order in zip(cmp.labels, ranks(cmp),
-                                                                                      strict=True))]
-    return "\n".join(lines)
+             table[0], "-" * max(len(line) for line in table), *table[1:],
+             "", "per layer [95% CI]:", *_aligned([["component", "layer", *cmp.labels, *diffs], *layers], 1),
+             "(differences: 95% CI for independent pairs, conservative when the runs measured the same "
+             "pairs)", ""]
+    ranked = zip(cmp.labels, ranks(cmp), strict=True)
+    return "\n".join([*lines, *(f"ranking {label}: {' > '.join(order)}" for label, order in ranked)])
 
 
 def ranks(cmp: Comparison) -> list[list[str]]:
     """Per run, its components from the most to the least plastic (mean over layers)."""
-    out = []
-    for r in range(len(cmp.runs)):
-        vals = {c: cmp.overall[c][r].mean for c in cmp.components}
-        out.append(sorted((c for c in vals if math.isfinite(vals[c])), key=lambda c: -vals[c]))
-    return out
-
+    means = [{c: cmp.overall[c][r].mean for c in cmp.components} for r in range(len(cmp.runs))]
+    return [sorted((c for c in m if math.isfinite(m[c])), key=lambda c, m=m: -m[c]) for m in means]

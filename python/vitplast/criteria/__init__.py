@@ -4,10 +4,9 @@ commands measure with, and the one scoring service (`score_criteria`) the comman
 them through."""
 
 from .base import Criterion, Setting, Units, resolve_units
-from .cost import Cost
 from .loop import Batch, Measured, measure_plasticity, measuring_loop
 from .registry import CRITERIA, get_criterion
-from .result import CriterionResult
+from .result import Cost, CriterionResult
 from .service import ScoreCache, Scores, ScoringRequest, cache_key, score_criteria
 
 __all__ = ["CRITERIA", "Batch", "Cost", "Criterion", "CriterionResult", "Measured", "ScoreCache", "Scores",

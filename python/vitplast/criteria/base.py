@@ -2,19 +2,20 @@
 
 A **criterion** scores every (component, layer) **unit** of a model, **higher = finetune first**, from
 a `Setting` (the model as the finetuning run of a seed starts it, a sample of labelled downstream
-images, plasticity's paired images, the component map), and reports what scoring cost (`Cost`:
-seconds, forward and backward passes, peak device memory). A component's score is the mean of its
-units' scores over layers (``size``: the sum).
+images, plasticity's paired images, the component map), and reports what scoring cost (`Cost`: seconds,
+forward and backward passes, peak device memory). A component's score is the mean of its units' scores
+over layers (``size``: the sum).
 
 Subclasses of `Criterion` set ``name``, ``needs`` (what they read: ``"weights"``, ``"images"``,
 ``"labels"``, ``"backward"``, ``"pairs"``), ``per_seed`` (loss-based criteria depend on the head a seed
 initialises: scored per seed, the score is the mean over seeds) and ``layer_reduce``, and implement
-`Criterion.score_units` for one model. `Criterion.score` does the rest: seeds, timing,
-memory, the `CriterionResult`.
+`Criterion.score_units` for one model. `Criterion.score` does the rest: seeds, timing, memory, the
+`CriterionResult`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import time
@@ -26,9 +27,8 @@ import torch
 
 from vitplast_kernels.measure.targets import resolve_components
 
-from .cost import Cost
 from .loop import Batch
-from .result import CriterionResult
+from .result import Cost, CriterionResult
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,8 +69,8 @@ class Setting:
             weights, the head that seed initialises. Called once per seed by loss-based criteria, once
             (with ``seeds[0]``) by the others.
         seeds: the seeds of loss-based criteria.
-        batches: labelled downstream images (`Batch`), the criterion's
-            sample (``--criterion-batches`` of them).
+        batches: labelled downstream images (`Batch`), the criterion's sample (``--criterion-batches``
+            of them).
         pair_batches: plasticity's forward inputs in pairing order (a callable returning a fresh
             iterable), or None.
         components: the component map (``{label: glob}``; None: the preset).
@@ -87,6 +87,10 @@ class Setting:
     amp: Callable | None = None
     options: Mapping = dataclasses.field(default_factory=dict)
     progress: bool = False
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        """The context the forward passes run in: ``amp()``, or none without ``amp``."""
+        return self.amp() if self.amp else contextlib.nullcontext()
 
 
 class Criterion:
@@ -126,8 +130,8 @@ class Criterion:
         return result
 
     def score(self, setting: Setting) -> CriterionResult:
-        """The `CriterionResult` of ``setting``: per seed when
-        ``per_seed`` (the score the mean over seeds), with its `Cost`."""
+        """The `CriterionResult` of ``setting``: per seed when ``per_seed`` (the score the mean over
+        seeds), with its `Cost`."""
         cuda = torch.device(setting.device).type == "cuda"
         if cuda:
             torch.cuda.synchronize(setting.device)
@@ -139,8 +143,7 @@ class Criterion:
         for s in seeds:
             net = setting.model_for(s)
             units = units or resolve_units(net, setting.components)
-            values, extra = self.score_units(net, units, setting, cost)
-            per_seed[s], extras[s] = values, extra
+            per_seed[s], extras[s] = self.score_units(net, units, setting, cost)
             del net
         if cuda:
             torch.cuda.synchronize(setting.device)
@@ -155,6 +158,10 @@ class Criterion:
                              "seeds": list(seeds) if self.per_seed else None})
 
 
-def unit_grid(units: Units) -> np.ndarray:
-    """A ``(C, L)`` float64 array of NaN: the values of no unit yet."""
-    return np.full((len(units.components), len(units.layers)), np.nan)
+def unit_grid(units: Units, values: Mapping[tuple[str, int], float] | None = None) -> np.ndarray:
+    """A ``(C, L)`` float64 array of NaN: the values of no unit yet; ``values`` (``{unit: value}``) put
+    in their units' places."""
+    grid = np.full((len(units.components), len(units.layers)), np.nan)
+    for (c, li), v in (values or {}).items():
+        grid[units.components.index(c), li] = v
+    return grid

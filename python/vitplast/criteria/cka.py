@@ -5,8 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .base import Criterion, Setting, Units, unit_grid
-from .cost import Cost
+from .base import Cost, Criterion, Setting, Units, unit_grid
 
 
 def centred_gram(features: torch.Tensor) -> torch.Tensor:
@@ -48,11 +47,10 @@ class CKA(Criterion):
                 grams.setdefault(unit, {})["x"] = centred_gram(args[0])
 
             def last(module, args, out, unit=unit):
-                out = out[0] if isinstance(out, tuple) else out
-                grams.setdefault(unit, {})["y"] = centred_gram(out)
+                grams.setdefault(unit, {})["y"] = centred_gram(out[0] if isinstance(out, tuple) else out)
 
-            hooks.append(named[mods[0]].register_forward_pre_hook(first))
-            hooks.append(named[mods[-1]].register_forward_hook(last))
+            hooks += [named[mods[0]].register_forward_pre_hook(first),
+                      named[mods[-1]].register_forward_hook(last)]
         totals, n_batches = {u: 0.0 for u in units.modules}, 0
         was_training = net.training
         net.eval()
@@ -60,7 +58,7 @@ class CKA(Criterion):
             with torch.no_grad():
                 for batch in setting.batches:
                     grams.clear()
-                    with setting.amp() if setting.amp else _null():
+                    with setting.autocast():
                         net(batch.images.to(setting.device))
                     cost.forwards += 1
                     n_batches += 1
@@ -72,13 +70,4 @@ class CKA(Criterion):
             net.train(was_training)
         if n_batches == 0:
             raise ValueError("cka: no criterion batch to measure (--criterion-batches)")
-        values = unit_grid(units)
-        for (c, li), total in totals.items():
-            values[units.components.index(c), li] = total / n_batches
-        return values, {}
-
-
-def _null():
-    import contextlib
-
-    return contextlib.nullcontext()
+        return unit_grid(units, {u: total / n_batches for u, total in totals.items()}), {}

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import contextlib
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import nn
+from torch.func import functional_call, vjp, vmap
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from .base import Criterion, Setting, Units, unit_grid
-from .cost import Cost
-from .loss import gradients_only_for, logits
+from .base import Cost, Criterion, Setting, Units, unit_grid
+from .loss import cross_entropy_backwards, gradients_only_for
 
 # per-sample gradient values of one layer held at once (2**25 float32 values = 128 MiB): a linear
 # layer's per-sample weight gradients are made for this many values' worth of samples at a time
@@ -82,34 +81,15 @@ class Fisher(Criterion):
     per_seed = True
 
     def score_units(self, net, units: Units, setting: Setting, cost: Cost):
-        values, sums = unit_grid(units), unit_grid(units)
-        amp = setting.amp or contextlib.nullcontext
         unit_params = {u: units.parameters(net, u) for u in units.modules}
         squares = _PerSampleSquares(net, {n for ps in unit_params.values() for n in ps})
-        n = 0
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-
         with gradients_only_for(net, set()), squares, sdpa_kernel([SDPBackend.MATH]):
-            for batch in setting.batches:
-                x = batch.images.to(setting.device).detach().requires_grad_(True)
-                y = batch.labels.to(setting.device)
-                with amp():
-                    out = logits(net(x))
-                F.cross_entropy(out.float(), y, reduction="sum").backward()
-                squares.flush()
-                del x, out
-                n += int(y.shape[0])
-                cost.forwards += 1
-                cost.backwards += 1
-        if n == 0:
-            raise ValueError("fisher: no labelled criterion batch (--criterion-batches)")
-        for (c, li), params in unit_params.items():
-            total = sum(squares.total[name] for name in params)
-            size = sum(p.numel() for p in params.values())
-            i = units.components.index(c)
-            sums[i, li] = total / n
-            values[i, li] = total / n / size if size else math.nan
-        return values, {"sum": sums}
+            cross_entropy_backwards(net, setting, cost, self.name, input_grad=True, after=squares.flush)
+        n = sum(int(b.labels.shape[0]) for b in setting.batches)
+        sums = {u: sum(squares.total[name] for name in ps) / n for u, ps in unit_params.items()}
+        sizes = {u: sum(p.numel() for p in ps.values()) for u, ps in unit_params.items()}
+        return (unit_grid(units, {u: s / sizes[u] if sizes[u] else math.nan for u, s in sums.items()}),
+                {"sum": unit_grid(units, sums)})
 
 
 def _is_linear(m: nn.Module) -> bool:
@@ -117,12 +97,13 @@ def _is_linear(m: nn.Module) -> bool:
 
 
 def _is_layer_norm(m: nn.Module) -> bool:
-    if not isinstance(m, nn.LayerNorm):
-        return False
-    if type(m).forward is nn.LayerNorm.forward:
-        return True
     # timm's LayerNorm: F.layer_norm (or its fused equivalent) of the same arguments
-    return type(m).__name__ == "LayerNorm" and type(m).__module__.startswith("timm.")
+    return isinstance(m, nn.LayerNorm) and (type(m).forward is nn.LayerNorm.forward or (
+        type(m).__name__ == "LayerNorm" and type(m).__module__.startswith("timm.")))
+
+
+def _closed_form(m: nn.Module) -> bool:
+    return _is_linear(m) or _is_layer_norm(m)
 
 
 class _PerSampleSquares:
@@ -173,17 +154,13 @@ class _PerSampleSquares:
     def _grad_hook(self, name: str, call: list):
         def hook(grad):
             call[2] = grad.detach()
-            calls = self.calls[name]
-            module = self.modules[name]
-            if (_is_linear(module) or _is_layer_norm(module)) and all(c[2] is not None for c in calls):
+            if _closed_form(self.modules[name]) and all(c[2] is not None for c in self.calls[name]):
                 self._square(name)  # every call's gradient is in: made now, its inputs freed
         return hook
 
     def flush(self) -> None:
         """After a backward: the modules not made during it (other modules; calls whose output got no
         gradient count zero)."""
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-
         self.recording = False
         try:
             # the math attention: vmap has batching rules for its ops, not for the fused CPU kernel's
@@ -198,12 +175,7 @@ class _PerSampleSquares:
     def _square(self, name: str) -> None:
         module, wanted, calls = self.modules[name], self.wanted[name], self.calls[name]
         with torch.no_grad():
-            if _is_linear(module):
-                got = _linear_squares(module, wanted, calls)
-            elif _is_layer_norm(module):
-                got = _layer_norm_squares(module, wanted, calls)
-            else:
-                got = _general_squares(module, wanted, calls)
+            got = (_closed_form_squares if _closed_form(module) else _general_squares)(module, wanted, calls)
         for local, value in got.items():
             self.total[wanted[local]] += value
         calls.clear()
@@ -226,34 +198,23 @@ def _squared(v: torch.Tensor) -> float:
     return float(v.square().sum())
 
 
-def _linear_squares(module: nn.Linear, wanted: dict, calls: list) -> dict[str, float]:
-    a = _joined([c[0][0] for c in calls], module.in_features)
-    g = _joined([c[2] for c in calls], module.out_features)
-    out: dict[str, float] = {}
-    if "weight" in wanted:
-        per = max(1, MAX_VALUES // (module.in_features * module.out_features))
-        total = 0.0
-        for k in range(0, a.shape[0], per):
-            w = torch.bmm(g[k:k + per].transpose(1, 2), a[k:k + per])  # (samples, out, in)
-            total += float(w.square_().sum())
-            del w
-        out["weight"] = total
-    if "bias" in wanted:
-        out["bias"] = _squared(g.sum(1))
-    return out
-
-
-def _layer_norm_squares(module: nn.LayerNorm, wanted: dict, calls: list) -> dict[str, float]:
-    width = math.prod(module.normalized_shape)
-    out: dict[str, float] = {}
+def _closed_form_squares(module: nn.Module, wanted: dict, calls: list) -> dict[str, float]:
+    """The squared per-sample gradients of a ``nn.Linear``'s or ``nn.LayerNorm``'s ``wanted`` parameters
+    by the class docstring's formulas, from the calls' kept inputs and output gradients."""
+    linear = _is_linear(module)
+    width = module.out_features if linear else math.prod(module.normalized_shape)
     g = _joined([c[2] for c in calls], width)
-    if "weight" in wanted:
-        x = _joined([c[0][0] for c in calls], width)
+    out = {"bias": _squared(g.sum(1))} if "bias" in wanted else {}
+    if "weight" not in wanted:
+        return out
+    x = _joined([c[0][0] for c in calls], module.in_features if linear else width)
+    if linear:
+        per = max(1, MAX_VALUES // (module.in_features * module.out_features))
+        out["weight"] = sum(float(torch.bmm(g[k:k + per].transpose(1, 2), x[k:k + per]).square_().sum())
+                            for k in range(0, x.shape[0], per))  # (samples, out, in) at a time
+    else:
         var, mean = torch.var_mean(x, dim=-1, unbiased=False, keepdim=True)
-        xhat = (x - mean) * torch.rsqrt(var + module.eps)
-        out["weight"] = _squared((g * xhat).sum(1))
-    if "bias" in wanted:
-        out["bias"] = _squared(g.sum(1))
+        out["weight"] = _squared((g * ((x - mean) * torch.rsqrt(var + module.eps))).sum(1))
     return out
 
 
@@ -261,8 +222,6 @@ def _general_squares(module: nn.Module, wanted: dict, calls: list) -> dict[str, 
     """The squared per-sample gradients of ``module``'s own ``wanted`` parameters: ``vmap`` over samples
     of the ``vjp`` of the module alone at each call's inputs, the output's gradient the cotangent,
     summed over calls before squaring."""
-    from torch.func import functional_call, vjp, vmap
-
     params = {local: getattr(module, local).detach() for local in wanted}
     n = calls[0][2].shape[0]
 

@@ -4,8 +4,12 @@ and gradients limited to the units' parameters."""
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 
 import torch
+import torch.nn.functional as F
+
+from .base import Cost, Setting
 
 
 def logits(out) -> torch.Tensor:
@@ -38,3 +42,27 @@ def gradients_only_for(net: torch.nn.Module, names: set[str]):
             p.requires_grad_(saved[n])
             p.grad = None
         net.train(was_training)
+
+
+def cross_entropy_backwards(net: torch.nn.Module, setting: Setting, cost: Cost, name: str, *,
+                            mean: bool = False, input_grad: bool = False,
+                            after: Callable[[], None] = lambda: None) -> None:
+    """Per labelled batch of ``setting``: one forward (under its autocast) and one backward of the
+    cross-entropy summed over the batch's samples (``mean``: divided by the samples of every batch), both
+    counted in ``cost``; with ``input_grad`` the images require a gradient; ``after()`` runs after each
+    backward. ValueError naming criterion ``name`` when there is no labelled sample."""
+    total = sum(int(b.images.shape[0]) for b in setting.batches)
+    if total == 0:
+        raise ValueError(f"{name}: no labelled criterion batch (--criterion-batches)")
+    for batch in setting.batches:
+        x = batch.images.to(setting.device)
+        if input_grad:
+            x = x.detach().requires_grad_(True)
+        with setting.autocast():
+            out = logits(net(x))
+        loss = F.cross_entropy(out.float(), batch.labels.to(setting.device), reduction="sum")
+        (loss / total if mean else loss).backward()
+        after()
+        del x, out, loss
+        cost.forwards += 1
+        cost.backwards += 1

@@ -11,8 +11,7 @@ import numpy as np
 from vitplast_kernels import PlasticityResult
 
 from ..outputs.result_files import ResultFileError, checked_number, field, read_result_json, write_result_json
-from .base import Criterion, Setting, Units, unit_grid
-from .cost import Cost
+from .base import Cost, Criterion, Setting, Units, unit_grid
 from .loop import measure_plasticity
 from .result import CriterionResult
 

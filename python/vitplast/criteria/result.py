@@ -4,7 +4,8 @@ Written as ``NAME.json`` beside ``run.json``, in the shape of ``plasticity.json`
 ``criterion``, ``meta``, ``layers``, per component its per-layer scores (``per_layer``, null where the
 criterion is not defined), ``overall`` (the mean over layers; ``size``: the sum), per-seed per-layer
 scores for loss-based criteria (``per_seed``), extra per-layer values (``extra``, e.g. fisher's sum),
-then ``ranking`` (highest = finetune first) and ``cost``.
+then ``ranking`` (highest = finetune first) and ``cost``: what scoring cost (`Cost`), reported by every
+criterion beside its scores.
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ from ..outputs.result_files import (
     read_result_json,
     write_result_json,
 )
-from .cost import Cost
 
 KIND, VERSION = "vitplast-criterion", 1
 FORMAT = f"{KIND}/{VERSION}"
@@ -38,8 +38,16 @@ def _clean(xs) -> list:
     return [float(x) if math.isfinite(x) else None for x in np.asarray(xs, dtype=np.float64).tolist()]
 
 
-def _array(rows) -> np.ndarray:
-    return np.array([[math.nan if v is None else v for v in r] for r in rows], dtype=np.float64)
+@dataclasses.dataclass
+class Cost:
+    """What scoring cost: wall ``seconds``, ``forwards`` and ``backwards`` (passes over a batch, or over
+    one sample under ``vmap``, as counted by the criterion), ``peak_memory`` (bytes of device memory at
+    the peak, CUDA only; None on the CPU)."""
+
+    seconds: float = 0.0
+    forwards: int = 0
+    backwards: int = 0
+    peak_memory: int | None = None
 
 
 @dataclasses.dataclass
@@ -92,7 +100,7 @@ class CriterionResult:
                 entry["extra"] = {k: _clean(v[i]) for k, v in self.extra.items()}
             out["components"][c] = entry
         out["ranking"] = [[c, v if math.isfinite(v) else None] for c, v in self.ranking()]
-        out["cost"] = self.cost.to_dict()
+        out["cost"] = dataclasses.asdict(self.cost)
         return out
 
     @classmethod
@@ -111,30 +119,27 @@ class CriterionResult:
         if not comps:
             raise ResultFileError(path, "components", "holds no component")
         first = next(iter(comps.values()))
-        seeds = list(first.get("per_seed", {})) if isinstance(first, Mapping) else []  # in the file's order
-        extras = list(first.get("extra", {})) if isinstance(first, Mapping) else []
-        values, per_seed, extra = [], {s: [] for s in seeds}, {k: [] for k in extras}
+        # the per-seed scores and the extra values by name, in the file's order
+        rows = {g: {k: [] for k in (first.get(g, {}) if isinstance(first, Mapping) else [])}
+                for g in ("per_seed", "extra")}
+        values = []
         for c, entry in comps.items():
             where = f"components.{c}"
             values.append(_row(field(entry, "per_layer", path, list, where), len(layers), path,
                                f"{where}.per_layer"))
-            for s in seeds:
-                rows = field(entry, "per_seed", path, dict, where)
-                per_seed[s].append(_row(field(rows, s, path, list, f"{where}.per_seed"), len(layers), path,
-                                        f"{where}.per_seed.{s}"))
-            for k in extras:
-                rows = field(entry, "extra", path, dict, where)
-                extra[k].append(_row(field(rows, k, path, list, f"{where}.extra"), len(layers), path,
-                                     f"{where}.extra.{k}"))
+            for g, named in rows.items():
+                for k, got in named.items():
+                    saved = field(field(entry, g, path, dict, where), k, path, list, f"{where}.{g}")
+                    got.append(_row(saved, len(layers), path, f"{where}.{g}.{k}"))
         cost = field(d, "cost", path, dict)
         peak = cost.get("peak_memory")
         out = cls(field(d, "criterion", path, str), tuple(comps), tuple(layers), np.array(values),
-                  {int(s): np.array(v) for s, v in per_seed.items()} if "per_seed" in first else None,
-                  {k: np.array(v) for k, v in extra.items()}, reduce,
+                  {int(s): np.array(v) for s, v in rows["per_seed"].items()} if "per_seed" in first else None,
+                  {k: np.array(v) for k, v in rows["extra"].items()}, reduce,
                   Cost(checked_number(field(cost, "seconds", path, (int, float), "cost"), path,
                                       "cost.seconds", lo=0),
-                       count(field(cost, "forwards", path, int, "cost"), path, "cost.forwards"),
-                       count(field(cost, "backwards", path, int, "cost"), path, "cost.backwards"),
+                       *(count(field(cost, k, path, int, "cost"), path, f"cost.{k}")
+                         for k in ("forwards", "backwards")),
                        None if peak is None else count(peak, path, "cost.peak_memory")),
                   dict(field(d, "meta", path, dict)))
         if out.per_seed:  # the scores are the mean over seeds, as `Criterion.score` makes them

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import contextlib
 import math
 
-import torch.nn.functional as F
+from .base import Cost, Criterion, Setting, Units, unit_grid
+from .loss import cross_entropy_backwards, gradients_only_for
 
-from .base import Criterion, Setting, Units, unit_grid
-from .cost import Cost
-from .loss import gradients_only_for, logits
+
+def _norm(tensors) -> float:
+    return math.sqrt(sum(float(t.detach().double().pow(2).sum()) for t in tensors))
 
 
 class RGN(Criterion):
@@ -31,24 +31,8 @@ class RGN(Criterion):
 
     def score_units(self, net, units: Units, setting: Setting, cost: Cost):
         params = {u: units.parameters(net, u) for u in units.modules}
-        names = {n for p in params.values() for n in p}
-        total = sum(int(b.images.shape[0]) for b in setting.batches)
-        if total == 0:
-            raise ValueError("rgn: no labelled criterion batch (--criterion-batches)")
-        with gradients_only_for(net, names):
-            for batch in setting.batches:
-                with setting.amp() if setting.amp else contextlib.nullcontext():
-                    out = logits(net(batch.images.to(setting.device)))
-                loss = F.cross_entropy(out.float(), batch.labels.to(setting.device), reduction="sum") / total
-                loss.backward()
-                cost.forwards += 1
-                cost.backwards += 1
-            values = unit_grid(units)
-            for (c, li), ps in params.items():
-                g = math.sqrt(sum(float(p.grad.detach().double().pow(2).sum()) for p in ps.values()
-                                  if p.grad is not None))
-                w = math.sqrt(sum(float(p.detach().double().pow(2).sum()) for p in ps.values()))
-                values[units.components.index(c), li] = g / w if w > 0 else math.nan
-        return values, {}
-
-
+        with gradients_only_for(net, {n for p in params.values() for n in p}):
+            cross_entropy_backwards(net, setting, cost, self.name, mean=True)
+            norms = {u: (_norm(p.grad for p in ps.values() if p.grad is not None), _norm(ps.values()))
+                     for u, ps in params.items()}
+        return unit_grid(units, {u: g / w if w > 0 else math.nan for u, (g, w) in norms.items()}), {}

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import math
 
-from .base import Criterion, Setting, Units, unit_grid
-from .cost import Cost
+from .base import Cost, Criterion, Setting, Units, unit_grid
 
 
 class Size(Criterion):
@@ -22,11 +21,5 @@ class Size(Criterion):
     value_range, whole_values = (0.0, math.inf), True
 
     def score_units(self, net, units: Units, setting: Setting, cost: Cost):
-        values = unit_grid(units)
-        for (c, li) in units.modules:
-            values[units.components.index(c), li] = float(sum(p.numel() for p in
-                                                              units.parameters(net, (c, li)).values()))
-        return values, {}
-
-
-
+        return unit_grid(units, {u: float(sum(p.numel() for p in units.parameters(net, u).values()))
+                                 for u in units.modules}), {}

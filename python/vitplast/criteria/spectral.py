@@ -7,8 +7,7 @@ import math
 import numpy as np
 import torch
 
-from .base import Criterion, Setting, Units, unit_grid
-from .cost import Cost
+from .base import Cost, Criterion, Setting, Units, unit_grid
 
 # the fewest eigenvalues a tail may hold (a fit on fewer is not a fit)
 MIN_TAIL = 5
@@ -72,17 +71,14 @@ class Spectral(Criterion):
     needs = frozenset({"weights"})
 
     def score_units(self, net, units: Units, setting: Setting, cost: Cost):
-        values, counts, ks = unit_grid(units), unit_grid(units), unit_grid(units)
-        for (c, li) in units.modules:
-            fits = []
-            for w in weight_matrices(net, units, (c, li)).values():
+        fits = {u: [] for u in units.modules}
+        for u, found in fits.items():
+            for w in weight_matrices(net, units, u).values():
                 sv = torch.linalg.svdvals(w.detach().to("cpu", torch.float64))
                 alpha, _, dist, _ = power_law_fit((sv * sv).numpy())
                 if math.isfinite(alpha):
-                    fits.append((alpha, dist))
-            i = units.components.index(c)
-            counts[i, li] = len(fits)
-            if fits:
-                values[i, li] = float(np.mean([a for a, _ in fits]))
-                ks[i, li] = float(np.mean([d for _, d in fits]))
-        return values, {"matrices": counts, "ks": ks}
+                    found.append((alpha, dist))
+        fitted = {u: found for u, found in fits.items() if found}
+        return unit_grid(units, {u: float(np.mean([a for a, _ in f])) for u, f in fitted.items()}), {
+            "matrices": unit_grid(units, {u: len(found) for u, found in fits.items()}),
+            "ks": unit_grid(units, {u: float(np.mean([d for _, d in f])) for u, f in fitted.items()})}

@@ -14,7 +14,6 @@ from vitplast.models.builder import build_model
 from vitplast.models.families import family_of
 from vitplast.runtime.precision import autocast
 
-from ..criteria.registry import CRITERIA
 from .options import MeasureOptions
 
 # what a criterion writes beside run.json (plasticity writes the PlasticityResult's files instead)
@@ -24,19 +23,7 @@ PLASTICITY_FILES = ("plasticity.json", "plasticity.png", "plasticity_heatmap.png
 
 def criterion_files(name: str) -> tuple[str, ...]:
     """The files criterion ``name`` writes."""
-    if name == "plasticity":
-        return PLASTICITY_FILES
-    return tuple(f"{name}{s}" for s in SUFFIXES)
-
-
-def every_criterion_file() -> tuple[str, ...]:
-    """Every file a criterion may write: what an output set of ``vitplast measure`` owns."""
-    return tuple(f for n in CRITERIA for f in criterion_files(n))
-
-
-def seeds_of(opts: MeasureOptions) -> tuple[int, ...]:
-    """The seeds of the loss-based criteria: ``--criterion-seeds``, else ``--seed``."""
-    return tuple(opts.criterion_seeds) if opts.criterion_seeds else (opts.seed,)
+    return PLASTICITY_FILES if name == "plasticity" else tuple(f"{name}{s}" for s in SUFFIXES)
 
 
 def out_cache(opts: MeasureOptions, record: dict, device, img_size: int):
@@ -72,9 +59,10 @@ def plasticity_request(opts: MeasureOptions, subject, *, limit: int, progress: b
 
 def criteria_request(opts: MeasureOptions, subject, *, progress: bool):
     """The `vitplast.criteria.ScoringRequest` of the other criteria: each seed's model as a finetuning
-    run of that seed starts it (rebuilt with that seed drawing its head, so the head is the run's), the
-    first ``--criterion-batches`` labelled batches of the downstream data (``--pair-data`` when given,
-    else ``--data``) in the order ``--seed`` draws."""
+    run of that seed starts it (rebuilt with that seed drawing its head, so the head is the run's; the
+    seeds of the loss-based criteria: ``--criterion-seeds``, else ``--seed``), the first
+    ``--criterion-batches`` labelled batches of the downstream data (``--pair-data`` when given, else
+    ``--data``) in the order ``--seed`` draws."""
     downstream = subject.data.y if subject.data.y is not None else subject.data.x
     classes = downstream.num_classes
 
@@ -90,7 +78,8 @@ def criteria_request(opts: MeasureOptions, subject, *, progress: bool):
                                seed=opts.seed, device=subject.device, what="the data")
 
     return ScoringRequest(seeded_models(build, subject.device), resolve_units(subject.net, opts.components),
-                          batches=batches, seeds=seeds_of(opts), components=opts.components,
+                          batches=batches, components=opts.components,
+                          seeds=tuple(opts.criterion_seeds) if opts.criterion_seeds else (opts.seed,),
                           device=subject.device, amp=autocast(opts.amp, subject.device), progress=progress)
 
 

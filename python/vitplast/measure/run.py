@@ -26,35 +26,19 @@ from vitplast.runs.provenance import provenance
 from vitplast.runs.rundir import write_json_atomic
 from vitplast.runtime.device import resolve_device
 
-from ..criteria import Scores, score_criteria
+from ..criteria import CRITERIA, Scores, score_criteria
 from ..criteria.plasticity import Plasticity
 from ..options.fields import options_for
 from ..outputs.reporter import Reporter
 from .capture import make_capture
-from .criteria import (
-    criteria_request,
-    criterion_files,
-    every_criterion_file,
-    out_cache,
-    plasticity_request,
-    write_criterion,
-)
+from .criteria import criteria_request, criterion_files, out_cache, plasticity_request, write_criterion
 from .data import MeasureData, batches_to_run, open_data
 from .options import MeasureOptions
 
-OUTPUT_FILES = ("plasticity.json", "plasticity.png", "plasticity_heatmap.png", "run.json")
 # the images' size while the data is checked, before the model says its own (in-memory data stays small)
 CHECK_SIZE = 8
 # run.json records the autocast dtype by its torch name as "dtype", beside "amp"
 AUTOCAST_DTYPES = {"none": "float32", "bf16": "bfloat16", "fp16": "float16"}
-
-
-@dataclasses.dataclass(frozen=True)
-class Architecture:
-    """The model to build: its name and constructor keywords (its input size is the built model's)."""
-
-    name: str
-    model_kwargs: dict
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,20 +84,22 @@ def measure_scores(opts: MeasureOptions | None = None, /, *, reporter: Reporter 
     ``CriterionResult`` by name (plasticity's ``measurement``: the ``PlasticityResult``), the files of
     ``out`` reused with their checksums. This is what ``vitplast measure`` and ``vitplast.measure(...)``
     run."""
-    opts = measure_options(opts, keywords)
+    opts = options_for(MeasureOptions, opts, keywords)
     say = (reporter or Reporter()).say
-    out_set = _check_out(opts)
+    # the output set owns every file a criterion may write
+    out_set = None if opts.out is None else OutputSet(opts.out, (
+        "run.json", *(f for n in CRITERIA for f in criterion_files(n))))
+    if out_set is not None:  # checked: it can receive the files
+        out_set.check()
     start = time.perf_counter()
-    subject = _prepare(opts, _architecture(opts))
+    subject = _prepare(opts, _model_name(opts))
     prepare_seconds = time.perf_counter() - start  # building the model (a first-run pretraining included)
     start = time.perf_counter()
     say(f"model: {subject.built.description}, "
         f"{sum(p.numel() for p in subject.net.parameters()) / 1e6:.2f} M parameters")
-    names = tuple(opts.criterion)
-    cache = out_cache(opts, _provenance(opts, subject), subject.device, subject.img_size)
-    parts = []
-    if "plasticity" in names:
-        parts.append(_plasticity(opts, subject, cache, say, start))
+    names, record = tuple(opts.criterion), _provenance(opts, subject)
+    cache = out_cache(opts, record, subject.device, subject.img_size)
+    parts = [_plasticity(opts, subject, cache, say, start)] if "plasticity" in names else []
     elapsed = time.perf_counter() - start
     if others := [n for n in names if n != "plasticity"]:
         parts.append(_criteria(opts, subject, cache, others, say))
@@ -121,7 +107,8 @@ def measure_scores(opts: MeasureOptions | None = None, /, *, reporter: Reporter 
                     {k: v for p in parts for k, v in p.keys.items()},
                     {k: v for p in parts for k, v in p.reused.items()})
     if out_set is not None:
-        _write_outputs(out_set, opts, subject, scores, elapsed=elapsed, prepare_seconds=prepare_seconds)
+        _write_outputs(out_set, opts, subject, scores, record, elapsed=elapsed,
+                       prepare_seconds=prepare_seconds)
         say(f"wrote {', '.join(str(out_set.target / f) for f in _files(names))}")
     return scores
 
@@ -177,36 +164,21 @@ def _files(names) -> list[str]:
     return [f for n in names for f in criterion_files(n)] + ["run.json"]
 
 
-def measure_options(opts: MeasureOptions | None, keywords: dict[str, Any]) -> MeasureOptions:
-    """The checked options of `measure`: ``keywords`` (over ``opts``' values when given) resolved
-    into a new `MeasureOptions`."""
-    return options_for(MeasureOptions, opts, keywords)
-
-
-def _check_out(opts: MeasureOptions):
-    """The output set of ``--out`` (None without it), checked: it can receive the files."""
-    if opts.out is None:
-        return None
-
-    out_set = OutputSet(opts.out, (*OUTPUT_FILES, *every_criterion_file()))
-    out_set.check()
-    return out_set
-
-
-def _architecture(opts: MeasureOptions) -> Architecture:
-    """The model ``opts`` asks for (completed from the finetune run or model folder of ``--weights``; its
-    ``--model-arg`` keywords over that run's), checked before anything is opened or built."""
+def _model_name(opts: MeasureOptions) -> str:
+    """The name of the model ``opts`` asks for (completed from the finetune run or model folder of
+    ``--weights``; its ``--model-arg`` keywords over that run's), checked before anything is opened or
+    built."""
     plan = plan_model(opts.model_request())
-    family = FAMILIES[plan.source.kind]
-    family.check_build(plan, pretrain_config=opts.pretrain_config, cache_dir=opts.cache_dir)
-    return Architecture(plan.source.name, plan.model_kwargs)
+    FAMILIES[plan.source.kind].check_build(plan, pretrain_config=opts.pretrain_config,
+                                           cache_dir=opts.cache_dir)
+    return plan.source.name
 
 
 def _shows_progress(opts: MeasureOptions) -> bool:
     return opts.progress if opts.progress is not None else sys.stderr.isatty()
 
 
-def _prepare(opts: MeasureOptions, arch: Architecture) -> Subject:
+def _prepare(opts: MeasureOptions, model_name: str) -> Subject:
     """The datasets (opened first: a bad ``--data`` fails before any first-run digits pretraining), the
     model with its weights, initialised from ``--seed`` when random, its capture, and the datasets again
     as the model prepares its inputs (``--mean``/``--std``/``--no-model-transform`` applied)."""
@@ -224,7 +196,7 @@ def _prepare(opts: MeasureOptions, arch: Architecture) -> Subject:
                       "ViTs rank components almost opposite to pretrained ones", stacklevel=3)
     transform = with_overrides(built.transform, opts.transform_request())
     data = open_data(opts, built.img_size, transform, check=False)
-    capture = make_capture(built.net, arch.name, opts)
+    capture = make_capture(built.net, model_name, opts)
     device = resolve_device(opts.device)
     return Subject(built, built.net.to(device).eval(), capture, data, device, built.img_size, transform)
 
@@ -235,17 +207,14 @@ def _provenance(opts: MeasureOptions, subject: Subject) -> dict:
     return provenance(subject.built, data, transform_record(subject.transform, subject.img_size))
 
 
-def _write_outputs(out_set, opts: MeasureOptions, subject: Subject, scores: Scores, *, elapsed: float,
-                   prepare_seconds: float) -> None:
+def _write_outputs(out_set, opts: MeasureOptions, subject: Subject, scores: Scores, record: dict, *,
+                   elapsed: float, prepare_seconds: float) -> None:
     """``run.json``'s ``seconds`` are the measuring's, ``prepare_seconds`` building the model and data (a
     first-run pretraining included). The criteria's files (``plasticity.json``, ``plasticity.png``,
     ``plasticity_heatmap.png``; for any other criterion ``NAME.json``, ``.csv``, ``.txt``, ``.png``,
-    ``_heatmap.png``) and ``run.json`` (what was measured, how, the reproducibility record, the files
-    reused with their checksums) as one set."""
-    built = subject.built
-    transform = transform_record(subject.transform, subject.img_size)
-    names = tuple(opts.criterion)
-    plasticity = scores.get("plasticity")
+    ``_heatmap.png``) and ``run.json`` (what was measured, how, the reproducibility record ``record``,
+    the files reused with their checksums) as one set."""
+    built, names, plasticity = subject.built, tuple(opts.criterion), scores.get("plasticity")
     meta = plasticity.meta if plasticity is not None else {}
     run_info = dict(model=built.name, model_kwargs=built.timm_kwargs, weights=opts.weights,
                     pretrained=opts.pretrained, random_init=opts.random_init, data=opts.data,
@@ -255,8 +224,9 @@ def _write_outputs(out_set, opts: MeasureOptions, subject: Subject, scores: Scor
                     img_size=subject.img_size, seed=opts.seed, split=opts.split, seconds=round(elapsed, 3),
                     prepare_seconds=round(prepare_seconds, 3), model_desc=built.description,
                     components=opts.components, embedding=opts.embedding,
-                    bad_images=meta.get("bad_images", []), transform=transform,
-                    provenance=_provenance(opts, subject), files=_files(names),
+                    bad_images=meta.get("bad_images", []),
+                    transform=transform_record(subject.transform, subject.img_size), provenance=record,
+                    files=_files(names),
                     reused_files=[r.to_dict() for r in scores.reused.values()])
     if names != ("plasticity",):  # the default's run.json stays as it was
         run_info["criteria"] = {n: {"cache_key": scores.keys[n], "reused": n in scores.reused,

@@ -10,9 +10,8 @@ import pytest
 import timm
 import torch
 import torch.nn.functional as F
-from vitplast.criteria import Batch, Setting, get_criterion
+from vitplast.criteria import Batch, Cost, Setting, get_criterion
 from vitplast.criteria.base import Units, resolve_units, unit_grid
-from vitplast.criteria.cost import Cost
 from vitplast.criteria.fisher import Fisher
 from vitplast.criteria.loss import gradients_only_for, logits
 

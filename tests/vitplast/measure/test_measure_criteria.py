@@ -16,12 +16,12 @@ TINY = {"epochs": 1, "depth": 2, "embed_dim": 32, "num_heads": 2, "batch_size": 
 
 
 def test_the_option_lists_every_registered_criterion():
-    from vitplast.measure.run import measure_options
+    from vitplast.options.fields import options_for
 
     for name in CRITERIA:  # the option's choices are the registry's names, listed once
-        assert measure_options(MeasureOptions(criterion=name), {}).criterion == [name]
+        assert options_for(MeasureOptions, MeasureOptions(criterion=name), {}).criterion == [name]
     with pytest.raises(ValueError, match="nope"):
-        measure_options(MeasureOptions(criterion="nope"), {})
+        options_for(MeasureOptions, MeasureOptions(criterion="nope"), {})
 
 
 @pytest.mark.slow
