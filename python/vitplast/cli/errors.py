@@ -61,27 +61,21 @@ def exit_status(prog: str, command: str | None, exc: BaseException, out: str | N
     return EXIT_FAILURE
 
 
-def _first_line(exc: BaseException) -> str:
-    """The first non-empty line of ``exc``'s message, without terminal escapes, at most 300 characters."""
-    lines = [ln for ln in str(exc).splitlines() if ln.strip()]
-    return _plain(lines[0] if lines else "")[:300]
-
-
 def _plain(text) -> str:
     """``str(text)`` on one line, without terminal escapes or control characters."""
     return plain_text(str(text))
 
 
 def _failure(exc: BaseException) -> str:
-    text = _first_line(exc)
+    # the first non-empty line of exc's message, without terminal escapes, at most 300 characters
+    text = _plain(next((ln for ln in str(exc).splitlines() if ln.strip()), ""))[:300]
     if isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError" or any(
             s in text for s in ("can't allocate memory", "out of memory", "Out of memory")):
         return (f"out of memory ({text or type(exc).__name__}); try a smaller --batch-size (or a smaller "
                 "model, --img-size or --dtype)")
     if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
         return f"disk full ({text}); free some space or write elsewhere (--out)"
-    return (f"{type(exc).__name__}: {text} (set VITPLAST_TRACEBACK=1 to see where)" if text else
-            f"{type(exc).__name__} (set VITPLAST_TRACEBACK=1 to see where)")
+    return f"{type(exc).__name__}{': ' + text if text else ''} (set VITPLAST_TRACEBACK=1 to see where)"
 
 
 def _say(line: str) -> None:

@@ -156,9 +156,8 @@ class ImageFolder(datasets.ImageFolder):
         class_dirs = {name: os.path.join(directory, name) for name in class_to_idx}
         links = {}
         for name in sorted(class_dirs, key=lambda n: os.path.islink(class_dirs[n])):  # real folders first
-            path = class_dirs[name]
-            scan.folders.add(_key(os.stat(path)))
-            links[name] = scan.walk(path, class_to_idx[name])
+            scan.folders.add(_key(os.stat(class_dirs[name])))
+            links[name] = scan.walk(class_dirs[name], class_to_idx[name])
         for name, found in links.items():  # every real tree first: a link never takes a file from its own
             scan.follow(found, class_to_idx[name])
         scan.warn(directory)
