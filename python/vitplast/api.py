@@ -53,8 +53,7 @@ def score(model: torch.nn.Module, images: torch.Tensor | Iterable, labels: torch
     names = tuple(dict.fromkeys(criteria))
     chosen = [get_criterion(n) for n in names]  # ValueError naming the known ones
     if device is None:
-        first = next(model.parameters(), None)
-        device = first.device if first is not None else torch.device("cpu")
+        device = next((p.device for p in model.parameters()), torch.device("cpu"))
     batches = _batches(images, labels, batch_size, device)
     if not batches:
         raise ValueError("score: no images given")

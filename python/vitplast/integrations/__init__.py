@@ -31,14 +31,13 @@ def __getattr__(name: str) -> Any:
     try:
         importlib.import_module(framework)
     except ModuleNotFoundError as exc:
-        if exc.name != framework and not (exc.name or "").startswith(framework + "."):
+        if (exc.name or "").split(".")[0] != framework:  # the framework itself, or one of its modules
             raise
         raise ImportError(
             f"vitplast.integrations.{name} needs the {framework!r} package, which is not installed: "
             f"pip install 'vitplast-kernels[{extra}]' (or pip install {framework})"
         ) from None
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
+    globals()[name] = value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
     return value
 
 
