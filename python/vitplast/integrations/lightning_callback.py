@@ -87,8 +87,9 @@ class PlasticityCallback(Callback):
             metrics = self.steps.end_step()
             if metrics:
                 pl_module.log_dict(metrics, on_step=True, on_epoch=False, logger=False)
-                for logger in trainer.loggers if trainer.is_global_zero else ():
-                    logger.log_metrics(metrics, step=step)
+                if trainer.is_global_zero:
+                    for logger in trainer.loggers:
+                        logger.log_metrics(metrics, step=step)
         self.steps.pause()
 
     def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
