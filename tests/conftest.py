@@ -1,6 +1,13 @@
 """Shared fixtures: Triton runs interpreted on CPU-only machines (must be set before kernels are
 defined), outputs of every op start poisoned (NaN) so unwritten results show, and seeds that replay.
 
+OpenMP threads that wait sleep instead of spinning (``OMP_WAIT_POLICY=PASSIVE`` unless the environment
+sets it; read once, when torch loads OpenMP, so it is set before ``import torch``, and inherited by the
+processes the tests start). The tests run in two workers on two cores, each worker with two OpenMP
+threads: a spinning thread that waits for a descheduled partner burns a whole time slice per parallel
+region, which made small tests (a docs page's capture of a tiny model) 20-400x slower than alone.
+Threads, their number and the results are unchanged.
+
 Seeds: every test starts with the torch and ``random`` generators seeded from its id (the crc32 of
 ``base:nodeid``, the same in every process and on every machine), and the ``gen`` fixture is a
 ``torch.Generator`` seeded the same way. ``base`` is 0 unless ``--seed N`` or ``VITPLAST_TEST_SEED=N``
@@ -14,7 +21,10 @@ import random
 import zlib
 
 import pytest
-import torch
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import torch  # after the OpenMP setting above
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
