@@ -27,18 +27,16 @@ def _run_legend(ax, labels: list[str]) -> None:
 
 
 def _summary(ax, cmp: Comparison) -> None:
-    n = len(cmp.runs)
-    width = 0.7 / n
-    for r in range(n):
+    width = 0.7 / len(cmp.runs)
+    for r in range(len(cmp.runs)):
         for i, c in enumerate(cmp.components):
             e = cmp.overall[c][r]
             if not math.isfinite(e.mean):
                 continue
             lo, hi = e.ci
             err = [[e.mean - lo], [hi - e.mean]] if math.isfinite(lo) else None
-            x = i - 0.35 + width * (r + 0.5)
-            ax.errorbar([x], [e.mean], yerr=err, fmt=_style(r)[1], color=component_color(c), capsize=3,
-                        ms=6, mfc="white" if r else component_color(c))
+            ax.errorbar([i - 0.35 + width * (r + 0.5)], [e.mean], yerr=err, fmt=_style(r)[1],
+                        color=component_color(c), capsize=3, ms=6, mfc="white" if r else component_color(c))
     ax.set_xticks(range(len(cmp.components)), cmp.components)
     for tick, c in zip(ax.get_xticklabels(), cmp.components, strict=True):
         tick.set_color(component_color(c))

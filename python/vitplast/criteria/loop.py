@@ -96,13 +96,12 @@ class PlasticityMeter:
     per batch (the capture then reset), combined into a ``vitplast_kernels.measure.chunks.ChunkedResult``."""
 
     def __init__(self, *, make_capture: Callable | None = None, **capture_kw: Any) -> None:
-        self._make = make_capture
-        self._kw = capture_kw
+        self._make = make_capture or (lambda net: vk.capture(net, **capture_kw))
         self._capture = None
 
     @contextlib.contextmanager
     def attach(self, net: torch.nn.Module):
-        self._capture = self._make(net) if self._make is not None else vk.capture(net, **self._kw)
+        self._capture = self._make(net)
         with self._capture:
             yield self
 
@@ -117,9 +116,7 @@ class PlasticityMeter:
 
     def result(self):
         """The capture's result; None when no forward was measured."""
-        if self._capture.n_forwards == 0:
-            return None
-        return vk.pairwise_plasticity(self._capture)
+        return vk.pairwise_plasticity(self._capture) if self._capture.n_forwards else None
 
     @staticmethod
     def combine(chunks: list):
@@ -130,10 +127,9 @@ def measure_plasticity(net: torch.nn.Module, batches: Iterable, *, amp: Callable
                        limit: int | None = None, chunks: bool = False, progress: bool = False,
                        desc: str = "plasticity", on_error=None, make_capture: Callable | None = None,
                        **capture_kw: Any) -> Measured:
-    """Plasticity of ``net`` on ``batches`` (forward inputs in pairing order) through
-    `measuring_loop` and a `PlasticityMeter` (``capture_kw``: ``vitplast_kernels.capture``'s
-    keywords, or ``make_capture(net)`` building the capture). With ``chunks`` the result keeps each
-    batch's sums (a ``ChunkedResult``: ``chunk_stats``, ``replicate_means``)."""
-    meter = PlasticityMeter(make_capture=make_capture, **capture_kw)
-    return measuring_loop(net, meter, batches, amp=amp, limit=limit, chunks=chunks, progress=progress,
-                          desc=desc, on_error=on_error)
+    """Plasticity of ``net`` on ``batches`` (forward inputs in pairing order) through `measuring_loop` and
+    a `PlasticityMeter` (``capture_kw``: ``vitplast_kernels.capture``'s keywords, or ``make_capture(net)``
+    building the capture). With ``chunks`` the result keeps each batch's sums (a ``ChunkedResult``:
+    ``chunk_stats``, ``replicate_means``)."""
+    return measuring_loop(net, PlasticityMeter(make_capture=make_capture, **capture_kw), batches, amp=amp,
+                          limit=limit, chunks=chunks, progress=progress, desc=desc, on_error=on_error)

@@ -46,19 +46,16 @@ class Plasticity(Criterion):
     def score_units(self, net, units: Units, setting: Setting, cost: Cost):
         if setting.pair_batches is None:
             raise ValueError("plasticity: the setting has no paired images (pair_batches)")
-        o = self.options(setting)
         loop = {k: setting.options[k] for k in LOOP_OPTIONS if setting.options.get(k) is not None}
         if "make_capture" not in loop:
-            loop.update(protocol=o["protocol"], pairs=o["pairs"], components=setting.components,
-                        embedding=o["embedding"])
+            loop.update(self.options(setting), components=setting.components)
         measured = measure_plasticity(net.eval(), setting.pair_batches(), amp=setting.amp,
                                       progress=setting.progress, **loop)
         cost.forwards += measured.steps
-        res = measured.result
-        if res is None:
+        if measured.result is None:
             raise ValueError("plasticity: no batch was measured")
-        self._measurement = res
-        return scores_of(res, units)
+        self._measurement = measured.result
+        return scores_of(measured.result, units)
 
     def score(self, setting: Setting) -> CriterionResult:
         result = super().score(setting)

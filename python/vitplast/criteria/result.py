@@ -34,8 +34,12 @@ KIND, VERSION = "vitplast-criterion", 1
 FORMAT = f"{KIND}/{VERSION}"
 
 
+def _finite(x: float) -> float | None:
+    return float(x) if math.isfinite(x) else None
+
+
 def _clean(xs) -> list:
-    return [float(x) if math.isfinite(x) else None for x in np.asarray(xs, dtype=np.float64).tolist()]
+    return [_finite(x) for x in np.asarray(xs, dtype=np.float64).tolist()]
 
 
 @dataclasses.dataclass
@@ -91,15 +95,13 @@ class CriterionResult:
         out: dict = {"format": FORMAT, "criterion": self.criterion, "meta": self.meta,
                      "layers": list(self.layers), "layer_reduce": self.layer_reduce, "components": {}}
         for i, c in enumerate(self.components):
-            overall = self.overall(c)
-            entry = {"per_layer": _clean(self.values[i]),
-                     "overall": overall if math.isfinite(overall) else None}
+            entry = {"per_layer": _clean(self.values[i]), "overall": _finite(self.overall(c))}
             if self.per_seed is not None:
                 entry["per_seed"] = {str(s): _clean(v[i]) for s, v in self.per_seed.items()}
             if self.extra:
                 entry["extra"] = {k: _clean(v[i]) for k, v in self.extra.items()}
             out["components"][c] = entry
-        out["ranking"] = [[c, v if math.isfinite(v) else None] for c, v in self.ranking()]
+        out["ranking"] = [[c, _finite(v)] for c, v in self.ranking()]
         out["cost"] = dataclasses.asdict(self.cost)
         return out
 
@@ -198,16 +200,10 @@ class CriterionResult:
     def records(self) -> list[dict]:
         """One dict per (component, layer): ``component``, ``layer``, ``score`` (NaN: not defined), the
         per-seed scores (``seed_S``) and the extra values."""
-        rows = []
-        for i, c in enumerate(self.components):
-            for l, layer in enumerate(self.layers):
-                row = {"component": c, "layer": layer, "score": float(self.values[i, l])}
-                for s, v in (self.per_seed or {}).items():
-                    row[f"seed_{s}"] = float(v[i, l])
-                for k, v in self.extra.items():
-                    row[k] = float(v[i, l])
-                rows.append(row)
-        return rows
+        return [{"component": c, "layer": layer, "score": float(self.values[i, l]),
+                 **{f"seed_{s}": float(v[i, l]) for s, v in (self.per_seed or {}).items()},
+                 **{k: float(v[i, l]) for k, v in self.extra.items()}}
+                for i, c in enumerate(self.components) for l, layer in enumerate(self.layers)]
 
     def to_dataframe(self):
         """`records` as a pandas ``DataFrame`` (component, layer, score, then the per-seed and extra
@@ -225,12 +221,10 @@ class CriterionResult:
         width = max(12, *(len(c) + 2 for c in self.components))
         head = f"{'layer':>6} " + "".join(f"{c:>{width}}" for c in self.components)
         lines = [f"criterion: {self.criterion} (higher = finetune first)", head, "-" * len(head)]
-        for l, name in enumerate(self.layers):
-            cells = [_fmt(self.values[i, l]) for i in range(len(self.components))]
-            lines.append(f"{name:>6} " + "".join(f"{c:>{width}}" for c in cells))
-        lines.append("-" * len(head))
-        label = "sum" if self.layer_reduce == "sum" else "mean"
-        lines.append(f"{label:>6} " + "".join(f"{_fmt(self.overall(c)):>{width}}" for c in self.components))
+        lines += [f"{name:>6} " + "".join(f"{_fmt(v):>{width}}" for v in self.values[:, l])
+                  for l, name in enumerate(self.layers)]
+        overall = "".join(f"{_fmt(self.overall(c)):>{width}}" for c in self.components)
+        lines += ["-" * len(head), f"{self.layer_reduce:>6} {overall}"]
         if self.per_seed is not None:
             lines.append(f"per seed: {len(self.per_seed)} seeds ({', '.join(map(str, self.per_seed))}); "
                          "cells: mean over seeds")
@@ -243,24 +237,24 @@ class CriterionResult:
     def plot(self, path: str | os.PathLike, *, kind: str = "bars") -> None:
         """``kind="bars"``: each component's score; ``"heatmap"``: layers x components (blank: not
         defined)."""
-        if kind == "heatmap":
-            fig, axes = figure(1, 1, (1.2 * len(self.components) + 2.5, 0.35 * len(self.layers) + 2))
-            ax = axes[0][0]
+        if kind not in ("bars", "heatmap"):
+            raise ValueError(f"kind must be 'bars' or 'heatmap', got {kind!r}")
+        heatmap = kind == "heatmap"
+        fig, axes = figure(1, 1, (1.2 * len(self.components) + 2.5, 0.35 * len(self.layers) + 2) if heatmap
+                           else (1.1 * len(self.components) + 3, 3.6))
+        ax = axes[0][0]
+        if heatmap:
             im = ax.imshow(np.ma.masked_invalid(self.values.T), aspect="auto", cmap="viridis")
             ax.set_xticks(range(len(self.components)), self.components)
             ax.set_yticks(range(len(self.layers)), self.layers)
             ax.set_ylabel("layer")
             fig.colorbar(im, ax=ax, label=self.criterion)
-        elif kind == "bars":
-            fig, axes = figure(1, 1, (1.1 * len(self.components) + 3, 3.6))
-            ax = axes[0][0]
+        else:
             vals = [self.overall(c) for c in self.components]
             ax.bar(range(len(vals)), [v if math.isfinite(v) else 0.0 for v in vals],
                    color=[component_color(c) for c in self.components])
             ax.set_xticks(range(len(vals)), self.components)
-            ax.set_ylabel(f"{self.criterion} ({'sum' if self.layer_reduce == 'sum' else 'mean'} over layers)")
-        else:
-            raise ValueError(f"kind must be 'bars' or 'heatmap', got {kind!r}")
+            ax.set_ylabel(f"{self.criterion} ({self.layer_reduce} over layers)")
         ax.set_title(f"{self.criterion}: higher = finetune first", fontsize=10)
         save(fig, path)
 
@@ -274,9 +268,8 @@ def _row(values: list, n: int, path, name: str) -> list[float]:
 
 def _same(saved: float, made: float) -> bool:
     """Whether a saved value is the one its parts make (both undefined, or equal to rounding)."""
-    if math.isfinite(saved) != math.isfinite(made):
-        return False
-    return not math.isfinite(made) or math.isclose(saved, made, rel_tol=1e-9, abs_tol=1e-12)
+    return math.isfinite(saved) == math.isfinite(made) and (
+        not math.isfinite(made) or math.isclose(saved, made, rel_tol=1e-9, abs_tol=1e-12))
 
 
 def _num(v: float) -> str:

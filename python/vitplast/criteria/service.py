@@ -66,10 +66,8 @@ class ScoreCache:
         options: dict[str, Any] = {"criterion": criterion.name, **self.context}
         for need in sorted(criterion.needs):
             options.update(self.inputs.get(need, {}))
-        if criterion.per_seed:
-            options["seeds"] = list(setting.seeds)
-        options.update(criterion.options(setting))
-        return options
+        seeds = {"seeds": list(setting.seeds)} if criterion.per_seed else {}
+        return {**options, **seeds, **criterion.options(setting)}
 
     def key(self, criterion: Criterion, setting: Setting) -> str:
         return cache_key(self.record, self.options(criterion, setting))
@@ -81,9 +79,8 @@ class ScoreCache:
         """Writes ``result`` into the folder (created when missing) as its criterion writes it; returns
         the file's checksum."""
         criterion = get_criterion(result.criterion)
-        path = self.path(criterion)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        return criterion.write(result, path)
+        self.path(criterion).parent.mkdir(parents=True, exist_ok=True)
+        return criterion.write(result, self.path(criterion))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -192,13 +189,11 @@ def score_criteria(names: Sequence[str], request: ScoringRequest, *, cache: Scor
     why). Each result's ``meta["cache_key"]`` is its key; the caller writes the scored ones
     (`Criterion.write`)."""
     criteria = {n: get_criterion(n) for n in dict.fromkeys(names)}
-    bare = request.setting()
-    keys = {n: cache.key(c, bare) if cache is not None else None for n, c in criteria.items()}
+    keys = {n: cache.key(c, request.setting()) if cache is not None else None for n, c in criteria.items()}
     results: dict[str, CriterionResult] = {}
     reused: dict[str, ReusedFile] = {}
     for n, c in criteria.items():
-        found = _cached(c, cache, keys[n], request.units, say)
-        if found is not None:
+        if (found := _cached(c, cache, keys[n], request.units, say)) is not None:
             results[n], path = found
             reused[n] = ReusedFile(str(path), results[n].checksum)
     todo = [n for n in criteria if n not in results]

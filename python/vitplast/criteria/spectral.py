@@ -23,9 +23,7 @@ def power_law_fit(eigenvalues, min_tail: int = MIN_TAIL) -> tuple[float, float, 
     Review 2009, section 3. NaN values when fewer than ``min_tail`` positive eigenvalues exist."""
     x = np.sort(np.asarray(eigenvalues, dtype=np.float64))
     x = x[np.isfinite(x) & (x > 0)]
-    n_all = x.size
-    if n_all < min_tail:
-        return math.nan, math.nan, math.nan, 0
+    n_all = x.size  # fewer than min_tail: no candidate, the NaN values below
     best = (math.inf, math.nan, math.nan, 0)
     logs = np.log(x)
     for start in range(n_all - min_tail + 1):

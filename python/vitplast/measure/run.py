@@ -6,7 +6,9 @@ again with the model's own input preparation; only then do the forward passes ru
 (``plasticity.json``, ``plasticity.png``, ``plasticity_heatmap.png``, ``run.json``) is written as a unit
 (`vitplast.runs.output_set`); ``run.json`` holds the reproducibility record
 (`vitplast.runs.provenance.provenance`: versions, model, weights' sha256 or hub revision, data,
-transform).
+transform). The capture ``vitplast measure`` attaches to its model (`make_capture`): the presets, or the
+components and embedding its options name (any model); the model itself comes from
+`vitplast.models.builder`.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import time
 import warnings
 from typing import Any
 
+import vitplast_kernels
 from vitplast.data.transforms import transform_record, with_overrides
 from vitplast.models.builder import build_model
 from vitplast.models.families import FAMILIES
@@ -30,7 +33,6 @@ from ..criteria import CRITERIA, Scores, score_criteria
 from ..criteria.plasticity import Plasticity
 from ..options.fields import options_for
 from ..outputs.reporter import Reporter
-from .capture import make_capture
 from .criteria import criteria_request, criterion_files, out_cache, plasticity_request, write_criterion
 from .data import MeasureData, batches_to_run, open_data
 from .options import MeasureOptions
@@ -176,6 +178,25 @@ def _model_name(opts: MeasureOptions) -> str:
 
 def _shows_progress(opts: MeasureOptions) -> bool:
     return opts.progress if opts.progress is not None else sys.stderr.isatty()
+
+
+def make_capture(net, model_name: str, opts: MeasureOptions):
+    """The (not yet attached) capture of ``net`` with the protocol, pairing, components and embedding of
+    ``opts``: raises ValueError when its components or embedding cannot be found, naming the options
+    that name them."""
+    try:
+        return vitplast_kernels.capture(net, protocol=opts.protocol, pairs=opts.pairs,
+                                        components=opts.components, embedding=opts.embedding)
+    except ValueError as exc:
+        if opts.components is not None or "no component found" not in str(exc):
+            raise
+        names = [n for n, _ in net.named_modules() if n][:8]
+        raise ValueError(
+            f"{model_name}: no preset knows its components ({type(net).__name__}); name them with "
+            f"--component LABEL=GLOB (repeatable; python: components={{label: glob}}), globs over module "
+            f"names such as {names}, '*' standing for the layer index, and for --protocol decomposition "
+            f"--embedding NAME"
+        ) from None
 
 
 def _prepare(opts: MeasureOptions, model_name: str) -> Subject:

@@ -8,14 +8,12 @@ bars are tqdm bars, shown when the reporter's ``progress`` setting says so (None
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
 from collections.abc import Callable
 
 from .text import ascii_text
-
-
-def _drop(text: str) -> None:
-    return None
 
 
 def _print(text: str) -> None:
@@ -34,14 +32,10 @@ def _print(text: str) -> None:
 
 def _detach_stdout() -> None:
     """After a closed pipe: later prints, and the flush at exit, go nowhere instead of failing."""
-    import os
-
-    try:
+    with contextlib.suppress(OSError, ValueError, AttributeError):
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
-    except (OSError, ValueError, AttributeError):
-        pass
 
 
 class Reporter:
@@ -51,7 +45,7 @@ class Reporter:
 
     @classmethod
     def silent(cls) -> Reporter:
-        return cls(_drop, progress=False)
+        return cls(lambda text: None, progress=False)
 
     def say(self, text: str) -> None:
         """One message (one or more lines) for the user."""

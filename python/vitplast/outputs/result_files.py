@@ -24,7 +24,7 @@ from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
-from vitplast_kernels.atomic_io import atomic_write
+from vitplast_kernels.atomic_io import atomic_write_bytes
 
 from .json_files import ResultFileError, loads_named
 
@@ -43,18 +43,15 @@ class ReusedFile:
     checksum: str
 
     def to_dict(self) -> dict:
-        return {"path": self.path, "checksum": self.checksum}
-
-
-def _canonical(payload: Mapping) -> bytes:
-    body = {k: v for k, v in payload.items() if k != CHECKSUM}
-    return json.dumps(body, sort_keys=True, separators=(",", ":"), default=str).encode()
+        return dataclasses.asdict(self)
 
 
 def content_checksum(payload: Mapping) -> str:
     """``sha256:HEX`` of ``payload``'s canonical JSON (sorted keys, no spaces), its checksum field left
     out."""
-    return "sha256:" + hashlib.sha256(_canonical(payload)).hexdigest()
+    body = {k: v for k, v in payload.items() if k != CHECKSUM}
+    return "sha256:" + hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":"),
+                                                 default=str).encode()).hexdigest()
 
 
 def with_checksum(payload: Mapping, *, kind: str, version: int) -> dict:
@@ -68,18 +65,11 @@ def write_result_json(path: str | os.PathLike, payload: Mapping, *, kind: str, v
                       indent: int | None = 1) -> str:
     """Writes ``payload`` with its format and checksum to ``path`` atomically; returns the checksum."""
     doc = with_checksum(payload, kind=kind, version=version)
-    text = json.dumps(doc, indent=indent, default=str) + "\n"
-
-    def fill(tmp: str) -> None:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-
-    atomic_write(path, fill)
+    atomic_write_bytes(path, (json.dumps(doc, indent=indent, default=str) + "\n").encode())
     return doc[CHECKSUM]
 
 
-def read_result_json(path: str | os.PathLike, *, kind: str,
-                     versions: Collection[int]) -> tuple[dict, int]:
+def read_result_json(path: str | os.PathLike, *, kind: str, versions: Collection[int]) -> tuple[dict, int]:
     """``(payload, version)`` of the result file at ``path`` after checking that it is a JSON object of
     ``kind`` in one of ``versions`` whose checksum matches its content; `ResultFileError` otherwise
     (a missing file included)."""
@@ -127,8 +117,7 @@ def field(doc: Mapping, key: str, path: str | os.PathLike, kind: type | tuple[ty
 
 
 def checked_number(value: Any, path: str | os.PathLike, name: str, *, lo: float = -math.inf,
-                   hi: float = math.inf,
-                   nullable: bool = False) -> float:
+                   hi: float = math.inf, nullable: bool = False) -> float:
     """``value`` as a float within ``[lo, hi]`` (``None``: NaN when ``nullable``); `ResultFileError`
     naming ``name`` otherwise (a non-number, a non-finite number, one out of range)."""
     if value is None and nullable:
