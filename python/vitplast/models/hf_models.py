@@ -297,8 +297,7 @@ def build_hf(plan: ModelPlan, request: BuildRequest) -> BuiltModel:
     if plan.img_size is not None and own is not None and plan.img_size != own:
         raise ValueError(f"--img-size {plan.img_size}: {plan.source.name} takes {own}x{own} images (its "
                          "config's image_size)")
-    head = net.get_classifier()
-    if getattr(head, "out_features", request.num_classes) != request.num_classes:
+    if getattr(net.get_classifier(), "out_features", request.num_classes) != request.num_classes:
         net.reset_classifier(request.num_classes)
     if plan.weights is not None:
         origin, how = {"kind": "weights", "file": str(plan.weights)}, f"weights {plan.weights}"
