@@ -67,24 +67,6 @@ def refuse_non_floating(model: nn.Module, dtypes: Mapping[str, object], source: 
                            "and are not cast: pass the checkpoint of the model's floating weights")
 
 
-def _filter_for(model: nn.Module):
-    """The timm ``checkpoint_filter_fn(state_dict, model)`` of the model's family, or None."""
-    fn = getattr(sys.modules.get(type(model).__module__), "checkpoint_filter_fn", None)
-    return fn if fn is not None and len(inspect.signature(fn).parameters) >= 2 else None
-
-
-def _npz(model: nn.Module, path: str) -> None:
-    if not hasattr(model, "load_pretrained"):
-        raise WeightsError(f"weights: {type(model).__name__} has no loader for .npz checkpoints (timm "
-                           f"supports them for VisionTransformer-family models); convert {path!r} to "
-                           ".safetensors or .pth")
-    try:
-        model.load_pretrained(path)
-    except Exception as exc:  # a foreign or truncated archive: numpy/zipfile/KeyError of many kinds
-        raise WeightsError(f"weights: {path!r} is not a big_vision .npz checkpoint of "
-                           f"{type(model).__name__}: {type(exc).__name__}: {str(exc)[:200]}") from None
-
-
 def load_weights(model: nn.Module, weights: str | os.PathLike, *, allow_partial: bool = False) -> nn.Module:
     """Load a local checkpoint into ``model`` in place (see the module docstring); returns ``model``.
 
@@ -93,12 +75,22 @@ def load_weights(model: nn.Module, weights: str | os.PathLike, *, allow_partial:
     """
     own = model.state_dict()
     path, state = read_checkpoint(weights, names=own)
-    if state is None:
-        _npz(model, str(path))
-        return model
     source = f"weights: {str(path)!r}"
+    if state is None:  # a .npz archive: timm's loader for big_vision / JAX checkpoints
+        if not hasattr(model, "load_pretrained"):
+            raise WeightsError(f"weights: {type(model).__name__} has no loader for .npz checkpoints (timm "
+                               f"supports them for VisionTransformer-family models); convert {str(path)!r} "
+                               "to .safetensors or .pth")
+        try:
+            model.load_pretrained(str(path))
+        except Exception as exc:  # a foreign or truncated archive: numpy/zipfile/KeyError of many kinds
+            raise WeightsError(f"{source} is not a big_vision .npz checkpoint of {type(model).__name__}: "
+                               f"{type(exc).__name__}: {str(exc)[:200]}") from None
+        return model
     refuse_non_floating(model, state, source, own=own)
-    if (filt := _filter_for(model)) is not None:
+    # the timm checkpoint_filter_fn(state_dict, model) of the model's family, if it has one
+    filt = getattr(sys.modules.get(type(model).__module__), "checkpoint_filter_fn", None)
+    if filt is not None and len(inspect.signature(filt).parameters) >= 2:
         try:
             state = filt(state, model)
         except Exception as exc:  # a filter written for another layout: load the raw keys instead
