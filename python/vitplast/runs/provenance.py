@@ -14,10 +14,10 @@ Hashes are computed once per file and process (keyed by the file's path, size an
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import os
 import platform
 import sys
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,8 +34,8 @@ _HASHES: dict[tuple[str, int, int], str] = {}
 
 def _version(distribution: str) -> str | None:
     try:
-        return version(distribution)
-    except PackageNotFoundError:
+        return importlib.metadata.version(distribution)  # looked up at each call (tests replace it)
+    except importlib.metadata.PackageNotFoundError:
         return None
 
 
