@@ -71,15 +71,14 @@ class GridSession:
 
     def place_runs(self, opts: ExecutorOptions, *, threads: int | None, jobs: int | None,
                    small: bool = False):
-        """``(device, executor)`` of the runs of this session: the device of this rank (``auto``
-        resolved; under torchrun a bare ``cuda`` is this rank's GPU), and the executor ``opts`` name
-        (a context manager; under torchrun every rank runs the same runs in lockstep). Threads per run
-        trained here (restored at the session's end): ``threads``, else 1 for a ``small`` model on CPU
-        (its matrices are tiny: more threads per run only add synchronisation), else the session's.
-        Runs at once on this machine: ``jobs``, else for a small model on CPU one per core up to 2 when
-        this process is alone on its machine (torchrun's ranks share the cores), else 1 (a large model
-        uses the cores, or the GPU, within one run); executors that place runs on a cluster do not use
-        it."""
+        """``(device, executor)`` of the runs of this session: the device of this rank (``auto`` resolved;
+        under torchrun a bare ``cuda`` is this rank's GPU), and the executor ``opts`` name (a context manager;
+        under torchrun every rank runs the same runs in lockstep). Threads per run trained here (restored at
+        the session's end): ``threads``, else 1 for a ``small`` model on CPU (its matrices are tiny: more
+        threads per run only add synchronisation), else the session's. Runs at once on this machine: ``jobs``,
+        else for a small model on CPU one per core up to 2 when this process is alone on its machine
+        (torchrun's ranks share the cores), else 1 (a large model uses the cores, or the GPU, within one run);
+        executors that place runs on a cluster do not use it."""
         device = resolve_device(self.device, self.dist.local_rank if self.dist.enabled else None)
         small_on_cpu = small and device.type == "cpu"
         if threads is not None or small_on_cpu:

@@ -1,11 +1,10 @@
 """``RunLock``: one writer per run directory, on local disks and shared filesystems alike.
 
-The writer creates ``DIR/.lock`` atomically: it writes its name (host, boot, PID, the process's start
-time, an attempt token, the node) into a file of its own and hard-links that file to ``.lock``, which
-fails when ``.lock`` exists, on a local disk as on NFS or Lustre (where hard links are refused,
-``O_CREAT | O_EXCL`` does the same). Nothing depends on ``flock``, which shared filesystems emulate,
-ignore or refuse. While it holds the lock, a thread of the writer touches the file every
-`HEARTBEAT_S` seconds; release removes it.
+The writer creates ``DIR/.lock`` atomically: it writes its name (host, boot, PID, the process's start time, an
+attempt token, the node) into a file of its own and hard-links that file to ``.lock``, which fails when
+``.lock`` exists, on a local disk as on NFS or Lustre (where hard links are refused, ``O_CREAT | O_EXCL`` does
+the same). Nothing depends on ``flock``, which shared filesystems emulate, ignore or refuse. While it holds
+the lock, a thread of the writer touches the file every `HEARTBEAT_S` seconds; release removes it.
 
 A lock file whose writer is gone (a killed process, a dead node) is taken over:
 
@@ -15,10 +14,10 @@ A lock file whose writer is gone (a killed process, a dead node) is taken over:
 - an executor that retries a run after its worker or node died names the attempts it replaces
   (`attempt`): locks those attempts hold are taken over at once, wherever they ran.
 
-A takeover is atomic too: the stale file is renamed to a name of the taker's own and removed, or put
-back when it turns out not to be the file judged stale (someone else took over in between). A writer
-confirms it still holds its lock before each checkpoint (`RunLock.confirm`), so a writer whose
-lock was taken over stops instead of writing beside the new one.
+A takeover is atomic too: the stale file is renamed to a name of the taker's own and removed, or put back when
+it turns out not to be the file judged stale (someone else took over in between). A writer confirms it still
+holds its lock before each checkpoint (`RunLock.confirm`), so a writer whose lock was taken over stops instead
+of writing beside the new one.
 """
 
 from __future__ import annotations

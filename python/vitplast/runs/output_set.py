@@ -46,10 +46,9 @@ class OutputSet:
         return f".{self.target.name}.{kind}-{os.getpid()}-"
 
     def check(self) -> None:
-        """Raises ``ValueError`` when the target cannot receive the set: an existing file, a directory
-        holding files this run does not own, a path too long, or a parent that cannot be created or
-        written to (tried by creating and removing a directory in its nearest existing ancestor).
-        Creates nothing."""
+        """Raises ``ValueError`` when the target cannot receive the set: an existing file, a directory holding
+        files this run does not own, a path too long, or a parent that cannot be created or written to (tried
+        by creating and removing a directory in its nearest existing ancestor). Creates nothing."""
         t = self.target
         if t.name in ("", ".", ".."):
             raise ValueError(f"--out {str(t)!r}: name a directory of its own (e.g. {str(t / 'results')!r})")

@@ -10,20 +10,18 @@ Layout of ``DIR``:
     plots/, tb/      figures and optional TensorBoard logs
     .lock            names the process writing the run (see `RunLock`)
 
-Every file but ``metrics.jsonl`` is written to a temporary file in the same directory and moved into
-place with ``os.replace``, so a killed run leaves either the old or the new version, never a torn one;
-the temporary a killed write leaves (``.checkpoint.XXXXXXXX.tmp.pt``) is removed by the next writer.
-A directory whose run never reached a checkpoint holds nothing to resume: it counts as new, and the
-next command replaces it (a corrected command needs no ``--resume``).
-``metrics.jsonl`` is appended line by line; a torn last line is ignored when read, and a resume cuts
-the log back to the checkpoint's step so that the steps replayed are not logged twice (without a
-checkpoint, to nothing: the run starts over).
+Every file but ``metrics.jsonl`` is written to a temporary file in the same directory and moved into place
+with ``os.replace``, so a killed run leaves either the old or the new version, never a torn one; the temporary
+a killed write leaves (``.checkpoint.XXXXXXXX.tmp.pt``) is removed by the next writer. A directory whose run
+never reached a checkpoint holds nothing to resume: it counts as new, and the next command replaces it (a
+corrected command needs no ``--resume``). ``metrics.jsonl`` is appended line by line; a torn last line is
+ignored when read, and a resume cuts the log back to the checkpoint's step so that the steps replayed are not
+logged twice (without a checkpoint, to nothing: the run starts over).
 
 One process writes a run directory at a time: the writer creates ``.lock`` atomically
-(`vitplast.runs.lock.RunLock`, no ``flock``: it works on shared filesystems), so a live writer
-makes ``open`` fail with its PID and host (`RunBusy`), while a lock left by a killed run is taken
-over (the dead process it names is reported). The writer confirms it still holds the lock before each
-checkpoint and before the summary.
+(`vitplast.runs.lock.RunLock`, no ``flock``: it works on shared filesystems), so a live writer makes ``open``
+fail with its PID and host (`RunBusy`), while a lock left by a killed run is taken over (the dead process it
+names is reported). The writer confirms it still holds the lock before each checkpoint and before the summary.
 """
 
 from __future__ import annotations

@@ -1,13 +1,12 @@
-"""What every executor implements (`Executor`) and the one loop that drives any of them over a
-grid (`run_jobs`).
+"""What every executor implements (`Executor`) and the one loop that drives any of them over a grid
+(`run_jobs`).
 
 An executor starts attempts of jobs and says how they ended; it keeps no schedule. The loop keeps it
-(`Schedule`: which job runs next, which wait for a directory another process holds,
-which are retried after their worker died) and asks the executor only three things: ``submit`` an
-attempt (the job, its arguments, its resources, its token) and get a handle back; ``wait`` for some
-handles to end; ``cancel`` those still in flight when the grid stops. A new executor is a module of
-this package with a class that does these three things and a ``from_options`` function, and one line
-in `vitplast.runs.executors.registry.EXECUTORS`.
+(`Schedule`: which job runs next, which wait for a directory another process holds, which are retried after
+their worker died) and asks the executor only three things: ``submit`` an attempt (the job, its arguments, its
+resources, its token) and get a handle back; ``wait`` for some handles to end; ``cancel`` those still in
+flight when the grid stops. A new executor is a module of this package with a class that does these three
+things and a ``from_options`` function, and one line in `vitplast.runs.executors.registry.EXECUTORS`.
 """
 
 from __future__ import annotations

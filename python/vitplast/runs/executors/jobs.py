@@ -1,11 +1,10 @@
-"""What an executor runs and how it keeps count: a `Job` (one run of a grid: a function, its
-arguments, its run directory), a `Schedule` (which job runs next, which wait for a directory
-another process holds, which are retried after their worker died, which failed) and the failure of a
-grid (`GridFailed`).
+"""What an executor runs and how it keeps count: a `Job` (one run of a grid: a function, its arguments, its
+run directory), a `Schedule` (which job runs next, which wait for a directory another process holds, which are
+retried after their worker died, which failed) and the failure of a grid (`GridFailed`).
 
 Every attempt of a job carries a token (``SESSION-JOB-ATTEMPT``) that the run directory's lock records
-(`vitplast.runs.lock.attempt`). A retry names the tokens of the attempts before it, so it takes
-their locks over at once, wherever they ran; a directory held by anyone else is waited for.
+(`vitplast.runs.lock.attempt`). A retry names the tokens of the attempts before it, so it takes their locks
+over at once, wherever they ran; a directory held by anyone else is waited for.
 """
 
 from __future__ import annotations

@@ -32,8 +32,7 @@ from .jobs import run_attempt
 
 
 def _worker_init(parent_pid: int) -> None:
-    """First thing in a worker process: it dies with ``parent_pid`` and leaves Ctrl-C and hangups to
-    it."""
+    """First thing in a worker process: it dies with ``parent_pid`` and leaves Ctrl-C and hangups to it."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     die_with_parent()  # the kernel sends SIGKILL when the parent dies; SIGHUP ignored
     clean_worker_exit()  # SIGTERM from the driver: exit handlers run, no semaphore leaks

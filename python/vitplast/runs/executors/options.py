@@ -1,7 +1,6 @@
-"""The options of a grid's executor, one group that finetune and claim both compose
-(`ExecutorOptions`): where the runs train (``--executor``, ``--jobs``, ``--ray-address``, the
-resources of a run), how often a run whose worker died is retried, and which runs this process trains
-(``--shard I/N``, ``--analyse-only``)."""
+"""The options of a grid's executor, one group that finetune and claim both compose (`ExecutorOptions`): where
+the runs train (``--executor``, ``--jobs``, ``--ray-address``, the resources of a run), how often a run whose
+worker died is retried, and which runs this process trains (``--shard I/N``, ``--analyse-only``)."""
 
 from __future__ import annotations
 

@@ -1,15 +1,14 @@
 """The Ray executor: one Ray task per run, with the resources of one run (CPUs, GPUs), on a Ray cluster
-(``ray start --head`` on one node, ``ray start --address HEAD:6379`` on the others) or a Ray started
-here. Ray is imported only when this executor is chosen (the ``ray`` extra).
+(``ray start --head`` on one node, ``ray start --address HEAD:6379`` on the others) or a Ray started here.
+Ray is imported only when this executor is chosen (the ``ray`` extra).
 
-The driver keeps the schedule (`run_jobs`), as Ray Tune does: it keeps as many tasks in
-flight as the live nodes hold, plus one queued, and its tasks are never retried by Ray itself
-(``max_retries=0``). A task whose worker or node died (a Ray system error) is
-submitted again, up to ``retries`` times, and resumes from the run's last checkpoint; it names the
-attempt it replaces, so it takes that attempt's lock over at once. An error of the run itself (a
-Ray task error) fails the run, and the grid goes on. The driver reads the lock files of the runs in
-flight to show which are running and on how many nodes. Run directories must be on storage every node
-reaches; the driver alone writes the experiment's summaries.
+The driver keeps the schedule (`run_jobs`), as Ray Tune does: it keeps as many tasks in flight as the live
+nodes hold, plus one queued, and its tasks are never retried by Ray itself (``max_retries=0``). A task whose
+worker or node died (a Ray system error) is submitted again, up to ``retries`` times, and resumes from the
+run's last checkpoint; it names the attempt it replaces, so it takes that attempt's lock over at once. An
+error of the run itself (a Ray task error) fails the run, and the grid goes on. The driver reads the lock
+files of the runs in flight to show which are running and on how many nodes. Run directories must be on
+storage every node reaches; the driver alone writes the experiment's summaries.
 """
 
 from __future__ import annotations
