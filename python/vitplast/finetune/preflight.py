@@ -90,9 +90,8 @@ def prepare_model(settings: RunSettings, seed: int) -> PreparedModel:
         cmap = None
     data = {"data": settings.data, "classes": first.num_classes, "train_images": n, "val_images": len(val_ds)}
     record = transform_record(transform, size)
-    prepared = Prepared(num_classes=first.num_classes, img_size=size, transform=transform,
-                        provenance=provenance(built, data, record), component_map=cmap)
-    return PreparedModel(prepared, built)
+    return PreparedModel(Prepared(num_classes=first.num_classes, img_size=size, transform=transform,
+                                  provenance=provenance(built, data, record), component_map=cmap), built)
 
 
 def check_trains_fit(settings: RunSettings, trains: Sequence[str], model: PreparedModel) -> None:
