@@ -1,10 +1,9 @@
 """``--train auto`` and ``--train auto@layer``: what to train, chosen by plasticity under a budget.
 
 Plasticity is measured first (protocol ``in_situ``, the halves of the first training batches paired,
-`plasticity_record`); then the highest-plasticity components (``auto``,
-`choose_components`) or (component, layer) units (``auto@layer``, `choose_units`) whose
-parameters, with the head's, fit a budget of trainable parameters are trained. `choose_auto`
-does both steps and returns the run's ``auto`` record.
+`plasticity_record`); then the highest-plasticity components (``auto``, `choose_components`) or (component,
+layer) units (``auto@layer``, `choose_units`) whose parameters, with the head's, fit a budget of trainable
+parameters are trained. `choose_auto` does both steps and returns the run's ``auto`` record.
 """
 
 from __future__ import annotations
@@ -23,9 +22,9 @@ from .step_recorder import over_ranks, summarize
 def plasticity_record(model: nn.Module, batches, *, dist: DistContext | None = None, amp=None,
                        components: Mapping | None = None) -> dict:
     """Plasticity (halves of each batch, in situ) summed over ``batches`` (an iterable of images
-    ``(2B, 3, H, W)``; the one measuring loop, `vitplast.criteria.loop.measure_plasticity`) and
-    over ranks; returns `summarize`'s dict.
-    ``components``: the component map (``{label: glob}``; default: the model's preset)."""
+    ``(2B, 3, H, W)``; the one measuring loop, `vitplast.criteria.loop.measure_plasticity`) and over ranks;
+    returns `summarize`'s dict. ``components``: the component map (``{label: glob}``; default: the model's
+    preset)."""
     was_training = model.training
     model.eval()
     try:
@@ -40,8 +39,8 @@ def plasticity_record(model: nn.Module, batches, *, dist: DistContext | None = N
 
 def component_means(record: Mapping) -> dict[str, float]:
     """``{component: plasticity}`` (mean over layers) of a monitor record: the preset components in
-    `TRAIN_ORDER`, then any others (``--component`` labels) in the record's order;
-    undefined (NaN) values are left out."""
+    `TRAIN_ORDER`, then any others (``--component`` labels) in the record's order; undefined (NaN) values are
+    left out."""
     means = record.get("plasticity_mean", {})
     order = [c for c in TRAIN_ORDER if c in means] + [c for c in means if c not in TRAIN_ORDER]
     return {c: means[c] for c in order if not math.isnan(means[c])}
@@ -55,9 +54,9 @@ def plasticity_means(plasticity) -> dict[str, float]:
 
 
 def _fit(ranked: Sequence, sizes: Mapping, head: int, budget: int) -> list:
-    """The items of ``ranked`` (highest plasticity first) whose ``sizes`` fit ``budget`` after the
-    parameters the head takes from it (``head``), greedily: one that does not fit is skipped and the next,
-    smaller one may still fit. ValueError when the head alone exceeds the budget."""
+    """The items of ``ranked`` (highest plasticity first) whose ``sizes`` fit ``budget`` after the parameters
+    the head takes from it (``head``), greedily: one that does not fit is skipped and the next, smaller one
+    may still fit. ValueError when the head alone exceeds the budget."""
     if head > budget:
         raise ValueError(f"--budget {budget} is smaller than the head alone ({head} parameters)")
     chosen, used = [], head
@@ -72,10 +71,10 @@ def choose_components(plasticity, model: nn.Module, budget: int | None = None, *
                       components: Mapping | None = None) -> list[str]:
     """Components to train, highest plasticity first, whose parameters (plus the head's) fit ``budget``.
 
-    ``plasticity`` is a ``PlasticityResult`` or a ``{component: value}`` mapping (non-finite values
-    and unknown components are skipped). Greedy: a component that does not fit is skipped and the
-    next, smaller one may still fit. ``budget=None`` keeps only the single best component.
-    ``components``: the component map (``{label: glob}``; default: the model's preset).
+    ``plasticity`` is a ``PlasticityResult`` or a ``{component: value}`` mapping (non-finite values and
+    unknown components are skipped). Greedy: a component that does not fit is skipped and the next, smaller
+    one may still fit. ``budget=None`` keeps only the single best component. ``components``: the component map
+    (``{label: glob}``; default: the model's preset).
     """
     means = plasticity_means(plasticity)
     known = labels(components)
@@ -92,10 +91,10 @@ def choose_components(plasticity, model: nn.Module, budget: int | None = None, *
 
 def choose_units(plasticity: Mapping[str, Sequence[float]], model: nn.Module, budget: int, *,
                  components: Mapping | None = None, include_head: bool = True) -> list[str]:
-    """(component, layer) units to train, highest plasticity first, whose parameters (plus the
-    head's) fit ``budget``: greedy like `choose_components` over every unit. ``plasticity``:
-    ``{component: [value per layer]}`` (a monitor record's ``"plasticity"``; NaN layers skipped).
-    Returns ``--train`` parts such as ``["MHA@3", "FC1@2"]``."""
+    """(component, layer) units to train, highest plasticity first, whose parameters (plus the head's) fit
+    ``budget``: greedy like `choose_components` over every unit. ``plasticity``:
+    ``{component: [value per layer]}`` (a monitor record's ``"plasticity"``; NaN layers skipped). Returns
+    ``--train`` parts such as ``["MHA@3", "FC1@2"]``."""
     if not isinstance(budget, int) or budget <= 0:
         raise ValueError(f"--budget must be a positive number of parameters, got {budget}")
     parts = part_sizes(model, components)
@@ -109,10 +108,9 @@ def choose_units(plasticity: Mapping[str, Sequence[float]], model: nn.Module, bu
 
 def choose_auto(kind: str, model: nn.Module, batches, budget: int, *, dist: DistContext | None = None,
                 amp=None, components: Mapping | None = None) -> dict:
-    """The ``auto`` record of a run: plasticity measured on ``batches`` (`plasticity_record`) and
-    what fits ``budget``. ``kind``: ``"auto"`` -> ``{"plasticity": {component: mean}, "chosen":
-    [components]}``; ``"auto@layer"`` -> ``{"plasticity": {component: [value per layer]}, "chosen":
-    ["MHA@3", ...]}``."""
+    """The ``auto`` record of a run: plasticity measured on ``batches`` (`plasticity_record`) and what fits
+    ``budget``. ``kind``: ``"auto"`` -> ``{"plasticity": {component: mean}, "chosen": [components]}``;
+    ``"auto@layer"`` -> ``{"plasticity": {component: [value per layer]}, "chosen": ["MHA@3", ...]}``."""
     if kind not in ("auto", AUTO_LAYER):
         raise ValueError(f"choose_auto: kind must be 'auto' or {AUTO_LAYER!r}, got {kind!r}")
     measured = plasticity_record(model, batches, dist=dist, amp=amp, components=components)
@@ -134,8 +132,8 @@ def describe_choice(kind: str, budget: int, auto: Mapping) -> str:
 def trained_parts(settings, train: str, model: nn.Module, feed, device, dctx: DistContext, amp, ckpt, log,
                   reporter) -> tuple[tuple[str, ...], dict | None]:
     """The parts ``train`` names, and for ``auto`` its record: the most plastic components within
-    ``--budget``, measured on the first ``--auto-batches`` training batches (or read back from the
-    checkpoint of a resumed run, so a resumed run trains what it trained)."""
+    ``--budget``, measured on the first ``--auto-batches`` training batches (or read back from the checkpoint
+    of a resumed run, so a resumed run trains what it trained)."""
     plan = TrainPlan.parse(train, settings.components)
     if not plan.is_auto:
         return plan.parts, None

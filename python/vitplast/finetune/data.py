@@ -1,13 +1,13 @@
-"""Data of a finetuning run: the training batches as a pure function of (seed, iteration), the
-datasets, the part of the training images ``--holdout`` keeps out of training, the fixed probe batch of
-``--probe`` and the validation pass.
+"""Data of a finetuning run: the training batches as a pure function of (seed, iteration), the datasets, the
+part of the training images ``--holdout`` keeps out of training, the fixed probe batch of ``--probe`` and the
+validation pass.
 
 ``--holdout F`` splits the training set once, by a permutation drawn from the fixed `HOLDOUT_SEED`:
-``round(F * n)`` of its ``n`` images are held out (never trained on; evaluated without augmentation at
-the end of the run, ``holdout_acc``), the others are the training set. The split depends on ``n`` and
-``F`` only, never on the run's seed, lr or ``--train``: every run that sees the same training set holds
-out the same images (in a claim, every train and lr of a seed, so that learning rates are chosen on one
-validation set; on data whose train/val split is fixed, every run), in any process and on resume."""
+``round(F * n)`` of its ``n`` images are held out (never trained on; evaluated without augmentation at the end
+of the run, ``holdout_acc``), the others are the training set. The split depends on ``n`` and ``F`` only,
+never on the run's seed, lr or ``--train``: every run that sees the same training set holds out the same
+images (in a claim, every train and lr of a seed, so that learning rates are chosen on one validation set; on
+data whose train/val split is fixed, every run), in any process and on resume."""
 
 from __future__ import annotations
 
@@ -23,9 +23,9 @@ HOLDOUT_SEED = 1_000_033  # the --holdout split's permutation: the same in every
 
 
 def holdout_split(n: int, fraction: float, data: str = "") -> tuple[torch.Tensor, torch.Tensor]:
-    """``(kept, held)``: sorted int64 positions of a training set of ``n`` images, ``round(fraction * n)``
-    of them held out by a permutation drawn from `HOLDOUT_SEED` (``fraction`` 0: all kept). ValueError
-    naming ``--holdout`` when either part would be empty (``data``: the ``--data`` spec, for the message)."""
+    """``(kept, held)``: sorted int64 positions of a training set of ``n`` images, ``round(fraction * n)`` of
+    them held out by a permutation drawn from `HOLDOUT_SEED` (``fraction`` 0: all kept). ValueError naming
+    ``--holdout`` when either part would be empty (``data``: the ``--data`` spec, for the message)."""
     if not fraction:
         return torch.arange(n), torch.zeros(0, dtype=torch.long)
     held = round(fraction * n)
@@ -50,9 +50,9 @@ def _stack(items) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 class Positions(torch.utils.data.Dataset):
-    """Items ``positions`` of ``dataset`` (a part of a training set), keyed as ``dataset`` is (an index,
-    or ``(index, seed)`` for an augmented dataset), with its ``classes``; an in-memory dataset's
-    ``images`` and ``labels`` are kept as tensors of those rows (`StepBatches` indexes them directly)."""
+    """Items ``positions`` of ``dataset`` (a part of a training set), keyed as ``dataset`` is (an index, or
+    ``(index, seed)`` for an augmented dataset), with its ``classes``; an in-memory dataset's ``images`` and
+    ``labels`` are kept as tensors of those rows (`StepBatches` indexes them directly)."""
 
     def __init__(self, dataset, positions: torch.Tensor) -> None:
         self.dataset, self.positions = dataset, positions
@@ -77,11 +77,11 @@ def item_seed(seed: int, it: int, position: int) -> int:
 
 
 class StepBatches:
-    """Global batch of iteration ``it`` as a pure function of ``(seed, it)``: epoch ``e`` visits the
-    training set in ``randperm(seed, e)`` order, incomplete last batches are dropped. Rank ``r`` of
-    ``w`` takes sequences ``r, r + w, ...`` of the global batch, so the data order needs no saving
-    beyond the iteration number, and a resumed run sees exactly the batches it would have seen; an
-    augmented dataset's images draw their augmentation from ``(seed, it, position)`` alike."""
+    """Global batch of iteration ``it`` as a pure function of ``(seed, it)``: epoch ``e`` visits the training
+    set in ``randperm(seed, e)`` order, incomplete last batches are dropped. Rank ``r`` of ``w`` takes
+    sequences ``r, r + w, ...`` of the global batch, so the data order needs no saving beyond the iteration
+    number, and a resumed run sees exactly the batches it would have seen; an augmented dataset's images draw
+    their augmentation from ``(seed, it, position)`` alike."""
 
     def __init__(self, dataset, batch_size: int, seed: int, rank: int = 0, world: int = 1):
         self.dataset, self.batch_size, self.seed = dataset, batch_size, seed
@@ -103,8 +103,8 @@ class StepBatches:
         return self._perm[k * self.batch_size : (k + 1) * self.batch_size][self.rank :: self.world]
 
     def keys(self, it: int) -> list:
-        """The dataset keys of this rank's share of iteration ``it``: indices, or ``(index, seed)``
-        pairs for an augmented dataset."""
+        """The dataset keys of this rank's share of iteration ``it``: indices, or ``(index, seed)`` pairs for
+        an augmented dataset."""
         idx = self.indices(it).tolist()
         if not getattr(self.dataset, "augmented", False):
             return idx
@@ -154,11 +154,11 @@ def evaluate(model, dataset, device, *, limit=0, batch_size=256, dctx=None, amp=
 
 def load_data(opts: DataOptions, seed: int, img_size: int, transform=None):
     """``(train, val, holdout)`` datasets of ``--data`` at ``img_size``, prepared by ``transform`` (a
-    `vitplast.data.transforms.ImageTransform`; None: the fixed preparation), the training images
-    augmented unless ``--no-augment``. With ``--holdout``, ``train`` is the part not held out and
-    ``holdout`` the held-out part (`holdout_split`: ValueError naming ``--holdout`` when a part would be
-    empty), addressed by plain indices and so prepared as the validation images are, without
-    augmentation; without it ``holdout`` is None."""
+    `vitplast.data.transforms.ImageTransform`; None: the fixed preparation), the training images augmented
+    unless ``--no-augment``. With ``--holdout``, ``train`` is the part not held out and ``holdout`` the
+    held-out part (`holdout_split`: ValueError naming ``--holdout`` when a part would be empty), addressed by
+    plain indices and so prepared as the validation images are, without augmentation; without it ``holdout``
+    is None."""
     train = load_dataset(opts.data, "train", img_size=img_size, seed=seed, transform=transform,
                          augment=opts.augment)
     val = load_dataset(opts.data, "val", img_size=img_size, seed=seed, transform=transform)
@@ -169,8 +169,8 @@ def load_data(opts: DataOptions, seed: int, img_size: int, transform=None):
 
 
 def probe_batch(train_ds, n: int, dctx: DistContext, device) -> torch.Tensor:
-    """``--probe N``: N training images drawn once with a fixed seed (the same in every run), this
-    rank's share of them on ``device``; pairs are its halves, so the share must be even."""
+    """``--probe N``: N training images drawn once with a fixed seed (the same in every run), this rank's
+    share of them on ``device``; pairs are its halves, so the share must be even."""
     g = torch.Generator().manual_seed(12345)
     pick = torch.randperm(len(train_ds), generator=g)[:n]
     if pick.numel() < n:

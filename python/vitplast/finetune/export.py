@@ -3,8 +3,8 @@
 - ``RUN/model.safetensors``: the plain model's state dict (names as in the timm model), with peft LoRA
   adapters merged into the weights they adapt (`vitplast.models.checkpoints.merge_lora`, the reading
   ``vitplast measure --weights`` does) and peft's copy of the head in place of the original;
-- ``RUN/adapter/``: for ``--train lora``, the peft adapter itself (``save_pretrained``), when the peft
-  model is at hand (a run that trains now, not one exported later from its checkpoint).
+- ``RUN/adapter/``: for ``--train lora``, the peft adapter itself (``save_pretrained``), when the peft model
+  is at hand (a run that trains now, not one exported later from its checkpoint).
 
 Both are written atomically (a temporary file or directory renamed into place).
 """
@@ -28,9 +28,9 @@ ADAPTER_FILES = ("adapter_model.safetensors", "adapter_config.json", "README.md"
 def export_weights(run_path: Path, state: dict[str, torch.Tensor], *, peft_model=None,
                    metadata: dict[str, str] | None = None) -> list[Path]:
     """Writes `MODEL_FILE` (and the adapter of ``peft_model``) into ``run_path``; returns the paths.
-    `MODEL_FILE` holds ``state`` (a model's, possibly peft-wrapped) as the plain model's: prefixes
-    removed, LoRA merged with scale ``alpha / r``; contiguous CPU tensors that own their memory (what
-    safetensors stores)."""
+    `MODEL_FILE` holds ``state`` (a model's, possibly peft-wrapped) as the plain model's: prefixes removed,
+    LoRA merged with scale ``alpha / r``; contiguous CPU tensors that own their memory (what safetensors
+    stores)."""
     from safetensors.torch import save_file
 
     is_peft = peft_model is not None and hasattr(peft_model, "peft_config")

@@ -1,13 +1,13 @@
-"""``finetune(opts)``: the grid of ``vitplast finetune``, every (train, lr, seed) of the options trained
-into its run directory by `vitplast.finetune.loop.train_run`, then aggregated.
+"""``finetune(opts)``: the grid of ``vitplast finetune``, every (train, lr, seed) of the options trained into
+its run directory by `vitplast.finetune.loop.train_run`, then aggregated.
 
 One combination trains into ``--out``; several train into ``--out/<train>-lr<lr>-s<seed>/`` and write
 ``--out/grid_summary.json`` and the grid plots. The runs of a grid go through an executor
 (`vitplast.runs.executors`): one after another in this process, ``--jobs`` processes, or Ray tasks
-(``--executor ray``); ``--shard I/N`` trains one slice of the run list and writes no summary, which a
-final pass without ``--shard`` (with ``--resume``, or ``--analyse-only``) writes. Results never depend
-on the executor. `plan_grid` (the runs and their directories' states) and `train_grid_run` (the job
-the grid driver calls) are the planner and the job of ``vitplast claim``'s runs too.
+(``--executor ray``); ``--shard I/N`` trains one slice of the run list and writes no summary, which a final
+pass without ``--shard`` (with ``--resume``, or ``--analyse-only``) writes. Results never depend on the
+executor. `plan_grid` (the runs and their directories' states) and `train_grid_run` (the job the grid driver
+calls) are the planner and the job of ``vitplast claim``'s runs too.
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ from .spec import RunSpec, run_name
 
 def finetune_options(opts: FinetuneOptions | None = None, /, **keywords) -> FinetuneOptions:
     """``opts`` checked, or the options the keywords describe (the CLI's names, underscores for dashes:
-    ``train="MHA,FC1"``, ``lr="1e-3,1e-4"``, ``steps=200``, ``out="runs/x"``), over ``opts``' values
-    when both are given; ValueError names the option."""
+    ``train="MHA,FC1"``, ``lr="1e-3,1e-4"``, ``steps=200``, ``out="runs/x"``), over ``opts``' values when both
+    are given; ValueError names the option."""
     return options_for(FinetuneOptions, opts, keywords)
 
 
@@ -58,8 +58,8 @@ class PlannedRun:
         return f"{self.dataset}: {self.spec.label}" if self.dataset else self.spec.label
 
     def grid_run(self, prepared: Prepared, local_args: tuple = ()) -> GridRun:
-        """The run for the grid driver: `train_grid_run` on its spec (a retry resumes it) and
-        ``prepared``; ``local_args`` (`train_grid_run`'s last three) when it trains in this process."""
+        """The run for the grid driver: `train_grid_run` on its spec (a retry resumes it) and ``prepared``;
+        ``local_args`` (`train_grid_run`'s last three) when it trains in this process."""
         spec = self.spec
         retry = None if spec.resume else (dataclasses.replace(spec, resume=True), prepared)
         return GridRun(spec.directory, self.label, train_grid_run, (spec, prepared), retry_args=retry,
@@ -69,11 +69,11 @@ class PlannedRun:
 def plan_grid(settings: RunSettings, trains: Sequence[str], lrs: Sequence[float], seeds: Sequence[int],
               under: Path, *, seed_major: bool = False, one_in_place: bool = False, resume: bool = True,
               dataset: str = "") -> list[PlannedRun]:
-    """The one planner of a grid's runs: one per (train, lr, seed) in that nesting order (the run list
-    that ``--shard`` slices; ``seed_major``: seed, train, lr, a claim's order, so that an interrupted
-    claim has whole seeds to show), each in ``under/<train>-lr<lr>-s<seed>/`` (``one_in_place``: a grid
-    of one run trains into ``under`` itself, as ``vitplast finetune`` does), with its directory's
-    state now. ``resume``: whether a run continues (or loads) what its directory holds."""
+    """The one planner of a grid's runs: one per (train, lr, seed) in that nesting order (the run list that
+    ``--shard`` slices; ``seed_major``: seed, train, lr, a claim's order, so that an interrupted claim has
+    whole seeds to show), each in ``under/<train>-lr<lr>-s<seed>/`` (``one_in_place``: a grid of one run
+    trains into ``under`` itself, as ``vitplast finetune`` does), with its directory's state now. ``resume``:
+    whether a run continues (or loads) what its directory holds."""
     if seed_major:
         combos = [(t, lr, s) for s in seeds for t in trains for lr in lrs]
     else:
@@ -84,8 +84,8 @@ def plan_grid(settings: RunSettings, trains: Sequence[str], lrs: Sequence[float]
 
 
 def config_mismatches(specs: Sequence[RunSpec]) -> list[tuple[RunSpec, str]]:
-    """``(spec, what differs)`` for every existing run directory (partial or finished) whose
-    config.json differs from what ``spec`` would write: what a resume would refuse."""
+    """``(spec, what differs)`` for every existing run directory (partial or finished) whose config.json
+    differs from what ``spec`` would write: what a resume would refuse."""
     out = []
     for spec in specs:
         rd = RunDir(spec.directory)
@@ -102,8 +102,8 @@ def config_mismatches(specs: Sequence[RunSpec]) -> list[tuple[RunSpec, str]]:
 
 
 def mismatch_message(mismatches: Sequence[tuple[RunSpec, str]], root: Path | None = None) -> str:
-    """One line naming every mismatching run (its directory, relative to ``root`` when under it),
-    grouped by what differs."""
+    """One line naming every mismatching run (its directory, relative to ``root`` when under it), grouped by
+    what differs."""
     groups: dict[str, list[str]] = {}
     for spec, diff in mismatches:
         name = spec.directory.name
@@ -117,9 +117,9 @@ def mismatch_message(mismatches: Sequence[tuple[RunSpec, str]], root: Path | Non
 
 def train_grid_run(spec: RunSpec, prepared: Prepared, dctx: DistContext | None = None,
                    reporter: Reporter | None = None, after_step: AfterStep | None = None) -> dict:
-    """The one job of every grid (finetune's, claim's): `train_run` with its options as positional
-    arguments; a run trained in another process gets none of the last three (its reporter is silent),
-    one trained here what its command passes as local arguments."""
+    """The one job of every grid (finetune's, claim's): `train_run` with its options as positional arguments;
+    a run trained in another process gets none of the last three (its reporter is silent), one trained here
+    what its command passes as local arguments."""
     return train_run(spec, prepared, dctx=dctx, reporter=reporter or Reporter.silent(), after_step=after_step)
 
 
@@ -129,8 +129,8 @@ def finetune(opts: FinetuneOptions | None = None, /, *, reporter: Reporter | Non
 
     Returns ``{"runs": [summary per combination], "table": aggregate rows, "table_text": str}`` (a
     ``--shard``: the runs of the shard and ``"shard"``). ``reporter`` receives the messages (default:
-    printed); ``after_step(done)`` is called after every step of every run trained in this process (a
-    test may raise there to stop as if killed).
+    printed); ``after_step(done)`` is called after every step of every run trained in this process (a test may
+    raise there to stop as if killed).
     """
     opts = finetune_options(opts, **keywords)
     prepared = prepare(opts.settings(), opts.train, opts.seed[0])  # before any file is created

@@ -1,13 +1,12 @@
 """Where a finetuning run's rows go: metrics.jsonl and TensorBoard (`RunLog`).
 
-Every row goes to both: the training loss of every step, the monitor (plasticity per component, mean
-over layers and per layer; gradient norms), evaluation and ``auto`` rows.
-The per-step losses stay on the device and are written in groups (one host sync and, under DDP, one
-all-reduce per group) at points that depend only on the iteration: before any other row, before a
-checkpoint, every ``TRAIN_FLUSH_EVERY`` steps and at the end. So rows of iterations before a checkpoint
-are on disk when it is saved, and a resumed run writes the same rows in the same order as an
-uninterrupted one. TensorBoard's files are rebuilt from metrics.jsonl when a run (re)starts, so they
-hold exactly its rows, none twice, whatever was written before a kill.
+Every row goes to both: the training loss of every step, the monitor (plasticity per component, mean over
+layers and per layer; gradient norms), evaluation and ``auto`` rows. The per-step losses stay on the device
+and are written in groups (one host sync and, under DDP, one all-reduce per group) at points that depend only
+on the iteration: before any other row, before a checkpoint, every ``TRAIN_FLUSH_EVERY`` steps and at the end.
+So rows of iterations before a checkpoint are on disk when it is saved, and a resumed run writes the same rows
+in the same order as an uninterrupted one. TensorBoard's files are rebuilt from metrics.jsonl when a run
+(re)starts, so they hold exactly its rows, none twice, whatever was written before a kill.
 """
 
 from __future__ import annotations
@@ -50,10 +49,10 @@ def tensorboard_write(tb, rec: dict, step: int) -> None:
 
 
 class RunLog:
-    """The rows of one run (see the module docstring). ``log(rec)`` writes a row; ``train(it, loss,
-    lr)`` queues the step's training loss; ``flush()`` writes the queued ones; ``open_tensorboard``
-    starts TensorBoard from the rows already in metrics.jsonl. Every rank calls the same methods at
-    the same iterations (the queued losses are averaged over ranks); only the writer writes."""
+    """The rows of one run (see the module docstring). ``log(rec)`` writes a row; ``train(it, loss, lr)``
+    queues the step's training loss; ``flush()`` writes the queued ones; ``open_tensorboard`` starts
+    TensorBoard from the rows already in metrics.jsonl. Every rank calls the same methods at the same
+    iterations (the queued losses are averaged over ranks); only the writer writes."""
 
     def __init__(self, rd, dctx) -> None:
         self.rd, self.dctx, self.tb = rd, dctx, None
@@ -88,8 +87,8 @@ class RunLog:
             tensorboard_write(self.tb, rec, it)
 
     def close(self) -> None:
-        """Closes TensorBoard; queued losses are dropped (a run that ends well flushes first; one that
-        fails replays those iterations when resumed)."""
+        """Closes TensorBoard; queued losses are dropped (a run that ends well flushes first; one that fails
+        replays those iterations when resumed)."""
         self._queued = []
         if self.tb is not None:
             self.tb.close()

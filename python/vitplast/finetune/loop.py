@@ -10,8 +10,8 @@ accuracies and, for ``--train auto``, the components it chose; the data order (a
 is a function of the iteration, and the lr schedule one of the step. The directory is locked while the run
 writes it (a second writer is refused).
 
-A step is ``--grad-accum`` forward and backward passes over equal parts of its batch (the first one
-monitored when the step is recorded), then gradient clipping (``--grad-clip``) and one optimiser step.
+A step is ``--grad-accum`` forward and backward passes over equal parts of its batch (the first one monitored
+when the step is recorded), then gradient clipping (``--grad-clip``) and one optimiser step.
 """
 
 from __future__ import annotations
@@ -68,9 +68,9 @@ def _saved_config(rd: RunDir) -> dict | None:
 
 def train_run(spec: RunSpec, prepared: Prepared, *, dctx: DistContext | None = None,
               reporter: Reporter | None = None, after_step: AfterStep | None = None) -> dict:
-    """Train (or load, when finished) the run ``spec`` describes; returns its summary dict.
-    ``prepared``: what `vitplast.finetune.preflight.prepare` found for ``spec.settings``;
-    ``after_step``: called after every step (a test may raise there to stop as if killed)."""
+    """Train (or load, when finished) the run ``spec`` describes; returns its summary dict. ``prepared``: what
+    `vitplast.finetune.preflight.prepare` found for ``spec.settings``; ``after_step``: called after every step
+    (a test may raise there to stop as if killed)."""
     dctx = dctx or DistContext()
     reporter = reporter or Reporter()
     rd = _open_run_dir(spec, dctx)
@@ -96,8 +96,8 @@ def _export_meta(spec: RunSpec) -> dict[str, str]:
 
 
 def _check_micro_batches(s, dctx: DistContext) -> None:
-    """Each process's share of a step's batch splits into ``--grad-accum`` equal micro-batches, the
-    first of them even when the training batch's halves are monitored."""
+    """Each process's share of a step's batch splits into ``--grad-accum`` equal micro-batches, the first of
+    them even when the training batch's halves are monitored."""
     share = s.batch_size // dctx.world
     if share % s.grad_accum:
         raise ValueError(f"--grad-accum {s.grad_accum}: must divide the {share} images per process of "
@@ -109,8 +109,8 @@ def _check_micro_batches(s, dctx: DistContext) -> None:
 
 
 def _wrap(model: torch.nn.Module, compile_mode: str | None, dctx: DistContext, device) -> torch.nn.Module:
-    """DDP under torchrun, then torch.compile (after the recorder attached its hooks: they are compiled
-    into the step's graph)."""
+    """DDP under torchrun, then torch.compile (after the recorder attached its hooks: they are compiled into
+    the step's graph)."""
     wrapped = model
     if dctx.enabled:
         from torch.nn.parallel import DistributedDataParallel

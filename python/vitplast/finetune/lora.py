@@ -1,9 +1,8 @@
 """``--train lora``: peft LoRA adapters on the linear layers of chosen components, the head kept trainable.
 
-The adapted layers are those of the component map (a detected preset, or ``{LABEL: GLOB}``) that
-`.selection` resolves: ``--lora-targets`` is a ``--train``-style spec (``"MHA@2-3+FC1"``), by
-default every layer's attention (`LORA_DEFAULT`). peft is an optional dependency:
-``pip install 'vitplast-kernels[lora]'``.
+The adapted layers are those of the component map (a detected preset, or ``{LABEL: GLOB}``) that `.selection`
+resolves: ``--lora-targets`` is a ``--train``-style spec (``"MHA@2-3+FC1"``), by default every layer's
+attention (`LORA_DEFAULT`). peft is an optional dependency: ``pip install 'vitplast-kernels[lora]'``.
 """
 
 from __future__ import annotations
@@ -30,8 +29,8 @@ def import_peft():
 
 
 def lora_target_parts(spec: str | None, components: Mapping | None = None) -> tuple[str, ...]:
-    """The parts ``--lora-targets`` names (``"MHA@2-3+FC1"`` -> ``("MHA@2-3", "FC1")``), or
-    `LORA_DEFAULT` for None."""
+    """The parts ``--lora-targets`` names (``"MHA@2-3+FC1"`` -> ``("MHA@2-3", "FC1")``), or `LORA_DEFAULT` for
+    None."""
     return LORA_DEFAULT if spec is None else TrainPlan.parse(spec, components).parts
 
 
@@ -41,9 +40,9 @@ def _lora_able(module: nn.Module) -> bool:
 
 
 def lora_targets(model: nn.Module, train: str | Sequence[str] = "MHA", components: Globs = None) -> list[str]:
-    """Qualified names of the linear layers inside the selected components' own modules (the same
-    ownership as the parameters: a linear inside a nested component belongs to that one). LayerNorms
-    have none; ValueError when the selection holds none."""
+    """Qualified names of the linear layers inside the selected components' own modules (the same ownership as
+    the parameters: a linear inside a nested component belongs to that one). LayerNorms have none; ValueError
+    when the selection holds none."""
     sel = resolve_selection(model, train, components)
     owned = set(sel.names) - set(head_names(model))
     targets = [n for n, m in model.named_modules()
@@ -65,10 +64,10 @@ def lora_config(plasticity_or_components, model: nn.Module, *, budget: int | Non
                 alpha: int = 16, dropout: float = 0.0, components: Mapping | None = None):
     """A peft ``LoraConfig`` targeting the chosen components' linear layers, the head kept trainable.
 
-    ``plasticity_or_components``: a PlasticityResult / ``{component: plasticity}`` mapping (the top
-    components are chosen with `choose_components` and ``budget``), or a list of
-    component names such as ``["MHA"]`` or ``["MHA@-2--1"]``. ``components``: the component map
-    (``{label: glob}``; default: the model's preset). ValueError when the model has no classifier head.
+    ``plasticity_or_components``: a PlasticityResult / ``{component: plasticity}`` mapping (the top components
+    are chosen with `choose_components` and ``budget``), or a list of component names such as ``["MHA"]`` or
+    ``["MHA@-2--1"]``. ``components``: the component map (``{label: glob}``; default: the model's preset).
+    ValueError when the model has no classifier head.
     """
     peft = import_peft()
     if isinstance(plasticity_or_components, (list, tuple)):
@@ -87,8 +86,8 @@ def lora_config(plasticity_or_components, model: nn.Module, *, budget: int | Non
 def apply_lora(model: nn.Module, config=None, *, r: int = 8, alpha: int = 16,
                components: Mapping | None = None, targets: str | None = None) -> nn.Module:
     """Wrap ``model`` with peft LoRA (default: ``targets``, a ``--train``-style spec such as
-    ``"MHA@2-3+FC1"``, else the attention, component ``MHA`` of the map ``components`` or the preset:
-    the ``--train lora`` baseline). Returns the peft model; only adapters and the head are trainable."""
+    ``"MHA@2-3+FC1"``, else the attention, component ``MHA`` of the map ``components`` or the preset: the
+    ``--train lora`` baseline). Returns the peft model; only adapters and the head are trainable."""
     config = config or lora_config(list(lora_target_parts(targets, components)), model, r=r, alpha=alpha,
                                    components=components)
     return import_peft().get_peft_model(model, config)

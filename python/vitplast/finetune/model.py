@@ -1,6 +1,6 @@
-"""The model of a finetuning run: a fresh one with its head, its device, what to train, and the recipe
-that trains it, from timm: the optimiser (``create_optimizer_v2``: momentum SGD, AdamW or Adam; no weight
-decay on norms, biases, position embeddings and class tokens; layer-wise lr decay) and the schedule
+"""The model of a finetuning run: a fresh one with its head, its device, what to train, and the recipe that
+trains it, from timm: the optimiser (``create_optimizer_v2``: momentum SGD, AdamW or Adam; no weight decay on
+norms, biases, position embeddings and class tokens; layer-wise lr decay) and the schedule
 (``create_scheduler_v2``: cosine or constant, after a linear warm-up, stepped once per optimiser step)."""
 
 from __future__ import annotations
@@ -17,10 +17,9 @@ from .selection import select_trainable
 
 
 def built_model(opts: ModelOptions, num_classes: int) -> BuiltModel:
-    """The model ``opts`` names (`vitplast.models.builder.build_model`) with a ``num_classes`` head:
-    a family whose checkpoints keep their pretraining head (the digits ViT) gets a fresh one (drawn from
-    the torch RNG); timm and transformers models get a fresh head when their own has another number
-    of classes."""
+    """The model ``opts`` names (`vitplast.models.builder.build_model`) with a ``num_classes`` head: a family
+    whose checkpoints keep their pretraining head (the digits ViT) gets a fresh one (drawn from the torch
+    RNG); timm and transformers models get a fresh head when their own has another number of classes."""
     built = build_model(opts.model_request(), num_classes)
     if family_of(built.name).keeps_pretraining_head:
         built.net.reset_classifier(num_classes)
@@ -41,9 +40,9 @@ def make_trainable(model, parts: tuple[str, ...], lora_r: int, components=None,
                    lora_targets: str | None = None, cmap=None):
     """``(model, trainable parameter names)``: LoRA adapters for ``lora`` (on ``lora_targets``, a
     ``--train``-style spec such as ``"MHA@2-3+FC1"``; default MHA), else what
-    ``vitplast.finetune.trainable.select_trainable`` leaves trainable (the rest is frozen);
-    ``components``: the component map (``--component``; default: the model's preset); ``cmap``: that
-    map resolved already (`Prepared.component_map`)."""
+    ``vitplast.finetune.trainable.select_trainable`` leaves trainable (the rest is frozen); ``components``:
+    the component map (``--component``; default: the model's preset); ``cmap``: that map resolved already
+    (`Prepared.component_map`)."""
     if parts == ("lora",):
         model = apply_lora(model, r=lora_r, components=components, targets=lora_targets)
         return model, [n for n, p in model.named_parameters() if p.requires_grad]
@@ -53,9 +52,9 @@ def make_trainable(model, parts: tuple[str, ...], lora_r: int, components=None,
 def make_optimizer(opts: OptimOptions, model: torch.nn.Module, lr: float) -> torch.optim.Optimizer:
     """timm's ``create_optimizer_v2`` over the trainable parameters of ``model`` (a peft model: its base
     model's names, which timm's rules read): ``--optimizer`` (sgd: momentum 0.9, not Nesterov),
-    ``--weight-decay`` on every trainable tensor but norms, biases and the model's ``no_weight_decay()``
-    names (position embeddings, class tokens), ``--layer-decay`` (lr scale per block, applied by the
-    scheduler). ValueError when the model has no block grouping for ``--layer-decay``."""
+    ``--weight-decay`` on every trainable tensor but norms, biases and the model's ``no_weight_decay()`` names
+    (position embeddings, class tokens), ``--layer-decay`` (lr scale per block, applied by the scheduler).
+    ValueError when the model has no block grouping for ``--layer-decay``."""
     from timm.optim import create_optimizer_v2
 
     target = model.get_base_model() if hasattr(model, "get_base_model") else model
@@ -67,9 +66,9 @@ def make_optimizer(opts: OptimOptions, model: torch.nn.Module, lr: float) -> tor
 
 
 def make_scheduler(opts: OptimOptions, optimizer: torch.optim.Optimizer):
-    """timm's ``create_scheduler_v2`` for ``--steps`` optimiser steps: ``--warmup`` linear steps from
-    lr / warmup up to lr, then cosine (to 0) or constant over the rest. It is a function of the step
-    count: ``step_update(n)`` sets the lr of step ``n`` (times each group's ``lr_scale``)."""
+    """timm's ``create_scheduler_v2`` for ``--steps`` optimiser steps: ``--warmup`` linear steps from lr /
+    warmup up to lr, then cosine (to 0) or constant over the rest. It is a function of the step count:
+    ``step_update(n)`` sets the lr of step ``n`` (times each group's ``lr_scale``)."""
     from timm.scheduler import create_scheduler_v2
 
     lr = current_lr(optimizer)

@@ -1,8 +1,7 @@
-"""Options of ``vitplast finetune``, declared once: `RunSettings` (what every run of a grid
-shares: the model, data, optimisation and runtime groups of `vitplast.options.groups`, plus what
-to monitor and write) and `FinetuneOptions` (the settings plus the grid: ``--train``, ``--lr``,
-``--seed``, ``--out``, ``--resume``). The CLI flags, defaults, checks and error wording all come from
-these classes (`vitplast.options.fields`).
+"""Options of ``vitplast finetune``, declared once: `RunSettings` (what every run of a grid shares: the model,
+data, optimisation and runtime groups of `vitplast.options.groups`, plus what to monitor and write) and
+`FinetuneOptions` (the settings plus the grid: ``--train``, ``--lr``, ``--seed``, ``--out``, ``--resume``).
+The CLI flags, defaults, checks and error wording all come from these classes (`vitplast.options.fields`).
 """
 
 from __future__ import annotations
@@ -95,8 +94,8 @@ class RunSettings(RuntimeOptions, OptimOptions, DataOptions, ModelOptions):  # f
 
 @dataclasses.dataclass(frozen=True)
 class FinetuneOptions(ExecutorOptions, RunSettings):
-    """The options of ``vitplast finetune`` (and of `vitplast.finetune.finetune`): the settings
-    every run shares, the grid, and where its runs train (`ExecutorOptions`)."""
+    """The options of ``vitplast finetune`` (and of `vitplast.finetune.finetune`): the settings every run
+    shares, the grid, and where its runs train (`ExecutorOptions`)."""
 
     train: list = option(",".join(TRAIN_ORDER), f"one or more of {', '.join(TRAIN_CHOICES)}, auto@layer; "
                          "join components with +; LABEL@LAYERS trains only those layers (MHA@3, FC1@0-2, "
@@ -133,8 +132,8 @@ class FinetuneOptions(ExecutorOptions, RunSettings):
 
 
 def check_trains(settings: RunSettings, trains: list[str]) -> list[TrainPlan]:
-    """The `TrainPlan` of every ``--train`` value (parsed here, once), checked with what they ask of
-    the other options (``--budget``, ``--lora-targets``, peft)."""
+    """The `TrainPlan` of every ``--train`` value (parsed here, once), checked with what they ask of the other
+    options (``--budget``, ``--lora-targets``, peft)."""
     try:
         plans = [TrainPlan.parse(t, settings.components) for t in trains]
     except ValueError as exc:

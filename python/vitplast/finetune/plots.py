@@ -1,14 +1,14 @@
-"""Figures of a finetuning run or grid (`vitplast.outputs.plots`: PNG files written atomically, one
-colour per component label in every figure).
+"""Figures of a finetuning run or grid (`vitplast.outputs.plots`: PNG files written atomically, one colour per
+component label in every figure).
 
-- `plot_curves` — one run: per-step plasticity per component (mean over layers) and gradient
-  norm per component, from its ``metrics.jsonl`` records, plus loss and validation accuracy (points
-  when there are few); for a monitored run, also `plot_step_heatmaps` beside it;
-- `plot_step_heatmaps` — one run: per component, plasticity per layer (rows) at every
-  monitored step (columns), on one colour scale centred at 1;
-- `plot_grid` — a grid: accuracy per trained component (mean, with the std over seeds where
-  there are at least two seeds: ``n = 1`` is written instead of a bar of zero height), and plasticity at
-  the start vs accuracy gain.
+- `plot_curves` — one run: per-step plasticity per component (mean over layers) and gradient norm per
+  component, from its ``metrics.jsonl`` records, plus loss and validation accuracy (points when there are
+  few); for a monitored run, also `plot_step_heatmaps` beside it;
+- `plot_step_heatmaps` — one run: per component, plasticity per layer (rows) at every monitored step
+  (columns), on one colour scale centred at 1;
+- `plot_grid` — a grid: accuracy per trained component (mean, with the std over seeds where there are at least
+  two seeds: ``n = 1`` is written instead of a bar of zero height), and plasticity at the start vs accuracy
+  gain.
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ def _per_group(ax, mon: Sequence[dict], field: str) -> None:
 
 
 def plot_curves(records: Sequence[dict], path, *, title: str = "") -> Path:
-    """Per-step curves of one run from its metrics records -> PNG at ``path``; a monitored run's steps x
-    layer heatmaps go beside it (`STEP_HEATMAP`)."""
+    """Per-step curves of one run from its metrics records -> PNG at ``path``; a monitored run's steps x layer
+    heatmaps go beside it (`STEP_HEATMAP`)."""
     mon = [r for r in records if r.get("kind") == "monitor"]
     evals = [r for r in records if r.get("kind") == "eval"]
     train = [r for r in records if r.get("kind") in ("monitor", "train")]
@@ -74,8 +74,8 @@ def plot_curves(records: Sequence[dict], path, *, title: str = "") -> Path:
 
 
 def plot_step_heatmaps(records: Sequence[dict], path, *, title: str = "") -> Path:
-    """Per component, plasticity per layer (rows, layer 0 on top) at each monitored step (columns) from
-    a run's monitor records -> PNG at ``path``; one colour scale for all, centred at 1."""
+    """Per component, plasticity per layer (rows, layer 0 on top) at each monitored step (columns) from a
+    run's monitor records -> PNG at ``path``; one colour scale for all, centred at 1."""
     from matplotlib.colors import TwoSlopeNorm
 
     mon = sorted((r for r in records if r.get("kind") == "monitor" and r.get("plasticity")),
@@ -106,8 +106,8 @@ def plot_step_heatmaps(records: Sequence[dict], path, *, title: str = "") -> Pat
 
 
 def seed_note(rows: Sequence[dict]) -> tuple[str, bool]:
-    """What the error bars are, and whether single-seed rows need their own ``n = 1`` mark (a grid
-    mixing one and several seeds)."""
+    """What the error bars are, and whether single-seed rows need their own ``n = 1`` mark (a grid mixing one
+    and several seeds)."""
     ns = {r["n"] for r in rows}
     if ns and max(ns) < 2:
         return "one seed: no error bars", False

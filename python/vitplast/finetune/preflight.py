@@ -1,12 +1,11 @@
 """What ``vitplast finetune`` checks before it creates any file, once per model: the model (name,
-``--model-arg``, ``--weights``, ``--pretrained``), the data, the recipe (``--layer-decay``,
-``--grad-accum``) and what each ``--train`` value asks of them (``--probe``, ``--batch-size``,
-``--budget``, the component map). The option classes have checked every value on its own; these checks
-need the model or the data, so they build both once (the caller's RNG state is left as it was). A bad
-value stops the command with nothing written. What they find (the classes, the input size, the images'
-preparation, the reproducibility record) is kept in a `Prepared` that every run of the grid
-receives; `prepare_model` also keeps the model it built (`PreparedModel`), for the work a command does
-on it before the runs.
+``--model-arg``, ``--weights``, ``--pretrained``), the data, the recipe (``--layer-decay``, ``--grad-accum``)
+and what each ``--train`` value asks of them (``--probe``, ``--batch-size``, ``--budget``, the component map).
+The option classes have checked every value on its own; these checks need the model or the data, so they build
+both once (the caller's RNG state is left as it was). A bad value stops the command with nothing written. What
+they find (the classes, the input size, the images' preparation, the reproducibility record) is kept in a
+`Prepared` that every run of the grid receives; `prepare_model` also keeps the model it built
+(`PreparedModel`), for the work a command does on it before the runs.
 """
 
 from __future__ import annotations
@@ -32,9 +31,9 @@ CHECK_SIZE = 8  # the images' size while the data is checked, before the model s
 
 @dataclasses.dataclass(frozen=True)
 class Prepared:
-    """What the checks found, for every run of the same settings: the number of classes of ``--data``,
-    the model's input size, how its images are prepared (None: the fixed preparation) and the
-    reproducibility record (`vitplast.runs.provenance.provenance`) of the summaries."""
+    """What the checks found, for every run of the same settings: the number of classes of ``--data``, the
+    model's input size, how its images are prepared (None: the fixed preparation) and the reproducibility
+    record (`vitplast.runs.provenance.provenance`) of the summaries."""
 
     num_classes: int
     img_size: int
@@ -45,26 +44,26 @@ class Prepared:
 
 @dataclasses.dataclass(frozen=True)
 class PreparedModel:
-    """The model of a grid's settings built and checked once: the network as a run of the first seed
-    starts it (``built``: its head fresh, as `built_model` gives it) and what every run receives
-    (``prepared``). A command that works on the model before the runs (a claim's measurement, its
-    criteria, the sizes of its units) uses ``built`` instead of building the model again."""
+    """The model of a grid's settings built and checked once: the network as a run of the first seed starts it
+    (``built``: its head fresh, as `built_model` gives it) and what every run receives (``prepared``). A
+    command that works on the model before the runs (a claim's measurement, its criteria, the sizes of its
+    units) uses ``built`` instead of building the model again."""
 
     prepared: Prepared
     built: BuiltModel
 
 
 def prepare(settings: RunSettings, trains: Sequence[str], seed: int) -> Prepared:
-    """Raises ValueError (or FileNotFoundError for missing data) for what a run of ``settings`` with
-    any of ``trains`` would fail on before training; writes nothing."""
+    """Raises ValueError (or FileNotFoundError for missing data) for what a run of ``settings`` with any of
+    ``trains`` would fail on before training; writes nothing."""
     model = prepare_model(settings, seed)
     check_trains_fit(settings, trains, model)
     return model.prepared
 
 
 def prepare_model(settings: RunSettings, seed: int) -> PreparedModel:
-    """The checks of `prepare` that do not depend on ``--train``, with the model and data they build
-    (the model drawn from ``torch.manual_seed(seed)``; the caller's RNG state is left as it was)."""
+    """The checks of `prepare` that do not depend on ``--train``, with the model and data they build (the
+    model drawn from ``torch.manual_seed(seed)``; the caller's RNG state is left as it was)."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         first, _, _ = load_data(settings, seed, CHECK_SIZE)
@@ -102,8 +101,8 @@ def check_trains_fit(settings: RunSettings, trains: Sequence[str], model: Prepar
 
 def check_train(settings: RunSettings, train: str, model: torch.nn.Module,
                 cmap: ComponentMap | None = None) -> None:
-    """What one ``--train`` value needs of the model: its components and layers, LoRA targets, a
-    ``--budget`` above the head."""
+    """What one ``--train`` value needs of the model: its components and layers, LoRA targets, a ``--budget``
+    above the head."""
     comps = settings.components
     plan = TrainPlan.parse(train, comps)
     if plan.is_lora:

@@ -1,9 +1,8 @@
 """The grid's report: rows per (train, lr) aggregated over seeds, and the printed per-component table.
 
-A row's ``gain_at_lr`` is its mean accuracy minus the head-only run's mean at the **same** lr (or the
-accuracy before finetuning without a head-only run; ``gain_at_lr_over`` says which): not the claim's
-``best_lr_gain``, which takes each train at its own best lr and pairs the seeds
-(`vitplast.claim.analysis`)."""
+A row's ``gain_at_lr`` is its mean accuracy minus the head-only run's mean at the **same** lr (or the accuracy
+before finetuning without a head-only run; ``gain_at_lr_over`` says which): not the claim's ``best_lr_gain``,
+which takes each train at its own best lr and pairs the seeds (`vitplast.claim.analysis`)."""
 
 from __future__ import annotations
 
@@ -15,12 +14,12 @@ from .selection import TrainPlan, labels
 
 
 def aggregate(summaries: list, components=None, plans=()) -> list[dict]:
-    """Rows per (train, lr) of the run summaries (`RunSummary`, or their fields): accuracy mean +- std
-    over seeds, plasticity of the trained component at the start, ``gain_at_lr``: the gain over linear
-    probing (``head`` rows of the same lr) when present, else over the accuracy before finetuning; with
-    ``--holdout``, ``holdout_acc`` (mean over seeds of the
-    held-out training images' accuracy). ``components``: the run's component map (``--component``);
-    ``plans``: the grid's `TrainPlan`s (a summary's ``train`` not among them is parsed)."""
+    """Rows per (train, lr) of the run summaries (`RunSummary`, or their fields): accuracy mean +- std over
+    seeds, plasticity of the trained component at the start, ``gain_at_lr``: the gain over linear probing
+    (``head`` rows of the same lr) when present, else over the accuracy before finetuning; with ``--holdout``,
+    ``holdout_acc`` (mean over seeds of the held-out training images' accuracy). ``components``: the run's
+    component map (``--component``); ``plans``: the grid's `TrainPlan`s (a summary's ``train`` not among them
+    is parsed)."""
     known = {str(p): p for p in plans}
     typed = [RunSummary.of(s) for s in summaries]
     groups: dict[tuple, list[RunSummary]] = {}
@@ -53,9 +52,9 @@ def aggregate(summaries: list, components=None, plans=()) -> list[dict]:
 
 
 def format_table(rows: list[dict]) -> str:
-    """The per-component table (the paper's): accuracy mean +- std over seeds (``(n = 1)`` for a single
-    seed, which has no std), gain at the same lr, plasticity, parameters; with ``--holdout``, the held-out
-    accuracy last."""
+    """The per-component table (the paper's): accuracy mean +- std over seeds (``(n = 1)`` for a single seed,
+    which has no std), gain at the same lr, plasticity, parameters; with ``--holdout``, the held-out accuracy
+    last."""
     held = any("holdout_acc" in r for r in rows)
     head = (f"{'train':<16} {'lr':>8} {'seeds':>5} {'accuracy':>17} {'acc. gain':>9} {'plasticity':>10} "
             f"{'params':>10}" + (f" {'held-out':>8}" if held else ""))

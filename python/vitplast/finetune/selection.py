@@ -4,19 +4,19 @@
 
 A spec is one or more parts joined with ``+``:
 
-- ``MHA``, ``FC1``, ... (any label of the map, case-insensitive): that component in **every** layer,
-  plus the head (the paper's component-wise protocol);
-- ``MHA@3``: layer 3 only; ``FC1@0-2``: layers 0 to 2 (inclusive); ``MHA@-1``: the last layer;
-  ``LN1@-2--1``: the last two. A layer is an index into the map's layers in block order (what
-  ``vitplast measure`` prints as layer 0, 1, ...);
+- ``MHA``, ``FC1``, ... (any label of the map, case-insensitive): that component in **every** layer, plus the
+  head (the paper's component-wise protocol);
+- ``MHA@3``: layer 3 only; ``FC1@0-2``: layers 0 to 2 (inclusive); ``MHA@-1``: the last layer; ``LN1@-2--1``:
+  the last two. A layer is an index into the map's layers in block order (what ``vitplast measure`` prints as
+  layer 0, 1, ...);
 - ``head``: the classifier only (linear probing), which every component selection also trains;
-- ``full``: every parameter; ``lora``: LoRA adapters (`.lora`); ``auto`` and ``auto@layer``:
-  chosen by plasticity under a parameter budget (`.auto`). These four stand alone.
+- ``full``: every parameter; ``lora``: LoRA adapters (`.lora`); ``auto`` and ``auto@layer``: chosen by
+  plasticity under a parameter budget (`.auto`). These four stand alone.
 
-A parameter belongs to the component whose module is the **innermost** one holding it: in the
-``hf-bert`` preset MHA is the whole ``attention`` block, which contains LN1 (``attention.output.
-LayerNorm``), so ``MHA`` trains the attention's linears and ``LN1`` the LayerNorm, never both.
-Parameters of no component (embeddings, final norm, layer scales) are trained only by ``full``.
+A parameter belongs to the component whose module is the **innermost** one holding it: in the ``hf-bert``
+preset MHA is the whole ``attention`` block, which contains LN1 (``attention.output.LayerNorm``), so ``MHA``
+trains the attention's linears and ``LN1`` the LayerNorm, never both. Parameters of no component (embeddings,
+final norm, layer scales) are trained only by ``full``.
 """
 
 from __future__ import annotations
@@ -60,17 +60,17 @@ def layer_range(text: str) -> tuple[int, int]:
 
 
 def labels(components: Mapping | None = None) -> tuple[str, ...]:
-    """The component labels ``--train`` may name: the map's (``--component LABEL=GLOB``), else the
-    presets' (`TRAIN_ORDER`)."""
+    """The component labels ``--train`` may name: the map's (``--component LABEL=GLOB``), else the presets'
+    (`TRAIN_ORDER`)."""
     return tuple(components) if components else TRAIN_ORDER
 
 
 def parse_train(spec: str, components: Mapping | None = None, *, any_label: bool = False) -> tuple[str, ...]:
-    """Canonical parts of ``spec`` (``"mha@3+head"`` -> ``("MHA@3", "head")``), duplicates dropped.
-    Errors do not name the option: the caller's error style adds ``--train: ``.
+    """Canonical parts of ``spec`` (``"mha@3+head"`` -> ``("MHA@3", "head")``), duplicates dropped. Errors do
+    not name the option: the caller's error style adds ``--train: ``.
 
-    Component labels are checked (case-insensitive) against `labels` of ``components``;
-    ``any_label`` accepts any label (checked later against the model's map, `resolve`)."""
+    Component labels are checked (case-insensitive) against `labels` of ``components``; ``any_label`` accepts
+    any label (checked later against the model's map, `resolve`)."""
     allowed = None if any_label else labels(components)
     choices = ", ".join([*(allowed or ("LABEL",)), *SPECIAL, AUTO_LAYER])
     if not isinstance(spec, str) or not spec.strip():
@@ -103,9 +103,9 @@ def parse_train(spec: str, components: Mapping | None = None, *, any_label: bool
 
 
 class TrainPlan(str):
-    """One ``--train`` value, parsed once: the text as given (what run names and config.json record;
-    it compares and hashes as that string) and its canonical ``parts`` (`parse_train`). Options
-    validation makes one of every ``--train`` value; the rest of finetuning reads ``parts``."""
+    """One ``--train`` value, parsed once: the text as given (what run names and config.json record; it
+    compares and hashes as that string) and its canonical ``parts`` (`parse_train`). Options validation makes
+    one of every ``--train`` value; the rest of finetuning reads ``parts``."""
 
     parts: tuple[str, ...]
 
@@ -143,9 +143,9 @@ def check_train_syntax(spec: str) -> str:
 # ------------------------------------------------------------------------------------------ the map
 @dataclass(frozen=True)
 class ComponentMap:
-    """A model's components as the capture sees them. ``layers``: layer labels in block order;
-    ``modules``: ``{label: {layer index: module names}}``; ``preset``: the detected preset's name
-    (None for a given mapping)."""
+    """A model's components as the capture sees them. ``layers``: layer labels in block order; ``modules``:
+    ``{label: {layer index: module names}}``; ``preset``: the detected preset's name (None for a given
+    mapping)."""
 
     labels: tuple[str, ...]
     layers: tuple[str, ...]
@@ -181,9 +181,9 @@ class ComponentMap:
 
 
 def component_map(model: nn.Module, components: Globs = None) -> ComponentMap:
-    """The component map of ``model``: ``components`` (``{label: glob}``) or the detected preset, as
-    the capture resolves it (`vitplast_kernels.measure.targets.resolve_components`), with the layers
-    indexed in block order."""
+    """The component map of ``model``: ``components`` (``{label: glob}``) or the detected preset, as the
+    capture resolves it (`vitplast_kernels.measure.targets.resolve_components`), with the layers indexed in
+    block order."""
     resolved = resolve_components(model, components, None)
     index = {k: i for i, k in enumerate(resolved.layer_keys)}
     modules = {c: {index[k]: mods for k, mods in resolved.modules[c].items()} for c in resolved.components}
@@ -192,8 +192,8 @@ def component_map(model: nn.Module, components: Globs = None) -> ComponentMap:
 
 
 def _owners(model: nn.Module, cmap: ComponentMap) -> dict[str, tuple[str, int]]:
-    """``{parameter name: (label, layer)}`` for the parameters of some component: the innermost
-    component module holding the parameter owns it."""
+    """``{parameter name: (label, layer)}`` for the parameters of some component: the innermost component
+    module holding the parameter owns it."""
     by_module: dict[str, tuple[str, int]] = {}
     for label, per_layer in cmap.modules.items():
         for li, mods in per_layer.items():
@@ -213,8 +213,8 @@ def _owners(model: nn.Module, cmap: ComponentMap) -> dict[str, tuple[str, int]]:
 # ------------------------------------------------------------------------------------------ resolving
 @dataclass(frozen=True)
 class Selection:
-    """What a spec trains: ``names`` (parameter names, model order, head included), ``units``
-    (the selected ``(label, layer index)`` pairs) and ``modules`` (their module names)."""
+    """What a spec trains: ``names`` (parameter names, model order, head included), ``units`` (the selected
+    ``(label, layer index)`` pairs) and ``modules`` (their module names)."""
 
     spec: tuple[str, ...]
     names: list[str]
@@ -256,9 +256,9 @@ def resolve_selection(model: nn.Module, train: str | Sequence[str], components: 
 
 def select_trainable(model: nn.Module, train: str | Sequence[str], components: Globs = None,
                      cmap: ComponentMap | None = None) -> list[str]:
-    """Freeze ``model`` except what ``train`` selects; returns the trainable parameter names, in model
-    order (``requires_grad = True`` exactly for them, False elsewhere; ``cmap``: the model's component
-    map when it was resolved already)."""
+    """Freeze ``model`` except what ``train`` selects; returns the trainable parameter names, in model order
+    (``requires_grad = True`` exactly for them, False elsewhere; ``cmap``: the model's component map when it
+    was resolved already)."""
     names = resolve_selection(model, train, components, cmap).names
     wanted = set(names)
     for n, p in model.named_parameters():
@@ -289,8 +289,8 @@ def unit_sizes(model: nn.Module, components: Globs = None) -> dict[tuple[str, in
 
 @dataclass(frozen=True)
 class PartSizes:
-    """Trainable-parameter counts of a model's parts, read in one pass: per component label (all
-    layers), per (label, layer index) unit, the classifier head and the whole model."""
+    """Trainable-parameter counts of a model's parts, read in one pass: per component label (all layers), per
+    (label, layer index) unit, the classifier head and the whole model."""
 
     components: dict[str, int]
     units: dict[tuple[str, int], int]

@@ -1,11 +1,10 @@
-"""The run spec: one finetuning run, fully described by typed values (what ``vitplast finetune``'s grid
-makes for each (train, lr, seed), what claim hands to `vitplast.finetune.loop.train_run`, and what an
-executor ships to a worker: it pickles, and it is what the run directory's config.json records).
+"""The run spec: one finetuning run, fully described by typed values (what ``vitplast finetune``'s grid makes
+for each (train, lr, seed), what claim hands to `vitplast.finetune.loop.train_run`, and what an executor ships
+to a worker: it pickles, and it is what the run directory's config.json records).
 
-A resumed run's options are compared with its config.json (`RunSpec.resume_config`). Options added
-after that file was written are absent from it: each is compared with the value that does what a run
-without the option did (`ADDED_OPTIONS`), and a resume with another value is refused, naming the
-flags that resume it."""
+A resumed run's options are compared with its config.json (`RunSpec.resume_config`). Options added after that
+file was written are absent from it: each is compared with the value that does what a run without the option
+did (`ADDED_OPTIONS`), and a resume with another value is refused, naming the flags that resume it."""
 
 from __future__ import annotations
 
@@ -61,9 +60,9 @@ class RunSpec:
                 "lr": self.lr, "seed": self.seed}
 
     def resume_config(self, saved: dict | None) -> dict:
-        """`config` as it is compared with ``saved`` (the run directory's config.json; None: a new
-        run): the added options ``saved`` lacks are left out when they hold the value of a run written
-        without them; RunDirError naming the flags to pass otherwise."""
+        """`config` as it is compared with ``saved`` (the run directory's config.json; None: a new run): the
+        added options ``saved`` lacks are left out when they hold the value of a run written without them;
+        RunDirError naming the flags to pass otherwise."""
         config = self.config()
         if saved is None:
             return config

@@ -1,13 +1,12 @@
 """What a finetuning run records per step (`StepRecorder`), on the steps the schedule of
-`vitplast_kernels.monitor` measures (every ``every``-th: ``it % every == 0``), for the model
-being trained:
+`vitplast_kernels.monitor` measures (every ``every``-th: ``it % every == 0``), for the model being trained:
 
-- plasticity per component and layer (protocol ``in_situ``): on the **training batch** itself (pairs =
-  its two halves, captured during the real forward pass, so nothing is recomputed), or on a **fixed
-  probe batch** (``probe``: the same images and pairs every time, so curves are comparable; one extra
-  forward pass without gradients);
-- the gradient norm per component (``MHA``, ``FC1``, ``FC2``, ``LN1``, ``LN2``, ``head``, ``other``)
-  over the parameters that have a gradient, before clipping;
+- plasticity per component and layer (protocol ``in_situ``): on the **training batch** itself (pairs = its two
+  halves, captured during the real forward pass, so nothing is recomputed), or on a **fixed probe batch**
+  (``probe``: the same images and pairs every time, so curves are comparable; one extra forward pass without
+  gradients);
+- the gradient norm per component (``MHA``, ``FC1``, ``FC2``, ``LN1``, ``LN2``, ``head``, ``other``) over the
+  parameters that have a gradient, before clipping;
 - the loss and the learning rate.
 
 The monitor's capture is attached once, when the recorder is made (before the model is compiled), and paused
@@ -33,9 +32,9 @@ from .selection import parameter_groups
 
 
 def summarize(result: PlasticityResult) -> dict:
-    """A result as the record's fields: ``{"plasticity": {c: [mean per layer]}, "plasticity_mean": {c:
-    mean over layers (the result's overall)}, "pairs": {c: [pairs used per layer]}, "excluded": {c:
-    identical + non-finite pairs}}``."""
+    """A result as the record's fields: ``{"plasticity": {c: [mean per layer]}, "plasticity_mean": {c: mean
+    over layers (the result's overall)}, "pairs": {c: [pairs used per layer]}, "excluded": {c: identical +
+    non-finite pairs}}``."""
     cs = result.components
     return {"plasticity": {c: [float(v) for v in result.mean(c)] for c in cs},
             "plasticity_mean": {c: result.overall(c) for c in cs},
@@ -49,14 +48,14 @@ def over_ranks(result: PlasticityResult, dist: DistContext | None) -> Plasticity
 
 
 class StepRecorder:
-    """Records, on the steps `vitplast_kernels.monitor`'s schedule measures (every ``every``-th),
-    the plasticity per component and layer, the gradient norm per component, the loss and the lr.
+    """Records, on the steps `vitplast_kernels.monitor`'s schedule measures (every ``every``-th), the
+    plasticity per component and layer, the gradient norm per component, the loss and the lr.
 
-    ``model`` is the unwrapped model (not the DDP wrapper). ``probe``: ``None`` (the training batch,
-    its halves paired, captured in the real forward) or a fixed batch of images ``(2P, 3, H, W)``
-    already on the model's device (one extra forward without gradients). ``start``: the step a resumed
-    run continues at. Per step: ``with recorder.training_forward(): ...``, then, when
-    ``recorder.due``, ``recorder.record(...)`` after backward, and ``recorder.step()`` at its end.
+    ``model`` is the unwrapped model (not the DDP wrapper). ``probe``: ``None`` (the training batch, its
+    halves paired, captured in the real forward) or a fixed batch of images ``(2P, 3, H, W)`` already on the
+    model's device (one extra forward without gradients). ``start``: the step a resumed run continues at. Per
+    step: ``with recorder.training_forward(): ...``, then, when ``recorder.due``, ``recorder.record(...)``
+    after backward, and ``recorder.step()`` at its end.
     """
 
     def __init__(self, model: nn.Module, every: int, *, probe: torch.Tensor | None = None,
@@ -103,8 +102,8 @@ class StepRecorder:
             yield
 
     def grad_norms(self) -> dict[str, torch.Tensor]:
-        """``{group: norm}`` (0-dim tensors, on device) of the current gradients; groups without
-        gradients are left out."""
+        """``{group: norm}`` (0-dim tensors, on device) of the current gradients; groups without gradients are
+        left out."""
         out = {}
         for g, params in self.groups.items():
             grads = [p.grad for p in params if p.grad is not None]
