@@ -39,11 +39,8 @@ class Estimate:
         return Estimate(self.mean - other.mean, math.hypot(self.sem, other.sem))
 
     def to_dict(self) -> dict:
-        def num(x: float) -> float | None:
-            return x if math.isfinite(x) else None
-
-        lo, hi = self.ci
-        return {"mean": num(self.mean), "sem": num(self.sem), "ci": [num(lo), num(hi)]}
+        mean, sem, lo, hi = (x if math.isfinite(x) else None for x in (self.mean, self.sem, *self.ci))
+        return {"mean": mean, "sem": sem, "ci": [lo, hi]}
 
 
 NAN = Estimate(math.nan, math.nan)

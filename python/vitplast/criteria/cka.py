@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import torch
 
@@ -41,33 +43,27 @@ class CKA(Criterion):
     def score_units(self, net, units: Units, setting: Setting, cost: Cost):
         named = dict(net.named_modules())
         grams: dict = {}
-        hooks = []
-        for unit, mods in units.modules.items():
-            def first(module, args, unit=unit):
-                grams.setdefault(unit, {})["x"] = centred_gram(args[0])
-
-            def last(module, args, out, unit=unit):
-                grams.setdefault(unit, {})["y"] = centred_gram(out[0] if isinstance(out, tuple) else out)
-
-            hooks += [named[mods[0]].register_forward_pre_hook(first),
-                      named[mods[-1]].register_forward_hook(last)]
         totals, n_batches = {u: 0.0 for u in units.modules}, 0
-        was_training = net.training
-        net.eval()
-        try:
-            with torch.no_grad():
-                for batch in setting.batches:
-                    grams.clear()
-                    with setting.autocast():
-                        net(batch.images.to(setting.device))
-                    cost.forwards += 1
-                    n_batches += 1
-                    for u in units.modules:
-                        totals[u] += 1.0 - linear_cka(grams[u]["x"], grams[u]["y"])
-        finally:
-            for h in hooks:
-                h.remove()
-            net.train(was_training)
+        with contextlib.ExitStack() as undo, torch.no_grad():  # undo: the hooks removed, the mode restored
+            for unit, mods in units.modules.items():
+                def first(module, args, unit=unit):
+                    grams.setdefault(unit, {})["x"] = centred_gram(args[0])
+
+                def last(module, args, out, unit=unit):
+                    grams.setdefault(unit, {})["y"] = centred_gram(out[0] if isinstance(out, tuple) else out)
+
+                undo.callback(named[mods[0]].register_forward_pre_hook(first).remove)
+                undo.callback(named[mods[-1]].register_forward_hook(last).remove)
+            undo.callback(net.train, net.training)
+            net.eval()
+            for batch in setting.batches:
+                grams.clear()
+                with setting.autocast():
+                    net(batch.images.to(setting.device))
+                cost.forwards += 1
+                n_batches += 1
+                for u in units.modules:
+                    totals[u] += 1.0 - linear_cka(grams[u]["x"], grams[u]["y"])
         if n_batches == 0:
             raise ValueError("cka: no criterion batch to measure (--criterion-batches)")
         return unit_grid(units, {u: total / n_batches for u, total in totals.items()}), {}

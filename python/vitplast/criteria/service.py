@@ -15,12 +15,15 @@ recorded with their checksums (`Scores.reused`).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from ..data.datasets import first_batches
 from ..outputs.result_files import ResultFileError, ReusedFile
@@ -157,16 +160,11 @@ def seeded_models(build: Callable[[], Any], device) -> Callable[[int], Any]:
     """A model factory (`ScoringRequest.model_for`): ``build()`` under ``torch.manual_seed(seed)`` (the
     RNG state restored after: a seed draws the head its finetuning run draws), once per seed, on
     ``device`` in eval mode."""
-    import torch
-
-    models: dict[int, Any] = {}
-
+    @functools.cache
     def model_for(seed: int):
-        if seed not in models:
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(seed)
-                models[seed] = build().to(device).eval()
-        return models[seed]
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            return build().to(device).eval()
 
     return model_for
 

@@ -9,6 +9,8 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
+import torch
+
 from vitplast.data.datasets import check_images, load_dataset, make_loader
 
 from .options import MeasureOptions
@@ -52,8 +54,6 @@ class MeasureData:
     def stream(self, batch_size: int, seed: int) -> Iterator:
         """Forward-pass inputs: ``(2k,)`` halves of ``x``, or ``cat([X[:k], Y[:k]])``; batches cut short
         by skipped images are trimmed to keep the pairing, empty ones dropped."""
-        import torch
-
         if self.y is None:
             for xb in _batches(self.x, batch_size, seed, self.workers):
                 n = 0 if xb is None else xb.shape[0] - xb.shape[0] % 2

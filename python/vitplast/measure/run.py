@@ -19,6 +19,8 @@ import time
 import warnings
 from typing import Any
 
+import torch
+
 import vitplast_kernels
 from vitplast.data.transforms import transform_record, with_overrides
 from vitplast.models.builder import build_model
@@ -86,7 +88,7 @@ def measure_scores(opts: MeasureOptions | None = None, /, *, reporter: Reporter 
     ``CriterionResult`` by name (plasticity's ``measurement``: the ``PlasticityResult``), the files of
     ``out`` reused with their checksums. This is what ``vitplast measure`` and ``vitplast.measure(...)``
     run."""
-    opts = options_for(MeasureOptions, opts, keywords)
+    opts = options_for(MeasureOptions, opts, keywords)  # keywords over opts' values, a new checked set
     say = (reporter or Reporter()).say
     # the output set owns every file a criterion may write
     out_set = None if opts.out is None else OutputSet(opts.out, (
@@ -203,8 +205,6 @@ def _prepare(opts: MeasureOptions, model_name: str) -> Subject:
     """The datasets (opened first: a bad ``--data`` fails before any first-run digits pretraining), the
     model with its weights, initialised from ``--seed`` when random, its capture, and the datasets again
     as the model prepares its inputs (``--mean``/``--std``/``--no-model-transform`` applied)."""
-    import torch
-
     data = open_data(opts, CHECK_SIZE)  # checked (and its classes counted) before the model is built
     with torch.random.fork_rng(devices=[]):  # random initialisation from --seed: the run replays
         torch.manual_seed(opts.seed)
@@ -243,12 +243,10 @@ def _write_outputs(out_set, opts: MeasureOptions, subject: Subject, scores: Scor
                     batches=meta.get("batches", 0), batch_size=opts.batch_size, batch_size_unit="images",
                     device=str(subject.device), dtype=AUTOCAST_DTYPES[opts.amp], amp=opts.amp,
                     img_size=subject.img_size, seed=opts.seed, split=opts.split, seconds=round(elapsed, 3),
-                    prepare_seconds=round(prepare_seconds, 3), model_desc=built.description,
-                    components=opts.components, embedding=opts.embedding,
-                    bad_images=meta.get("bad_images", []),
+                    prepare_seconds=round(prepare_seconds, 3), bad_images=meta.get("bad_images", []),
+                    components=opts.components, embedding=opts.embedding, model_desc=built.description,
                     transform=transform_record(subject.transform, subject.img_size), provenance=record,
-                    files=_files(names),
-                    reused_files=[r.to_dict() for r in scores.reused.values()])
+                    files=_files(names), reused_files=[r.to_dict() for r in scores.reused.values()])
     if names != ("plasticity",):  # the default's run.json stays as it was
         run_info["criteria"] = {n: {"cache_key": scores.keys[n], "reused": n in scores.reused,
                                     "seconds": r.cost.seconds}
