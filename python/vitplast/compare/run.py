@@ -27,11 +27,10 @@ def compare(opts: CompareOptions | None = None, /, *, reporter: Reporter | None 
             **keywords: Any) -> Comparison:
     """Compares the plasticity of two or more saved measurements; returns the `Comparison`.
 
-    ``opts``: a `CompareOptions`, or its fields as keywords, e.g.
-    ``compare(runs=["before/", "after/"], labels=["before", "after"], out="cmp/")``. ``runs``:
-    ``plasticity.json`` files or directories holding one (``vitplast measure --out``, the trainer
-    callbacks); the first is the reference of the differences. ``reporter``: where the table goes
-    (default: printed).
+    ``opts``: a `CompareOptions`, or its fields as keywords, e.g. ``compare(runs=["before/", "after/"],
+    labels=["before", "after"], out="cmp/")``. ``runs``: ``plasticity.json`` files or directories holding one
+    (``vitplast measure --out``, the trainer callbacks); the first is the reference of the differences.
+    ``reporter``: where the table goes (default: printed).
     """
     opts = options_for(CompareOptions, opts, keywords)
     out_set = None if opts.out is None else OutputSet(opts.out, OUTPUT_FILES)

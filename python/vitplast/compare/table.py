@@ -156,8 +156,7 @@ def _cell(e: Estimate, signed: bool = False) -> str:
 
 def _aligned(rows: list[list[str]], left: int) -> list[str]:
     """``rows`` (the first is the header) as lines: the first ``left`` columns left-aligned, the others
-    right-aligned, every column as wide as its widest cell, two spaces between columns whatever the
-    widths."""
+    right-aligned, every column as wide as its widest cell, two spaces between columns whatever the widths."""
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return ["  ".join(cell.ljust(w) if i < left else cell.rjust(w)
                       for i, (cell, w) in enumerate(zip(r, widths, strict=True))).rstrip() for r in rows]

@@ -1,7 +1,6 @@
-"""Criteria that score every (component, layer) unit of a model, higher = finetune first, behind one
-interface (`Criterion`), by name (`CRITERIA`), the one measuring loop (`measuring_loop`) they and the
-commands measure with, and the one scoring service (`score_criteria`) the commands score and cache
-them through."""
+"""Criteria that score every (component, layer) unit of a model, higher = finetune first, behind one interface
+(`Criterion`), by name (`CRITERIA`), the one measuring loop (`measuring_loop`) they and the commands measure
+with, and the one scoring service (`score_criteria`) the commands score and cache them through."""
 
 from .base import Criterion, Setting, Units, resolve_units
 from .loop import Batch, Measured, measure_plasticity, measuring_loop

@@ -6,11 +6,10 @@ images, plasticity's paired images, the component map), and reports what scoring
 forward and backward passes, peak device memory). A component's score is the mean of its units' scores
 over layers (``size``: the sum).
 
-Subclasses of `Criterion` set ``name``, ``needs`` (what they read: ``"weights"``, ``"images"``,
-``"labels"``, ``"backward"``, ``"pairs"``), ``per_seed`` (loss-based criteria depend on the head a seed
-initialises: scored per seed, the score is the mean over seeds) and ``layer_reduce``, and implement
-`Criterion.score_units` for one model. `Criterion.score` does the rest: seeds, timing, memory, the
-`CriterionResult`.
+Subclasses of `Criterion` set ``name``, ``needs`` (what they read: ``"weights"``, ``"images"``, ``"labels"``,
+``"backward"``, ``"pairs"``), ``per_seed`` (loss-based criteria depend on the head a seed initialises: scored
+per seed, the score is the mean over seeds) and ``layer_reduce``, and implement `Criterion.score_units` for
+one model. `Criterion.score` does the rest: seeds, timing, memory, the `CriterionResult`.
 """
 
 from __future__ import annotations

@@ -60,17 +60,16 @@ class Fisher(Criterion):
     relative difference at most 1e-6 on the digits ViT and a random-init ViT-Ti), which ran a per-sample
     forward and backward per group of units and so grew with the model (36 groups on ViT-B/16).
 
-    Why hooks of our own rather than a library (each installable from PyPI here):
-    Opacus 1.6's ``GradSampleModule`` stores every parameter's per-sample gradient (``grad_sample``,
-    ``(N, *shape)``) for the whole model at once, the ``(N, P)`` tensor this avoids; its
-    ghost-clipping module gives per-sample norms without it, but as float32 Gram products
-    (``Σ_ts (g_t·g_s)(a_t·a_s)``, whose terms cancel: no bound on the relative error), it computes every
-    parameter's summed gradient as well, and it is built for a differentially private training step (its
-    loss wrapper and second backward). BackPACK
-    1.7's ``SumGradSquared`` has no LayerNorm extension (the LN1/LN2 units) and needs the model
-    ``extend``\\ ed module by module. nngeometry 0.4's diagonal Fisher is the Fisher of the model's
-    predictive distribution (closed form over classes), not the empirical Fisher at the labels, and its
-    linear layer takes one token per sample (``(gy²)ᵀ x²`` is not a sum over tokens of outer products).
+    Why hooks of our own rather than a library (each installable from PyPI here): Opacus 1.6's
+    ``GradSampleModule`` stores every parameter's per-sample gradient (``grad_sample``, ``(N, *shape)``) for
+    the whole model at once, the ``(N, P)`` tensor this avoids; its ghost-clipping module gives per-sample
+    norms without it, but as float32 Gram products (``Σ_ts (g_t·g_s)(a_t·a_s)``, whose terms cancel: no bound
+    on the relative error), it computes every parameter's summed gradient as well, and it is built for a
+    differentially private training step (its loss wrapper and second backward). BackPACK 1.7's
+    ``SumGradSquared`` has no LayerNorm extension (the LN1/LN2 units) and needs the model ``extend``\\ ed
+    module by module. nngeometry 0.4's diagonal Fisher is the Fisher of the model's predictive distribution
+    (closed form over classes), not the empirical Fisher at the labels, and its linear layer takes one token
+    per sample (``(gy²)ᵀ x²`` is not a sum over tokens of outer products).
 
     Passes counted per batch: one forward and one backward.
     """

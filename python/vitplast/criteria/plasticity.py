@@ -25,14 +25,13 @@ COUNTS = ("count", "identical", "nonfinite")
 
 
 class Plasticity(Criterion):
-    """``P(u) = mean over distinct pairs (x, y) of ‖u(x) − u(y)‖_F / ‖x − y‖_F`` (DESIGN.md), with
-    either protocol: ``in_situ`` (each unit sees its real input) or ``decomposition`` (every unit
-    applied to the embedding output, the paper's). Pairs from the setting's ``pair_batches``
-    (``halves`` or ``all``), measured through the one measuring loop
-    (`vitplast.criteria.loop.measure_plasticity`). Odonnat, Chapel, Tavenard & Redko, *Vision
-    Transformer Finetuning Benefits from Non-Smooth Components*, 2026. Forward only. Extra value:
-    ``pairs`` (pairs used per unit). The kernels' ``PlasticityResult`` (sums, intervals; per chunk with
-    the option ``chunks``) is the result's ``measurement``.
+    """``P(u) = mean over distinct pairs (x, y) of ‖u(x) − u(y)‖_F / ‖x − y‖_F`` (DESIGN.md), with either
+    protocol: ``in_situ`` (each unit sees its real input) or ``decomposition`` (every unit applied to the
+    embedding output, the paper's). Pairs from the setting's ``pair_batches`` (``halves`` or ``all``),
+    measured through the one measuring loop (`vitplast.criteria.loop.measure_plasticity`). Odonnat, Chapel,
+    Tavenard & Redko, *Vision Transformer Finetuning Benefits from Non-Smooth Components*, 2026. Forward only.
+    Extra value: ``pairs`` (pairs used per unit). The kernels' ``PlasticityResult`` (sums, intervals; per
+    chunk with the option ``chunks``) is the result's ``measurement``.
     """
 
     name = "plasticity"
@@ -83,11 +82,10 @@ class Plasticity(Criterion):
 
 def measurement_from_doc(doc, path: str | os.PathLike) -> PlasticityResult:
     """The kernels' ``PlasticityResult`` a ``plasticity.json`` holds (``vitplast measure``'s, or one the
-    kernels' ``PlasticityResult.to_json`` wrote), checked: one row of ``stat_fields`` per layer for
-    every component, sums a measurement can give (`check_statistics`), and the values derived from them
-    (``n_pairs``, ``mean``, ``overall``) the ones the sums give; `ResultFileError` naming ``path`` and
-    the field otherwise. The one reader of a measurement's content: ``vitplast compare`` reads through
-    it too."""
+    kernels' ``PlasticityResult.to_json`` wrote), checked: one row of ``stat_fields`` per layer for every
+    component, sums a measurement can give (`check_statistics`), and the values derived from them
+    (``n_pairs``, ``mean``, ``overall``) the ones the sums give; `ResultFileError` naming ``path`` and the
+    field otherwise. The one reader of a measurement's content: ``vitplast compare`` reads through it too."""
     layers = field(doc, "layers", path, list)
     fields = field(doc, "stat_fields", path, list)
     comps = field(doc, "components", path, dict)

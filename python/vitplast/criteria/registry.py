@@ -1,6 +1,5 @@
-"""The criteria by name: `CRITERIA` (one line each), `get_criterion`.
-Adding a criterion is one module with a `Criterion` subclass and one
-line here."""
+"""The criteria by name: `CRITERIA` (one line each), `get_criterion`. Adding a criterion is one module with a
+`Criterion` subclass and one line here."""
 
 from __future__ import annotations
 

@@ -1,11 +1,10 @@
 """``CriterionResult``: one criterion's scores per (component, layer) unit, and their reports.
 
-Written as ``NAME.json`` beside ``run.json``, in the shape of ``plasticity.json``: ``format``,
-``criterion``, ``meta``, ``layers``, per component its per-layer scores (``per_layer``, null where the
-criterion is not defined), ``overall`` (the mean over layers; ``size``: the sum), per-seed per-layer
-scores for loss-based criteria (``per_seed``), extra per-layer values (``extra``, e.g. fisher's sum),
-then ``ranking`` (highest = finetune first) and ``cost``: what scoring cost (`Cost`), reported by every
-criterion beside its scores.
+Written as ``NAME.json`` beside ``run.json``, in the shape of ``plasticity.json``: ``format``, ``criterion``,
+``meta``, ``layers``, per component its per-layer scores (``per_layer``, null where the criterion is not
+defined), ``overall`` (the mean over layers; ``size``: the sum), per-seed per-layer scores for loss-based
+criteria (``per_seed``), extra per-layer values (``extra``, e.g. fisher's sum), then ``ranking`` (highest =
+finetune first) and ``cost``: what scoring cost (`Cost`), reported by every criterion beside its scores.
 """
 
 from __future__ import annotations

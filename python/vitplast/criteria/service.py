@@ -2,14 +2,13 @@
 read back from a cache when what they depend on is unchanged, else scored now.
 
 `score_criteria` is what ``vitplast measure``, ``vitplast claim`` and `vitplast.score` call, plasticity
-included: each criterion's inputs are built from its class's own ``needs`` (the labelled sample only
-when a criterion reads ``images`` or ``labels``, the paired images only when it reads ``pairs``) and
-``per_seed`` (every seed, or the first); its cache key is `cache_key` of the model's provenance record,
-the data that criterion reads and its options; a cached file of another format version (the code's) is
-refused by its reader; and a cached file is believed
-only once its checksum, schema and ranges are checked (`CriterionResult.from_json`) and it holds the
-model's units. A file that fails is scored again with one line naming it and why; the files reused are
-recorded with their checksums (`Scores.reused`).
+included: each criterion's inputs are built from its class's own ``needs`` (the labelled sample only when a
+criterion reads ``images`` or ``labels``, the paired images only when it reads ``pairs``) and ``per_seed``
+(every seed, or the first); its cache key is `cache_key` of the model's provenance record, the data that
+criterion reads and its options; a cached file of another format version (the code's) is refused by its
+reader; and a cached file is believed only once its checksum, schema and ranges are checked
+(`CriterionResult.from_json`) and it holds the model's units. A file that fails is scored again with one line
+naming it and why; the files reused are recorded with their checksums (`Scores.reused`).
 """
 
 from __future__ import annotations
@@ -170,9 +169,8 @@ def seeded_models(build: Callable[[], Any], device) -> Callable[[int], Any]:
 
 
 def labelled_sample(dataset, *, batch_size: int, count: int, seed: int, device, what: str) -> list[Batch]:
-    """The criteria's labelled sample: the first ``count`` batches of ``batch_size`` images of ``dataset``
-    in the order ``seed`` draws, on ``device``; ValueError naming ``what`` (the data) when it holds
-    none."""
+    """The criteria's labelled sample: the first ``count`` batches of ``batch_size`` images of ``dataset`` in
+    the order ``seed`` draws, on ``device``; ValueError naming ``what`` (the data) when it holds none."""
     found = first_batches(dataset, batch_size, count, seed)
     if not found:
         raise ValueError(f"--criterion-batches {count}: {what} holds no labelled batch")
@@ -181,11 +179,10 @@ def labelled_sample(dataset, *, batch_size: int, count: int, seed: int, device, 
 
 def score_criteria(names: Sequence[str], request: ScoringRequest, *, cache: ScoreCache | None = None,
                    say: Callable[[str], None] = print) -> Scores:
-    """`Scores` of criteria ``names`` (checked against the registry) on ``request``: each read back
-    from ``cache`` when its file holds the same key and its checksum, schema, ranges and units check out
-    (recorded in `Scores.reused`), else scored now (``say``: one line naming a file that failed and
-    why). Each result's ``meta["cache_key"]`` is its key; the caller writes the scored ones
-    (`Criterion.write`)."""
+    """`Scores` of criteria ``names`` (checked against the registry) on ``request``: each read back from
+    ``cache`` when its file holds the same key and its checksum, schema, ranges and units check out (recorded
+    in `Scores.reused`), else scored now (``say``: one line naming a file that failed and why). Each result's
+    ``meta["cache_key"]`` is its key; the caller writes the scored ones (`Criterion.write`)."""
     criteria = {n: get_criterion(n) for n in dict.fromkeys(names)}
     keys = {n: cache.key(c, request.setting()) if cache is not None else None for n, c in criteria.items()}
     results: dict[str, CriterionResult] = {}

@@ -53,15 +53,14 @@ def weight_matrices(net: torch.nn.Module, units: Units, unit: tuple[str, int]) -
 class Spectral(Criterion):
     """Heavy-tailed self-regularisation's power-law exponent alpha.
 
-    For each weight matrix ``W`` (``out x in``) of the unit, the eigenvalues ``λ`` of ``WᵀW`` (the
-    squared singular values of ``W``, float64; the zero eigenvalues of a wide ``W`` left out) are fitted
-    by a power law ``p(λ) ∝ λ^-alpha`` above ``xmin`` by maximum likelihood, ``xmin`` chosen by the
-    smallest Kolmogorov-Smirnov distance (`power_law_fit`; Clauset, Shalizi & Newman 2009). The
-    unit's score is the mean alpha of its matrices: a **larger alpha, a less trained matrix** (Martin &
-    Mahoney, *Implicit self-regularization in deep neural networks*, JMLR 2021), so higher = finetune
-    first. Units without a weight matrix (LayerNorms) are not defined (NaN, null in the JSON), never 0.
-    Reads only the weights. Extra values: ``matrices`` (how many were fitted) and ``ks`` (their mean
-    KS distance).
+    For each weight matrix ``W`` (``out x in``) of the unit, the eigenvalues ``λ`` of ``WᵀW`` (the squared
+    singular values of ``W``, float64; the zero eigenvalues of a wide ``W`` left out) are fitted by a power
+    law ``p(λ) ∝ λ^-alpha`` above ``xmin`` by maximum likelihood, ``xmin`` chosen by the smallest
+    Kolmogorov-Smirnov distance (`power_law_fit`; Clauset, Shalizi & Newman 2009). The unit's score is the
+    mean alpha of its matrices: a **larger alpha, a less trained matrix** (Martin & Mahoney, *Implicit
+    self-regularization in deep neural networks*, JMLR 2021), so higher = finetune first. Units without a
+    weight matrix (LayerNorms) are not defined (NaN, null in the JSON), never 0. Reads only the weights. Extra
+    values: ``matrices`` (how many were fitted) and ``ks`` (their mean KS distance).
     """
 
     name = "spectral"

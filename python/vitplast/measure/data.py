@@ -1,6 +1,5 @@
-"""The images ``vitplast measure`` pairs: the datasets its options name (`open_data`), the forward
-passes' inputs in pairing order (`MeasureData.stream`) and how many full batches they hold
-(`batches_to_run`)."""
+"""The images ``vitplast measure`` pairs: the datasets its options name (`open_data`), the forward passes'
+inputs in pairing order (`MeasureData.stream`) and how many full batches they hold (`batches_to_run`)."""
 
 from __future__ import annotations
 

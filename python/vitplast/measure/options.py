@@ -1,6 +1,5 @@
-"""The options of ``vitplast measure``: `MeasureOptions`, composed from the model, data and runtime
-groups of `vitplast.options.groups` (flags, defaults, checks and wording:
-`vitplast.options.fields`)."""
+"""The options of ``vitplast measure``: `MeasureOptions`, composed from the model, data and runtime groups of
+`vitplast.options.groups` (flags, defaults, checks and wording: `vitplast.options.fields`)."""
 
 from __future__ import annotations
 

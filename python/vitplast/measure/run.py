@@ -1,14 +1,13 @@
 """``measure(...)``: the measurement behind ``vitplast measure`` (its options: `MeasureOptions`).
 
-Order of work: every option is checked, then ``out`` (it must be able to receive the output set), then
-the datasets are opened and the model built with its weights and components, and the datasets opened
-again with the model's own input preparation; only then do the forward passes run. The output set
-(``plasticity.json``, ``plasticity.png``, ``plasticity_heatmap.png``, ``run.json``) is written as a unit
+Order of work: every option is checked, then ``out`` (it must be able to receive the output set), then the
+datasets are opened and the model built with its weights and components, and the datasets opened again with
+the model's own input preparation; only then do the forward passes run. The output set (``plasticity.json``,
+``plasticity.png``, ``plasticity_heatmap.png``, ``run.json``) is written as a unit
 (`vitplast.runs.output_set`); ``run.json`` holds the reproducibility record
-(`vitplast.runs.provenance.provenance`: versions, model, weights' sha256 or hub revision, data,
-transform). The capture ``vitplast measure`` attaches to its model (`make_capture`): the presets, or the
-components and embedding its options name (any model); the model itself comes from
-`vitplast.models.builder`.
+(`vitplast.runs.provenance.provenance`: versions, model, weights' sha256 or hub revision, data, transform).
+The capture ``vitplast measure`` attaches to its model (`make_capture`): the presets, or the components and
+embedding its options name (any model); the model itself comes from `vitplast.models.builder`.
 """
 
 from __future__ import annotations
@@ -60,10 +59,9 @@ class Subject:
 
 
 def measure(opts: MeasureOptions | None = None, /, *, reporter: Reporter | None = None, **keywords: Any):
-    """Measure a model's plasticity; returns the ``vitplast_kernels`` ``PlasticityResult`` (with
-    ``criterion`` naming one other criterion: its ``CriterionResult``; several: ``{name: result}``).
-    `measure_scores` measures the same and returns every criterion's result as one
-    `vitplast.criteria.Scores`.
+    """Measure a model's plasticity; returns the ``vitplast_kernels`` ``PlasticityResult`` (with ``criterion``
+    naming one other criterion: its ``CriterionResult``; several: ``{name: result}``). `measure_scores`
+    measures the same and returns every criterion's result as one `vitplast.criteria.Scores`.
 
     ``opts``: a `MeasureOptions`, checked again here; or the options as keywords (each the option
     of ``vitplast measure`` with that name, None: its default), e.g. ``measure(out="res/", batches=2)``;
@@ -85,9 +83,8 @@ def measure(opts: MeasureOptions | None = None, /, *, reporter: Reporter | None 
 def measure_scores(opts: MeasureOptions | None = None, /, *, reporter: Reporter | None = None,
                    **keywords: Any) -> Scores:
     """What `measure` measures (the same options), as one `vitplast.criteria.Scores`: each criterion's
-    ``CriterionResult`` by name (plasticity's ``measurement``: the ``PlasticityResult``), the files of
-    ``out`` reused with their checksums. This is what ``vitplast measure`` and ``vitplast.measure(...)``
-    run."""
+    ``CriterionResult`` by name (plasticity's ``measurement``: the ``PlasticityResult``), the files of ``out``
+    reused with their checksums. This is what ``vitplast measure`` and ``vitplast.measure(...)`` run."""
     opts = options_for(MeasureOptions, opts, keywords)  # keywords over opts' values, a new checked set
     say = (reporter or Reporter()).say
     # the output set owns every file a criterion may write
