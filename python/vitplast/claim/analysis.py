@@ -110,9 +110,6 @@ def analyse(measured: dict, summaries: list, *, units: ClaimUnits, lrs: list[flo
     sizes = np.array([acc.params[u] for u in names], dtype=np.float64)
     types = np.array(units.components) if len(set(units.components)) < n else None  # within types
     scored = {"plasticity": dict(zip(names, p_value.tolist(), strict=True)), **(criteria or {})}
-    scores = {name: np.array([math.nan if per_unit.get(u) is None else per_unit[u] for u in names],
-                             dtype=np.float64) for name, per_unit in scored.items()}
-    defined = {name: np.isfinite(x) & np.isfinite(gain) for name, x in scores.items()}
     # the tests (`.statistics`), then the records
     withheld = too_few_to_resample(seeds=samples.seeds, pair_chunks=samples.pair_chunks)
     chunks_withheld = too_few_to_resample(pair_chunks=samples.pair_chunks)
@@ -122,9 +119,10 @@ def analyse(measured: dict, summaries: list, *, units: ClaimUnits, lrs: list[flo
     accuracy = [bounded_t_interval(v, ACC, LEVEL) for v in acc.per_seed]
     gains = [bounded_t_interval(v, GAIN, LEVEL) for v in acc.gains_seed]
     initial = bounded_t_interval(acc.initial, ACC, LEVEL)
-    tests = criterion_tests(scores, defined, gain, g_reps, sizes, types, permutations=permutations, seed=seed,
-                            level=LEVEL)
+    tests, counts = criterion_tests(scored, names, gain, g_reps, sizes, types, permutations=permutations,
+                                    seed=seed, level=LEVEL)
     partial = float(partial_spearman(p_value, gain, sizes))
+    partial_p = partial_p_greater(partial, n)
     partial_ci = percentile_interval(partial_spearman(p_reps, g_reps, np.broadcast_to(sizes, p_reps.shape)),
                                      LEVEL)  # over the (B,) replicates
     unit_ci = [percentile_interval(r, LEVEL) for r in p_reps.T]
@@ -152,8 +150,8 @@ def analyse(measured: dict, summaries: list, *, units: ClaimUnits, lrs: list[flo
         correlations=ranks,
         params_correlations=RankCorrelations(**{k: correlation(r, "no bootstrap of the sizes")
                                                 for k, r in by_size.items()}),
-        partial=Partial(finite(partial), bootstrap_ci(partial_ci, withheld),
-                        finite(partial_p_greater(partial, n)), "trainable parameters"),
+        partial=Partial(finite(partial), bootstrap_ci(partial_ci, withheld), finite(partial_p),
+                        "trainable parameters"),
         within_type=None if strata is None else _within_type(*strata, types, sizes, withheld),
         trend=Trend("theil-sen", finite(slope), finite(intercept)),
         ranking=Ranking([names[i] for i in np.argsort(-p_value, kind="stable")],
@@ -163,8 +161,7 @@ def analyse(measured: dict, summaries: list, *, units: ClaimUnits, lrs: list[flo
         lr_edges=[r.unit for r in rows if r.lr_edge] + (["head"] if base.lr_edge else []),
         bootstrap=Bootstrap(bootstrap, samples.seeds, samples.pair_chunks, int(measured["pairs"]), LEVEL,
                             withheld),
-        criteria=criteria_rows(tests, {k: int(v.sum()) for k, v in defined.items()}, withheld,
-                               units.granularity),
+        criteria=criteria_rows(tests, counts, withheld, units.granularity),
         verdict=verdict(ranks.spearman, n, f"{units.noun}s",
                         [f"{r.unit} ({r.lr_edge})" for r in rows if r.lr_edge]),
         relative_gain=RelativeGain(RELATIVE_GAIN, VALIDATED if acc.holdout else f"{VALIDATED} {NO_HOLDOUT}"),

@@ -15,8 +15,8 @@ from ..finetune.preflight import PreparedModel
 from ..outputs.reporter import Reporter
 from .datasets import DatasetPlan
 from .options import ClaimOptions
-from .samples import chunk_result, unit_means
-from .scoring import dataset_cache, score_request
+from .samples import plasticity_samples
+from .scoring import score_inputs
 
 
 def score_dataset(opts: ClaimOptions, dataset: DatasetPlan, model: PreparedModel, names: tuple[str, ...],
@@ -27,9 +27,8 @@ def score_dataset(opts: ClaimOptions, dataset: DatasetPlan, model: PreparedModel
     names = tuple(n for n in names if n != "plasticity")
     if not names:
         return Scores({})
-    cache = dataset_cache(opts, dataset, model, device)
-    scores = score_criteria(names, score_request(opts, dataset, model, device, progress=progress),
-                            cache=cache, say=reporter.say)
+    request, cache = score_inputs(opts, dataset, model, device, progress=progress)
+    scores = score_criteria(names, request, cache=cache, say=reporter.say)
     for n, result in scores.items():
         if n in scores.reused:
             continue
@@ -58,17 +57,16 @@ def claim_scores(opts: ClaimOptions, dataset: DatasetPlan, model: PreparedModel,
     measured["reused_files"] = [*measured.get("reused_files", []),
                                 *(r.to_dict() for r in results.reused.values())]
     seconds = {"plasticity": measured.get("seconds"), **{n: r.cost.seconds for n, r in results.items()}}
+    plasticity = plasticity_samples(measured)
+    index = {c: i for i, c in enumerate(plasticity.components)}
     if units is None:
         measured["criteria"] = {n: {"scores": {c: r.overall(c) for c in r.components},
                                     "seconds": r.cost.seconds} for n, r in results.items()}
         measured["criteria_seconds"] = seconds
-        plasticity = chunk_result(measured)
-        return {"plasticity": {c: plasticity.overall(c) for c in names},
+        return {"plasticity": {c: float(plasticity.overall[index[c]]) for c in names},
                 **{n: v["scores"] for n, v in measured["criteria"].items()}}
-    index = {c: i for i, c in enumerate(measured["components"])}
-    means = unit_means(measured)
     named = list(zip(names, units, strict=True))
-    scores = {"plasticity": {n: float(means[index[u[0]], u[1]]) for n, u in named}}
+    scores = {"plasticity": {n: float(plasticity.per_layer[index[u[0]], u[1]]) for n, u in named}}
     for name, r in results.items():
         scores[name] = {n: float(r.values[r.components.index(u[0]), u[1]]) if u[0] in r.components
                         else math.nan for n, u in named}

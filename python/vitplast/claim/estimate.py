@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import tempfile
 import time
-from collections.abc import Sequence
 from pathlib import Path
 
 from ..finetune.loop import train_run
@@ -15,7 +14,6 @@ from ..finetune.options import RunSettings
 from ..finetune.preflight import Prepared
 from ..finetune.spec import RunSpec
 from ..outputs.reporter import Reporter
-from .finetuning import PlannedRun
 from .grid import ClaimPlan
 from .options import COMPONENT_STEPS, LAYER_STEPS, ClaimOptions
 
@@ -24,13 +22,22 @@ def estimate_claim(opts: ClaimOptions, plan: ClaimPlan, *, n_procs: int, on_clus
                    reporter: Reporter) -> dict | None:
     """With ``--dry-run`` or ``--time-budget`` (else None): short timed runs (on the first dataset, in
     this process), the wall time of this process's runs still to train (``n_procs`` at once;
-    ``on_cluster``: a cluster decides how many), and ``--time-budget``'s refusal."""
+    ``on_cluster``: a cluster decides how many), and ``--time-budget``'s refusal.
+
+    The wall time of the runs still to train, from the calibration: overhead + steps x step time each
+    (a partial run counted whole; a train not calibrated counts as the first one), divided over
+    ``n_procs`` runs at once (assumes free cores). The calibrated step times are said with the trains
+    of the same time grouped (a layer claim has ~25 trains)."""
     if not opts.dry_run and opts.time_budget is None:
         return None
     first = plan.grids[0]  # its model built by the plan: a one-time pretraining is not timed here
     calib = calibrate(first.dataset.settings, first.prepared, first.trains,
                       probe_steps=min(opts.calibrate_steps, opts.steps))
-    seconds = estimate_seconds(plan.mine, calib, opts.steps, n_procs)
+    todo = [r for r in plan.mine if r.state != "finished"]
+    step_s = calib["step_s"]
+    first_step = next(iter(step_s.values()))
+    total = sum(calib["overhead_s"] + opts.steps * step_s.get(r.spec.train, first_step) for r in todo)
+    seconds = total / max(1, min(n_procs, len(todo) or 1))
     procs = f" over {n_procs} processes (if the cores are free)" if n_procs > 1 else ""
     if on_cluster:
         procs = " of run time in all (the cluster divides it by the runs it trains at once)"
@@ -41,23 +48,18 @@ def estimate_claim(opts: ClaimOptions, plan: ClaimPlan, *, n_procs: int, on_clus
     if opts.granularity == "layer" and opts.steps == LAYER_STEPS:
         note += (f"; a layer claim trains {LAYER_STEPS} steps per run by default ({COMPONENT_STEPS} for a "
                  "component claim) to stay near 10 min on 2 cores")
-    todo = sum(r.state != "finished" for r in plan.mine)
-    reporter.say(f"estimate: {calib['overhead_s']:.1f} s per run + per step (ms): {_step_text(calib)}; "
-                 f"{todo} runs to train: about {seconds / 60:.1f} min{procs} (calibration took "
-                 f"{calib['seconds']:.1f} s){note}")
+    groups: dict[str, list[str]] = {}
+    for t, v in step_s.items():
+        groups.setdefault(f"{1000 * v:.1f}", []).append(t)
+    steps = ", ".join(f"{', '.join(ts) if len(ts) <= 3 else f'{len(ts)} trains'} {v}"
+                      for v, ts in groups.items())
+    reporter.say(f"estimate: {calib['overhead_s']:.1f} s per run + per step (ms): {steps}; {len(todo)} runs "
+                 f"to train: about {seconds / 60:.1f} min{procs} (calibration took {calib['seconds']:.1f} s)"
+                 f"{note}")
     if opts.time_budget is not None and seconds > 60 * opts.time_budget:
         raise ValueError(f"the estimated {seconds / 60:.1f} min exceed --time-budget {opts.time_budget:g} "
                          "min: fewer --lr/--seed values or --steps")
     return {**calib, "remaining_seconds": seconds, "jobs": n_procs}
-
-
-def _step_text(calib: dict) -> str:
-    """Calibrated step times, trains with the same time grouped (a layer claim has ~25 trains)."""
-    groups: dict[str, list[str]] = {}
-    for t, v in calib["step_s"].items():
-        groups.setdefault(f"{1000 * v:.1f}", []).append(t)
-    return ", ".join(f"{', '.join(ts) if len(ts) <= 3 else f'{len(ts)} trains'} {v}"
-                     for v, ts in groups.items())
 
 
 def calibrate(settings: RunSettings, prepared: Prepared, trains: list[str], *, probe_steps: int,
@@ -86,13 +88,3 @@ def calibrate(settings: RunSettings, prepared: Prepared, trains: list[str], *, p
     step_s = {t: step_s.get(t, step_s[component]) for t in trains}
     return {"overhead_s": overhead, "step_s": step_s, "probe_steps": probe_steps,
             "seconds": time.perf_counter() - t_start}
-
-
-def estimate_seconds(runs: Sequence[PlannedRun], calib: dict, steps: int, n_procs: int) -> float:
-    """Wall time of the runs still to train, from a calibration: overhead + steps x step time each
-    (a partial run counted whole; a train not calibrated counts as the first one), divided over
-    ``n_procs`` runs at once (assumes free cores)."""
-    todo = [r for r in runs if r.state != "finished"]
-    first = next(iter(calib["step_s"].values()))
-    total = sum(calib["overhead_s"] + steps * calib["step_s"].get(r.spec.train, first) for r in todo)
-    return total / max(1, min(n_procs, len(todo) or 1))

@@ -56,25 +56,25 @@ def analyse_dataset(opts: ClaimOptions, g: DatasetGrid, measured: dict, summarie
     ``"text"``): the analysis of the claim's own runs (``lrs``: the learning rates they used), and the
     budgets' from every run (``summaries``)."""
     every = [RunSummary.of(s) for s in summaries]
+    runs = [run_record(s) for s in every]
     own = [s for s in every if s.train in g.trains]  # the claim's own runs
     reused = sum(s.reused for s in every)
     plan = {"runs": len(g.runs), **counts(g.runs), "trains": g.trains, "lrs": opts.lr, "seeds": opts.seed,
             "steps": opts.steps, "trained": len(every) - reused, "reused": reused,
             "budget_trains": g.budget_trains, "budget_runs": len(every) - len(own)}
-    units = ClaimUnits.of(g.names, g.units)
-    criteria = (measured.get("unit_scores")  # a layer claim's, plasticity's included; a component claim's:
-                or {n: c["scores"] for n, c in (measured.get("criteria") or {}).items()})
-    analysis = analyse(measured, own, units=units, baseline=opts.baseline, extra=opts.extra_baselines,
-                       criteria=criteria, lrs=lrs, seeds=opts.seed, bootstrap=opts.bootstrap,
-                       permutations=opts.permutations, seed=opts.stats_seed)
-    analysis = dataclasses.replace(analysis, budgets=analyse_budgets(budget_sets, every, seeds=opts.seed,
-                                                                     unit=units.budget_unit))
     if opts.lr_auto:
         plan["lrs_run"] = lrs
-    measurement = {k: measured[k] for k in MEASUREMENT_KEYS if k in measured}
+    units = ClaimUnits.of(g.names, g.units)
+    budgets = analyse_budgets(budget_sets, every, seeds=opts.seed, unit=units.budget_unit)
+    criteria = (measured.get("unit_scores")  # a layer claim's, plasticity's included; a component claim's:
+                or {n: c["scores"] for n, c in (measured.get("criteria") or {}).items()})
+    analysis = dataclasses.replace(analyse(
+        measured, own, units=units, baseline=opts.baseline, extra=opts.extra_baselines, criteria=criteria,
+        lrs=lrs, seeds=opts.seed, bootstrap=opts.bootstrap, permutations=opts.permutations,
+        seed=opts.stats_seed), budgets=budgets)
     result = finite({"config": {**record, "data": g.dataset.spec}, "plan": plan, "estimate": est,
-                     "measurement": measurement, "analysis": analysis.to_json(),
-                     "runs": [run_record(s) for s in every]})
+                     "measurement": {k: measured[k] for k in MEASUREMENT_KEYS if k in measured},
+                     "analysis": analysis.to_json(), "runs": runs})
     return {**result, "text": format_report(analysis, Setup.of(result))}
 
 

@@ -5,7 +5,7 @@
   whose mean accuracy over seeds is best (ties: the first lr listed); its per-seed accuracies are read
   at that lr, and its **gain** is their paired difference, seed by seed, from the reference: the
   head-only run of the same seed, or the accuracy before finetuning.
-- **Plasticity.** The chunk statistics saved by `.measurement.measure_chunks`, read back as the kernel
+- **Plasticity.** The chunk statistics saved by `.plasticity.measure_chunks`, read back as the kernel
   package's ``ChunkedResult``: the mean rate of every (component, layer) and of every component over
   all pairs, their pair counts and the pairs left out.
 - **Bootstrap replicates.** One generator seeded with ``--stats-seed`` draws the multiplicities of the
@@ -236,11 +236,6 @@ def plasticity_samples(measured: dict, chunk_counts: np.ndarray | None = None) -
         excluded=(identical.sum(-1) + nonfinite.sum(-1)).astype(np.int64),
         per_layer_reps=None if reps is None else reps[0], overall_reps=None if reps is None else reps[1],
         layer_pairs=count.astype(np.int64), layer_excluded=(identical + nonfinite).astype(np.int64))
-
-
-def unit_means(measured: dict) -> np.ndarray:
-    """``(C, L)`` mean rate of every (component, layer) over all pairs (NaN without pairs)."""
-    return plasticity_samples(measured).per_layer
 
 
 # ------------------------------------------------------------------------------------------ together

@@ -1,10 +1,10 @@
 """What a claim hands the scoring service (`vitplast.criteria.score_criteria`) for one dataset: the
-request (`score_request`: each seed's model as that seed's finetuning run builds it,
+request (each seed's model as that seed's finetuning run builds it,
 ``torch.manual_seed(seed)`` then ``vitplast.finetune.model.fresh_model``; the labelled sample, ``--criterion-
 batches`` batches of ``--batch-size`` images of the dataset's training split in the order
 ``--measure-seed`` draws, drawn only when a criterion reads it) and the cache in
-``DATASET_OUT/criteria/`` (`dataset_cache`: the model's provenance, the data and options each key holds).
-Reading back and writing scores is `.criteria_scores`'s."""
+``DATASET_OUT/criteria/`` (the model's provenance, the data and options each key holds).
+Both made at once by `score_inputs`; reading back and writing scores is `.criteria_scores`'s."""
 
 from __future__ import annotations
 
@@ -24,33 +24,30 @@ from .options import ClaimOptions
 FOLDER = "criteria"
 
 
-def score_request(opts: ClaimOptions, dataset: DatasetPlan, model: PreparedModel, device, *,
-                  progress: bool) -> ScoringRequest:
+def score_inputs(opts: ClaimOptions, dataset: DatasetPlan, model: PreparedModel, device, *,
+                 progress: bool) -> tuple[ScoringRequest, ScoreCache]:
     """The `ScoringRequest` of ``dataset``'s criteria on ``model`` (built and checked once,
     `vitplast.finetune.preflight.prepare_model`): each seed's model built anew (the checks of the prepared one
-    changed which parameters train), the labelled batches the training split's."""
+    changed which parameters train), the labelled batches the training split's; and the `ScoreCache` of
+    ``DATASET_OUT/criteria/``: the model's provenance (the dataset's training split, the runs' transform),
+    the options every score depends on and what draws the labelled sample."""
+    built, transform, settings = model.built, model.prepared.transform, dataset.settings
+    cache = ScoreCache(Path(dataset.out) / FOLDER,
+                       provenance(built, {"data": dataset.spec, "split": "train"},
+                                  transform_record(transform, built.img_size)),
+                       context={"data": dataset.spec, "components": settings.components, "amp": opts.amp,
+                                "device": str(device), "model_seed": opts.seed[0]},
+                       inputs={"images": {"criterion_batches": opts.criterion_batches,
+                                          "batch_size": opts.batch_size, "measure_seed": opts.measure_seed}})
+
     def batches():
-        train = load_dataset(dataset.spec, "train", img_size=model.built.img_size, seed=opts.measure_seed,
-                             transform=model.prepared.transform)
+        train = load_dataset(dataset.spec, "train", img_size=built.img_size, seed=opts.measure_seed,
+                             transform=transform)
         return labelled_sample(train, batch_size=opts.batch_size, count=opts.criterion_batches,
                                seed=opts.measure_seed, device=device,
                                what=f"the training split of {opts.data}")
 
-    build = seeded_models(lambda: fresh_model(dataset.settings, model.prepared.num_classes), device)
-    return ScoringRequest(build, resolve_units(model.built.net, dataset.settings.components), batches=batches,
-                          seeds=tuple(opts.seed), components=dataset.settings.components, device=device,
-                          amp=autocast(opts.amp, device), progress=progress)
-
-
-def dataset_cache(opts: ClaimOptions, dataset: DatasetPlan, model: PreparedModel, device) -> ScoreCache:
-    """The `ScoreCache` of ``DATASET_OUT/criteria/``: the model's provenance (the dataset's training
-    split, the runs' transform), the options every score depends on and what draws the labelled
-    sample."""
-    built, transform = model.built, model.prepared.transform
-    record = provenance(built, {"data": dataset.spec, "split": "train"},
-                        transform_record(transform, built.img_size))
-    return ScoreCache(Path(dataset.out) / FOLDER, record,
-                      context={"data": dataset.spec, "components": dataset.settings.components,
-                               "amp": opts.amp, "device": str(device), "model_seed": opts.seed[0]},
-                      inputs={"images": {"criterion_batches": opts.criterion_batches,
-                                         "batch_size": opts.batch_size, "measure_seed": opts.measure_seed}})
+    build = seeded_models(lambda: fresh_model(settings, model.prepared.num_classes), device)
+    return ScoringRequest(build, resolve_units(built.net, settings.components), batches=batches,
+                          seeds=tuple(opts.seed), components=settings.components, device=device,
+                          amp=autocast(opts.amp, device), progress=progress), cache

@@ -315,13 +315,17 @@ def association(x, y, y_reps, z, *, permutations: int, seed: int, level: float =
                        perm.greater, float(partial_spearman(x, y, z)))
 
 
-def criterion_tests(scores: dict, defined: dict, gain, g_reps, sizes, types, *, permutations: int, seed: int,
-                    level: float = 0.95) -> dict[str, Association]:
+def criterion_tests(scored: dict, units: list[str], gain, g_reps, sizes, types, *, permutations: int,
+                    seed: int, level: float = 0.95) -> tuple[dict[str, Association], dict[str, int]]:
     """Each criterion's association with the gains over the units where both are defined (at least
-    three): within types when ``types`` is given (some type holds several units), else over all."""
-    out = {}
-    for name, x in scores.items():
-        ok = defined[name]
+    three): within types when ``types`` is given (some type holds several units), else over all.
+    ``scored``: ``{criterion: {unit: score}}``; returns the associations and, by criterion, on how many
+    of ``units`` both are defined."""
+    out, counts = {}, {}
+    for name, per_unit in scored.items():
+        x = np.array([math.nan if per_unit.get(u) is None else per_unit[u] for u in units], dtype=np.float64)
+        ok = np.isfinite(x) & np.isfinite(gain)
+        counts[name] = int(ok.sum())
         if ok.sum() < 3:
             continue
         if types is not None:
@@ -330,7 +334,7 @@ def criterion_tests(scores: dict, defined: dict, gain, g_reps, sizes, types, *, 
         else:
             out[name] = association(x[ok], gain[ok], g_reps[:, ok], sizes[ok], permutations=permutations,
                                     seed=seed, level=level)
-    return out
+    return out, counts
 
 
 def pooled_within(x: np.ndarray, ys: np.ndarray, strata: np.ndarray, statistic) -> np.ndarray:

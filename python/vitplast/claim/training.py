@@ -38,44 +38,45 @@ def train_claim(opts: ClaimOptions, ses: ClaimSession, executor, plan: ClaimPlan
     each dataset's sets from the criteria's scores, and the trains of those the plan does not hold).
     A shard trains its own runs and ends with the line that says so. With ``--analyse-only`` every run
     must be finished already."""
-    reporter, root = ses.reporter, Path(opts.out)
-    prepared = {g.key: g.prepared for g in plan.grids}
+    reporter, prepared = ses.reporter, {g.key: g.prepared for g in plan.grids}
+    if opts.shard is not None:  # a --shard: its own runs, then the line it ends with
+        summaries = _train(opts, ses, executor, plan.mine, prepared, after_step)
+        ses.grid.shard_done(opts, len(plan.mine), len(plan.runs), reused=sum(s.reused for s in summaries),
+                            then="when every shard is done, run the same command without --shard (or "
+                            "with --analyse-only) for the analysis")
+        return Trained({}, {}, {}, summaries)
     by_key = {g.key: g for g in plan.grids}
 
-    def train(planned: list[PlannedRun]) -> list[RunSummary]:
-        if opts.analyse_only:
-            refuse_runs([(r.spec.directory, r.state) for r in planned], NOT_FINISHED, lead="--analyse-only",
-                        then="train them first (every --shard, or a run without --analyse-only)")
-        done = train_all(planned, prepared, executor, reporter, progress=ses.progress, after_step=after_step)
-        return [RunSummary.of(s) for s in done]
-
-    def plan_lr(key: str, train_name: str, lr: float) -> list[PlannedRun]:
+    def plan_trains(key: str, trains: list[str], lrs: list[float]) -> list[PlannedRun]:
         g = by_key[key]
-        return plan_runs(g.dataset.out, g.dataset.settings, [train_name], [lr], opts.seed, key, root=root)
+        return plan_runs(g.dataset.out, g.dataset.settings, trains, lrs, opts.seed, key, root=Path(opts.out))
 
-    if opts.shard is None:
-        added = [r for g in plan.grids
-                 for r in plan_runs(g.dataset.out, g.dataset.settings, budgets[g.key][1], opts.lr, opts.seed,
-                                    g.key, root=root)]
-        summaries = train(plan.runs)
-        groups, k = {}, 0
-        for g in plan.grids:
-            groups[g.key], k = summaries[k:k + len(g.runs)], k + len(g.runs)
-        if opts.lr_auto:
-            _, groups = widen_groups(groups, start=opts.lr, plan=plan_lr, train=train, say=reporter.say)
-        if added:
-            todo = sum(r.state != "finished" for r in added)
+    def train(runs: list[PlannedRun]) -> list[RunSummary]:
+        return _train(opts, ses, executor, runs, prepared, after_step)
+
+    added = [r for g in plan.grids for r in plan_trains(g.key, budgets[g.key][1], opts.lr)]
+    groups: dict[str, list[RunSummary]] = {g.key: [] for g in plan.grids}
+    # the plan's runs, then the criteria's sets outside the random sets, each widened with --lr auto
+    for runs in (plan.runs, added) if added else (plan.runs,):
+        if runs is added:
             reporter.say(f"budgets: {len(added)} runs of the criteria's sets outside the random sets "
-                         f"({todo} to train)")
-            for r, summary in zip(added, train(added), strict=True):
-                groups[r.dataset].append(summary)
-            if opts.lr_auto:
-                _, groups = widen_groups(groups, start=opts.lr, plan=plan_lr, train=train, say=reporter.say)
-        own = {g.key: [s for s in groups[g.key] if s.train in g.trains] for g in plan.grids}
-        lrs = {key: lrs_run(summaries) if opts.lr_auto else opts.lr for key, summaries in own.items()}
-        return Trained(groups, {key: sets for key, (sets, _) in budgets.items()}, lrs)
-    summaries = train(plan.mine)  # a --shard: its own runs, then the line it ends with
-    ses.grid.shard_done(opts, len(plan.mine), len(plan.runs), reused=sum(s.reused for s in summaries),
-                        then="when every shard is done, run the same command without --shard (or "
-                        "with --analyse-only) for the analysis")
-    return Trained({}, {}, {}, summaries)
+                         f"({sum(r.state != 'finished' for r in added)} to train)")
+        for r, summary in zip(runs, train(runs), strict=True):
+            groups[r.dataset].append(summary)
+        if opts.lr_auto:
+            _, groups = widen_groups(groups, start=opts.lr, train=train, say=reporter.say,
+                                     plan=lambda key, t, lr: plan_trains(key, [t], [lr]))
+    own = {g.key: [s for s in groups[g.key] if s.train in g.trains] for g in plan.grids}
+    lrs = {key: lrs_run(summaries) if opts.lr_auto else opts.lr for key, summaries in own.items()}
+    return Trained(groups, {key: sets for key, (sets, _) in budgets.items()}, lrs)
+
+
+def _train(opts: ClaimOptions, ses: ClaimSession, executor, runs: list[PlannedRun], prepared: dict,
+           after_step) -> list[RunSummary]:
+    """The summaries of ``runs``, trained (or loaded) through the executor; with ``--analyse-only`` every
+    one must be finished already."""
+    if opts.analyse_only:
+        refuse_runs([(r.spec.directory, r.state) for r in runs], NOT_FINISHED, lead="--analyse-only",
+                    then="train them first (every --shard, or a run without --analyse-only)")
+    done = train_all(runs, prepared, executor, ses.reporter, progress=ses.progress, after_step=after_step)
+    return [RunSummary.of(s) for s in done]
