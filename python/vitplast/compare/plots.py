@@ -18,15 +18,9 @@ def _style(run: int) -> tuple[str, str]:
     return STYLES[run % len(STYLES)], MARKERS[run % len(MARKERS)]
 
 
-def _run_legend(ax, labels: list[str]) -> None:
+def _summary(ax, cmp: Comparison) -> None:
     from matplotlib.lines import Line2D
 
-    handles = [Line2D([], [], color="0.2", ls=_style(r)[0], marker=_style(r)[1], label=label,
-                      mfc="white" if r else "0.2") for r, label in enumerate(labels)]
-    legend_outside(ax, handles, title="run", title_fontsize=8)
-
-
-def _summary(ax, cmp: Comparison) -> None:
     width = 0.7 / len(cmp.runs)
     for r in range(len(cmp.runs)):
         for i, c in enumerate(cmp.components):
@@ -43,7 +37,9 @@ def _summary(ax, cmp: Comparison) -> None:
     ax.axhline(1.0, color="0.7", lw=0.8, ls="--")
     ax.set_ylabel("plasticity, mean over layers (95% CI)")
     ax.set_title("each run (first filled)", fontsize=10)
-    _run_legend(ax, cmp.labels)
+    handles = [Line2D([], [], color="0.2", ls=_style(r)[0], marker=_style(r)[1], label=label,
+                      mfc="white" if r else "0.2") for r, label in enumerate(cmp.labels)]
+    legend_outside(ax, handles, title="run", title_fontsize=8)
 
 
 def _per_layer(ax, cmp: Comparison, c: str) -> None:

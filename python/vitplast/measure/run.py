@@ -98,7 +98,11 @@ def measure_scores(opts: MeasureOptions | None = None, /, *, reporter: Reporter 
     start = time.perf_counter()
     say(f"model: {subject.built.description}, "
         f"{sum(p.numel() for p in subject.net.parameters()) / 1e6:.2f} M parameters")
-    names, record = tuple(opts.criterion), _provenance(opts, subject)
+    names = tuple(opts.criterion)
+    # the reproducibility record of the measured model, data and transform
+    record = provenance(subject.built, dict(data=opts.data, pair_data=opts.pair_data, split=opts.split,
+                                            images=subject.data.sizes()),
+                        transform_record(subject.transform, subject.img_size))
     cache = out_cache(opts, record, subject.device, subject.img_size)
     parts = [_plasticity(opts, subject, cache, say, start)] if "plasticity" in names else []
     elapsed = time.perf_counter() - start
@@ -217,12 +221,6 @@ def _prepare(opts: MeasureOptions, model_name: str) -> Subject:
     capture = make_capture(built.net, model_name, opts)
     device = resolve_device(opts.device)
     return Subject(built, built.net.to(device).eval(), capture, data, device, built.img_size, transform)
-
-
-def _provenance(opts: MeasureOptions, subject: Subject) -> dict:
-    """The reproducibility record of the measured model, data and transform."""
-    data = dict(data=opts.data, pair_data=opts.pair_data, split=opts.split, images=subject.data.sizes())
-    return provenance(subject.built, data, transform_record(subject.transform, subject.img_size))
 
 
 def _write_outputs(out_set, opts: MeasureOptions, subject: Subject, scores: Scores, record: dict, *,

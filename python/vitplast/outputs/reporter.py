@@ -25,17 +25,13 @@ def _print(text: str) -> None:
         except UnicodeEncodeError:
             print(ascii_text(text), flush=True)
     except BrokenPipeError:
-        _detach_stdout()
+        # after a closed pipe: later prints, and the flush at exit, go nowhere instead of failing
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
     except (OSError, ValueError):  # stdout closed
         pass
-
-
-def _detach_stdout() -> None:
-    """After a closed pipe: later prints, and the flush at exit, go nowhere instead of failing."""
-    with contextlib.suppress(OSError, ValueError, AttributeError):
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
 
 
 class Reporter:
