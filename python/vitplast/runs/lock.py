@@ -142,13 +142,11 @@ class _Heartbeat:
         self.paths: set[Path] = set()
         self.guard = threading.Lock()
         self.thread: threading.Thread | None = None
-        self.pid = os.getpid()
 
     def add(self, path: Path) -> None:
         with self.guard:
             self.paths.add(path)
-            if self.thread is None or not self.thread.is_alive() or self.pid != os.getpid():
-                self.pid = os.getpid()
+            if self.thread is None or not self.thread.is_alive():  # none yet, or a forked child's copy
                 self.thread = threading.Thread(target=self._beat, name="vitplast-lock-heartbeat", daemon=True)
                 self.thread.start()
 

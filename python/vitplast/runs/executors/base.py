@@ -115,20 +115,20 @@ def run_jobs(executor: Executor, jobs: Sequence[Job], progress: GridProgress) ->
     after the others when some failed. Ctrl-C (or any exception) cancels the attempts in flight. A
     lockstep executor's jobs run in order, nothing waited for (every rank must take the same steps)."""
     sched = Schedule(jobs, progress, executor.retries)
-    resources = executor.resources
+
+    def attempt(i: int) -> Attempt:  # its next attempt: the first, or a retry naming those before it
+        return Attempt(sched.jobs[i], sched.args(i), sched.token(i), sched.supersedes(i), executor.resources)
+
     if executor.lockstep:
-        for i, job in enumerate(sched.jobs):
-            handle = executor.submit(Attempt(job, job.args, sched.token(i), (), resources))
-            for _, ended in executor.wait([handle], timeout=0.0):
+        for i in range(len(sched.jobs)):
+            for _, ended in executor.wait([executor.submit(attempt(i))], timeout=0.0):
                 sched.record(i, ended)
         return sched.result()
     flying: dict[Any, int] = {}
     try:
         while not sched.finished:
             while len(flying) < executor.slots() and (i := sched.take()) is not None:
-                attempt = Attempt(sched.jobs[i], sched.args(i), sched.token(i), sched.supersedes(i),
-                                  resources)
-                flying[executor.submit(attempt)] = i
+                flying[executor.submit(attempt(i))] = i
             if not flying:
                 time.sleep(sched.wake_in())
                 continue
