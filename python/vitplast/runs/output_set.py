@@ -74,8 +74,7 @@ class OutputSet:
     def _sweep(self) -> None:
         """Removes hidden leftovers of this target whose writing process is gone."""
         for p in self.parent.glob(f".{self.target.name}.*-*-*"):
-            kind, _, rest = p.name[len(self.target.name) + 2:].partition("-")
-            pid = rest.partition("-")[0]
+            kind, pid, _ = p.name[len(self.target.name) + 2:].split("-", 2)
             if kind in ("tmp", "old") and pid.isdigit() and not process_alive(int(pid)) and p.is_dir():
                 shutil.rmtree(p, ignore_errors=True)
 

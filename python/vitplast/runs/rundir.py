@@ -281,8 +281,7 @@ class RunDir:
     def write_summary(self, summary: RunSummary | dict) -> RunSummary:
         """Write ``summary.json`` (marks the run finished; `vitplast.runs.summary`, checked as it
         will be read back); returns the `RunSummary`."""
-        if self.writer:
-            self.lock.confirm()
+        self.lock.confirm()  # a no-op for a reader, which holds no lock
         summary = RunSummary.of(summary, self.summary_path)
         if self.writer:
             summary.write(self.summary_path)

@@ -164,13 +164,12 @@ class RayExecutor(ExecutorBase):
         return [(ref, self._ended(ref)) for ref in ready]
 
     def _ended(self, ref) -> Ended:
-        exceptions = self.ray.exceptions
         try:
             return Ended(*self.ray.get(ref))
-        except exceptions.RayTaskError as exc:  # the run itself raised
+        except self.ray.exceptions.RayTaskError as exc:  # the run itself raised
             cause = exc.cause if isinstance(getattr(exc, "cause", None), BaseException) else exc
             return Ended("failed", cause, text=str(exc))
-        except exceptions.RayError as exc:  # its worker or node died: retried
+        except self.ray.exceptions.RayError as exc:  # its worker or node died: retried
             return Ended("crashed", text=f"{type(exc).__name__}: "
                          f"{str(exc).splitlines()[0] if str(exc) else ''}"[:300])
 
