@@ -70,15 +70,10 @@ def read_result(path: Path) -> PlasticityResult:
         raise ValueError(f"RUN {str(path)!r}: cannot be read ({type(exc).__name__}: {exc})") from None
 
 
-def default_label(path: Path) -> str:
-    """The name of the directory holding ``path`` (the file's own stem when that is not plasticity)."""
-    return path.parent.name if path.name == RESULT_FILE else path.stem
-
-
 def load_measurements(runs: list[str], labels: list[str] | None) -> list[Measurement]:
     """Every run read, labelled (default labels made unique by their position when two coincide)."""
     paths = [result_file(r) for r in runs]
-    names = list(labels) if labels is not None else [default_label(p) for p in paths]
-    if labels is None:
-        names = [n if names.count(n) == 1 else f"{n} ({i + 1})" for i, n in enumerate(names)]
-    return [Measurement(n, p, read_result(p)) for n, p in zip(names, paths, strict=True)]
+    if labels is None:  # the name of the directory holding each file (its own stem when not plasticity)
+        names = [p.parent.name if p.name == RESULT_FILE else p.stem for p in paths]
+        labels = [n if names.count(n) == 1 else f"{n} ({i + 1})" for i, n in enumerate(names)]
+    return [Measurement(n, p, read_result(p)) for n, p in zip(labels, paths, strict=True)]

@@ -32,11 +32,6 @@ class MeasureData:
     y: Any | None
     workers: int = 0
 
-    @property
-    def usable_images(self) -> int:
-        """Images the pairing can draw: all of ``x``, or as many of ``y`` as of ``x``."""
-        return len(self.x) if self.y is None else min(len(self.x), len(self.y)) * 2
-
     def sizes(self) -> str:
         return f"{len(self.x)}" if self.y is None else f"{len(self.x)} / {len(self.y)}"
 
@@ -92,7 +87,9 @@ def open_data(opts: MeasureOptions, img_size: int, transform=None, *, check: boo
 def batches_to_run(opts: MeasureOptions, data: MeasureData) -> int:
     """``--batches``, or fewer (with a warning) when the data holds fewer full batches; ValueError when
     it holds none."""
-    available = data.usable_images // opts.batch_size
+    # the images the pairing can draw: all of x, or as many of y as of x
+    usable = len(data.x) if data.y is None else min(len(data.x), len(data.y)) * 2
+    available = usable // opts.batch_size
     if available < 1:
         raise ValueError(f"batch_size={opts.batch_size} images: the data holds too few images for one batch "
                          f"({data.sizes()})")
