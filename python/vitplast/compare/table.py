@@ -106,11 +106,10 @@ class Comparison:
     def to_dict(self) -> dict:
         """JSON-ready: the runs (label, file, meta), and per component the overall and per-layer
         estimates of each run and their differences from the first."""
-        comps = {}
-        for c in self.components:
-            diffs = [self.difference(c, r).to_dict() for r in range(len(self.runs))]
-            comps[c] = {"overall": [e.to_dict() for e in self.overall[c]], "overall_minus_first": diffs,
-                        "per_layer": [[e.to_dict() for e in run] for run in self.per_layer[c]]}
+        comps = {c: {"overall": [e.to_dict() for e in self.overall[c]],
+                     "overall_minus_first": [self.difference(c, r).to_dict() for r in range(len(self.runs))],
+                     "per_layer": [[e.to_dict() for e in run] for run in self.per_layer[c]]}
+                 for c in self.components}
         return {"format": "vitplast-compare/1", "reference": self.runs[0].label,
                 "runs": [{"label": m.label, "path": str(m.path), "meta": m.result.meta} for m in self.runs],
                 "layers": list(self.layers), "components": comps}
@@ -129,11 +128,9 @@ def compare_measurements(runs: list[Measurement], components: list[str] | None =
         named = ", ".join(f"{k}: {v}" for k, v in models.items())
         warnings.warn(f"the runs measured different models ({named}); their plasticities are compared as "
                       "they are", stacklevel=2)
-    measured = [c for m in runs for c in m.result.components]
-    order = list(dict.fromkeys(measured))
+    order = list(dict.fromkeys(c for m in runs for c in m.result.components))
     if components is not None:
-        unknown = [c for c in components if c not in order]
-        if unknown:
+        if unknown := [c for c in components if c not in order]:
             raise ValueError(f"--components: {', '.join(unknown)} measured by no run; measured: "
                              f"{', '.join(order)}")
         order = list(components)
