@@ -63,11 +63,9 @@ class ImageTransform:
         ``augment`` its train-time augmentation) with this size, interpolation, crop, mean and std."""
         from timm.data import create_transform
 
-        common = dict(input_size=(3, self.size, self.size), interpolation=self.interpolation, mean=self.mean,
-                      std=self.std)
-        if augment:
-            return create_transform(is_training=True, **common)
-        return create_transform(is_training=False, crop_pct=self.crop_pct, crop_mode=self.crop_mode, **common)
+        crop = {} if augment else {"crop_pct": self.crop_pct, "crop_mode": self.crop_mode}  # evaluation's
+        return create_transform(is_training=augment, input_size=(3, self.size, self.size),
+                                interpolation=self.interpolation, mean=self.mean, std=self.std, **crop)
 
     def normalise(self, images: torch.Tensor) -> torch.Tensor:
         """In-memory images ``(N, 3, H, W)`` in ``[0, 1]``, normalised with this mean and std."""
