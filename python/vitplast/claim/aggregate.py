@@ -10,7 +10,8 @@ reports them), then what they say together.
 - combined: the per-dataset one-sided p-values combined by Stouffer's method weighted by the square
   root of each dataset's number of rows (``scipy.stats.combine_pvalues``), and how many datasets
   have rho > 0;
-- a figure with one panel per dataset: gain against plasticity, with the rho of each.
+- a figure with one panel per dataset: gain against plasticity, with the rho of each
+  (`vitplast.claim.figure.plot_aggregate`).
 
 The datasets' analyses are read as typed records (`.records.ClaimAnalysis`); the aggregate is one too
 (`Aggregate`, what aggregate.json holds under ``aggregate``).
@@ -20,15 +21,10 @@ Rows whose plasticity or gain is undefined are left out of the pooled test (and 
 
 from __future__ import annotations
 
-import math
-from pathlib import Path
-
 import numpy as np
 from scipy import stats
 
-from ..outputs.plots import component_color, figure, save
 from .analysis import REFERENCE, finite
-from .figure import error_bars
 from .records import ClaimAnalysis, Correlation, PairedTests, Record, encode
 from .report import mha_test_lines, num
 from .statistics import PermutationTest, paired_tests, stratified_permutation_test
@@ -182,33 +178,3 @@ def format_aggregate(agg: Aggregate) -> str:
     lines += mha_test_lines(agg.mha_tests)
     lines.append(f"verdict: {aggregate_verdict(agg)}")
     return "\n".join(lines)
-
-
-def plot_aggregate(agg: Aggregate, path) -> Path:
-    """One panel per dataset: gain against plasticity (95% error bars where defined), its rho in the
-    title -> PNG at ``path``."""
-    n = len(agg.datasets)
-    cols = min(3, n)
-    rows = math.ceil(n / cols)
-    fig, axes = figure(rows, cols, (4.6 * cols, 3.8 * rows))
-    for k, (name, d) in enumerate(agg.datasets.items()):
-        ax = axes[k // cols][k % cols]
-        for p in d.points:
-            if p.plasticity is None or p.best_lr_gain is None:
-                continue
-            ax.errorbar([p.plasticity], [p.best_lr_gain], xerr=error_bars(p.plasticity, p.plasticity_ci),
-                        yerr=error_bars(p.best_lr_gain, p.best_lr_gain_ci), fmt="o", capsize=2, ms=5,
-                        color=component_color(p.component))
-            ax.annotate(p.name, (p.plasticity, p.best_lr_gain), textcoords="offset points", xytext=(4, 4),
-                        fontsize=8)
-        ax.set_title(f"{name}: rho = {num(d.spearman.value, '+.2f')}, p = {num(d.spearman.p_greater, '.2g')}",
-                     fontsize=9)
-        ax.axhline(0.0, color="0.75", lw=0.8)
-        ax.set_xlabel("plasticity before finetuning")
-        ax.set_ylabel("accuracy gain")
-        ax.grid(alpha=0.3)
-    for k in range(n, rows * cols):
-        axes[k // cols][k % cols].set_axis_off()
-    fig.suptitle(f"pooled within-dataset rho = {num(agg.pooled.spearman, '+.2f')}, stratified p = "
-                 f"{num(agg.pooled.p_greater, '.2g')}", fontsize=10)
-    return save(fig, path)

@@ -11,15 +11,18 @@ The figure of the selection at equal budget (`plot_budgets`; `.budgets`; its tab
 ``OUT/budgets.png`` (relative gain against budget: one line per criterion, its points side by side at
 each budget so that criteria picking the same set stay visible, the random sets as a band from their
 minimum to their maximum with their median dashed, full finetuning as a horizontal line),
-drawn in the commands' one plotting style (`vitplast.outputs.plots`).
+drawn in the commands' one plotting style (`vitplast.outputs.plots`). The aggregate's figure over several
+datasets is here too (`plot_aggregate`).
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from ..finetune.selection import TRAIN_ORDER
 from ..outputs.plots import component_color, figure, legend_outside, save
+from .aggregate import Aggregate
 from .records import Budgets, ClaimAnalysis, Setup
 from .report import _ci, gain_interval, nan, num
 
@@ -158,4 +161,34 @@ def plot_budgets(an: ClaimAnalysis, path) -> Path:
         ax.set_xlim(xs[0] - spacing / 2, xs[-1] + spacing / 2)
         legend_outside(ax)
     ax.grid(alpha=0.3)
+    return save(fig, path)
+
+
+def plot_aggregate(agg: Aggregate, path) -> Path:
+    """One panel per dataset: gain against plasticity (95% error bars where defined), its rho in the
+    title -> PNG at ``path``."""
+    n = len(agg.datasets)
+    cols = min(3, n)
+    rows = math.ceil(n / cols)
+    fig, axes = figure(rows, cols, (4.6 * cols, 3.8 * rows))
+    for k, (name, d) in enumerate(agg.datasets.items()):
+        ax = axes[k // cols][k % cols]
+        for p in d.points:
+            if p.plasticity is None or p.best_lr_gain is None:
+                continue
+            ax.errorbar([p.plasticity], [p.best_lr_gain], xerr=error_bars(p.plasticity, p.plasticity_ci),
+                        yerr=error_bars(p.best_lr_gain, p.best_lr_gain_ci), fmt="o", capsize=2, ms=5,
+                        color=component_color(p.component))
+            ax.annotate(p.name, (p.plasticity, p.best_lr_gain), textcoords="offset points", xytext=(4, 4),
+                        fontsize=8)
+        ax.set_title(f"{name}: rho = {num(d.spearman.value, '+.2f')}, p = {num(d.spearman.p_greater, '.2g')}",
+                     fontsize=9)
+        ax.axhline(0.0, color="0.75", lw=0.8)
+        ax.set_xlabel("plasticity before finetuning")
+        ax.set_ylabel("accuracy gain")
+        ax.grid(alpha=0.3)
+    for k in range(n, rows * cols):
+        axes[k // cols][k % cols].set_axis_off()
+    fig.suptitle(f"pooled within-dataset rho = {num(agg.pooled.spearman, '+.2f')}, stratified p = "
+                 f"{num(agg.pooled.p_greater, '.2g')}", fontsize=10)
     return save(fig, path)

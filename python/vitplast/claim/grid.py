@@ -1,22 +1,17 @@
 """The grid of a claim, planned before anything is written (`plan_claim`): per dataset, what is trained
 (the components and baselines, or a layer claim's units), the model and data checked once
 (`vitplast.finetune.preflight.prepare`) and the runs with the state of their directories
-(`plan_dataset`); then the plan's lines (`plan_summary`), this process's runs and the options' record.
+(`plan_dataset`); then the plan's lines (`.plan_summary`), this process's runs and the options' record.
 
 The sets of ``--budgets`` that do not depend on any score are planned with the claim's own runs
 (`.budget_plan`), so a ``--shard`` trains its slice of them; a criterion's set that is none of those is
 known once the criteria are scored and is trained then, a second phase of the same grid that the run
 without ``--shard`` trains (`.training`). The plan says how many runs that second phase may add at
-most.
-
-The plan of a claim in numbers (``plan`` of claim.json) and in the lines it is said in (`plan_summary`):
-the runs over the whole grid and the states of their directories, the budgets' runs, and a ``--shard``'s
-part."""
+most."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
 from pathlib import Path
 
 from ..finetune.preflight import Prepared, PreparedModel, check_trains_fit, prepare_model
@@ -27,6 +22,7 @@ from .datasets import DatasetPlan, dataset_plans
 from .finetuning import PlannedRun, plan_runs
 from .measurement import planned_measurement
 from .options import ClaimOptions
+from .plan_summary import plan_summary
 from .units import layer_units
 
 
@@ -104,47 +100,3 @@ def plan_dataset(opts: ClaimOptions, dataset: DatasetPlan, *, device, reporter: 
     runs = plan_runs(dataset.out, dataset.settings, trains + budget_plan.trains, opts.lr, opts.seed, key,
                      root=Path(opts.out))
     return DatasetGrid(dataset, key, trains, model, runs, budget_plan, names, units, sizes, measured)
-
-
-def counts(runs: Sequence) -> dict:
-    """How many of ``runs`` (planned runs) are finished, partial and new."""
-    return {s: sum(r.state == s for r in runs) for s in ("finished", "partial", "new")}
-
-
-def _listed(trains: list[str], most: int = 6) -> str:
-    return ", ".join(trains[:most]) + (f" ... ({len(trains) - most} more)" if len(trains) > most else "")
-
-
-def plan_summary(opts: ClaimOptions, grids: Sequence, reporter: Reporter) -> dict:
-    """The plan's counts over the whole grid (``grids``: each dataset's `DatasetGrid`), said in lines
-    (and the shard's part of it)."""
-    runs = [r for g in grids for r in g.runs]
-    states = counts(runs)
-    finished, partial, new = states.values()
-    first = grids[0]
-    listing = ", ".join(first.trains) if first.units is None else (
-        f"{len(first.units)} (component, layer) units, head")
-    over = f"{len(grids)} datasets x " if len(grids) > 1 else ""
-    n_trains = len(first.trains) + len(first.budget_trains)
-    reporter.say(f"claim: {len(runs)} finetuning runs = {over}{n_trains} trained ({listing}; "
-                 f"{len(first.budget_trains)} for the budgets) x {len(opts.lr)} learning rates x "
-                 f"{len(opts.seed)} seeds, {opts.steps} steps each; {finished} finished, {partial} partial, "
-                 f"{new} new")
-    planned = sum(g.budget_plan.planned_runs for g in grids)
-    most = sum(g.budget_plan.most_after_scoring for g in grids)
-    plan = {"runs": len(runs), **states, "trains": first.trains, "lrs": opts.lr, "seeds": opts.seed,
-            "steps": opts.steps, "datasets": [g.dataset.spec for g in grids], "budget_runs": planned,
-            "budget_runs_after_scoring_at_most": most, "budget_runs_at_most": planned + most}
-    unit = "components" if first.units is None else "parameters"
-    listed = _listed(first.budget_trains)
-    reporter.say(f"budgets {', '.join(f'{b:,}' for b in first.budget_plan.budgets)} ({unit}): {planned} of "
-                 f"these runs ({len(first.budget_trains)} sets and references: {listed}); "
-                 f"after the criteria are scored, at most {most} more (a criterion's set outside the "
-                 f"random sets): at most {planned + most} runs for the budgets in all")
-    if opts.shard is None:
-        return plan
-    mine = opts.shard.select(runs)
-    source = " (from SLURM_ARRAY_TASK_ID; --shard none trains them all)" if opts.shard_env else ""
-    done = sum(r.state == "finished" for r in mine)
-    reporter.say(f"shard {opts.shard}{source}: {len(mine)} of these runs ({done} finished)")
-    return {**plan, "shard": {"shard": str(opts.shard), "runs": len(mine), **counts(mine)}}

@@ -13,8 +13,9 @@ from ..runs.summary import RunSummary
 from .aggregate import aggregate_claims, format_aggregate
 from .analysis import analyse, finite
 from .budgets import analyse_budgets
-from .grid import ClaimPlan, DatasetGrid, counts
+from .grid import ClaimPlan, DatasetGrid
 from .options import ClaimOptions
+from .plan_summary import counts
 from .records import Setup
 from .report import format_report
 from .training import Trained

@@ -162,14 +162,19 @@ def within_strata(x, y, strata, statistic=spearman) -> tuple[dict, float]:
     return per, num / den if den else math.nan
 
 
-def _pooled_null(x: np.ndarray, y_perm: np.ndarray, groups: list[np.ndarray], statistic) -> np.ndarray:
-    """The pooled statistic of every row of ``y_perm`` (``(P, n)``), vectorised per stratum."""
-    num, den = np.zeros(len(y_perm)), 0
-    for idx in groups:
-        v = np.asarray(statistic(np.broadcast_to(x[idx], (len(y_perm), len(idx))), y_perm[:, idx]))
-        if np.isfinite(v).any():
-            num, den = num + np.where(np.isfinite(v), v, 0.0) * len(idx), den + len(idx)
-    return num / den if den else np.full(len(y_perm), np.nan)
+def pooled_within(x: np.ndarray, ys: np.ndarray, strata: np.ndarray, statistic) -> np.ndarray:
+    """``(R,)``: for each row of ``ys`` ``(R, n)``, ``statistic`` of ``x`` ``(n,)`` and the row within
+    each stratum, averaged over the strata weighted by their items (strata where it is undefined left
+    out): `within_strata` for many rows at once."""
+    num, den = np.zeros(len(ys)), np.zeros(len(ys))
+    for s in dict.fromkeys(strata.tolist()):
+        m = strata == s
+        if m.sum() < 2:
+            continue
+        v = np.asarray(statistic(np.broadcast_to(x[m], ys[:, m].shape), ys[:, m]), dtype=np.float64)
+        num, den = num + np.where(np.isfinite(v), v * m.sum(), 0.0), den + np.isfinite(v) * m.sum()
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 0, num / np.maximum(den, 1), np.nan)
 
 
 def stratified_permutation_test(x, y, strata, *, statistic=spearman, permutations: int = 10000,
@@ -201,7 +206,7 @@ def stratified_permutation_test(x, y, strata, *, statistic=spearman, permutation
         for g in groups:
             orders[:, g] = g[np.argsort(rng.random((permutations, len(g))), axis=1)]
         exact = False
-    null = _pooled_null(x, y[orders], groups, statistic)
+    null = pooled_within(x, y[orders], strata, statistic)
     tol = _tolerance(observed)
     hits_g, hits_l = int((null >= observed - tol).sum()), int((null <= observed + tol).sum())
     if exact:
@@ -335,21 +340,6 @@ def criterion_tests(scored: dict, units: list[str], gain, g_reps, sizes, types, 
             out[name] = association(x[ok], gain[ok], g_reps[:, ok], sizes[ok], permutations=permutations,
                                     seed=seed, level=level)
     return out, counts
-
-
-def pooled_within(x: np.ndarray, ys: np.ndarray, strata: np.ndarray, statistic) -> np.ndarray:
-    """``(R,)``: for each row of ``ys`` ``(R, n)``, ``statistic`` of ``x`` ``(n,)`` and the row within
-    each stratum, averaged over the strata weighted by their items (strata where it is undefined left
-    out): `within_strata` for many rows at once."""
-    num, den = np.zeros(len(ys)), np.zeros(len(ys))
-    for s in dict.fromkeys(strata.tolist()):
-        m = strata == s
-        if m.sum() < 2:
-            continue
-        v = np.asarray(statistic(np.broadcast_to(x[m], ys[:, m].shape), ys[:, m]), dtype=np.float64)
-        num, den = num + np.where(np.isfinite(v), v * m.sum(), 0.0), den + np.isfinite(v) * m.sum()
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(den > 0, num / np.maximum(den, 1), np.nan)
 
 
 def within_association(x, y, strata, y_reps, z, *, permutations: int, seed: int,

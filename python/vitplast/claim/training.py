@@ -39,12 +39,6 @@ def train_claim(opts: ClaimOptions, ses: ClaimSession, executor, plan: ClaimPlan
     A shard trains its own runs and ends with the line that says so. With ``--analyse-only`` every run
     must be finished already."""
     reporter, prepared = ses.reporter, {g.key: g.prepared for g in plan.grids}
-    if opts.shard is not None:  # a --shard: its own runs, then the line it ends with
-        summaries = _train(opts, ses, executor, plan.mine, prepared, after_step)
-        ses.grid.shard_done(opts, len(plan.mine), len(plan.runs), reused=sum(s.reused for s in summaries),
-                            then="when every shard is done, run the same command without --shard (or "
-                            "with --analyse-only) for the analysis")
-        return Trained({}, {}, {}, summaries)
     by_key = {g.key: g for g in plan.grids}
 
     def plan_trains(key: str, trains: list[str], lrs: list[float]) -> list[PlannedRun]:
@@ -52,8 +46,18 @@ def train_claim(opts: ClaimOptions, ses: ClaimSession, executor, plan: ClaimPlan
         return plan_runs(g.dataset.out, g.dataset.settings, trains, lrs, opts.seed, key, root=Path(opts.out))
 
     def train(runs: list[PlannedRun]) -> list[RunSummary]:
-        return _train(opts, ses, executor, runs, prepared, after_step)
+        if opts.analyse_only:
+            refuse_runs([(r.spec.directory, r.state) for r in runs], NOT_FINISHED, lead="--analyse-only",
+                        then="train them first (every --shard, or a run without --analyse-only)")
+        done = train_all(runs, prepared, executor, reporter, progress=ses.progress, after_step=after_step)
+        return [RunSummary.of(s) for s in done]
 
+    if opts.shard is not None:  # a --shard: its own runs, then the line it ends with
+        summaries = train(plan.mine)
+        ses.grid.shard_done(opts, len(plan.mine), len(plan.runs), reused=sum(s.reused for s in summaries),
+                            then="when every shard is done, run the same command without --shard (or "
+                            "with --analyse-only) for the analysis")
+        return Trained({}, {}, {}, summaries)
     added = [r for g in plan.grids for r in plan_trains(g.key, budgets[g.key][1], opts.lr)]
     groups: dict[str, list[RunSummary]] = {g.key: [] for g in plan.grids}
     # the plan's runs, then the criteria's sets outside the random sets, each widened with --lr auto
@@ -69,14 +73,3 @@ def train_claim(opts: ClaimOptions, ses: ClaimSession, executor, plan: ClaimPlan
     own = {g.key: [s for s in groups[g.key] if s.train in g.trains] for g in plan.grids}
     lrs = {key: lrs_run(summaries) if opts.lr_auto else opts.lr for key, summaries in own.items()}
     return Trained(groups, {key: sets for key, (sets, _) in budgets.items()}, lrs)
-
-
-def _train(opts: ClaimOptions, ses: ClaimSession, executor, runs: list[PlannedRun], prepared: dict,
-           after_step) -> list[RunSummary]:
-    """The summaries of ``runs``, trained (or loaded) through the executor; with ``--analyse-only`` every
-    one must be finished already."""
-    if opts.analyse_only:
-        refuse_runs([(r.spec.directory, r.state) for r in runs], NOT_FINISHED, lead="--analyse-only",
-                    then="train them first (every --shard, or a run without --analyse-only)")
-    done = train_all(runs, prepared, executor, ses.reporter, progress=ses.progress, after_step=after_step)
-    return [RunSummary.of(s) for s in done]

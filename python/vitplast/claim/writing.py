@@ -10,8 +10,8 @@ from pathlib import Path
 from vitplast_kernels.atomic_io import atomic_write_bytes
 
 from ..outputs.result_files import write_result_json
-from .aggregate import Aggregate, plot_aggregate
-from .figure import plot_budgets, plot_claim
+from .aggregate import Aggregate
+from .figure import plot_aggregate, plot_budgets, plot_claim
 from .grid import ClaimPlan
 from .records import CLAIM_FORMAT, ClaimAnalysis, Setup, encode
 from .session import ClaimSession
