@@ -3,7 +3,7 @@
 Times, interleaved in rounds on the same batch, the training step of ``vitplast finetune`` (forward,
 cross-entropy, backward, optimiser step) without monitoring and with it (``halves`` of the training
 batch, every component of every block captured in situ, gradient norm per component, loss; the
-record built, which synchronises once). Both paths are the driver's own (``step_recorder.Monitor``),
+record built, which synchronises once). Both paths are the driver's own (``step_recorder.StepRecorder``),
 for each ``--train`` choice given. Target: monitored / unmonitored <= 1.15 (medians).
 
 Prints one table and, with ``--json PATH``, writes the numbers with the machine and versions.
@@ -20,16 +20,20 @@ import torch
 from .harness import machine_info, machine_line, print_table, time_interleaved, write_json
 
 
-def make_step(model, x, y, monitor, it, opt):
+def make_step(model, x, y, recorder, opt):
+    """One training step as the driver runs it, through ``recorder`` (a `StepRecorder`: every step due,
+    or none)."""
+
     def step():
-        with monitor.training_forward(it):
+        with recorder.training_forward():
             logits = model(x)
         loss = torch.nn.functional.cross_entropy(logits.float(), y)
         loss.backward()
-        if monitor.due(it):
-            monitor.record(it, loss, opt.param_groups[0]["lr"])
+        if recorder.due:
+            recorder.record(0, loss, opt.param_groups[0]["lr"])
         opt.step()
         opt.zero_grad(set_to_none=True)
+        recorder.step()
 
     return step
 
@@ -37,7 +41,7 @@ def make_step(model, x, y, monitor, it, opt):
 def bench(model_name: str, img_size: int, batch: int, train: str, device: str, min_time: float,
           min_rounds: int) -> dict:
     from vitplast.finetune.selection import select_trainable
-    from vitplast.finetune.step_recorder import Monitor
+    from vitplast.finetune.step_recorder import StepRecorder
     from vitplast.models.timm_models import create_vit
 
     torch.manual_seed(0)
@@ -48,9 +52,10 @@ def bench(model_name: str, img_size: int, batch: int, train: str, device: str, m
     opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=1e-4, momentum=0.9)
     x = torch.randn(batch, 3, img_size, img_size, device=device)
     y = torch.randint(0, 10, (batch,), device=device)
-    monitor = Monitor(model, every=2)  # iteration 0 is monitored, iteration 1 is not
-    t = time_interleaved({"plain": make_step(model, x, y, monitor, 1, opt),
-                          "monitored": make_step(model, x, y, monitor, 0, opt)},
+    monitored = StepRecorder(model, every=1)  # every step recorded, its hooks attached for both paths
+    plain = StepRecorder(model, every=0)  # no step recorded
+    t = time_interleaved({"plain": make_step(model, x, y, plain, opt),
+                          "monitored": make_step(model, x, y, monitored, opt)},
                          device=device, warmup=1, min_time=min_time, min_rounds=min_rounds)
     return {"model": model_name, "img_size": img_size, "batch": batch, "train": train,
             "plain_ms": 1e3 * t["plain"].median, "monitored_ms": 1e3 * t["monitored"].median,
