@@ -19,8 +19,15 @@ EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT)
 EXIT_TERMINATED = 143  # SIGTERM (128 + SIGTERM; SIGHUP: 129)
 
 # what bad usage or input raises (OptionError, a bad checkpoint, a bad --out are ValueErrors)
-USAGE_ERRORS = (ValueError, FileNotFoundError, ImportError, argparse.ArgumentError,
-                argparse.ArgumentTypeError)
+# IsADirectoryError / NotADirectoryError: a path given (or under --out) that is a folder where a file goes,
+# or a file where a folder goes: the user's layout, not a failure while working
+USAGE_ERRORS = (ValueError, FileNotFoundError, IsADirectoryError, NotADirectoryError, ImportError,
+                argparse.ArgumentError, argparse.ArgumentTypeError)
+# what makes a command need less memory: its own options only (out of memory names them)
+SMALLER = {"measure": "--batch-size (or a smaller model or --img-size)",
+           "finetune": "--batch-size (or more --grad-accum, a smaller model or --img-size)",
+           "claim": "--batch-size or --pair-batch (or a smaller model or --img-size)",
+           "profile": "--batch-size (or a smaller model, --img-size or --dtype)"}
 
 EXIT_STATUS_HELP = f"""\
 exit status:
@@ -57,7 +64,7 @@ def exit_status(prog: str, command: str | None, exc: BaseException, out: str | N
         return EXIT_USAGE
     if traceback_wanted():
         raise exc
-    _say(f"{prog}: error: {_failure(exc)}")
+    _say(f"{prog}: error: {_failure(exc, command)}")
     return EXIT_FAILURE
 
 
@@ -66,13 +73,13 @@ def _plain(text) -> str:
     return plain_text(str(text))
 
 
-def _failure(exc: BaseException) -> str:
+def _failure(exc: BaseException, command: str | None = None) -> str:
     # the first non-empty line of exc's message, without terminal escapes, at most 300 characters
     text = _plain(next((ln for ln in str(exc).splitlines() if ln.strip()), ""))[:300]
     if isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError" or any(
             s in text for s in ("can't allocate memory", "out of memory", "Out of memory")):
-        return (f"out of memory ({text or type(exc).__name__}); try a smaller --batch-size (or a smaller "
-                "model, --img-size or --dtype)")
+        return (f"out of memory ({text or type(exc).__name__}); try a smaller "
+                f"{SMALLER.get(command or '', '--batch-size')}")
     if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
         return f"disk full ({text}); free some space or write elsewhere (--out)"
     return f"{type(exc).__name__}{': ' + text if text else ''} (set VITPLAST_TRACEBACK=1 to see where)"
@@ -89,12 +96,18 @@ def _say(line: str) -> None:
 
 
 def warning_printer(prog: str):
-    """A ``warnings.showwarning`` printing ``prog: warning: message``, one line, no source line."""
+    """A ``warnings.showwarning`` printing ``prog: warning: message``, one line, no source line; the same
+    words once (a data folder read for the pairs and again for the criteria warns once)."""
+    said: set[str] = set()
 
     def show(message, category, filename, lineno, file=None, line=None) -> None:
+        text = f"{prog}: warning: {_plain(message)}\n"
+        if text in said:
+            return
+        said.add(text)
         stream = file or sys.stderr
         try:
-            stream.write(f"{prog}: warning: {_plain(message)}\n")
+            stream.write(text)
         except (OSError, ValueError):  # stderr closed: warnings are not worth failing for
             pass
 

@@ -168,6 +168,46 @@ def test_out_of_memory_is_a_failure_exit_1_with_advice(tmp_path, capsys, monkeyp
     assert "more details" not in line
 
 
+@pytest.mark.parametrize("command", ["measure", "finetune", "claim", "profile"])
+def test_out_of_memory_advice_names_only_the_commands_own_options(command, tmp_path, capsys, monkeypatch):
+    """measure has no --dtype (it was advised anyway); every flag named is one the command takes."""
+    import re
+
+    from vitplast.cli import build_parser
+
+    _dispatch(monkeypatch, command, _raises(MemoryError()))
+    rc, _, lines = _cli([command, "--out", str(tmp_path / "o")], capsys)
+    line = _error_line(lines, command)
+    sub = build_parser()._subparsers._group_actions[0].choices[command]
+    flags = {f for a in sub._actions for f in a.option_strings}
+    named = set(re.findall(r"--[a-z-]+", line))
+    assert rc == EXIT_FAILURE and "--batch-size" in named and named <= flags, (line, named - flags)
+
+
+def test_a_directory_where_an_output_file_goes_is_usage_exit_2(tmp_path, capsys, monkeypatch):
+    """A folder standing where claim.json (or any output file) is written: one line naming it, status 2
+    (before: status 1, naming a temporary file)."""
+    from vitplast_kernels.atomic_io import atomic_write_bytes
+
+    (tmp_path / "claim.json").mkdir()
+    _dispatch(monkeypatch, "claim", lambda args: atomic_write_bytes(tmp_path / "claim.json", b"{}"))
+    rc, _, lines = _cli(["claim", "--out", str(tmp_path)], capsys)
+    line = _error_line(lines, "claim")
+    assert rc == 2 and str(tmp_path / "claim.json") in line and "move it away" in line, line
+
+
+def test_the_same_warning_is_printed_once(tmp_path, capsys, monkeypatch):
+    import warnings
+
+    def twice(args):  # a data folder read for the pairs, then for the criteria: two places, same words
+        warnings.warn("/data: did not follow 1 link(s)", stacklevel=1)
+        warnings.warn("/data: did not follow 1 link(s)", stacklevel=1)
+
+    _dispatch(monkeypatch, "measure", twice)
+    rc, _, lines = _cli(["measure", "--out", str(tmp_path / "o")], capsys, quiet=False)
+    assert rc == 0 and sum("did not follow" in ln for ln in lines) == 1, lines
+
+
 @pytest.mark.parametrize("exc", [ValueError("\x1b[31m--data\x1b[0m: bad\tvalue\x07"),
                                  RuntimeError("\x1b[1mboom\x1b[0m")])
 def test_error_lines_are_plain_text(exc, tmp_path, capsys, monkeypatch):
