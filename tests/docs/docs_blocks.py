@@ -1,7 +1,8 @@
 """The fenced blocks of the README and of docs/: what the docs runner (``test_docs.py``) executes.
 
-A page's blocks run in order, in one temporary directory and one Python namespace per page, so a block
-may use what an earlier one made (a run directory, a variable). What runs:
+A page's blocks run in order, in one temporary directory and one Python namespace per page (per named
+part of it, ``part:`` below), so a block may use what an earlier one made (a run directory, a
+variable). What runs:
 
 - ``python``: the code, executed;
 - ``bash``: each command line (``\\`` continues a line; ``#`` starts a comment);
@@ -18,6 +19,8 @@ runner more (it is invisible on the rendered page):
     as-is                                 do not append the small settings to its vitplast commands
     small: --steps 2                      flags appended to its vitplast commands, after the defaults
     replace: OLD => NEW                   run the block with OLD replaced (repeatable)
+    part: NAME                            run it with the page's other blocks of part NAME only: in
+                                          their own directory and namespace, maybe in another worker
     setup:                                Python run first, in the page's namespace (indented lines)
         make_images("imgs")
     -->
@@ -52,6 +55,7 @@ class Directive:
     small: list[str] = dataclasses.field(default_factory=list)
     replace: list[tuple[str, str]] = dataclasses.field(default_factory=list)
     setup: str = ""
+    part: str = ""  # "" : the page's main part
 
 
 @dataclasses.dataclass
@@ -65,6 +69,11 @@ class Block:
     @property
     def id(self) -> str:
         return f"{self.page}:{self.line}"
+
+    @property
+    def part(self) -> str:
+        """The blocks that share a directory and a namespace: the page, or one named part of it."""
+        return f"{self.page}#{self.directive.part}" if self.directive.part else self.page
 
 
 @dataclasses.dataclass
@@ -106,6 +115,10 @@ def parse_directive(text: str) -> Directive:
             if not sep:
                 raise ValueError(f"docs-test replace: expected 'OLD => NEW', got {value!r}")
             d.replace.append((old, new))
+        elif key == "part":
+            if not value:
+                raise ValueError("docs-test part: give its name")
+            d.part = value
         elif key == "setup":
             body = []
             while i < len(lines) and (not lines[i].strip() or lines[i][:1] in " \t"):
@@ -165,7 +178,7 @@ def _split_comment(line: str) -> tuple[str, str]:
 
 def _joined(lines: list[str]) -> list[tuple[str, str]]:
     """Logical lines: ``\\`` continuations joined, comments split off (a comment on any physical line
-    of the command counts)."""
+    of the command counts, and one on the lines just above it)."""
     out, parts, comments = [], [], []
     for raw in lines:
         text, comment = _split_comment(raw)
@@ -178,7 +191,8 @@ def _joined(lines: list[str]) -> list[tuple[str, str]]:
         joined = " ".join(p.strip() for p in parts).strip()
         if joined:
             out.append((joined, " ".join(comments)))
-        parts, comments = [], []
+            comments = []
+        parts = []  # a comment line alone belongs to the command below it
     return out
 
 
