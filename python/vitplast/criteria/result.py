@@ -145,12 +145,11 @@ class CriterionResult:
                   dict(field(d, "meta", path, dict)))
         if out.per_seed:  # the scores are the mean over seeds, as `Criterion.score` makes them
             made = np.mean(np.stack(list(out.per_seed.values())), axis=0)
-            for i, c in enumerate(out.components):
-                for li, (saved, mean) in enumerate(zip(out.values[i], made[i], strict=True)):
-                    if not _same(saved, mean):
-                        raise ResultFileError(path, f"components.{c}.per_layer[{li}]",
-                                              f"{_num(saved)} is not the mean of its per-seed scores "
-                                              f"({_num(mean)})")
+            for (i, li), saved in np.ndenumerate(out.values):
+                if not _same(saved, made[i, li]):
+                    raise ResultFileError(path, f"components.{out.components[i]}.per_layer[{li}]",
+                                          f"{_num(saved)} is not the mean of its per-seed scores "
+                                          f"({_num(made[i, li])})")
         for c, entry in comps.items():
             saved, made = field(entry, "overall", path, where=f"components.{c}"), out.overall(c)
             saved = checked_number(saved, path, f"components.{c}.overall", nullable=True)
