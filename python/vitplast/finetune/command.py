@@ -3,10 +3,7 @@
 
 from __future__ import annotations
 
-import argparse
-
-from ..options.fields import add_options, parse_options
-from ..options.parsing import setup_parser
+from ..options.fields import subcommand
 from .grid import finetune
 from .options import GROUPS, FinetuneOptions
 
@@ -44,11 +41,4 @@ node reaches.
 """
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    setup_parser(parser)
-    add_options(parser, FinetuneOptions, GROUPS)
-
-
-def run(args: argparse.Namespace) -> int:
-    finetune(parse_options(FinetuneOptions, args))
-    return 0
+add_arguments, run = subcommand(FinetuneOptions, finetune, GROUPS)

@@ -3,11 +3,8 @@
 
 from __future__ import annotations
 
-import argparse
-
-from ..options.fields import add_options, parse_options
+from ..options.fields import subcommand
 from ..options.groups import GROUP_TITLES
-from ..options.parsing import setup_parser
 from .options import MeasureOptions
 from .run import measure_scores
 
@@ -53,11 +50,4 @@ examples:
 """
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    setup_parser(parser)
-    add_options(parser, MeasureOptions, GROUP_TITLES)
-
-
-def run(args: argparse.Namespace) -> int:
-    measure_scores(parse_options(MeasureOptions, args))
-    return 0
+add_arguments, run = subcommand(MeasureOptions, measure_scores, GROUP_TITLES)

@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..runtime.resources import usable_cpus
+from .parsing import setup_parser
 
 
 class OptionError(ValueError):
@@ -282,4 +283,21 @@ def options_for(cls: type, opts: Any, keywords: Mapping[str, Any]):
 def parse_options(cls: type, args: argparse.Namespace):
     """The options ``cls`` describes, from what `add_options` collected, checked."""
     return resolve(cls, values_of(args, cls))
+
+
+def subcommand(cls: type, function: Callable[[Any], Any], groups: Mapping[str, str] | None = None, *,
+               defaults_in_help: bool = True) -> tuple[Callable, Callable]:
+    """A command module's ``add_arguments(parser)`` and ``run(args)`` (what `vitplast.cli` calls): the
+    options ``cls`` describes, in ``groups``, parsed, checked and given to ``function`` (the command's
+    Python API); status 0 when it returns."""
+
+    def add_arguments(parser: argparse.ArgumentParser) -> None:
+        setup_parser(parser, defaults_in_help=defaults_in_help)
+        add_options(parser, cls, groups)
+
+    def run(args: argparse.Namespace) -> int:
+        function(parse_options(cls, args))
+        return 0
+
+    return add_arguments, run
 

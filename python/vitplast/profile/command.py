@@ -3,11 +3,8 @@
 
 from __future__ import annotations
 
-import argparse
-
-from ..options.fields import add_options, parse_options
+from ..options.fields import subcommand
 from ..options.groups import GROUP_TITLES
-from ..options.parsing import setup_parser
 from .options import ProfileOptions
 from .run import profile
 
@@ -39,11 +36,4 @@ in float32. Example (the ViT-Huge configuration of bench/gpu_check.sh):
 """
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    setup_parser(parser)
-    add_options(parser, ProfileOptions, GROUP_TITLES)
-
-
-def run(args: argparse.Namespace) -> int:
-    profile(parse_options(ProfileOptions, args))
-    return 0
+add_arguments, run = subcommand(ProfileOptions, profile, GROUP_TITLES)
