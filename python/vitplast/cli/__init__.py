@@ -112,12 +112,12 @@ def main(argv: list[str] | None = None) -> int:
         if sub is None:
             parser.print_help()
             return EXIT_USAGE
-        try:
-            with stops_as_exceptions():
+        with stops_as_exceptions():  # the line is said inside: the same stop sent twice stays ignored
+            try:
                 check_start(args)
                 return int(args._run(args) or EXIT_OK)
-        except (Exception, KeyboardInterrupt) as exc:
-            return exit_status(prog, args.command, exc, getattr(args, "out", None))
+            except (Exception, KeyboardInterrupt) as exc:
+                return exit_status(prog, args.command, exc, getattr(args, "out", None))
 
 
 def check_start(args: argparse.Namespace) -> None:

@@ -1,7 +1,10 @@
 """Clean stops: SIGTERM and SIGHUP end a command the way Ctrl-C does, by an exception
 (`Terminated`, a ``KeyboardInterrupt``) raised in the main thread, so every ``finally`` and
 ``with`` on the way out runs: worker processes and data loaders are stopped, files closed, semaphores
-released. A second signal of the same kind ends the process at once (the default action).
+released. A second signal of the same kind ends the process at once (the default action), unless it
+comes within ``SAME_STOP_S`` of the first: that is the same stop delivered twice (a signal to the
+process group and the same one forwarded by a parent such as ``timeout`` or a closing terminal's shell),
+and the command goes on stopping cleanly, its one line said.
 
 A closed terminal sends SIGHUP to the whole process group, as Ctrl-C sends SIGINT: the command's
 helpers leave both to the command. Its worker processes and data loaders ignore them (the command
@@ -14,16 +17,22 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import math
 import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from multiprocessing import resource_tracker, util
 
 STOP_SIGNALS = tuple(s for s in (getattr(signal, "SIGTERM", None), getattr(signal, "SIGHUP", None)) if s)
 HELD_SIGNALS = tuple(s for s in (signal.SIGINT, getattr(signal, "SIGHUP", None)) if s)
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
+SAME_STOP_S = 1.0  # a second SIGTERM/SIGHUP this soon after the first is the same stop, sent twice
+_stopped_at: dict[int, float] = {}  # when each stop signal was first raised as `Terminated`
+
+
 class Terminated(KeyboardInterrupt):
     """The command was asked to stop by ``signum`` (SIGTERM, SIGHUP); its exit status is 128 + signum."""
 
@@ -38,8 +47,18 @@ class Terminated(KeyboardInterrupt):
 
 
 def _raise(signum: int, frame) -> None:
-    signal.signal(signum, signal.SIG_DFL)  # a second one ends the process at once
+    _stopped_at[signum] = time.monotonic()
+    signal.signal(signum, _again)
     raise Terminated(signum)
+
+
+def _again(signum: int, frame) -> None:
+    """A second SIGTERM/SIGHUP: the same stop sent twice when it comes within ``SAME_STOP_S`` (ignored),
+    else the user insisting: the default action, at once."""
+    if time.monotonic() - _stopped_at.get(signum, -math.inf) < SAME_STOP_S:
+        return
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
 
 
 @contextlib.contextmanager
