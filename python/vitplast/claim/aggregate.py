@@ -112,9 +112,8 @@ def _mha_tests(analyses: dict[str, ClaimAnalysis]) -> PairedTests | None:
     for an in analyses.values():
         if an.mha_tests is None:  # MHA is not a unit of this claim
             return None
-        rows = {r.unit: r.accuracy_per_seed for r in an.rows}
-        for c, v in rows.items():
-            pairs.setdefault(c, []).extend(v)
+        for r in an.rows:
+            pairs.setdefault(r.unit, []).extend(r.accuracy_per_seed)
     if REFERENCE not in pairs or len({len(v) for v in pairs.values()}) != 1:
         return None
     return PairedTests.from_json(finite(paired_tests(REFERENCE, pairs)), "aggregate", "mha_tests")

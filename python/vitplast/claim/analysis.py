@@ -108,7 +108,8 @@ def analyse(measured: dict, summaries: list, *, units: ClaimUnits, lrs: list[flo
     p_value, p_reps = plast.of_units(units.components, units.layers)  # (U,), (B, U)
     gain, g_reps = acc.gains_seed[:n].mean(-1), acc.gain_reps  # (U,), (B, U)
     sizes = np.array([acc.params[u] for u in names], dtype=np.float64)
-    types = np.array(units.components) if len(set(units.components)) < n else None  # within types
+    # some type holds several units: compare within types
+    types = np.array(units.components) if len(set(units.components)) < n else None
     scored = {"plasticity": dict(zip(names, p_value.tolist(), strict=True)), **(criteria or {})}
     # the tests (`.statistics`), then the records
     withheld = too_few_to_resample(seeds=samples.seeds, pair_chunks=samples.pair_chunks)

@@ -58,16 +58,13 @@ def widen_groups(groups: dict[str, list[dict]], *, start: list[float], plan, tra
         extra = {name: pairs for name, s in groups.items() if (pairs := widen(s, start))}
         if not extra:
             return added, groups
-        jobs, owners = [], []
-        for name, pairs in extra.items():
-            for t, lr in pairs:
-                new = plan(name, t, lr)
-                jobs += new
-                owners += [name] * len(new)
+        planned = [(name, job) for name, pairs in extra.items() for t, lr in pairs
+                   for job in plan(name, t, lr)]
+        jobs = [job for _, job in planned]
         say(f"--lr auto: best lr at the grid's edge for {sum(map(len, extra.values()))} train(s); running "
             + ", ".join(f"{(name + ': ') if len(groups) > 1 else ''}{t} at {lr:g}"
                         for name, pairs in extra.items() for t, lr in pairs))
-        for name, summary in zip(owners, train(jobs), strict=True):
+        for (name, _), summary in zip(planned, train(jobs), strict=True):
             groups[name].append(summary)
         added += jobs
 

@@ -31,9 +31,7 @@ def _ci(ci, fmt: str) -> str:
     lo, hi = ci
     if lo is None or hi is None:
         return "[no interval]"
-    if lo == hi:
-        return f"[{num(lo, fmt)}: no spread]"
-    return f"[{num(lo, fmt)}, {num(hi, fmt)}]"
+    return f"[{num(lo, fmt)}: no spread]" if lo == hi else f"[{num(lo, fmt)}, {num(hi, fmt)}]"
 
 
 BOUND_WORDS = {"low": "clipped at its lower bound", "high": "clipped at its upper bound",
@@ -44,13 +42,10 @@ def t_ci(d: Interval | dict, fmt: str) -> str:
     """A Student-t interval over seeds, labelled with its n: ``[lo, hi] t n=3``; ``no spread`` when it
     collapses to a point, ``clipped ...`` when cut at what the value can be, ``n=1: no interval``."""
     d = d if isinstance(d, Interval) else Interval(**{"mean": None, **d})
-    label = f"t n={d.n}" if d.n is not None else "t"
-    lo, hi = d.ci
-    if lo is None or hi is None:
+    if None in d.ci:
         return f"(n={d.n}: no interval)" if d.n is not None else "[no interval]"
-    text = f"[{num(lo, fmt)}: no spread]" if lo == hi else f"[{num(lo, fmt)}, {num(hi, fmt)}]"
     clipped = BOUND_WORDS.get(d.clipped)
-    return f"{text} {label}{f', {clipped}' if clipped else ''}"
+    return f"{_ci(d.ci, fmt)} {f't n={d.n}' if d.n is not None else 't'}{f', {clipped}' if clipped else ''}"
 
 
 def mean_ci(d: Interval | None, fmt: str, ci_fmt: str) -> str:
