@@ -6,7 +6,7 @@ Drawn on a bare ``matplotlib.figure.Figure`` with the Agg canvas (no pyplot, so 
 created or left behind), with each component in its one colour (`vitplast.outputs.plots.component_color`),
 and written atomically. Gains get error bars only where there are at least two seeds.
 
-The figure of the selection at equal budget (`plot_budgets`; `.budgets`; its table is
+The figure of the selection at equal budget (`budgets_figure`; `.budgets`; its table is
 `.report.budget_lines`):
 ``OUT/budgets.png`` (relative gain against budget: one line per criterion, its points side by side at
 each budget so that criteria picking the same set stay visible, the random sets as a band from their
@@ -24,7 +24,7 @@ from ..finetune.selection import TRAIN_ORDER
 from ..outputs.plots import component_color, figure, legend_outside, save
 from .aggregate import Aggregate
 from .records import Budgets, ClaimAnalysis, Setup
-from .report import _ci, gain_interval, nan, num
+from .report import _ci, nan, num
 
 
 def error_bars(v: float, ci) -> list | None:
@@ -32,10 +32,15 @@ def error_bars(v: float, ci) -> list | None:
     return None if lo is None or hi is None else [[max(0.0, v - lo)], [max(0.0, hi - v)]]
 
 
-def plot_claim(an: ClaimAnalysis, setup: Setup, path) -> Path:
+def gain_interval(setup: Setup) -> str:
+    """What the gain's error bars are: the 95% t interval over seeds, or none with a single seed."""
+    return "95% t CI over seeds" if len(setup.seed) >= 2 else "n = 1 seed: no interval"
+
+
+def claim_figure(an: ClaimAnalysis, setup: Setup):
     """Gain against plasticity (one point per unit coloured by component, 95% error bars both ways,
     Theil-Sen trend), plasticity per layer (mean and 95% band per component) and, for (component, layer)
-    units, the gain per layer -> PNG at ``path``."""
+    units, the gain per layer -> the figure (`plot_claim`: a PNG at ``path``)."""
     per_layer = any(r.layer_index is not None for r in an.rows)
     fig, axes = figure(3 if per_layer else 2, 1, (8, 13 if per_layer else 9))
     ax, ax_p = axes[0, 0], axes[1, 0]
@@ -83,7 +88,7 @@ def plot_claim(an: ClaimAnalysis, setup: Setup, path) -> Path:
     for axis in axes[:, 0]:
         legend_outside(axis)
         axis.grid(alpha=0.3)
-    return save(fig, path, dpi=100)
+    return fig
 
 
 def _ordered(names) -> list[str]:
@@ -127,8 +132,9 @@ RULE_COLOR, BAND_COLOR, FULL_COLOR = "0.25", "0.6", "#637939"
 DODGE = 0.03  # criteria at one budget drawn this share of the budgets' spacing apart
 
 
-def plot_budgets(an: ClaimAnalysis, path) -> Path:
-    """Relative gain against budget -> PNG at ``path`` (an empty panel saying so without budgets)."""
+def budgets_figure(an: ClaimAnalysis):
+    """Relative gain against budget -> the figure (an empty panel saying so without budgets), written by
+    `plot_dataset`."""
     budgets = an.budgets or Budgets("components", [], [], None, "")
     fig, axes = figure(1, 1, (8, 4.8))
     ax = axes[0, 0]
@@ -161,7 +167,20 @@ def plot_budgets(an: ClaimAnalysis, path) -> Path:
         ax.set_xlim(xs[0] - spacing / 2, xs[-1] + spacing / 2)
         legend_outside(ax)
     ax.grid(alpha=0.3)
-    return save(fig, path)
+    return fig
+
+
+def plot_claim(an: ClaimAnalysis, setup: Setup, path) -> Path:
+    """The claim's figure (`claim_figure`) as a PNG at ``path``."""
+    return save(claim_figure(an, setup), path, dpi=100)
+
+
+def plot_dataset(an: ClaimAnalysis, setup: Setup, folder: Path) -> None:
+    """A dataset's figures in ``folder``: ``claim.png`` (`claim_figure`) and ``budgets.png``
+    (`budgets_figure`)."""
+    figures = claim_figure(an, setup), budgets_figure(an)
+    save(figures[0], folder / "claim.png", dpi=100)
+    save(figures[1], folder / "budgets.png")
 
 
 def plot_aggregate(agg: Aggregate, path) -> Path:

@@ -345,8 +345,3 @@ def reading(an: ClaimAnalysis, setup: Setup) -> list[str]:
     out.append("Plasticity is measured before finetuning on this model only; it says nothing about other "
                "models, tasks or training lengths.")
     return out
-
-
-def gain_interval(setup: Setup) -> str:
-    """What the gain's error bars are: the 95% t interval over seeds, or none with a single seed."""
-    return "95% t CI over seeds" if len(setup.seed) >= 2 else "n = 1 seed: no interval"

@@ -11,7 +11,7 @@ from vitplast_kernels.atomic_io import atomic_write_bytes
 
 from ..outputs.result_files import write_result_json
 from .aggregate import Aggregate
-from .figure import plot_aggregate, plot_budgets, plot_claim
+from .figure import plot_aggregate, plot_dataset
 from .grid import ClaimPlan
 from .records import CLAIM_FORMAT, ClaimAnalysis, Setup, encode
 from .session import ClaimSession
@@ -40,8 +40,7 @@ def write_claim(result: dict, plan: ClaimPlan, ses: ClaimSession, out: Path) -> 
             for name, text in texts.items():
                 atomic_write_bytes(folder / name, (text + "\n").encode())
         for (g, _), (an, setup, _) in zip(reports, typed, strict=True):
-            plot_claim(an, setup, g.dataset.out / "claim.png")
-            plot_budgets(an, g.dataset.out / "budgets.png")
+            plot_dataset(an, setup, g.dataset.out)
         if plan.several:
             plot_aggregate(Aggregate.from_json(result["aggregate"], "aggregate.json", "aggregate"),
                            out / "aggregate.png")
