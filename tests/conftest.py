@@ -32,6 +32,7 @@ if not torch.cuda.is_available():
 SEED_ENV = "VITPLAST_TEST_SEED"
 _SEEDS = pytest.StashKey[dict]()
 _FAILED = pytest.StashKey[list]()  # "nodeid: replay line" of each failed test
+_PLAIN_ID = pytest.StashKey[str]()  # a test's node id before its xdist group was appended
 
 
 def pytest_addoption(parser):
@@ -59,8 +60,9 @@ def derived_seed(base: int, nodeid: str, stream: str) -> int:
 def _seeds(item) -> dict:
     if _SEEDS not in item.stash:
         base = base_seed(item.config)
-        item.stash[_SEEDS] = {"base": base, "global": derived_seed(base, item.nodeid, "global"),
-                              "gen": derived_seed(base, item.nodeid, "gen")}
+        nodeid = item.stash.get(_PLAIN_ID, item.nodeid)  # without pytest-xdist's "@group"
+        item.stash[_SEEDS] = {"base": base, "global": derived_seed(base, nodeid, "global"),
+                              "gen": derived_seed(base, nodeid, "gen")}
     return item.stash[_SEEDS]
 
 
@@ -95,6 +97,45 @@ def _poison_uninitialized_memory():
     yield
     torch.use_deterministic_algorithms(prev_det, warn_only=prev_warn)
     torch.utils.deterministic.fill_uninitialized_memory = prev_fill
+
+
+def _group_name(item) -> str:
+    names = {str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+             for m in item.iter_markers("xdist_group")}
+    return "_".join(sorted(names))
+
+
+def _shares_a_module_fixture(item) -> bool:
+    info = getattr(item, "_fixtureinfo", None)
+    module = item.nodeid.split("::")[0]
+    return info is not None and any(
+        defs and defs[-1].scope in ("module", "class") and defs[-1].baseid.split("::")[0] == module
+        for defs in info.name2fixturedefs.values())
+
+
+@pytest.hookimpl(trylast=True)  # after pytest-xdist's own hook (a worker under --dist loadgroup)
+def pytest_collection_modifyitems(config, items):
+    """Groups of pytest-xdist workers (``--dist loadgroup``), made to work.
+
+    The tests of a module that share a module- or class-scoped fixture of that module run in one worker
+    (``xdist_group``, the module's path): the fixture is made once instead of once per worker (a claim
+    trained, the site built, children run). A test's own ``xdist_group`` wins.
+
+    pytest-xdist 3.8 tells the scheduler a test's group by appending ``@group`` to the test's node id
+    through ``item._nodeid``; pytest 9.2 keeps the id in ``item._id``, so the suffix was lost and every
+    group spread over the workers (pytest-dev/pytest-xdist#1386): a docs page's blocks ran in both
+    workers, each running the page's earlier blocks again. The suffix is put where pytest reads it,
+    where it is missing; the seeds keep the plain id."""
+    if not config.getoption("loadgroup", default=False):
+        return
+    for item in items:
+        if not _group_name(item) and _shares_a_module_fixture(item):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+        group = _group_name(item)
+        if not group or item.nodeid.endswith("@" + group) or not hasattr(item, "_id"):
+            continue
+        item.stash[_PLAIN_ID] = item.nodeid
+        item._id = type(item._id).parse(f"{item.nodeid}@{group}")
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -54,7 +54,8 @@ README_MAX_LINES = 150
 
 @dataclasses.dataclass
 class Page:
-    """What a page's blocks share: a directory, a namespace and the blocks run so far."""
+    """What a page's blocks (of one part of it, `Block.part`) share: a directory, a namespace and the
+    blocks run so far."""
 
     directory: Path
     namespace: dict
@@ -62,7 +63,7 @@ class Page:
     status: int = 0  # the last command's exit status ($ echo $?)
 
 
-PAGES: dict[str, Page] = {}
+PAGES: dict[str, Page] = {}  # by Block.part
 BLOCKS = [b for p in documentation_pages() for b in page_blocks(p)]
 
 
@@ -305,9 +306,10 @@ def _runs_now(block: Block, config) -> bool:
 
 
 def _param(block: Block):
-    # a page's blocks share one namespace and folder: under pytest-xdist (--dist loadgroup) they run in
-    # one worker, in order, instead of each worker running the page's earlier blocks again
-    marks = [pytest.mark.xdist_group(block.page)] + ([pytest.mark.slow] if block.directive.slow else [])
+    # a page's blocks (a part's) share one namespace and folder: under pytest-xdist (--dist loadgroup)
+    # they run in one worker, in order, instead of each worker running the earlier blocks again; the
+    # parts of a long page may run in both workers
+    marks = [pytest.mark.xdist_group(block.part)] + ([pytest.mark.slow] if block.directive.slow else [])
     return pytest.param(block, id=block.id, marks=marks)
 
 
@@ -316,11 +318,11 @@ def test_block_runs(block, digits_cache, tmp_path_factory, request):
     reason = _missing(block)
     if reason:
         pytest.skip(reason)
-    page = PAGES.get(block.page)
+    page = PAGES.get(block.part)
     if page is None:
-        name = re.sub(r"\W", "_", block.page)
-        page = PAGES[block.page] = Page(tmp_path_factory.mktemp(name), {"__name__": "docs", **HELPERS})
-    mine = [b for b in BLOCKS if b.page == block.page]
+        name = re.sub(r"\W", "_", block.part)
+        page = PAGES[block.part] = Page(tmp_path_factory.mktemp(name), {"__name__": "docs", **HELPERS})
+    mine = [b for b in BLOCKS if b.part == block.part]
     index = mine.index(block)
     for earlier in mine[page.done:index]:  # blocks of the page not yet run (a -k selection): run them now
         if _runs_now(earlier, request.config):

@@ -40,6 +40,9 @@ def test_directives_and_blocks_are_parsed(tmp_path):
     assert console[0].expected == ["vitplast compare: error: ..."] and console[1].expected == ["2"]
     with pytest.raises(ValueError, match="give the reason"):
         parse_directive("skip:")
+    assert blocks[0].part == "page.md" and parse_directive("part: shards").part == "shards"
+    with pytest.raises(ValueError, match="give its name"):
+        parse_directive("part:")
 
 
 def test_output_lines_match_in_order_with_ellipses():
