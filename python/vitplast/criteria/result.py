@@ -192,7 +192,7 @@ class CriterionResult:
                 if math.isfinite(v) and (not lo <= v <= hi or (whole and v != round(v))):
                     what = "a whole number " if whole else ""
                     raise ResultFileError(path, f"components.{self.components[i]}.{name}[{li}]",
-                                          f"{v!r} is not {what}in [{lo:g}, {hi:g}], the range of "
+                                          f"{float(v)!r} is not {what}in [{lo:g}, {hi:g}], the range of "
                                           f"{self.criterion}")
 
     def records(self) -> list[dict]:

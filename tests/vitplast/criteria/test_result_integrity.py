@@ -272,7 +272,7 @@ def test_per_layer_scores_edited_without_their_per_seed_scores_are_scored_again(
 
 
 @pytest.mark.parametrize("name, value, words", [
-    ("size", -5.0, "is not a whole number in [0, inf], the range of size"),
+    ("size", -5.0, "per_layer[0]: -5.0 is not a whole number in [0, inf], the range of size"),
     ("size", 2.5, "is not a whole number in [0, inf]"),
     ("spectral", 0.5, "is not in [1, inf], the range of spectral"),
     ("rgn", -1.0, "is not in [0, inf], the range of rgn"),
