@@ -3,10 +3,7 @@
 
 from __future__ import annotations
 
-import argparse
-
-from ..options.fields import add_options, parse_options
-from ..options.parsing import setup_parser
+from ..options.fields import subcommand
 from .experiment import claim
 from .options import GROUPS, ClaimOptions
 
@@ -70,11 +67,4 @@ examples:
 """
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    setup_parser(parser, defaults_in_help=False)
-    add_options(parser, ClaimOptions, GROUPS)
-
-
-def run(args: argparse.Namespace) -> int:
-    claim(parse_options(ClaimOptions, args))
-    return 0
+add_arguments, run = subcommand(ClaimOptions, claim, GROUPS, defaults_in_help=False)

@@ -9,8 +9,8 @@ from torch import nn
 from torch.func import functional_call, vjp, vmap
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from .base import Cost, Criterion, Setting, Units, unit_grid
-from .loss import cross_entropy_backwards, gradients_only_for
+from .base import Cost, Setting, Units, unit_grid
+from .loss import LossCriterion, cross_entropy_backwards, gradients_only_for
 
 # per-sample gradient values of one layer held at once (2**25 float32 values = 128 MiB): a linear
 # layer's per-sample weight gradients are made for this many values' worth of samples at a time
@@ -19,7 +19,7 @@ MAX_VALUES = 2**25
 CHUNK = 16
 
 
-class Fisher(Criterion):
+class Fisher(LossCriterion):
     """The empirical Fisher information per parameter of the unit:
 
     ``F(u) = (1 / |u|) · (1 / n) Σ_i Σ_{θ ∈ u} (∂ℓ_i / ∂θ)²``, ``ℓ_i`` the cross-entropy of sample ``i``
@@ -75,9 +75,6 @@ class Fisher(Criterion):
     """
 
     name = "fisher"
-    value_range = (0.0, math.inf)
-    needs = frozenset({"images", "labels", "backward"})
-    per_seed = True
 
     def score_units(self, net, units: Units, setting: Setting, cost: Cost):
         unit_params = {u: units.parameters(net, u) for u in units.modules}

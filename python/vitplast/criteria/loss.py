@@ -1,15 +1,26 @@
-"""What the loss-based criteria share: the logits of a model's output, the cross-entropy of a batch,
-and gradients limited to the units' parameters."""
+"""What the loss-based criteria share: their base (`LossCriterion`), the logits of a model's output, the
+cross-entropy of a batch, and gradients limited to the units' parameters."""
 
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 
-from .base import Cost, Setting
+from .base import Cost, Criterion, Setting
+
+
+class LossCriterion(Criterion):
+    """A criterion read from the cross-entropy's gradients at the labelled batches: it needs images,
+    labels and a backward pass, depends on the head each seed initialises (scored per seed), and its
+    scores are norms or squares, >= 0."""
+
+    needs = frozenset({"images", "labels", "backward"})
+    per_seed = True
+    value_range = (0.0, math.inf)
 
 
 def logits(out) -> torch.Tensor:

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import math
 
-from .base import Cost, Criterion, Setting, Units, unit_grid
-from .loss import cross_entropy_backwards, gradients_only_for
+from .base import Cost, Setting, Units, unit_grid
+from .loss import LossCriterion, cross_entropy_backwards, gradients_only_for
 
 
 def _norm(tensors) -> float:
     return math.sqrt(sum(float(t.detach().double().pow(2).sum()) for t in tensors))
 
 
-class RGN(Criterion):
+class RGN(LossCriterion):
     """``RGN(u) = ‖g_u‖₂ / ‖θ_u‖₂``: ``θ_u`` the concatenation of the unit's parameter tensors, ``g_u``
     the gradient at the pretrained weights of the mean cross-entropy over the criterion's batches
     (``--criterion-batches``, labelled downstream training images), the head initialised as the
@@ -25,9 +25,6 @@ class RGN(Criterion):
     """
 
     name = "rgn"
-    value_range = (0.0, math.inf)
-    needs = frozenset({"images", "labels", "backward"})
-    per_seed = True
 
     def score_units(self, net, units: Units, setting: Setting, cost: Cost):
         params = {u: units.parameters(net, u) for u in units.modules}

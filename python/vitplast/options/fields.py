@@ -51,15 +51,17 @@ class Spec:
 
     help: str | None = None
     kind: Kind = Kind()
+    # where it is: on the command line at all, its flag (and the one storing False), its group in --help
+    cli: bool = True
     flag: str | None = None
+    negation: str | None = None  # a second flag storing False in the same option (--no-progress)
     group: str | None = None
-    metavar: str | None = None
+    # how argparse reads it
+    required: bool = False
     action: str | None = None
     nargs: str | None = None
     const: Any = None
-    required: bool = False
-    negation: str | None = None  # a second flag storing False in the same option (--no-progress)
-    cli: bool = True
+    metavar: str | None = None
 
 
 def option(default: Any = None, help: str | None = None, *, kind: Kind | None = None,
