@@ -4,10 +4,13 @@ The claim first runs the starting grid (the default ``--lr`` values). A train wh
 rate (mean accuracy over seeds, on the images ``--holdout`` kept out of training when every run of the
 train holds them, else the final accuracy; ties: the smaller lr) is the largest it was run at gets the next
 one up, ``LR_AUTO_FACTOR`` times larger (two significant digits); at the smallest, the next one down.
-Only that train is run at the new lr, for every seed, and the check repeats, at most
-``LR_AUTO_ROUNDS`` steps beyond the starting grid on each side. A train still at an edge then is
-flagged in the report like any other. Every decision depends only on finished runs, so a killed
-claim rerun with the same options makes the same decisions and reuses every run.
+Only that train is run at the new lr, for every seed, and the check repeats until every train's best lr
+is interior, within stated bounds: at most ``LR_AUTO_STEPS`` steps of ``LR_AUTO_FACTOR`` beyond the
+starting grid on each side (an lr up to 3^4 = 81 times the grid's largest, or 1/81 of its smallest). A
+run that diverged scores what it predicts after diverging (about chance), below the lr before it, so
+the step past the edge brackets that lr. A train still at an edge after its last step is named in the
+report, and the claim's verdict is withheld ("not bracketed"). Every decision depends only on finished
+runs, so a killed claim rerun with the same options makes the same decisions and reuses every run.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from __future__ import annotations
 from ..runs.summary import RunSummary
 
 LR_AUTO_FACTOR = 3.0
-LR_AUTO_ROUNDS = 2
+LR_AUTO_STEPS = 4  # steps beyond the starting grid, per side, at most
 
 
 def _round(v: float) -> float:
@@ -25,7 +28,7 @@ def _round(v: float) -> float:
 def widen(summaries: list, start: list[float]) -> list[tuple[str, float]]:
     """``(train, lr)`` pairs to run next: one step beyond the edge where a train's best lr sits (chosen
     on held-out accuracy where the train's runs have it, never on the test accuracy then), while fewer
-    than `LR_AUTO_ROUNDS` steps were taken on that side."""
+    than `LR_AUTO_STEPS` steps were taken on that side."""
     runs = list(map(RunSummary.of, summaries))
     held_out = {s.train for s in runs} - {s.train for s in runs if s.holdout_acc is None}
     acc: dict[str, dict[float, list[float]]] = {}
@@ -40,16 +43,16 @@ def widen(summaries: list, start: list[float]) -> list[tuple[str, float]]:
             continue
         means = [sum(per_lr[v]) / len(per_lr[v]) for v in lrs]
         best = lrs[means.index(max(means))]
-        if best == lrs[-1] and sum(v > hi for v in lrs) < LR_AUTO_ROUNDS:
+        if best == lrs[-1] and sum(v > hi for v in lrs) < LR_AUTO_STEPS:
             out.append((train, _round(best * LR_AUTO_FACTOR)))
-        elif best == lrs[0] and sum(v < lo for v in lrs) < LR_AUTO_ROUNDS:
+        elif best == lrs[0] and sum(v < lo for v in lrs) < LR_AUTO_STEPS:
             out.append((train, _round(best / LR_AUTO_FACTOR)))
     return out
 
 
 def widen_groups(groups: dict[str, list[dict]], *, start: list[float], plan, train, say
                  ) -> tuple[list, dict[str, list[dict]]]:
-    """Widen until no train's best lr is at an edge (or the rounds are used up), in every group (a
+    """Widen until no train's best lr is at an edge (or its steps are used up), in every group (a
     dataset's summaries) at once. ``plan(group, train, lr)`` gives the new jobs (one per seed),
     ``train(jobs)`` their summaries. Returns the new jobs and every group's summaries."""
     groups = {name: list(s) for name, s in groups.items()}

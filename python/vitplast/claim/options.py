@@ -118,9 +118,11 @@ class ClaimOptions(ExecutorOptions, RuntimeOptions, OptimOptions, DataOptions, M
                            "initial accuracy", group="train", kind=choice(BASELINES))
     lr: list | str | None = option(
         None, f"learning-rate grid; each train keeps its best (default: auto); auto: {LR_GRID} "
-        f"({LAYER_LR_GRID} with --granularity layer), widened x3 (at most twice per side) for a train whose "
-        "best lr is at an edge", group="train", kind=optional(fields.Kind(_lr_text, _lr_check)))
-    seed: list = option("0,1,2", "seeds (default: %(default)s)", group="train",
+        f"({LAYER_LR_GRID} with --granularity layer), widened x3 (at most 4 steps per side) for a train "
+        "whose best lr is at an edge, until every best lr is interior", group="train",
+        kind=optional(fields.Kind(_lr_text, _lr_check)))
+    seed: list = option("0,1,2,3,4", "seeds (default: %(default)s: five, so that the paired tests and the "
+                        "bootstrap can reject at 0.05)", group="train",
                         kind=csv(integer(0, MAX_SEED), unique=True))
     eval_limit: int = option(0, "validate on the first N images", group="train", kind=integer(0))
     checkpoint_every: int = option(50, group="train", kind=integer(0))

@@ -12,7 +12,7 @@ import pytest
 from helpers import Killed, collecting, kill_after, quiet
 from vitplast.claim import claim
 from vitplast.claim.analysis import analyse as typed_analysis
-from vitplast.claim.lr_auto import lrs_run, widen, widen_groups
+from vitplast.claim.lr_auto import LR_AUTO_STEPS, lrs_run, widen, widen_groups
 from vitplast.claim.samples import accuracy_cube, lr_edge
 from vitplast.claim.units import ClaimUnits, units_of
 from vitplast.cli import main as cli_main
@@ -233,24 +233,43 @@ def test_lr_auto_widens_only_at_edges_and_is_bounded():
     s = _summ("A", 1e-3, [0.5, 0.5]) + _summ("A", 1e-2, [0.7, 0.7])  # best at the top
     s += _summ("B", 1e-3, [0.9, 0.9]) + _summ("B", 1e-2, [0.2, 0.2])  # best at the bottom
     assert widen(s, start) == [("A", 0.03), ("B", 0.00033)]
-    # a fake trainer where accuracy keeps rising with lr for A: two steps up, then it stops
-    acc_of = {"A": lambda lr: 0.7 + lr, "B": lambda lr: 0.3}  # B: 1e-3 stays best, now interior
+    # a fake trainer where accuracy keeps rising with lr for A: four steps up (LR_AUTO_STEPS), then it stops
+    assert LR_AUTO_STEPS == 4
+    acc_of = {"A": lambda lr: 0.7 + lr / 10, "B": lambda lr: 0.3}  # B: 1e-3 stays best, now interior
+    jobs, out = _widened(s, start, acc_of)
+    assert sorted({(j["train"], j["lr"]) for j in jobs}) == [("A", 0.03), ("A", 0.09), ("A", 0.27),
+                                                              ("A", 0.81), ("B", 0.00033)]
+    assert lrs_run(out) == [0.00033, 1e-3, 1e-2, 0.03, 0.09, 0.27, 0.81]
+    assert widen(out, start) == []  # A still at its top edge, but its four steps up are used
+    # the analysis reads the ragged grid: each train's lrs are the ones it ran at
+    trains, seeds = ["A", "B"], [0, 1]
+    acc, _, _ = accuracy_cube(out, trains, lrs_run(out), seeds)
+    assert np.isnan(acc[0, 0]).all() and np.isfinite(acc[1, 0]).all()
+    assert lr_edge(acc, 0, 6) == "high" and lr_edge(acc, 1, 0) == "low"
+    with pytest.raises(ValueError, match="has no summary"):
+        accuracy_cube(out[:-1], trains, lrs_run(out), seeds)  # one seed of a (train, lr) missing
+
+
+def _widened(s, start, acc_of):
+    """`widen_groups` over one group with a fake trainer: accuracy ``acc_of[train](lr)``, two seeds."""
     jobs, groups = widen_groups(
         {"": s}, start=start, say=lambda *a: None,
         plan=lambda _, t, lr: [{"train": t, "lr": lr, "seed": k} for k in (0, 1)],
         train=lambda js: [{**j, "final_acc": acc_of[j["train"]](j["lr"]), "initial_acc": 0.1,
                            "trainable_params": 9} for j in js])
-    out = groups[""]
-    assert sorted({(j["train"], j["lr"]) for j in jobs}) == [("A", 0.03), ("A", 0.09), ("B", 0.00033)]
-    assert lrs_run(out) == [0.00033, 1e-3, 1e-2, 0.03, 0.09]
-    assert widen(out, start) == []  # A still at its top edge, but its two steps up are used
-    # the analysis reads the ragged grid: each train's lrs are the ones it ran at
-    trains, seeds = ["A", "B"], [0, 1]
-    acc, _, _ = accuracy_cube(out, trains, lrs_run(out), seeds)
-    assert np.isnan(acc[0, 0]).all() and np.isfinite(acc[1, 0]).all()
-    assert lr_edge(acc, 0, 4) == "high" and lr_edge(acc, 1, 0) == "low"
-    with pytest.raises(ValueError, match="has no summary"):
-        accuracy_cube(out[:-1], trains, lrs_run(out), seeds)  # one seed of a (train, lr) missing
+    return jobs, groups[""]
+
+
+def test_lr_auto_a_diverged_run_brackets_the_lr_below_it():
+    """A's accuracy rises with lr until the run diverges (at 0.27: chance accuracy): the widening stops
+    there and A's best lr, 0.09, is interior."""
+    start = [1e-3, 1e-2]
+    s = _summ("A", 1e-3, [0.5, 0.5]) + _summ("A", 1e-2, [0.7, 0.7])
+    jobs, out = _widened(s, start, {"A": lambda lr: 0.1 if lr > 0.1 else 0.7 + lr})
+    assert sorted({j["lr"] for j in jobs}) == [0.03, 0.09, 0.27] and widen(out, start) == []
+    acc, _, _ = accuracy_cube(out, ["A"], lrs_run(out), [0, 1])
+    best = int(np.argmax(acc[0].mean(-1)))
+    assert lrs_run(out)[best] == 0.09 and lr_edge(acc, 0, best) is None
 
 
 def test_lr_auto_chooses_on_held_out_accuracy_when_the_runs_hold_it():
