@@ -60,6 +60,8 @@ def exit_status(prog: str, command: str | None, exc: BaseException, out: str | N
         _say(f"{prog}: {how}{': ' + kept if kept else ''}")
         return exc.exit_status if isinstance(exc, Terminated) else EXIT_INTERRUPTED
     if isinstance(exc, USAGE_ERRORS):
+        if isinstance(exc, OSError) and exc.filename and exc.strerror:  # the path first, no [Errno N]
+            exc = f"{exc.filename}: {exc.strerror}"
         fail(prog, _plain(exc) or type(exc).__name__)  # the whole message, on one line
         return EXIT_USAGE
     if traceback_wanted():
