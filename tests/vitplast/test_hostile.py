@@ -778,6 +778,22 @@ def test_impossible_summary_value_is_refused_naming_file_and_field(field, value,
     assert exc.value.path == str(path) and exc.value.field.split(".")[0] == field, str(exc.value)
 
 
+@pytest.mark.parametrize("field, value", [("train", "FC1"), ("lr", 0.1), ("seed", 3)])
+def test_a_summary_that_disagrees_with_its_runs_config_is_refused(field, value, tmp_path):
+    """summary.json edited (checksum recomputed) to say another train, lr or seed than config.json, which
+    the run was trained with: refused naming the field, never read as that other run's result."""
+    from vitplast.outputs.result_files import ResultFileError
+    from vitplast.runs.rundir import RunDir
+
+    path = _summary_file(tmp_path / "run" / "summary.json", **{field: value})
+    (tmp_path / "run" / "config.json").write_text(json.dumps({"train": "MHA", "lr": 0.01, "seed": 0}))
+    with pytest.raises(ResultFileError) as exc:
+        RunDir(tmp_path / "run").summary()
+    assert exc.value.path == str(path) and exc.value.field == field and "config.json" in exc.value.reason
+    _summary_file(path)  # as written: believed
+    assert RunDir(tmp_path / "run").summary()["train"] == "MHA"
+
+
 def test_edited_or_old_summary_is_refused_by_checksum_and_version(tmp_path):
     from vitplast.outputs.result_files import ResultFileError
     from vitplast.runs.summary import RunSummary

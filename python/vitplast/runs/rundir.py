@@ -27,6 +27,7 @@ names is reported). The writer confirms it still holds the lock before each chec
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 import re
@@ -39,7 +40,7 @@ import torch
 from vitplast_kernels.atomic_io import atomic_write, atomic_write_bytes
 
 from ..models.checkpoints import load_weights_only
-from ..outputs.json_files import read_json_file
+from ..outputs.json_files import ResultFileError, read_json_file
 from .lock import LOCK, RunBusy, RunDirError, RunLock
 from .summary import RunSummary
 
@@ -50,6 +51,8 @@ CONFIG, METRICS, CHECKPOINT, SUMMARY = "config.json", "metrics.jsonl", "checkpoi
 # options that may differ between a run and its resume without changing the results
 RESUME_FREE_KEYS = frozenset({"resume", "progress", "tensorboard", "out", "plots", "device", "workers",
                               "export"})
+# what a run's summary.json must say as its config.json does (what was trained)
+SAME_AS_CONFIG = ("train", "lr", "seed")
 
 
 _PARENT_PID: int | None = None  # set in worker processes (guard_writes): writes stop once it is gone
@@ -289,8 +292,18 @@ class RunDir:
 
     def summary(self) -> dict:
         """The run's summary as its fields, checked (`RunSummary.read`: ResultFileError naming the file
-        and the field)."""
-        return RunSummary.read(self.summary_path).to_json()
+        and the field), and agreeing with the run's ``config.json`` on what was trained (train, lr, seed):
+        a summary edited with its checksum recomputed is believed only as the run it says it is."""
+        summary = RunSummary.read(self.summary_path)
+        config = read_json_file(self.config_path) if self.config_path.is_file() else None
+        for name in SAME_AS_CONFIG if isinstance(config, dict) else ():
+            said, ran = getattr(summary, name), config.get(name)
+            same = said == ran or (isinstance(ran, float) and isinstance(said, float)
+                                   and math.isclose(said, ran, rel_tol=1e-12))
+            if ran is not None and not same:
+                raise ResultFileError(self.summary_path, name, f"{said!r} disagrees with {self.config_path}, "
+                                      f"which the run was trained with ({ran!r})")
+        return summary.to_json()
 
     def close(self) -> None:
         """Closes the metrics file and releases the directory's lock (the end of this writer's session)."""
