@@ -272,12 +272,15 @@ def test_lr_auto_a_diverged_run_brackets_the_lr_below_it():
     assert lrs_run(out)[best] == 0.09 and lr_edge(acc, 0, best) is None
 
 
-def test_lr_auto_chooses_on_held_out_accuracy_when_the_runs_hold_it():
-    """The test accuracy says A's best lr is the top one; the held-out images say the bottom one: the
-    grid widens downwards. A train with a run lacking held-out accuracy is chosen on the final one."""
+def test_lr_auto_widens_until_neither_the_held_out_nor_the_final_best_lr_is_clipped():
+    """The held-out images say A's best lr is the bottom one (the lr the claim chooses), the final
+    accuracy the top one (where the paper reads its gain): the grid widens on both sides. Where both
+    agree, one side. A train with a run lacking held-out accuracy is judged on the final one alone."""
     start = [1e-3, 1e-2]
     s = [{**r, "holdout_acc": 0.8} for r in _summ("A", 1e-3, [0.5, 0.5])]
     s += [{**r, "holdout_acc": 0.6} for r in _summ("A", 1e-2, [0.7, 0.7])]
-    assert widen(s, start) == [("A", 0.00033)]
+    assert widen(s, start) == [("A", 0.03), ("A", 0.00033)]
+    agree = [{**r, "holdout_acc": r["final_acc"]} for r in s]
+    assert widen(agree, start) == [("A", 0.03)]
     s[0] = {**s[0], "holdout_acc": None}
     assert widen(s, start) == [("A", 0.03)]
