@@ -16,14 +16,11 @@ so ``--shard I/N`` slices the same list in every process; results do not depend 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from ..finetune.grid import PlannedRun, config_mismatches, mismatch_message, plan_grid
 from ..finetune.options import RunSettings
-from ..finetune.preflight import Prepared
-from ..outputs.reporter import Reporter
-from ..runs.grid import refuse_runs, train_grid
+from ..runs.grid import refuse_runs
 
 
 def plan_runs(out: Path, settings: RunSettings, trains: list[str], lrs: list[float], seeds: list[int],
@@ -33,19 +30,14 @@ def plan_runs(out: Path, settings: RunSettings, trains: list[str], lrs: list[flo
     every run directory that holds no run, or a run of other options (``root``: ``--out``, which the
     message names the directories under)."""
     runs = plan_grid(settings, trains, lrs, seeds, out / "runs", seed_major=True, dataset=dataset)
+    # the runs of other options named while the grid's module is at hand (a foreign directory, which
+    # holds no config, is no mismatch), refused after the foreign directories
+    mismatches = config_mismatches([r.spec for r in runs])
+    mismatched = mismatch_message(mismatches, root=root) if mismatches else None
     foreign = {"foreign": "directories that hold no finetuning run"}
     refuse_runs([(r.spec.directory, r.state) for r in runs], foreign, lead=f"--out {root}", root=root,
                 then="choose another --out")
-    mismatches = config_mismatches([r.spec for r in runs])
-    if mismatches:
-        raise ValueError(mismatch_message(mismatches, root=root))
+    if mismatched:
+        raise ValueError(mismatched)
     return runs
 
-
-def train_all(runs: Sequence[PlannedRun], prepared: Mapping[str, Prepared], executor, reporter: Reporter, *,
-              progress: bool, after_step: Callable[[int], None] | None = None) -> list[dict]:
-    """Train (or load) every run through the grid driver; returns the summaries in run order, each with
-    ``"reused"`` (True when it was finished before). ``after_step`` is passed to every run trained in
-    this process (its messages dropped, as in a worker)."""
-    grid = [r.grid_run(prepared[r.dataset], local_args=(None, None, after_step)) for r in runs]
-    return train_grid(grid, executor, reporter, progress=progress, reuse_finished=True)

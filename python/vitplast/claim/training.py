@@ -10,9 +10,9 @@ import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
-from ..runs.grid import NOT_FINISHED, refuse_runs
+from ..runs.grid import NOT_FINISHED, refuse_runs, train_grid
 from ..runs.summary import RunSummary
-from .finetuning import PlannedRun, plan_runs, train_all
+from .finetuning import PlannedRun, plan_runs
 from .grid import ClaimPlan
 from .lr_auto import lrs_run, widen_groups
 from .options import ClaimOptions
@@ -49,7 +49,10 @@ def train_claim(opts: ClaimOptions, ses: ClaimSession, executor, plan: ClaimPlan
         if opts.analyse_only:
             refuse_runs([(r.spec.directory, r.state) for r in runs], NOT_FINISHED, lead="--analyse-only",
                         then="train them first (every --shard, or a run without --analyse-only)")
-        done = train_all(runs, prepared, executor, reporter, progress=ses.progress, after_step=after_step)
+        # through the grid driver: the summaries in run order, each with "reused" (True when finished
+        # before); after_step goes to every run trained in this process (its messages dropped, as in a worker)
+        grid = [r.grid_run(prepared[r.dataset], local_args=(None, None, after_step)) for r in runs]
+        done = train_grid(grid, executor, reporter, progress=ses.progress, reuse_finished=True)
         return [RunSummary.of(s) for s in done]
 
     if opts.shard is not None:  # a --shard: its own runs, then the line it ends with
