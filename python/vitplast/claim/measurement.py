@@ -21,7 +21,6 @@ import numpy as np
 from ..criteria import cache_key
 from ..criteria.plasticity import check_statistics
 from ..data.datasets import load_dataset
-from ..data.transforms import transform_record
 from ..finetune.preflight import PreparedModel
 from ..outputs.reporter import Reporter
 from ..outputs.result_files import (
@@ -32,7 +31,6 @@ from ..outputs.result_files import (
     read_result_json,
     write_result_json,
 )
-from ..runs.provenance import provenance
 from ..runtime.precision import autocast
 from .budget_plan import budget_sets
 from .criteria_scores import claim_scores
@@ -107,7 +105,8 @@ def saved_or_measured(opts: ClaimOptions, dataset: DatasetPlan, device, reporter
     if not measure:
         return None
     data = {"pretrain_data": opts.pretrain_data, "data": dataset.spec, "split": opts.split}
-    record = provenance(built, data, transform_record(transform, built.img_size))
+    # the model's record as the plan made it (`vitplast.runs.provenance.provenance`), of these data
+    record = {**model.prepared.provenance, "data": data}
     key = cache_key(record, {"criterion": "plasticity", **config})
     if saved is not None and saved.get("cache_key") == key:
         reporter.say(f"plasticity{dataset.tag}: loaded from {path}")

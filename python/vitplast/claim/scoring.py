@@ -13,10 +13,8 @@ from pathlib import Path
 from ..criteria import ScoreCache, ScoringRequest, resolve_units
 from ..criteria.service import labelled_sample, seeded_models
 from ..data.datasets import load_dataset
-from ..data.transforms import transform_record
 from ..finetune.model import fresh_model
 from ..finetune.preflight import PreparedModel
-from ..runs.provenance import provenance
 from ..runtime.precision import autocast
 from .datasets import DatasetPlan
 from .options import ClaimOptions
@@ -32,9 +30,9 @@ def score_inputs(opts: ClaimOptions, dataset: DatasetPlan, model: PreparedModel,
     ``DATASET_OUT/criteria/``: the model's provenance (the dataset's training split, the runs' transform),
     the options every score depends on and what draws the labelled sample."""
     built, transform, settings = model.built, model.prepared.transform, dataset.settings
-    cache = ScoreCache(Path(dataset.out) / FOLDER,
-                       provenance(built, {"data": dataset.spec, "split": "train"},
-                                  transform_record(transform, built.img_size)),
+    # the model's record as the plan made it (`vitplast.runs.provenance.provenance`), of the training split
+    record = {**model.prepared.provenance, "data": {"data": dataset.spec, "split": "train"}}
+    cache = ScoreCache(Path(dataset.out) / FOLDER, record,
                        context={"data": dataset.spec, "components": settings.components, "amp": opts.amp,
                                 "device": str(device), "model_seed": opts.seed[0]},
                        inputs={"images": {"criterion_batches": opts.criterion_batches,
