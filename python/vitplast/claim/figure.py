@@ -18,10 +18,11 @@ datasets is here too (`plot_aggregate`).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from ..finetune.selection import TRAIN_ORDER
-from ..outputs.plots import component_color, figure, legend_outside, save
+from ..outputs.plots import DPI, component_color, figure, legend_outside, save
 from .aggregate import Aggregate
 from .records import Budgets, ClaimAnalysis, Setup
 from .report import _ci, nan, num
@@ -175,17 +176,43 @@ def plot_claim(an: ClaimAnalysis, setup: Setup, path) -> Path:
     return save(claim_figure(an, setup), path, dpi=100)
 
 
+def dataset_figures(an: ClaimAnalysis, setup: Setup, folder: Path) -> Iterator[tuple]:
+    """``(figure, path, dpi)`` of a dataset's figures in ``folder``, each drawn when asked for:
+    ``claim.png`` (`claim_figure`) and ``budgets.png`` (`budgets_figure`)."""
+    yield claim_figure(an, setup), folder / "claim.png", 100
+    yield budgets_figure(an), folder / "budgets.png", DPI
+
+
+def claim_figures(datasets: Iterable[tuple], agg: Aggregate | None, out: Path) -> Iterator[tuple]:
+    """``(figure, path, dpi)`` of each dataset's figures (`dataset_figures`; ``datasets``: ``(analysis,
+    setup, folder)``), then with ``agg`` (several datasets) the aggregate's, ``out/aggregate.png``
+    (`plot_aggregate`'s), each drawn when asked for."""
+    for an, setup, folder in datasets:
+        yield from dataset_figures(an, setup, folder)
+    if agg is not None:
+        yield aggregate_figure(agg), out / "aggregate.png", DPI
+
+
+def save_figures(figures: Iterable[tuple]) -> None:
+    """Writes each ``(figure, path, dpi)`` of ``figures`` (`vitplast.outputs.plots.save`: atomically)."""
+    for fig, path, dpi in figures:
+        save(fig, path, dpi=dpi)
+
+
 def plot_dataset(an: ClaimAnalysis, setup: Setup, folder: Path) -> None:
     """A dataset's figures in ``folder``: ``claim.png`` (`claim_figure`) and ``budgets.png``
     (`budgets_figure`)."""
-    figures = claim_figure(an, setup), budgets_figure(an)
-    save(figures[0], folder / "claim.png", dpi=100)
-    save(figures[1], folder / "budgets.png")
+    save_figures(dataset_figures(an, setup, folder))
 
 
 def plot_aggregate(agg: Aggregate, path) -> Path:
     """One panel per dataset: gain against plasticity (95% error bars where defined), its rho in the
     title -> PNG at ``path``."""
+    return save(aggregate_figure(agg), path)
+
+
+def aggregate_figure(agg: Aggregate):
+    """`plot_aggregate`'s figure: one panel per dataset, gain against plasticity."""
     n = len(agg.datasets)
     cols = min(3, n)
     rows = math.ceil(n / cols)
@@ -210,4 +237,4 @@ def plot_aggregate(agg: Aggregate, path) -> Path:
         axes[k // cols][k % cols].set_axis_off()
     fig.suptitle(f"pooled within-dataset rho = {num(agg.pooled.spearman, '+.2f')}, stratified p = "
                  f"{num(agg.pooled.p_greater, '.2g')}", fontsize=10)
-    return save(fig, path)
+    return fig

@@ -11,7 +11,7 @@ from vitplast_kernels.atomic_io import atomic_write_bytes
 
 from ..outputs.result_files import write_result_json
 from .aggregate import Aggregate
-from .figure import plot_aggregate, plot_dataset
+from .figure import claim_figures, save_figures
 from .grid import ClaimPlan
 from .records import CLAIM_FORMAT, ClaimAnalysis, Setup, encode
 from .session import ClaimSession
@@ -39,11 +39,10 @@ def write_claim(result: dict, plan: ClaimPlan, ses: ClaimSession, out: Path) -> 
                 write_result_json(folder / name, record, kind=kind, version=version)
             for name, text in texts.items():
                 atomic_write_bytes(folder / name, (text + "\n").encode())
-        for (g, _), (an, setup, _) in zip(reports, typed, strict=True):
-            plot_dataset(an, setup, g.dataset.out)
-        if plan.several:
-            plot_aggregate(Aggregate.from_json(result["aggregate"], "aggregate.json", "aggregate"),
-                           out / "aggregate.png")
+        agg = (Aggregate.from_json(result["aggregate"], "aggregate.json", "aggregate") if plan.several
+               else None)
+        save_figures(claim_figures([(an, setup, g.dataset.out) for (g, _), (an, setup, _)
+                                    in zip(reports, typed, strict=True)], agg, out))
     for g, r in reports:
         folder, counts = g.dataset.out, r["plan"]
         if not plan.several:
