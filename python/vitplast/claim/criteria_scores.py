@@ -20,14 +20,14 @@ from .scoring import score_inputs
 
 
 def score_dataset(opts: ClaimOptions, dataset: DatasetPlan, model: PreparedModel, names: tuple[str, ...],
-                  device, reporter: Reporter, *, progress: bool, write: bool) -> Scores:
+                  device, reporter: Reporter, *, amp, progress: bool, write: bool) -> Scores:
     """The `Scores` of ``names`` (plasticity left out) on ``dataset`` and its ``model`` (built and
     checked once, `vitplast.finetune.preflight.prepare_model`): read back when cached, else scored (and
     written when ``write``)."""
     names = tuple(n for n in names if n != "plasticity")
     if not names:
         return Scores({})
-    request, cache = score_inputs(opts, dataset, model, device, progress=progress)
+    request, cache = score_inputs(opts, dataset, model, device, amp=amp, progress=progress)
     scores = score_criteria(names, request, cache=cache, say=reporter.say)
     for n, result in scores.items():
         if n in scores.reused:
@@ -41,7 +41,7 @@ def score_dataset(opts: ClaimOptions, dataset: DatasetPlan, model: PreparedModel
 
 
 def claim_scores(opts: ClaimOptions, dataset: DatasetPlan, model: PreparedModel, measured: dict,
-                 units: list | None, names: list[str], device, reporter: Reporter, *, progress: bool,
+                 units: list | None, names: list[str], device, reporter: Reporter, *, amp, progress: bool,
                  write: bool) -> dict[str, dict]:
     """``{criterion: {unit: score}}`` the budgets' sets are picked by on one dataset: plasticity from
     its ``measured`` chunks first, then the other ``--criteria``, scored (or read back) on ``model``,
@@ -52,8 +52,8 @@ def claim_scores(opts: ClaimOptions, dataset: DatasetPlan, model: PreparedModel,
     {"scores": {component: score}, "seconds": s}}``, what `vitplast.claim.analysis.analyse` correlates
     with the gains) or ``"unit_scores"`` (a layer claim's scores, these), and ``"criteria_seconds"``
     (each criterion's scoring seconds, plasticity's the measurement's)."""
-    results = score_dataset(opts, dataset, model, tuple(opts.criteria), device, reporter, progress=progress,
-                            write=write)
+    results = score_dataset(opts, dataset, model, tuple(opts.criteria), device, reporter, amp=amp,
+                            progress=progress, write=write)
     measured["reused_files"] = [*measured.get("reused_files", []),
                                 *(r.to_dict() for r in results.reused.values())]
     seconds = {"plasticity": measured.get("seconds"), **{n: r.cost.seconds for n, r in results.items()}}

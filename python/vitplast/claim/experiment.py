@@ -49,7 +49,7 @@ def claim(opts: ClaimOptions | None = None, /, *, reporter: Reporter | None = No
     opts = claim_options(opts, **keywords)
     started = time.perf_counter()
     with open_session(opts, reporter) as ses:
-        plan = plan_claim(opts, device=ses.device, reporter=ses.reporter, progress=ses.progress,
+        plan = plan_claim(opts, device=ses.device, amp=ses.amp, reporter=ses.reporter, progress=ses.progress,
                           run_bars=ses.progress and ses.executor.in_process, n_procs=ses.n_procs)
         est = estimate_claim(opts, plan, n_procs=ses.n_procs, on_cluster=ses.executor.runs_at_once is None,
                              reporter=ses.reporter)
@@ -60,7 +60,7 @@ def claim(opts: ClaimOptions | None = None, /, *, reporter: Reporter | None = No
             with ses.executor as executor:  # connected (a cluster) before any file is written
                 if (where := executor.describe()) is not None:
                     ses.reporter.say(f"executor: {where}")
-                measured, budgets = measure_claim(opts, plan.grids, ses.device, ses.reporter,
+                measured, budgets = measure_claim(opts, plan.grids, ses.device, ses.reporter, amp=ses.amp,
                                                  progress=ses.progress, write=ses.dist.is_main)
                 train_started = time.perf_counter()
                 trained = train_claim(opts, ses, executor, plan, budgets, after_step)

@@ -67,11 +67,11 @@ class ClaimPlan:
         return len(self.grids) > 1
 
 
-def plan_claim(opts: ClaimOptions, *, device, reporter: Reporter, progress: bool, run_bars: bool,
+def plan_claim(opts: ClaimOptions, *, device, amp, reporter: Reporter, progress: bool, run_bars: bool,
                n_procs: int) -> ClaimPlan:
     """Every dataset planned (nothing written), the plan said, this process's runs chosen; with
     ``--analyse-only`` (not a dry run) every run must be finished already."""
-    grids = [plan_dataset(opts, d, device=device, reporter=reporter, progress=progress)
+    grids = [plan_dataset(opts, d, device=device, amp=amp, reporter=reporter, progress=progress)
              for d in dataset_plans(opts, progress=run_bars)]
     record = opts.record(jobs=n_procs, data=opts.data if len(grids) > 1 else opts.data[0])
     runs = [r for g in grids for r in g.runs]
@@ -83,11 +83,11 @@ def plan_claim(opts: ClaimOptions, *, device, reporter: Reporter, progress: bool
     return ClaimPlan(grids, runs, mine, summary, record)
 
 
-def plan_dataset(opts: ClaimOptions, dataset: DatasetPlan, *, device, reporter: Reporter,
+def plan_dataset(opts: ClaimOptions, dataset: DatasetPlan, *, device, amp, reporter: Reporter,
                  progress: bool) -> DatasetGrid:
     """The dataset's trains, checks and runs; a layer claim measures plasticity first (in memory)."""
     model = prepare_model(dataset.settings, opts.seed[0])  # the model and data built and checked once
-    measured = planned_measurement(opts, dataset, device, reporter, progress=progress, model=model)
+    measured = planned_measurement(opts, dataset, device, reporter, amp=amp, progress=progress, model=model)
     units = sizes = None
     if opts.granularity == "layer":
         units, sizes, names = layer_units(opts, measured, model.built.net)

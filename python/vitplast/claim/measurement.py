@@ -31,7 +31,6 @@ from ..outputs.result_files import (
     read_result_json,
     write_result_json,
 )
-from ..runtime.precision import autocast
 from .budget_plan import budget_sets
 from .criteria_scores import claim_scores
 from .datasets import DatasetPlan
@@ -72,24 +71,26 @@ def read_chunks(path: str | os.PathLike) -> dict:
     return doc
 
 
-def planned_measurement(opts: ClaimOptions, dataset: DatasetPlan, device, reporter: Reporter, *,
+def planned_measurement(opts: ClaimOptions, dataset: DatasetPlan, device, reporter: Reporter, *, amp,
                         progress: bool, model: PreparedModel) -> dict | None:
     """What planning needs of the measurement: a layer claim's chunks (its units come from them),
     saved ones or measured now, in memory (`measure_claim` writes them); for a component claim None,
     once a measurement saved with other options is refused (`saved_or_measured`)."""
     layer = opts.granularity == "layer"  # a component claim's failing file is named when measured
-    return saved_or_measured(opts, dataset, device, reporter if layer else Reporter.silent(),
+    return saved_or_measured(opts, dataset, device, reporter if layer else Reporter.silent(), amp=amp,
                              progress=progress, model=model, measure=layer)
 
 
-def saved_or_measured(opts: ClaimOptions, dataset: DatasetPlan, device, reporter: Reporter, *,
+def saved_or_measured(opts: ClaimOptions, dataset: DatasetPlan, device, reporter: Reporter, *, amp,
                       progress: bool, model: PreparedModel, measure: bool = True) -> dict | None:
     """The dataset's chunks: the saved ones when measured with these options on this model and the file
     checks out (`read_chunks`), with the file in ``reused_files``; else (one line naming a file that
     fails or holds another model's, and why) measured now on ``model`` (the dataset's model, built and
     checked once by `vitplast.finetune.preflight.prepare_model`; its images prepared as the runs prepare
     theirs), with the options they were measured with, the model's provenance and their cache key; with
-    ``measure`` False, None instead of measuring. ValueError naming the options that differ."""
+    ``measure`` False, None instead of measuring. ``amp``: ``--amp``'s autocast contexts on ``device``
+    (`vitplast.runtime.precision.autocast`, made once by the session). ValueError naming the options that
+    differ."""
     path, built, transform = dataset.out / CHUNKS_FILE, model.built, model.prepared.transform
     config = json.loads(json.dumps({**{k: getattr(opts, k) for k in MEASUREMENT_KEYS}, "data": dataset.spec,
                                     "model_seed": opts.seed[0]}))
@@ -120,14 +121,14 @@ def saved_or_measured(opts: ClaimOptions, dataset: DatasetPlan, device, reporter
                                  transform=transform) for spec in (opts.pretrain_data, dataset.spec))
     measured = measure_chunks(built.net, x_set, y_set, protocol=opts.protocol, pairs=opts.pairs,
                               pair_batch=opts.pair_batch, seed=opts.measure_seed, device=device,
-                              amp=autocast(opts.amp, device), progress=progress)
+                              amp=amp, progress=progress)
     measured.update(config=config, provenance=record, cache_key=key)
     reporter.say(f"plasticity{dataset.tag}: {measured['pairs']} matched pairs in {measured['chunks']} "
                  f"chunks, {measured['seconds']:.1f} s")
     return measured
 
 
-def measure_claim(opts: ClaimOptions, grids: Sequence, device, reporter: Reporter, *, progress: bool,
+def measure_claim(opts: ClaimOptions, grids: Sequence, device, reporter: Reporter, *, amp, progress: bool,
                   write: bool) -> tuple[dict[str, dict], dict[str, tuple[list, list[str]]]]:
     """The measure and score phase over ``grids`` (each dataset's `DatasetGrid`): each dataset's
     plasticity chunks (written when ``write``; a layer claim's measured while planning), its
@@ -141,11 +142,11 @@ def measure_claim(opts: ClaimOptions, grids: Sequence, device, reporter: Reporte
         return measured, budgets
     for g in grids:
         measured[g.key] = g.measured if g.measured is not None else saved_or_measured(
-            opts, g.dataset, device, reporter, progress=progress, model=g.model)
+            opts, g.dataset, device, reporter, amp=amp, progress=progress, model=g.model)
         if write and "reused_files" not in measured[g.key]:  # measured now (a file that failed replaced)
             write_chunks(g.dataset.out / CHUNKS_FILE, measured[g.key])
         scores = claim_scores(opts, g.dataset, g.model, measured[g.key], g.units, g.names, device, reporter,
-                              progress=progress, write=write)
+                              amp=amp, progress=progress, write=write)
         budgets[g.key] = budget_sets(opts, g.names, g.sizes, g.budget_plan.budgets, scores,
                                      g.trains + g.budget_trains)
     return measured, budgets

@@ -15,14 +15,13 @@ from ..criteria.service import labelled_sample, seeded_models
 from ..data.datasets import load_dataset
 from ..finetune.model import fresh_model
 from ..finetune.preflight import PreparedModel
-from ..runtime.precision import autocast
 from .datasets import DatasetPlan
 from .options import ClaimOptions
 
 FOLDER = "criteria"
 
 
-def score_inputs(opts: ClaimOptions, dataset: DatasetPlan, model: PreparedModel, device, *,
+def score_inputs(opts: ClaimOptions, dataset: DatasetPlan, model: PreparedModel, device, *, amp,
                  progress: bool) -> tuple[ScoringRequest, ScoreCache]:
     """The `ScoringRequest` of ``dataset``'s criteria on ``model`` (built and checked once,
     `vitplast.finetune.preflight.prepare_model`): each seed's model built anew (the checks of the prepared one
@@ -48,4 +47,4 @@ def score_inputs(opts: ClaimOptions, dataset: DatasetPlan, model: PreparedModel,
     build = seeded_models(lambda: fresh_model(settings, model.prepared.num_classes), device)
     return ScoringRequest(build, resolve_units(built.net, settings.components), batches=batches,
                           seeds=tuple(opts.seed), components=settings.components, device=device,
-                          amp=autocast(opts.amp, device), progress=progress), cache
+                          amp=amp, progress=progress), cache

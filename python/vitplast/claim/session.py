@@ -13,6 +13,7 @@ from ..outputs.reporter import Reporter
 from ..runs.executors import Executor
 from ..runs.grid import GridSession
 from ..runtime.distributed import DistContext
+from ..runtime.precision import autocast
 from .options import ClaimOptions
 
 
@@ -28,6 +29,7 @@ class ClaimSession:
     threads: int | None
     executor: Executor
     n_procs: int  # runs at once on this machine (1 where a cluster places them)
+    amp: object  # --amp's autocast contexts on the device (`vitplast.runtime.precision.autocast`)
 
     @property
     def dist(self) -> DistContext:
@@ -44,4 +46,4 @@ def open_session(opts: ClaimOptions, reporter: Reporter | None) -> Iterator[Clai
                                            jobs=opts.jobs)
         progress = grid.reporter.shows_progress(opts.progress) and grid.dist.is_main
         yield ClaimSession(grid, device, grid.reporter, progress, grid.threads, executor,
-                           executor.runs_at_once or 1)
+                           executor.runs_at_once or 1, autocast(opts.amp, device))
