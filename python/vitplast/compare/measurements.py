@@ -10,7 +10,7 @@ from vitplast_kernels import PlasticityResult
 
 from ..criteria.plasticity import KIND, VERSION, measurement_from_doc
 from ..outputs.json_files import read_json_file
-from ..outputs.result_files import CHECKSUM, ResultFileError, read_result_json
+from ..outputs.result_files import CHECKSUM, ResultFileError, check_result_doc
 
 RESULT_FILE = "plasticity.json"
 KNOWN_FORMATS = (f"{KIND}/{VERSION}",)  # the format versions of plasticity.json this package reads
@@ -61,7 +61,7 @@ def read_result(path: Path) -> PlasticityResult:
             raise ResultFileError(path, "format", f"{saved['format']!r} is not one this version of vitplast "
                                   f"reads ({', '.join(KNOWN_FORMATS)}); a newer vitplast may have written it")
         if CHECKSUM in saved:  # written by vitplast measure: believed when it checks
-            read_result_json(path, kind=KIND, versions=(VERSION,))
+            check_result_doc(saved, path, kind=KIND, versions=(VERSION,))
         return measurement_from_doc(saved, path)
     except ResultFileError as exc:
         where = f"{exc.field}: " if exc.field else ""

@@ -28,8 +28,8 @@ from vitplast_kernels.atomic_io import atomic_write_bytes
 
 from .json_files import ResultFileError, loads_named
 
-__all__ = ["ResultFileError", "ReusedFile", "checked_number", "content_checksum", "count", "field",
-           "read_result_json", "with_checksum", "write_result_json"]
+__all__ = ["ResultFileError", "ReusedFile", "check_result_doc", "checked_number", "content_checksum", "count",
+           "field", "read_result_json", "with_checksum", "write_result_json"]
 
 CHECKSUM = "checksum"
 FORMAT = "format"
@@ -81,24 +81,31 @@ def read_result_json(path: str | os.PathLike, *, kind: str, versions: Collection
     except OSError as exc:
         raise ResultFileError(p, "", f"cannot be read ({exc.__class__.__name__}: {exc})") from None
     doc = loads_named(data, p)  # a JSONFileError (a ResultFileError) naming the file when not JSON
+    return doc, check_result_doc(doc, p, kind=kind, versions=versions)
+
+
+def check_result_doc(doc: Any, path: str | os.PathLike, *, kind: str, versions: Collection[int]) -> int:
+    """The version of ``doc``, the parsed content of the result file at ``path``, after checking that it
+    is an object of ``kind`` in one of ``versions`` whose checksum matches its content (what
+    `read_result_json` checks once it has parsed the file); `ResultFileError` otherwise."""
     if not isinstance(doc, dict):
-        raise ResultFileError(p, "", f"a JSON {type(doc).__name__}, not an object")
+        raise ResultFileError(path, "", f"a JSON {type(doc).__name__}, not an object")
     fmt = doc.get(FORMAT)
     prefix = f"{kind}/"
     if not isinstance(fmt, str) or not fmt.startswith(prefix) or not fmt[len(prefix):].isdigit():
-        raise ResultFileError(p, FORMAT, f"{fmt!r} is not a {kind} file (expected {kind}/VERSION)")
+        raise ResultFileError(path, FORMAT, f"{fmt!r} is not a {kind} file (expected {kind}/VERSION)")
     version = int(fmt[len(prefix):])
     if version not in versions:
         known = ", ".join(f"{kind}/{v}" for v in sorted(versions))
-        raise ResultFileError(p, FORMAT, f"version {fmt!r} is not read by this release (it reads {known}); "
-                              "rerun the command that wrote it")
+        raise ResultFileError(path, FORMAT, f"version {fmt!r} is not read by this release (it reads "
+                              f"{known}); rerun the command that wrote it")
     saved = doc.get(CHECKSUM)
     if not isinstance(saved, str):
-        raise ResultFileError(p, CHECKSUM, "missing: the file carries no checksum of its content")
+        raise ResultFileError(path, CHECKSUM, "missing: the file carries no checksum of its content")
     if saved != content_checksum(doc):
-        raise ResultFileError(p, CHECKSUM, "does not match the content: the file was edited or damaged "
+        raise ResultFileError(path, CHECKSUM, "does not match the content: the file was edited or damaged "
                               "after it was written")
-    return doc, version
+    return version
 
 
 def field(doc: Mapping, key: str, path: str | os.PathLike, kind: type | tuple[type, ...] = object,
