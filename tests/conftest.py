@@ -108,9 +108,12 @@ def _group_name(item) -> str:
 def _shares_a_module_fixture(item) -> bool:
     info = getattr(item, "_fixtureinfo", None)
     module = item.nodeid.split("::")[0]
-    return info is not None and any(
-        defs and defs[-1].scope in ("module", "class") and defs[-1].baseid.split("::")[0] == module
-        for defs in info.name2fixturedefs.values())
+    def made_per_module(defs) -> bool:  # the module's own fixture, or a conftest's above it
+        where = defs[-1].baseid.split("::")[0]
+        return defs[-1].scope in ("module", "class") and (where in ("", module)
+                                                          or module.startswith(where + "/"))
+
+    return info is not None and any(defs and made_per_module(defs) for defs in info.name2fixturedefs.values())
 
 
 @pytest.hookimpl(trylast=True)  # after pytest-xdist's own hook (a worker under --dist loadgroup)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -19,17 +18,6 @@ pytest.importorskip("PyQt6.QtWebEngineWidgets", reason="the browser extra (PyQt6
 ROOT = Path(__file__).resolve().parents[2]
 SHOTS = ROOT / "build" / "screenshots"
 WIDTHS = (1024, 1280, 1440)  # window widths (px): a laptop, a common desktop, a wide one
-
-
-@pytest.fixture(scope="module")
-def site(tmp_path_factory) -> Path:
-    mkdocs = shutil.which("mkdocs", path=str(Path(sys.executable).parent)) or shutil.which("mkdocs")
-    if mkdocs is None:
-        pytest.skip("mkdocs is not installed (the docs extra)")
-    out = tmp_path_factory.mktemp("site")
-    subprocess.run([mkdocs, "build", "--strict", "--quiet", "--site-dir", str(out)], cwd=ROOT, check=True,
-                   env={**os.environ, "NO_MKDOCS_2_WARNING": "1"}, capture_output=True, text=True)
-    return out
 
 
 def open_pages(jobs: list[tuple[Path, int]]) -> list[dict]:

@@ -4,29 +4,11 @@ blocks) reaches the rendered API reference, and help texts are plain words. Buil
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
 RAW_ROLE = re.compile(r":(mod|func|meth|class|attr|data|obj|exc):(<code>|`)")
-
-
-@pytest.fixture(scope="module")
-def site(tmp_path_factory) -> Path:
-    mkdocs = shutil.which("mkdocs", path=str(Path(sys.executable).parent)) or shutil.which("mkdocs")
-    if mkdocs is None:
-        pytest.skip("mkdocs is not installed (the docs extra)")
-    out = tmp_path_factory.mktemp("site")
-    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
-    subprocess.run([mkdocs, "build", "--strict", "--quiet", "--site-dir", str(out)], cwd=ROOT, check=True,
-                   env=env, capture_output=True, text=True)
-    return out
 
 
 @pytest.mark.slow
