@@ -8,8 +8,9 @@ over layers (``size``: the sum).
 
 Subclasses of `Criterion` set ``name``, ``needs`` (what they read: ``"weights"``, ``"images"``, ``"labels"``,
 ``"backward"``, ``"pairs"``), ``per_seed`` (loss-based criteria depend on the head a seed initialises: scored
-per seed, the score is the mean over seeds) and ``layer_reduce``, and implement `Criterion.score_units` for
-one model. `Criterion.score` does the rest: seeds, timing, memory, the `CriterionResult`.
+per seed, the score is the mean over seeds), ``layer_reduce`` and what a score can be (``value_range``,
+``whole_values``: a file read back holding another is scored again), and implement `Criterion.score_units`
+for one model. `Criterion.score` does the rest: seeds, timing, memory, the `CriterionResult`.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import torch
 from vitplast_kernels.measure.targets import resolve_components
 
 from .loop import Batch
-from .result import Cost, CriterionResult
+from .result import Cost, CriterionResult, seed_mean
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,7 +149,7 @@ class Criterion:
             torch.cuda.synchronize(setting.device)
             cost.peak_memory = int(torch.cuda.max_memory_allocated(setting.device))
         cost.seconds = time.perf_counter() - start
-        values = np.mean(np.stack([per_seed[s] for s in seeds]), axis=0)
+        values = seed_mean(per_seed)
         extra = {k: np.mean(np.stack([extras[s][k] for s in seeds]), axis=0) for k in extras[seeds[0]]}
         return CriterionResult(
             criterion=self.name, components=units.components, layers=units.layers, values=values,

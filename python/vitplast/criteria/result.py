@@ -144,7 +144,7 @@ class CriterionResult:
                        None if peak is None else count(peak, path, "cost.peak_memory")),
                   dict(field(d, "meta", path, dict)))
         if out.per_seed:  # the scores are the mean over seeds, as `Criterion.score` makes them
-            made = np.mean(np.stack(list(out.per_seed.values())), axis=0)
+            made = seed_mean(out.per_seed)
             for (i, li), saved in np.ndenumerate(out.values):
                 if not _same(saved, made[i, li]):
                     raise ResultFileError(path, f"components.{out.components[i]}.per_layer[{li}]",
@@ -262,6 +262,12 @@ def _row(values: list, n: int, path, name: str) -> list[float]:
     if len(values) != n:
         raise ResultFileError(path, name, f"holds {len(values)} values for {n} layers")
     return [checked_number(v, path, f"{name}[{i}]", nullable=True) for i, v in enumerate(values)]
+
+
+def seed_mean(per_seed: Mapping) -> np.ndarray:
+    """The scores of a criterion scored per seed: the mean of ``per_seed``'s ``(C, L)`` arrays, in its
+    order (NaN where a seed's score is)."""
+    return np.mean(np.stack(list(per_seed.values())), axis=0)
 
 
 def _same(saved: float, made: float) -> bool:
