@@ -295,7 +295,7 @@ class RunDir:
         and the field), and agreeing with the run's ``config.json`` on what was trained (train, lr, seed):
         a summary edited with its checksum recomputed is believed only as the run it says it is."""
         summary = RunSummary.read(self.summary_path)
-        config = read_json_file(self.config_path) if self.config_path.is_file() else None
+        config = self.saved_config() if self.config_path.is_file() else None
         for name in SAME_AS_CONFIG if isinstance(config, dict) else ():
             said, ran = getattr(summary, name), config.get(name)
             same = said == ran or (isinstance(ran, float) and isinstance(said, float)
