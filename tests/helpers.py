@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import socket
+import subprocess
 
 import torch
 
@@ -182,3 +186,23 @@ def default_stops() -> None:
     for name in ("SIGINT", "SIGTERM", "SIGHUP"):
         if hasattr(signal, name):
             signal.signal(getattr(signal, name), signal.SIG_DFL)
+
+
+def run_as_group(argv: list[str], *, timeout: float, **kwargs):
+    """``subprocess.run(argv, capture_output=True, text=True)`` in a session of its own; past ``timeout``
+    seconds its whole process group is killed (a browser's helper processes, a claim's workers: children
+    that hold the output pipes and would keep ``run`` waiting for their end forever) and the test fails
+    with what it printed."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, **kwargs)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate(timeout=30)
+        raise AssertionError(f"{argv[:3]} ran past {timeout:g} s and was killed with its process group:\n"
+                             f"{out[-2000:]}{err[-2000:]}") from None
+    finally:
+        with contextlib.suppress(ProcessLookupError, PermissionError):  # helpers left by a finished run
+            os.killpg(proc.pid, signal.SIGKILL)
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)

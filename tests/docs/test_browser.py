@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from helpers import run_as_group
 
 pytest.importorskip("PyQt6.QtWebEngineWidgets", reason="the browser extra (PyQt6-WebEngine) is not installed")
 
@@ -25,9 +25,8 @@ def open_pages(jobs: list[tuple[Path, int]]) -> list[dict]:
     SHOTS.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "QT_QPA_PLATFORM": "offscreen",
            "QTWEBENGINE_CHROMIUM_FLAGS": "--no-sandbox --disable-gpu --disable-dev-shm-usage"}
-    done = subprocess.run([sys.executable, str(Path(__file__).with_name("browser_page.py")), str(SHOTS),
-                           *(f"{page}@{width}" for page, width in jobs)], env=env, capture_output=True,
-                          text=True, timeout=600)
+    done = run_as_group([sys.executable, str(Path(__file__).with_name("browser_page.py")), str(SHOTS),
+                         *(f"{page}@{width}" for page, width in jobs)], env=env, timeout=300)
     measured = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     assert done.returncode == 0 and len(measured) == len(jobs), done.stdout + done.stderr[-2000:]
     assert all("Chrome/" in m["agent"] for m in measured), measured[0]["agent"]

@@ -156,6 +156,27 @@ def test_a_missing_ray_is_one_line_naming_the_extra(monkeypatch, tmp_path, capsy
     assert not (tmp_path / "o").exists()
 
 
+def test_without_an_address_ray_starts_its_own_instance(monkeypatch):
+    """No --ray-address: a Ray of the command's own (``address="local"``), never the cluster started last
+    on this machine (ray.init's default, which another job, a test's cluster, may stop meanwhile: this
+    process, its driver, is then killed), and it is shut down after."""
+    import types
+
+    from vitplast.runs.executors.ray_tasks import RayExecutor
+
+    calls = []
+    fake = types.SimpleNamespace(
+        is_initialized=lambda: False, init=lambda **kw: calls.append(("init", kw["address"])),
+        nodes=lambda: [{"Alive": True, "Resources": {"CPU": 2.0}}], shutdown=lambda: calls.append("shutdown"))
+    monkeypatch.setitem(__import__("sys").modules, "ray", fake)
+    with RayExecutor(None, cpus=1, gpus=0, retries=0, threads=1):
+        assert calls == [("init", "local")]
+    assert calls[-1] == "shutdown"
+    calls.clear()
+    with RayExecutor("auto", cpus=1, gpus=0, retries=0, threads=1):  # auto: the one `ray start` made
+        assert calls == [("init", "auto")]
+
+
 def test_the_thread_pool_executor_of_the_contributing_notes_runs_a_grid(tmp_path, monkeypatch):
     """DEVELOPERS.md's example executor, registered as its one line says, runs jobs like the others."""
     import re

@@ -102,7 +102,9 @@ class RayExecutor(ExecutorBase):
             if self.address not in (None, "auto"):
                 _check_reachable(self.address)
             try:
-                ray.init(address=self.address, log_to_driver=False, logging_level=logging.ERROR,
+                # no --ray-address: a Ray of its own ("local"; ray.init's default would join the cluster
+                # started last on this machine, or RAY_ADDRESS's, which another job may stop meanwhile)
+                ray.init(address=self.address or "local", log_to_driver=False, logging_level=logging.ERROR,
                          **({} if self.address else {"include_dashboard": False}))
             except ConnectionError as exc:
                 raise OptionError(f"--ray-address {self.address}: {str(exc).splitlines()[0]}") from None
