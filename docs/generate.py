@@ -13,8 +13,10 @@ Parts and what they write under ``docs/generated/``:
   ``finetune/`` (the run's figures), ``after/`` and ``compare/`` (table and figure). Training makes
   these numbers depend on the machine: ``SOURCES.json`` names the machine, date and command;
 - ``grid``: a one-seed finetuning grid -> ``grid/`` (its two figures);
-- ``claim``: the default ``vitplast claim`` (criteria compared included) -> ``claim/`` (its report,
-  JSON files and figure; machine-dependent like every trained number, see ``SOURCES.json``);
+- ``claim``: the default ``vitplast claim`` (criteria compared included, momentum SGD and AdamW) ->
+  ``claim/``: the aggregate over its arms (``aggregate.txt``, ``.json``, ``.png`` and ``tables.md``)
+  and one folder per arm (``claim/ARM/``: its report, JSON files, figures and ``tables.md``);
+  machine-dependent like every trained number, see ``SOURCES.json``;
 - ``charts``: the benchmark charts and the claims' figures, redrawn from the raw runs kept in
   ``bench/measured/`` (each file there names its machine, date and command).
 
@@ -131,13 +133,26 @@ def grid(out: Path, tmp: Path) -> list[str]:
     return [GRID]
 
 
+ARM_FILES = ("claim.txt", "claim.json", "claim.png", "criteria.json", "budgets.png")
+AGGREGATE_FILES = ("aggregate.txt", "aggregate.json", "aggregate.png")
+
+
 def claim(out: Path, tmp: Path) -> list[str]:
     run(CLAIM, out=out, tmp=tmp)
-    fresh(out / "claim").mkdir(parents=True)
-    for name in ("claim.txt", "claim.json", "claim.png", "criteria.json", "budgets.png"):
-        if (tmp / "runs" / "claim" / name).is_file():
-            shutil.copy(tmp / "runs" / "claim" / name, out / "claim" / name)
-    write_claim_tables(out / "claim")
+    made, dest = tmp / "runs" / "claim", fresh(out / "claim")
+    arms = sorted((made / "datasets").iterdir()) if (made / "datasets").is_dir() else [made]
+    for arm in arms:  # one arm: its files in claim/ itself
+        folder = dest / arm.name if arm != made else dest
+        folder.mkdir(parents=True)
+        for name in ARM_FILES:
+            if (arm / name).is_file():
+                shutil.copy(arm / name, folder / name)
+        write_claim_tables(folder)
+    for name in AGGREGATE_FILES:
+        if (made / name).is_file():
+            shutil.copy(made / name, dest / name)
+    if (dest / "aggregate.json").is_file():
+        (dest / "tables.md").write_text(aggregate_tables(json.loads((dest / "aggregate.json").read_text())))
     return [CLAIM]
 
 
@@ -178,6 +193,34 @@ def claim_tables(doc: dict) -> str:
         rho = _cell(c["spearman"], "+.2f") + ("" if lo is None else f" [{lo:+.2f}, {hi:+.2f}]")
         lines.append(f"| {c['criterion']} | {c['n']} | {rho} | {_cell(c['kendall'], '+.2f')} "
                      f"| {_cell(c['p_value'], '.3g')} | {_cell(c['partial_size'], '+.2f')} |")
+    return "\n".join(lines) + "\n"
+
+
+def aggregate_tables(doc: dict) -> str:
+    """The aggregate over a claim's arms (``aggregate.json``) as Markdown: the verdict, one row per arm,
+    the pooled and combined tests, and MHA against each component over the arms' (arm, seed) pairs."""
+    from vitplast.claim.aggregate import Aggregate, aggregate_verdict
+
+    agg = Aggregate.from_json(doc["aggregate"])
+    lines = [f"**Verdict over the arms:** {aggregate_verdict(agg)}", "",
+             "| arm | data | optimiser | units | Spearman ρ [95% CI] | one-sided p | Kendall τ |",
+             "|---|---|---|---:|---|---:|---:|"]
+    for name, d in agg.datasets.items():
+        sp = d.spearman
+        rho = _cell(sp.value, "+.2f") + ("" if sp.ci[0] is None else f" [{sp.ci[0]:+.2f}, {sp.ci[1]:+.2f}]")
+        lines.append(f"| {name} | {d.data} | {d.optimizer or 'n/a'} | {d.rows} | {rho} "
+                     f"| {_cell(sp.p_greater, '.3g')} | {_cell(d.kendall.value, '+.2f')} |")
+    pooled, comb = agg.pooled, agg.combined
+    lines += ["", f"Pooled within arms: Spearman ρ {_cell(pooled.spearman, '+.2f')}, stratified permutation "
+              f"p = {_cell(pooled.p_greater, '.3g')} (one-sided); Stouffer's combination of the arms' p: "
+              f"{_cell(comb.p_greater, '.3g')}; ρ > 0 in {comb.datasets_rho_positive} of "
+              f"{comb.datasets_rho_defined} arms."]
+    if agg.mha_tests is not None:
+        lines += ["", "| MHA vs | pairs | mean accuracy difference | paired t p (Holm) | Wilcoxon p (Holm) |",
+                  "|---|---:|---:|---:|---:|"]
+        for other, t in agg.mha_tests.comparisons.items():
+            lines.append(f"| {other} | {t.n} | {_cell(t.mean_difference, '+.4f')} "
+                         f"| {_cell(t.t_p_holm, '.3g')} | {_cell(t.wilcoxon_p_holm, '.3g')} |")
     return "\n".join(lines) + "\n"
 
 

@@ -44,8 +44,9 @@ SMALL = {  # appended to each vitplast command (argparse keeps the last value of
     "measure": ["--batches", "1", "--batch-size", "16", "--no-progress"],
     "finetune": ["--steps", "4", "--batch-size", "16", "--eval-limit", "64", "--monitor-every", "2",
                  "--no-progress"],
-    "claim": ["--steps", "2", "--seed", "0,1", "--lr", "0.01", "--pairs", "32", "--pair-batch", "16",
-              "--bootstrap", "20", "--permutations", "100", "--eval-limit", "64", "--no-progress"],
+    "claim": ["--steps", "2", "--seed", "0,1", "--lr", "0.01", "--optimizer", "sgd", "--pairs", "32",
+              "--pair-batch", "16", "--bootstrap", "20", "--permutations", "100", "--eval-limit", "64",
+              "--no-progress"],
     "profile": ["--reps", "1", "--batch-size", "2", "--depth", "2", "--no-layers"],
     "compare": [],
 }

@@ -326,7 +326,8 @@ def test_a_second_claim_on_the_same_out_is_refused_naming_the_others_lock(tmp_pa
     out.mkdir()
     other = RunLock(out).acquire()  # a claim writing --out right now
     try:
-        rc, err = _cli(["claim", "--out", out, "--random-init", "--components", "MHA,FC1,LN1", "--lr", "3e-3",
+        rc, err = _cli(["claim", "--out", out, "--random-init", "--components", "MHA,FC1,LN1",
+                       "--optimizer", "sgd", "--lr", "3e-3",
                         "--seed", "0", "--steps", "1", "--batch-size", "8", "--eval-limit", "16", "--pairs",
                         "8", "--pair-batch", "8", "--threads", "1", "--jobs", "1", "--no-progress"], capsys)
     finally:
@@ -811,7 +812,9 @@ def test_edited_or_old_summary_is_refused_by_checksum_and_version(tmp_path):
 
 def _claim_args(out: Path) -> list[str]:
     return ["claim", "--out", str(out), *SMALL_MODEL, "--data", "synthetic", "--pretrain-data", "synthetic",
-            "--components", "MHA,FC1,LN1", "--lr", "3e-3", "--seed", "0", "--steps", "2", "--batch-size", "8",
+            "--components", "MHA,FC1,LN1", "--optimizer", "sgd", "--lr", "3e-3", "--seed", "0", "--steps",
+            "2",
+            "--batch-size", "8",
             "--pairs", "8", "--pair-batch", "4", "--bootstrap", "10", "--permutations", "10", "--criteria",
             "plasticity", "--jobs", "1", "--threads", "1", "--no-progress"]
 
@@ -963,7 +966,8 @@ def test_hangup_stops_a_claim_with_two_workers_exit_129(tmp_path):
     _images(tmp_path / "data", per_class=24, size=16)
     out = tmp_path / "claim"
     argv = [PY, "-m", "vitplast.cli", "claim", *SMALL_MODEL, "--data", str(tmp_path / "data"), "--components",
-            "MHA,FC1,LN1", "--lr", "3e-3", "--seed", "0", "--steps", "100000", "--batch-size", "8",
+            "MHA,FC1,LN1", "--optimizer", "sgd", "--lr", "3e-3", "--seed", "0", "--steps", "100000",
+            "--batch-size", "8",
             "--checkpoint-every", "2", "--pairs", "8", "--pair-batch", "4", "--jobs", "2", "--threads", "1",
             "--workers", "1", "--no-progress", "--out", str(out)]
     before = _shm_semaphores()

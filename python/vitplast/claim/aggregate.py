@@ -1,5 +1,6 @@
-"""The claim over several datasets: each dataset's own analysis (its rank correlations, as one claim
-reports them), then what they say together.
+"""The claim over several arms (datasets, or one dataset trained with several optimisers, or both):
+each arm's own analysis (its rank correlations, as one claim reports them), then what they say
+together. The arms are the strata below (called datasets, as in the files).
 
 - per dataset: Spearman's rho and Kendall's tau-b between plasticity and gain, their bootstrap
   intervals and one-sided permutation p-values (from that dataset's analysis);
@@ -50,6 +51,8 @@ class DatasetRanks(Record):
     kendall: Correlation
     ranking: dict
     points: list[Point]
+    optimizer: str | None = None  # what its runs trained with (None: an aggregate.json of before the axis)
+    unbracketed: list[str] | None = None  # its units whose best lr sits at an edge of the grid
 
 
 class Pooled(Record):
@@ -92,7 +95,9 @@ def aggregate_claims(results: dict[str, dict], *, permutations: int = 10000, see
     ``"analysis"``): per-dataset correlations, the pooled stratified test, the combined p-value."""
     analyses = {name: ClaimAnalysis.from_json(res["analysis"]) for name, res in results.items()}
     per = {name: DatasetRanks(results[name]["config"]["data"], len(an.rows), _rank(an.correlations.spearman),
-                              _rank(an.correlations.kendall), encode(an.ranking), _points(an))
+                              _rank(an.correlations.kendall), encode(an.ranking), _points(an),
+                              results[name]["config"].get("optimizer"),
+                              [u for u in an.lr_edges if u in {r.unit for r in an.rows}])
            for name, an in analyses.items()}
     kept = [(name, p) for name, d in per.items() for p in d.points
             if p.plasticity is not None and p.best_lr_gain is not None]
@@ -138,38 +143,49 @@ def _combined(per: dict[str, DatasetRanks]) -> Combined:
     return Combined(sum(r > 0 for r in rhos), len(rhos), "stouffer", p)
 
 
+def strata_noun(agg: Aggregate) -> str:
+    """What the aggregate's strata are called: ``datasets``, or ``arms`` when their optimisers differ."""
+    return "arms" if len({d.optimizer for d in agg.datasets.values()}) > 1 else "datasets"
+
+
 def aggregate_verdict(agg: Aggregate) -> str:
-    """One sentence on what the datasets together support."""
-    rho, p = agg.pooled.spearman, agg.pooled.p_greater
-    pos = f"rho > 0 on {agg.combined.datasets_rho_positive} of {len(agg.datasets)} datasets"
+    """One sentence on what the arms together support; withheld ("not bracketed") while a ranked unit's
+    best lr sits at an edge of its arm's grid."""
+    rho, p, noun = agg.pooled.spearman, agg.pooled.p_greater, strata_noun(agg)
+    pos = f"rho > 0 on {agg.combined.datasets_rho_positive} of {len(agg.datasets)} {noun}"
+    edges = [f"{name}: {', '.join(d.unbracketed)}" for name, d in agg.datasets.items() if d.unbracketed]
+    if edges:
+        return (f"not bracketed: a best lr is at an edge of the grid it was run at ({'; '.join(edges)}); no "
+                "verdict until every best lr is interior")
     if rho is None or p is None:
-        return f"undefined: plasticity or gain is constant within every dataset ({pos})"
+        return f"undefined: plasticity or gain is constant within every one of the {noun} ({pos})"
     how = "supported" if p < 0.05 and rho > 0 else "not established"
-    return f"{how} across datasets: pooled within-dataset rho = {rho:+.2f}, stratified p = {p:.3g}; {pos}"
+    return f"{how} across {noun}: pooled rho within {noun} = {rho:+.2f}, stratified p = {p:.3g}; {pos}"
 
 
 def format_aggregate(agg: Aggregate) -> str:
     """The aggregate as plain text: one line per dataset, then the pooled and combined tests."""
-    n = len(agg.datasets)
-    lines = [f"Does plasticity before finetuning predict the accuracy gain, across {n} datasets?", "",
-             f"{'dataset':<24} {'data':<28} {'rows':>4}  {'Spearman rho [95% CI]':<24} {'p':>8}  "
-             f"{'Kendall tau-b':>13}"]
+    n, noun = len(agg.datasets), strata_noun(agg)
+    arms = f"{n} arms (dataset x optimiser)" if noun == "arms" else f"{n} datasets"
+    lines = [f"Does plasticity before finetuning predict the accuracy gain, across {arms}?", "",
+             f"{'dataset':<24} {'data':<20} {'optimizer':<9} {'rows':>4}  {'Spearman rho [95% CI]':<24} "
+             f"{'p':>8}  {'Kendall tau-b':>13}"]
     lines.append("-" * len(lines[-1]))
     for name, d in agg.datasets.items():
         sp = d.spearman
         rho = f"{num(sp.value, '+.3f')} [{num(sp.ci[0], '+.2f')}, {num(sp.ci[1], '+.2f')}]"
-        lines.append(f"{name:<24} {d.data:<28} {d.rows:>4}  {rho:<24} {num(sp.p_greater, '.3g'):>8}  "
-                     f"{num(d.kendall.value, '+.3f'):>13}")
+        lines.append(f"{name:<24} {d.data:<20} {d.optimizer or '':<9} {d.rows:>4}  {rho:<24} "
+                     f"{num(sp.p_greater, '.3g'):>8}  {num(d.kendall.value, '+.3f'):>13}")
     pooled, comb = agg.pooled, agg.combined
     kind = ("exact" if pooled.exact else f"{pooled.permutations} random permutations"
             if pooled.exact is False else "undefined")
     lines += [
         "",
-        f"pooled within datasets: Spearman {num(pooled.spearman, '+.3f')}, stratified permutation "
+        f"pooled within {noun}: Spearman {num(pooled.spearman, '+.3f')}, stratified permutation "
         f"p = {num(pooled.p_greater, '.3g')} (one-sided), {num(pooled.p_two_sided, '.3g')} "
-        f"(two-sided; gains permuted within each dataset, {kind})",
-        f"combined per-dataset p (Stouffer, weights sqrt(rows)): {num(comb.p_greater, '.3g')}; rho > 0 "
-        f"on {comb.datasets_rho_positive} of {comb.datasets_rho_defined} datasets where it is defined",
+        f"(two-sided; gains permuted within each of the {noun}, {kind})",
+        f"combined p of the {noun} (Stouffer, weights sqrt(rows)): {num(comb.p_greater, '.3g')}; rho > 0 "
+        f"on {comb.datasets_rho_positive} of {comb.datasets_rho_defined} {noun} where it is defined",
     ]
     if pooled.left_out:
         lines.append(f"({pooled.left_out} rows with an undefined plasticity or gain left out of the pooled "

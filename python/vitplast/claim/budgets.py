@@ -20,6 +20,13 @@ the claim's single units; a set several criteria pick is trained once.
   the ``MHA`` component, one unit, so the rule applies at budget 1 only; at layer granularity it is
   ``MHA@0+...+MHA@L-1``, applied at every parameter budget it fits in (the same set at each).
 
+- LoRA (peft, `vitplast.finetune.lora`) beside the criteria, at equal budget: adapters on every layer's
+  attention of the rank whose trainable parameters besides the head are nearest the budget's (rank ``r``
+  adds exactly ``r`` times `LoraSizing.per_rank`): at layer granularity the budget itself, at component
+  granularity the median size of its random sets. It is a row like a criterion's (its set is the
+  ``--train`` value ``lora:r=N``), with its real trainable-parameter count, when ``--components`` holds
+  the ``lora`` baseline (which needs peft).
+
 A set's gain is the claim's: ``relative_gain = (acc - acc_LP) / acc_LP`` (`.samples.relative_gains`:
 acc the best over learning rates of the mean accuracy over seeds, acc_LP the head-only run's). Its
 ``random_percentile`` places it among the random sets' gains with mid-rank ties:
@@ -46,6 +53,9 @@ ATTENTION = "attention"
 ATTENTION_COMPONENT = "MHA"
 REFERENCES = ("head", "full")  # the gain's reference (linear probing) and the reference line
 DEFAULT_COMPONENT_BUDGETS = (1,)
+LORA = "lora"  # the row of LoRA at the rank nearest each budget
+LORA_RULE = ("LoRA (peft) on every layer's attention, of the rank whose trainable parameters besides the "
+             "head are nearest the budget's ({})")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,6 +71,28 @@ class BudgetSets:
     @property
     def trains(self) -> list[str]:
         return list(dict.fromkeys([t for t in self.picks.values() if t] + list(self.random)))
+
+
+@dataclasses.dataclass(frozen=True)
+class LoraSizing:
+    """What LoRA's row needs: the parameters its adapters add per unit of rank, and the units' sizes
+    (trainable parameters besides the head, by name: components, or a layer claim's units)."""
+
+    per_rank: int
+    sizes: dict
+
+    def train(self, budget: BudgetSets, layer: bool) -> str:
+        """``lora:r=N``, N the rank nearest ``budget``'s parameters (`LoraSizing` on which)."""
+        target = budget.budget if layer else float(np.median(
+            [sum(self.sizes[u] for u in t.split("+")) for t in budget.random]))
+        return f"lora:r={max(1, round(target / self.per_rank))}"
+
+
+def with_lora(sets: list[BudgetSets], lora: LoraSizing | None, layer: bool) -> list[BudgetSets]:
+    """``sets`` with LoRA's pick at each budget (none without ``lora``: peft is not installed)."""
+    if lora is None:
+        return sets
+    return [dataclasses.replace(s, picks={**s.picks, LORA: lora.train(s, layer)}) for s in sets]
 
 
 def set_train(members, units: list[str]) -> str:
@@ -152,10 +184,12 @@ def upper_bound(sets: list[BudgetSets], *, n_criteria: int, layer: bool) -> dict
     return {"per_budget": per_budget, "sets": sum(per_budget.values())}
 
 
-def analyse_budgets(sets: list[BudgetSets], summaries: list, *, seeds: list[int], unit: str) -> Budgets:
+def analyse_budgets(sets: list[BudgetSets], summaries: list, *, seeds: list[int], unit: str,
+                    lora: str | None = None) -> Budgets:
     """Each budget's picks with their relative gain and random percentile, the random sets' spread and
     full finetuning's relative gain, from every run summary of the dataset. ``unit``: what a budget
-    counts (``components`` or ``parameters``). The arrays first (`vitplast.claim.samples`), then the
+    counts (``components`` or ``parameters``); ``lora``: how LoRA's rows were sized, or why there are
+    none. The arrays first (`vitplast.claim.samples`), then the
     percentiles and quantiles (`vitplast.claim.statistics`), then the rows."""
     gain, params = relative_gain_table(summaries, seeds)
     random = {b.budget: np.array([gain[t] for t in b.random], dtype=np.float64) for b in sets}
@@ -167,4 +201,4 @@ def analyse_budgets(sets: list[BudgetSets], summaries: list, *, seeds: list[int]
     return Budgets(unit, rows, [RandomSets(b.budget, len(b.random), b.enumerated,
                                            Quantiles(**finite(spread[b.budget]))) for b in sets],
                    FullRow("full", finite(gain.get("full", math.nan)), params.get("full")),
-                   "mid-rank: 100 (#{random < g} + #{random <= g}) / (2 n)")
+                   "mid-rank: 100 (#{random < g} + #{random <= g}) / (2 n)", lora)

@@ -44,7 +44,7 @@ def estimate_claim(opts: ClaimOptions, plan: ClaimPlan, *, n_procs: int, on_clus
     note = "; --lr auto may add runs" if opts.lr_auto else ""
     most = plan.summary["budget_runs_after_scoring_at_most"]
     note += f"; the criteria's sets may add up to {most} runs (not in this estimate)" if most else ""
-    note += "; timed on the first dataset" if plan.several else ""
+    note += "; timed on the first arm (dataset and optimiser)" if plan.several else ""
     if opts.granularity == "layer" and opts.steps == LAYER_STEPS:
         note += (f"; a layer claim trains {LAYER_STEPS} steps per run by default ({COMPONENT_STEPS} for a "
                  "component claim) to stay near 10 min on 2 cores")

@@ -73,7 +73,8 @@ def plan_claim(opts: ClaimOptions, *, device, amp, reporter: Reporter, progress:
     ``--analyse-only`` (not a dry run) every run must be finished already."""
     grids = [plan_dataset(opts, d, device=device, amp=amp, reporter=reporter, progress=progress)
              for d in dataset_plans(opts, progress=run_bars)]
-    record = opts.record(jobs=n_procs, data=opts.data if len(grids) > 1 else opts.data[0])
+    record = opts.record(jobs=n_procs, data=opts.data if len(opts.data) > 1 else opts.data[0],
+                         optimizer=opts.optimizer if len(opts.optimizer) > 1 else opts.optimizer[0])
     runs = [r for g in grids for r in g.runs]
     summary = plan_summary(opts, grids, reporter)
     mine = runs_of_this_process(opts, runs)
@@ -94,9 +95,10 @@ def plan_dataset(opts: ClaimOptions, dataset: DatasetPlan, *, device, amp, repor
         trains = names + ["head"]
     else:
         trains, names = opts.trains, list(opts.ranked)
-    budget_plan = plan_budget_sets(opts, names, sizes, trains)
+    budget_plan = plan_budget_sets(opts, names, sizes, trains, len(dataset.lrs), model.built.net,
+                                   dataset.settings.components)
     check_trains_fit(dataset.settings, trains, model)
     key = dataset.name if dataset.several else ""
-    runs = plan_runs(dataset.out, dataset.settings, trains + budget_plan.trains, opts.lr, opts.seed, key,
+    runs = plan_runs(dataset.out, dataset.settings, trains + budget_plan.trains, dataset.lrs, opts.seed, key,
                      root=Path(opts.out))
     return DatasetGrid(dataset, key, trains, model, runs, budget_plan, names, units, sizes, measured)

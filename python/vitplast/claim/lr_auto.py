@@ -59,15 +59,15 @@ def _best(runs: list[RunSummary], lrs: list[float], accuracy: str) -> float:
     return lrs[means.index(max(means))]
 
 
-def widen_groups(groups: dict[str, list[dict]], *, start: list[float], plan, train, say
+def widen_groups(groups: dict[str, list[dict]], *, start: dict[str, list[float]], plan, train, say
                  ) -> tuple[list, dict[str, list[dict]]]:
-    """Widen until no train's best lr is at an edge (or its steps are used up), in every group (a
-    dataset's summaries) at once. ``plan(group, train, lr)`` gives the new jobs (one per seed),
-    ``train(jobs)`` their summaries. Returns the new jobs and every group's summaries."""
+    """Widen until no train's best lr is at an edge (or its steps are used up), in every group (an
+    arm's summaries, ``start`` its starting grid) at once. ``plan(group, train, lr)`` gives the new jobs
+    (one per seed), ``train(jobs)`` their summaries. Returns the new jobs and every group's summaries."""
     groups = {name: list(s) for name, s in groups.items()}
     added: list = []
     while True:
-        extra = {name: pairs for name, s in groups.items() if (pairs := widen(s, start))}
+        extra = {name: pairs for name, s in groups.items() if (pairs := widen(s, start[name]))}
         if not extra:
             return added, groups
         planned = [(name, job) for name, pairs in extra.items() for t, lr in pairs

@@ -148,5 +148,5 @@ def measure_claim(opts: ClaimOptions, grids: Sequence, device, reporter: Reporte
         scores = claim_scores(opts, g.dataset, g.model, measured[g.key], g.units, g.names, device, reporter,
                               amp=amp, progress=progress, write=write)
         budgets[g.key] = budget_sets(opts, g.names, g.sizes, g.budget_plan.budgets, scores,
-                                     g.trains + g.budget_trains)
+                                     g.trains + g.budget_trains, g.budget_plan.lora)
     return measured, budgets

@@ -10,6 +10,7 @@ exits with status 2) and is found before anything is measured or trained.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 from pathlib import Path
 
 from ..criteria import CRITERIA
@@ -19,7 +20,15 @@ from ..finetune.selection import TRAIN_ORDER
 from ..models.families import family_of
 from ..options import fields
 from ..options.fields import OptionError, choice, csv, integer, option, optional, settle
-from ..options.groups import GROUP_TITLES, HOLDOUT, DataOptions, ModelOptions, OptimOptions, RuntimeOptions
+from ..options.groups import (
+    GROUP_TITLES,
+    HOLDOUT,
+    OPTIMIZERS,
+    DataOptions,
+    ModelOptions,
+    OptimOptions,
+    RuntimeOptions,
+)
 from ..options.parsing import MAX_SEED, MAX_STEPS
 from ..outputs.paths import check_out_dir, foreign_files
 from ..runs.executors import GRID_TITLE, ExecutorOptions
@@ -29,9 +38,13 @@ PROTOCOLS = ("in_situ", "decomposition")
 BASELINES = ("head", "initial")
 GRANULARITIES = ("component", "layer")
 COMPONENT_STEPS, LAYER_STEPS = 100, 60  # default --steps per granularity
-LR_GRID = "3e-3,1e-2,3e-2"
+# --lr auto's starting grid per optimiser (momentum SGD; Adam and AdamW take steps about 10x smaller),
+# chosen by measurement on the default claim (its best lrs: SGD 0.27-0.81, AdamW 3e-3 to 0.1) within the
+# range of real finetuning, which the widening reaches from there (x3 per step, 4 steps per side)
+LR_GRID = {"sgd": "1e-2,3e-2,1e-1", "adamw": "1e-3,3e-3,1e-2", "adam": "1e-3,3e-3,1e-2"}
 # a layer claim's short runs train one unit each: its grid starts one step higher
-LAYER_LR_GRID = "1e-2,3e-2,1e-1"
+LAYER_LR_GRID = {"sgd": "3e-2,1e-1,3e-1", "adamw": "3e-3,1e-2,3e-2", "adam": "3e-3,1e-2,3e-2"}
+DEFAULT_OPTIMIZERS = "sgd,adamw"  # the paper sweeps SGD and Adam
 GROUPS = {**GROUP_TITLES, "pairs": "plasticity before finetuning",
           "train": "finetuning (the same budget for every component)", "out": "statistics and outputs",
           **GRID_TITLE}
@@ -60,6 +73,10 @@ def _data_specs(value):
 
 
 _LRS = csv(fields.number(positive=True), unique=True)
+
+
+def _grids(grids: dict[str, str]) -> str:
+    return "; ".join(f"{name} {grid}" for name, grid in grids.items())
 
 
 def _lr_text(text: str):
@@ -96,10 +113,11 @@ class ClaimOptions(ExecutorOptions, RuntimeOptions, OptimOptions, DataOptions, M
     split: str = option("all", "split the pairs come from (default: %(default)s)", group="pairs",
                         kind=choice(("train", "val", "all")))
     measure_seed: int = option(0, "order of the pairs", group="pairs", kind=integer(0, MAX_SEED))
-    components: list = option(
-        ",".join(TRAIN_ORDER), "components trained alone (default: %(default)s), and the baselines full, "
-        "lora (peft) and head, trained and reported beside them but not ranked (the paper's grid: "
-        "MHA,FC1,FC2,LN1,LN2,full,lora)", group="train", kind=csv(fields.checked(_component), unique=True))
+    components: list | None = option(
+        None, "components trained alone, and the baselines full, lora (peft; also LoRA at equal budget) and "
+        f"head, trained and reported beside them but not ranked (default: {','.join(TRAIN_ORDER)}, and lora "
+        "at --granularity component when peft is installed; the paper's grid: MHA,FC1,FC2,LN1,LN2,full,lora)",
+        group="train", kind=optional(csv(fields.checked(_component), unique=True)))
     granularity: str = option(
         "component", "component: each component in every layer at once (default); layer: each (component, "
         "layer) alone", group="train",
@@ -116,11 +134,16 @@ class ClaimOptions(ExecutorOptions, RuntimeOptions, OptimOptions, DataOptions, M
                         group="train", kind=integer(1))
     baseline: str = option("head", "accuracy gain over the head-only run of the same seed (default) or the "
                            "initial accuracy", group="train", kind=choice(BASELINES))
+    optimizer: list = option(
+        DEFAULT_OPTIMIZERS, "optimisers, comma-separated: sgd (momentum 0.9), adamw, adam; each is trained "
+        "and analysed alone (its own runs, lr grid, tables and verdict, in OUT/datasets/NAME-OPTIMIZER/), "
+        "then pooled like several datasets (default: %(default)s)", group="optim",
+        kind=csv(choice(tuple(OPTIMIZERS)), unique=True))
     lr: list | str | None = option(
-        None, f"learning-rate grid; each train keeps its best (default: auto); auto: {LR_GRID} "
-        f"({LAYER_LR_GRID} with --granularity layer), widened x3 (at most 4 steps per side) for a train "
-        "whose best lr is at an edge, until every best lr is interior", group="train",
-        kind=optional(fields.Kind(_lr_text, _lr_check)))
+        None, f"learning-rate grid of every optimiser; each train keeps its best (default: auto); auto, per "
+        f"optimiser: {_grids(LR_GRID)} ({_grids(LAYER_LR_GRID)} with --granularity layer), widened x3 (at "
+        "most 4 steps per side) for a train whose best lr is at an edge, until every best lr is interior",
+        group="train", kind=optional(fields.Kind(_lr_text, _lr_check)))
     seed: list = option("0,1,2,3,4", "seeds (default: %(default)s: five, so that the paired tests and the "
                         "bootstrap can reject at 0.05)", group="train",
                         kind=csv(integer(0, MAX_SEED), unique=True))
@@ -180,10 +203,13 @@ class ClaimOptions(ExecutorOptions, RuntimeOptions, OptimOptions, DataOptions, M
             raise OptionError("--out DIR is required: it holds the finetuning runs and the reports")
         settle(self, out=str(self.out))
         settle(self, data=_merge_datasets(self.data, self.datasets), datasets=None)
+        if self.components is None:  # LoRA beside the components, at equal budget, where peft is there
+            lora = ["lora"] if self.granularity == "component" and importlib.util.find_spec("peft") else []
+            settle(self, components=[*TRAIN_ORDER, *lora])
         if self.steps is None:  # a layer claim trains 4-5x more runs: fewer steps keep it in budget
             settle(self, steps=LAYER_STEPS if self.granularity == "layer" else COMPONENT_STEPS)
         if self.lr is None or self.lr == "auto":  # default auto: a best lr at the grid's edge widens it
-            settle(self, lr_auto=True, lr=_LRS.parse(default_lrs(self.granularity)))
+            settle(self, lr_auto=True, lr="auto")
         if len(self.ranked) < 3 and self.granularity != "layer":  # layer: units = components x layers
             raise OptionError(f"--components: a rank correlation needs at least 3 components besides the "
                               f"baselines, got {self.ranked}")
@@ -204,16 +230,24 @@ class ClaimOptions(ExecutorOptions, RuntimeOptions, OptimOptions, DataOptions, M
         if world()[0] > 1 and (self.jobs or 1) > 1:
             raise OptionError("--jobs must be 1 under torchrun (each run is already data-parallel)")
         family_of(self.model).check_options(self.model_kwargs, self.img_size)
-        check_claim_out(self.out, several=len(self.data) > 1)
+        check_claim_out(self.out, several=len(self.data) * len(self.optimizer) > 1)
         for spec in self.data:  # what finetune refuses (--amp fp16, odd batches)
-            self.run_settings(spec, progress=False).validate()
+            self.run_settings(spec, self.optimizer[0], progress=False).validate()
 
-    def run_settings(self, data: str, *, progress: bool | None) -> RunSettings:
-        """The settings of every finetuning run of the claim on the dataset ``data``: the shared groups as
-        given, no plasticity monitor, plots only with ``--run-plots``."""
+    def lrs_for(self, optimizer: str) -> list[float]:
+        """The starting lr grid of ``optimizer``'s runs: ``--lr``, or with ``--lr auto`` that optimiser's
+        default for the granularity (`LR_GRID`, `LAYER_LR_GRID`)."""
+        if not self.lr_auto:
+            return list(self.lr)
+        return _LRS.parse((LAYER_LR_GRID if self.granularity == "layer" else LR_GRID)[optimizer])
+
+    def run_settings(self, data: str, optimizer: str, *, progress: bool | None) -> RunSettings:
+        """The settings of every finetuning run of the claim on the dataset ``data`` with ``optimizer``:
+        the shared groups as given, no plasticity monitor, plots only with ``--run-plots``."""
         shared = {f.name: getattr(self, f.name) for g in SHARED_GROUPS for f in dataclasses.fields(g)}
-        return RunSettings(**{**shared, "data": data, "progress": progress}, eval_limit=self.eval_limit,
-                           checkpoint_every=self.checkpoint_every, monitor_every=0, plots=self.run_plots)
+        return RunSettings(**{**shared, "data": data, "optimizer": optimizer, "progress": progress},
+                           eval_limit=self.eval_limit, checkpoint_every=self.checkpoint_every,
+                           monitor_every=0, plots=self.run_plots)
 
     def record(self, **resolved) -> dict:
         """The options as claim.json records them (``resolved``: values decided at run time, e.g. jobs,
@@ -234,12 +268,9 @@ def _merge_datasets(data: list | None, datasets: list | None) -> list[str]:
     return merged
 
 
-def default_lrs(granularity: str) -> str:
-    return LAYER_LR_GRID if granularity == "layer" else LR_GRID
-
-
 # what a claim writes into OUT (and nothing else: another directory is refused, never written into); a
-# claim over several datasets writes each one's files into OUT/datasets/NAME/ and the aggregate into OUT
+# claim of several arms (datasets, optimisers) writes each one's files into OUT/datasets/NAME/ and the
+# aggregate into OUT
 CLAIM_FILES = frozenset({"runs", "plasticity_chunks.json", "claim.json", "claim.txt", "claim.png",
                          "budgets.png", "criteria", "criteria.json"})
 AGGREGATE_FILES = frozenset({"datasets", "aggregate.json", "aggregate.txt", "aggregate.png"})
@@ -247,15 +278,15 @@ AGGREGATE_FILES = frozenset({"datasets", "aggregate.json", "aggregate.txt", "agg
 
 def check_claim_out(out: str, *, several: bool = False) -> None:
     """``--out``: a new or empty directory, or one a claim wrote (its files only; ``several``: a claim
-    over several datasets); ValueError otherwise."""
+    of several arms); ValueError otherwise."""
     check_out_dir(out)
     owned = AGGREGATE_FILES if several else CLAIM_FILES
     foreign = [n for n in foreign_files(out, owned) if not n.startswith(".")]  # hidden: temporaries
     if foreign:
-        kind = "a claim over several datasets" if several else "a claim"
+        kind = "a claim of several arms (datasets or optimisers)" if several else "a claim of one arm"
         raise ValueError(f"--out {out!r} holds files {kind} did not write ({', '.join(foreign[:5])}"
                          f"{' ...' if len(foreign) > 5 else ''}): give a new or empty directory, or one an "
-                         "earlier claim with these datasets wrote")
+                         "earlier claim with these datasets and optimisers wrote")
     datasets = Path(out) / "datasets"
     if several and datasets.is_dir():
         for d in datasets.iterdir():

@@ -27,15 +27,16 @@ def plan_summary(opts: ClaimOptions, grids: Sequence, reporter: Reporter) -> dic
     first = grids[0]
     listing = ", ".join(first.trains) if first.units is None else (
         f"{len(first.units)} (component, layer) units, head")
-    over = f"{len(grids)} datasets x " if len(grids) > 1 else ""
+    over = f"{len(grids)} arms (dataset x optimiser) x " if len(grids) > 1 else ""
     n_trains = len(first.trains) + len(first.budget_trains)
     reporter.say(f"claim: {len(runs)} finetuning runs = {over}{n_trains} trained ({listing}; "
-                 f"{len(first.budget_trains)} for the budgets) x {len(opts.lr)} learning rates x "
+                 f"{len(first.budget_trains)} for the budgets) x {len(first.dataset.lrs)} learning rates x "
                  f"{len(opts.seed)} seeds, {opts.steps} steps each; {finished} finished, {partial} partial, "
                  f"{new} new")
     planned = sum(g.budget_plan.planned_runs for g in grids)
     most = sum(g.budget_plan.most_after_scoring for g in grids)
-    plan = {"runs": len(runs), **states, "trains": first.trains, "lrs": opts.lr, "seeds": opts.seed,
+    plan = {"runs": len(runs), **states, "trains": first.trains, "lrs": [list(g.dataset.lrs) for g in grids],
+            "seeds": opts.seed,
             "steps": opts.steps, "datasets": [g.dataset.spec for g in grids], "budget_runs": planned,
             "budget_runs_after_scoring_at_most": most, "budget_runs_at_most": planned + most}
     unit = "components" if first.units is None else "parameters"

@@ -284,17 +284,20 @@ def budget_lines(budgets: Budgets | None) -> list[str]:
     out = ["", f"selection at equal budget (budget: {budgets.unit}{besides}; relative_gain as above; "
            "percentile among the random sets of the budget, ties counted half; full finetuning: "
            f"relative_gain {num(budgets.full.relative_gain, '+.3f')}):"]
-    head = f"{'budget':>10}  {'criterion':<11} {'relative_gain':>13} {'percentile':>10}  set"
+    head = f"{'budget':>10}  {'criterion':<11} {'relative_gain':>13} {'percentile':>10} {'params':>9}  set"
     out += [head, "-" * len(head)]
     for s in budgets.budgets:
         for r in (r for r in budgets.rows if r.budget == s.budget):
             pct = "-" if r.random_percentile is None else f"{r.random_percentile:.0f}"
-            out.append(f"{s.budget:>10,}  {r.criterion:<11} {num(r.relative_gain, '+.3f'):>13} {pct:>10}  "
-                       f"{r.train or '(not defined at this budget)'}")
+            params = "-" if r.trainable_params is None else f"{r.trainable_params:,}"
+            out.append(f"{s.budget:>10,}  {r.criterion:<11} {num(r.relative_gain, '+.3f'):>13} {pct:>10} "
+                       f"{params:>9}  {r.train or '(not defined at this budget)'}")
         q = s.random_relative_gain
         how = "every set" if s.enumerated else "random draws"
         out.append(f"{s.budget:>10,}  {'random':<11} {s.random_sets} sets ({how}): min "
                    f"{num(q.min, '+.3f')}, median {num(q.median, '+.3f')}, max {num(q.max, '+.3f')}")
+    if budgets.lora:
+        out.append(f"(params: trainable parameters of the run, the head's included; lora: {budgets.lora})")
     return out
 
 

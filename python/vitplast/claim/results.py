@@ -60,20 +60,23 @@ def analyse_dataset(opts: ClaimOptions, g: DatasetGrid, measured: dict, summarie
     runs = [run_record(s) for s in every]
     own = [s for s in every if s.train in g.trains]  # the claim's own runs
     reused = sum(s.reused for s in every)
-    plan = {"runs": len(g.runs), **counts(g.runs), "trains": g.trains, "lrs": opts.lr, "seeds": opts.seed,
+    plan = {"runs": len(g.runs), **counts(g.runs), "trains": g.trains, "lrs": list(g.dataset.lrs),
+            "seeds": opts.seed,
             "steps": opts.steps, "trained": len(every) - reused, "reused": reused,
             "budget_trains": g.budget_trains, "budget_runs": len(every) - len(own)}
     if opts.lr_auto:
         plan["lrs_run"] = lrs
     units = ClaimUnits.of(g.names, g.units)
-    budgets = analyse_budgets(budget_sets, every, seeds=opts.seed, unit=units.budget_unit)
+    budgets = analyse_budgets(budget_sets, every, seeds=opts.seed, unit=units.budget_unit,
+                              lora=g.budget_plan.lora_note)
     criteria = (measured.get("unit_scores")  # a layer claim's, plasticity's included; a component claim's:
                 or {n: c["scores"] for n, c in (measured.get("criteria") or {}).items()})
     analysis = dataclasses.replace(analyse(
         measured, own, units=units, baseline=opts.baseline, extra=opts.extra_baselines, criteria=criteria,
         lrs=lrs, seeds=opts.seed, bootstrap=opts.bootstrap, permutations=opts.permutations,
         seed=opts.stats_seed), budgets=budgets)
-    result = finite({"config": {**record, "data": g.dataset.spec}, "plan": plan, "estimate": est,
+    config = {**record, "data": g.dataset.spec, "optimizer": g.dataset.optimizer, "lr": list(g.dataset.lrs)}
+    result = finite({"config": config, "plan": plan, "estimate": est,
                      "measurement": {k: measured[k] for k in MEASUREMENT_KEYS if k in measured},
                      "analysis": analysis.to_json(), "runs": runs})
     return {**result, "text": format_report(analysis, Setup.of(result))}

@@ -61,7 +61,7 @@ def train_claim(opts: ClaimOptions, ses: ClaimSession, executor, plan: ClaimPlan
                             then="when every shard is done, run the same command without --shard (or "
                             "with --analyse-only) for the analysis")
         return Trained({}, {}, {}, summaries)
-    added = [r for g in plan.grids for r in plan_trains(g.key, budgets[g.key][1], opts.lr)]
+    added = [r for g in plan.grids for r in plan_trains(g.key, budgets[g.key][1], g.dataset.lrs)]
     groups: dict[str, list[RunSummary]] = {g.key: [] for g in plan.grids}
     # the plan's runs, then the criteria's sets outside the random sets, each widened with --lr auto
     for runs in (plan.runs, added) if added else (plan.runs,):
@@ -71,8 +71,10 @@ def train_claim(opts: ClaimOptions, ses: ClaimSession, executor, plan: ClaimPlan
         for r, summary in zip(runs, train(runs), strict=True):
             groups[r.dataset].append(summary)
         if opts.lr_auto:
-            _, groups = widen_groups(groups, start=opts.lr, train=train, say=reporter.say,
+            _, groups = widen_groups(groups, start={k: g.dataset.lrs for k, g in by_key.items()}, train=train,
+                                     say=reporter.say,
                                      plan=lambda key, t, lr: plan_trains(key, [t], [lr]))
     own = {g.key: [s for s in groups[g.key] if s.train in g.trains] for g in plan.grids}
-    lrs = {key: lrs_run(summaries) if opts.lr_auto else opts.lr for key, summaries in own.items()}
+    lrs = {key: lrs_run(summaries) if opts.lr_auto else list(by_key[key].dataset.lrs)
+           for key, summaries in own.items()}
     return Trained(groups, {key: sets for key, (sets, _) in budgets.items()}, lrs)

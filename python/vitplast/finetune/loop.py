@@ -141,8 +141,8 @@ class Training:
         ckpt, self.log = rd.checkpoint, RunLog(rd, dctx)
         self.parts, self.auto = trained_parts(s, spec.train, model, self.feed, device, dctx, self.amp, ckpt,
                                               self.log, reporter)
-        self.model, _ = make_trainable(model, self.parts, s.lora_r, s.components, s.lora_targets,
-                                       prepared.component_map)
+        self.model, _ = make_trainable(model, self.parts, spec.train.lora_rank or s.lora_r, s.components,
+                                       s.lora_targets, prepared.component_map)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.opt = make_optimizer(s, self.model, spec.lr)
         self.sched = make_scheduler(s, self.opt)  # a timm scheduler, stepped by step_update(step)

@@ -53,6 +53,16 @@ def lora_targets(model: nn.Module, train: str | Sequence[str] = "MHA", component
     return targets
 
 
+def lora_params_per_rank(model: nn.Module, components: Mapping | None = None, targets: str | None = None
+                         ) -> int:
+    """Trainable parameters that LoRA adds per unit of rank on ``targets`` (default: `LORA_DEFAULT`):
+    ``in + out`` for each adapted linear layer (its ``A``, ``r x in``, and ``B``, ``out x r``; no bias),
+    so that rank ``r`` adds exactly ``r`` times this many (the head, trainable too, aside)."""
+    modules = dict(model.named_modules())
+    return sum(sum(modules[name].weight.shape)
+               for name in lora_targets(model, lora_target_parts(targets, components), components))
+
+
 def _has_lora_target(model: nn.Module, component: str, components: Mapping | None = None) -> bool:
     try:
         return bool(lora_targets(model, (component,), components))

@@ -10,8 +10,9 @@ A spec is one or more parts joined with ``+``:
   the last two. A layer is an index into the map's layers in block order (what ``vitplast measure`` prints as
   layer 0, 1, ...);
 - ``head``: the classifier only (linear probing), which every component selection also trains;
-- ``full``: every parameter; ``lora``: LoRA adapters (`.lora`); ``auto`` and ``auto@layer``: chosen by
-  plasticity under a parameter budget (`.auto`). These four stand alone.
+- ``full``: every parameter; ``lora``: LoRA adapters (`.lora`) of rank ``--lora-r``, ``lora:r=N`` of rank
+  N; ``auto`` and ``auto@layer``: chosen by plasticity under a parameter budget (`.auto`). These four
+  stand alone.
 
 A parameter belongs to the component whose module is the **innermost** one holding it: in the ``hf-bert``
 preset MHA is the whole ``attention`` block, which contains LN1 (``attention.output.LayerNorm``), so ``MHA``
@@ -40,6 +41,8 @@ SPECIAL = ("full", "head", "lora", "auto")
 TRAIN_CHOICES = TRAIN_ORDER + SPECIAL
 AUTO_LAYER = "auto@layer"  # auto over (component, layer) units; stands alone like auto
 _LAYERS = re.compile(r"^(-?\d+)(?:-(-?\d+))?$")
+MAX_LORA_RANK = 4096  # beyond any linear layer's width that LoRA would sensibly adapt
+_LORA_RANK = re.compile(r"^\s*lora\s*:\s*r\s*=\s*(\d+)\s*$", re.IGNORECASE)  # lora:r=N
 Globs = Mapping[str, presets.Pattern] | None  # a component map as ``--component`` gives it (None: the preset)
 
 
@@ -108,20 +111,25 @@ class TrainPlan(str):
     one of every ``--train`` value; the rest of finetuning reads ``parts``."""
 
     parts: tuple[str, ...]
+    lora_rank: int | None  # the rank of ``lora:r=N`` (None: --lora-r's)
 
-    def __new__(cls, text: str, parts: Sequence[str]) -> TrainPlan:
+    def __new__(cls, text: str, parts: Sequence[str], lora_rank: int | None = None) -> TrainPlan:
         plan = super().__new__(cls, text)
-        plan.parts = tuple(parts)
+        plan.parts, plan.lora_rank = tuple(parts), lora_rank
         return plan
 
     def __reduce__(self):
-        return (TrainPlan, (str(self), self.parts))
+        return (TrainPlan, (str(self), self.parts, self.lora_rank))
 
     @classmethod
     def parse(cls, text: str, components: Mapping | None = None, *, any_label: bool = False) -> TrainPlan:
         """``text`` parsed (see `parse_train`); ``text`` itself when it is a plan already."""
         if isinstance(text, TrainPlan):
             return text
+        if isinstance(text, str) and (m := _LORA_RANK.match(text)):
+            if not 1 <= int(m[1]) <= MAX_LORA_RANK:
+                raise ValueError(f"{text!r}: a LoRA rank must be in 1..{MAX_LORA_RANK}")
+            return cls(text, ("lora",), int(m[1]))
         return cls(text, parse_train(text, components, any_label=any_label))
 
     @property

@@ -9,6 +9,7 @@ did (`ADDED_OPTIONS`), and a resume with another value is refused, naming the fl
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 
 from ..runs.lock import RunDirError
@@ -30,10 +31,13 @@ ADDED_OPTIONS = {
     "holdout": (0.0, "--holdout 0"),
 }
 
+_NOT_IN_NAMES = re.compile(r"[^\w@.-]")  # characters of a --train value a directory name replaces
+
 
 def run_name(train: str, lr: float, seed: int) -> str:
-    """The directory name of one run of a grid (``MHA_FC1-lr0.001-s0``); claim names its runs alike."""
-    return f"{train.replace('+', '_')}-lr{lr:g}-s{seed}"
+    """The directory name of one run of a grid (``MHA_FC1-lr0.001-s0``, ``lora_r_8-lr0.01-s1``); claim
+    names its runs alike."""
+    return f"{_NOT_IN_NAMES.sub('_', train)}-lr{lr:g}-s{seed}"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -12,11 +12,13 @@ from helpers import collecting
 from vitplast.claim.budgets import (
     MAX_ENUMERATED,
     BudgetSets,
+    LoraSizing,
     analyse_budgets,
     component_sets,
     layer_sets,
     maximal_sets,
     upper_bound,
+    with_lora,
 )
 from vitplast.claim.records import encode
 from vitplast.claim.statistics import percentile_of_score
@@ -40,6 +42,22 @@ def test_component_sets_every_subset_when_there_are_at_most_50():
     assert component_sets(scores, FIVE, 4, draws=3, seed=0).picks["spectral"] is None  # 3 defined < 4
     # sets several criteria pick are one train (one run per lr and seed)
     assert two.trains.count("MHA+FC1") == 1 and len(two.trains) == 10
+
+
+def test_lora_takes_the_rank_nearest_each_budget():
+    """LoRA's row: at component granularity the rank whose parameters are nearest the median size of the
+    budget's random sets, at layer granularity nearest the budget itself; at least rank 1."""
+    sizes = {"MHA": 66_560, "FC1": 66_560, "FC2": 65_792, "LN1": 512, "LN2": 512}
+    lora = LoraSizing(per_rank=1536, sizes=sizes)
+    one = component_sets({}, FIVE, 1, draws=3, seed=0)
+    assert lora.train(one, layer=False) == "lora:r=43"  # median 65,792 / 1,536 = 42.8
+    two = component_sets({}, FIVE, 2, draws=3, seed=0)  # 10 pairs: 3 big-big, 6 big-small, 1 small-small
+    assert lora.train(two, layer=False) == "lora:r=44"  # median 67,072 (MHA or FC1 with an LN) -> 43.7
+    assert lora.train(BudgetSets(10_000, {}, (), True), layer=True) == "lora:r=7"  # 6.5 -> 7
+    assert lora.train(BudgetSets(5, {}, (), True), layer=True) == "lora:r=1"  # never 0
+    picked = with_lora([one, two], lora, layer=False)
+    assert [s.picks["lora"] for s in picked] == ["lora:r=43", lora.train(two, layer=False)]
+    assert "lora:r=43" in picked[0].trains and with_lora([one], None, layer=False) == [one]
 
 
 def test_component_sets_are_drawn_beyond_50():
@@ -161,7 +179,8 @@ def test_a_criterion_set_outside_the_random_sets_is_trained_after_scoring(tmp_pa
 
     # FC1 4,224 + FC1 4,224 + LN1 64 fit 8,512 parameters: the 4 maximal sets are planned with the units;
     # spectral is undefined on LayerNorms, so its set FC1@0+FC1@1 is not maximal and waits for the scores
-    kw = dict(components="FC1,LN1", criteria="plasticity,spectral", budgets="8512", seed="0", jobs=1,
+    kw = dict(components="FC1,LN1", optimizer="sgd", criteria="plasticity,spectral", budgets="8512",
+              seed="0", jobs=1,
               threads=1, progress=False)
     first = _claim(tmp_path / "l", shard="1/1", **kw)  # a shard trains the planned runs only
     assert first["plan"]["runs"] == 10 and first["plan"]["budget_runs_after_scoring_at_most"] == 2

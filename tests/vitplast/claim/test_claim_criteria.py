@@ -65,6 +65,27 @@ def test_mha_is_tested_over_dataset_and_seed_pairs_across_datasets():
     assert "vs FC1" in format_aggregate(agg) and "n = 4" in format_aggregate(agg)
 
 
+def test_optimisers_are_arms_pooled_and_an_edge_withholds_the_verdict():
+    """Two arms of one dataset (SGD, AdamW): the aggregate names each arm's optimiser, calls its strata
+    arms, and withholds its verdict while a ranked unit's best lr sits at an edge of its arm's grid (the
+    made-up grid has two lrs: every best lr is at an edge)."""
+    from vitplast.claim.aggregate import aggregate_claims, aggregate_verdict, format_aggregate
+
+    results = {f"d-{opt}": {"config": {"data": "d", "optimizer": opt}, "analysis": _analysed(None)}
+               for opt in ("sgd", "adamw")}
+    agg = aggregate_claims(results, permutations=50)
+    assert [d.optimizer for d in agg.datasets.values()] == ["sgd", "adamw"]
+    assert agg.datasets["d-sgd"].unbracketed == ["MHA", "FC1", "LN1"]  # ranked units only, not the head
+    verdict = aggregate_verdict(agg)
+    assert verdict.startswith("not bracketed:") and "d-sgd: MHA, FC1, LN1" in verdict, verdict
+    text = format_aggregate(agg)
+    assert "across 2 arms (dataset x optimiser)" in text and "pooled within arms" in text
+    assert any(line.split()[:3] == ["d-adamw", "d", "adamw"] for line in text.splitlines())
+    bracketed = {name: {**r, "analysis": {**r["analysis"], "lr_edges": []}} for name, r in results.items()}
+    assert aggregate_verdict(aggregate_claims(bracketed, permutations=50)).startswith(
+        ("supported across arms", "not established across arms"))
+
+
 @pytest.mark.slow
 def test_claim_writes_criteria_json_and_reuses_the_scores(tmp_path):
     from helpers import collecting

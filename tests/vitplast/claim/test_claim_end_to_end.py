@@ -140,7 +140,7 @@ def test_report_labels_its_intervals():
 # ------------------------------------------------------------------------------------------ end to end
 TINY = dict(model="vit_tiny_patch16_224", random_init=True, img_size=16, threads=1, jobs=1, progress=False,
             model_kwargs=dict(patch_size=8, depth=2, embed_dim=32, num_heads=2),
-            pretrain_data="synthetic", data="synthetic", components="MHA,FC1,LN1", lr="3e-3",
+            pretrain_data="synthetic", data="synthetic", components="MHA,FC1,LN1", lr="3e-3", optimizer="sgd",
             seed="0,1", steps=4, batch_size=16, checkpoint_every=2, pairs=24, pair_batch=4,
             bootstrap=200, criteria="plasticity,size,spectral", reporter=quiet())  # loss-based criteria:
 # test_claim_criteria.py (they cost seconds per claim)

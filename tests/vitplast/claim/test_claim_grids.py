@@ -16,7 +16,8 @@ from helpers import collecting, quiet
 from vitplast.claim import claim
 from vitplast.cli import main as cli_main
 
-SMALL = dict(components="MHA,FC1,LN1", lr="3e-3", seed="0,1", steps=6, checkpoint_every=3, jobs=1,
+SMALL = dict(components="MHA,FC1,LN1", optimizer="sgd", lr="3e-3", seed="0,1", steps=6, checkpoint_every=3,
+             jobs=1,
              bootstrap=100, criteria="plasticity,size", progress=False, reporter=quiet())
 
 
@@ -108,15 +109,26 @@ def test_several_datasets_with_the_baselines_and_their_aggregate(tmp_path):
           "permutations": 200}
     res = claim(out=str(out), data=["digits:5-9"], datasets="digits:3-7", **kw)
     assert set(res["datasets"]) == {"digits_5-9", "digits_3-7"}
-    assert res["plan"]["runs"] == 2 * 6 and res["plan"]["datasets"] == ["digits:5-9", "digits:3-7"]
+    # 6 trains and LoRA at the budget's rank per dataset
+    assert res["plan"]["runs"] == 2 * 7 and res["plan"]["datasets"] == ["digits:5-9", "digits:3-7"]
     for name, spec in (("digits_5-9", "digits:5-9"), ("digits_3-7", "digits:3-7")):
         one = out / "datasets" / name
         saved = json.loads((one / "claim.json").read_text())
         assert saved["config"]["data"] == spec
         assert [r["component"] for r in saved["analysis"]["rows"]] == ["MHA", "FC1", "LN1"]
         assert [b["train"] for b in saved["analysis"]["baselines"]] == ["full", "lora"]
+        lora = next(r for r in saved["analysis"]["budgets"]["rows"] if r["criterion"] == "lora")
         assert sorted(p.name for p in (one / "runs").iterdir()) == sorted(
-            f"{t}-lr0.03-s0" for t in ("MHA", "FC1", "LN1", "full", "lora", "head"))
+            f"{t}-lr0.03-s0" for t in ("MHA", "FC1", "LN1", "full", "lora", "head",
+                                       lora["train"].replace(":", "_").replace("=", "_")))
+        # LoRA's rank: its parameters besides the head nearest the median component's (budget 1's random
+        # sets are the single components), within half of what one unit of rank adds: 4 layers of
+        # attention, each qkv (64 -> 192) and proj (64 -> 64): 4 (64 + 192 + 64 + 64) = 1536
+        params = {r["train"]: r["trainable_params"] for r in saved["runs"]}
+        median = sorted(params[c] - params["head"] for c in ("MHA", "FC1", "LN1"))[1]
+        rank = int(lora["train"].removeprefix("lora:r="))
+        assert "1,536 per unit of rank" in saved["analysis"]["budgets"]["lora"]
+        assert lora["trainable_params"] - params["head"] == 1536 * rank and abs(1536 * rank - median) <= 768
         text = (one / "claim.txt").read_text()
         assert "full       (baseline, not ranked)" in text and "lora" in text
         assert (one / "claim.png").exists() and (one / "plasticity_chunks.json").exists()
@@ -128,7 +140,7 @@ def test_several_datasets_with_the_baselines_and_their_aggregate(tmp_path):
     assert "pooled within datasets" in text and "verdict:" in text
     assert (out / "aggregate.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     again = claim(out=str(out), data=["digits:5-9"], datasets="digits:3-7", **kw)
-    assert again["plan"]["reused"] == 12 and again["aggregate"] == res["aggregate"]
+    assert again["plan"]["reused"] == 14 and again["aggregate"] == res["aggregate"]
 
 
 @pytest.mark.parametrize("args, message", [
@@ -169,3 +181,27 @@ def test_baselines_beside_the_components_get_accuracy_and_gain_not_rank():
     assert full["accuracy"]["mean"] == pytest.approx(0.9)
     assert [r["component"] for r in an["rows"]] == ["MHA", "FC1", "LN1"]  # full is not ranked
     assert an["ranking"]["best_lr_gain"] == ["MHA", "FC1", "LN1"]
+
+
+def test_the_default_claim_has_two_arms_and_lora_beside_the_components(tmp_path, monkeypatch):
+    """No flags: momentum SGD and AdamW are two arms, each with its own --lr auto grid and folder; lora
+    joins the components where peft is installed (and not at --granularity layer, nor without peft)."""
+    from vitplast.claim.datasets import dataset_plans
+    from vitplast.claim.experiment import claim_options
+
+    pytest.importorskip("peft")
+    opts = claim_options(out=str(tmp_path / "c"))
+    assert opts.optimizer == ["sgd", "adamw"]
+    assert opts.components == ["MHA", "FC1", "FC2", "LN1", "LN2", "lora"]
+    arms = dataset_plans(opts, progress=False)
+    assert [(a.name, a.optimizer, a.lrs) for a in arms] == [
+        ("digits_5-9-sgd", "sgd", (1e-2, 3e-2, 1e-1)), ("digits_5-9-adamw", "adamw", (1e-3, 3e-3, 1e-2))]
+    assert [a.out for a in arms] == [tmp_path / "c" / "datasets" / a.name for a in arms]
+    assert all(a.settings.optimizer == a.optimizer for a in arms)
+    one = dataset_plans(claim_options(out=str(tmp_path / "d"), optimizer="adamw", lr="1e-3,1e-2"),
+                        progress=False)
+    assert [(a.name, a.out, a.lrs) for a in one] == [("digits_5-9", tmp_path / "d", (1e-3, 1e-2))]
+    assert "lora" not in claim_options(out=str(tmp_path / "e"), granularity="layer").components
+    monkeypatch.setitem(sys.modules, "peft", None)
+    monkeypatch.setattr("importlib.util.find_spec", lambda name, *a: None if name == "peft" else object())
+    assert claim_options(out=str(tmp_path / "f")).components == ["MHA", "FC1", "FC2", "LN1", "LN2"]

@@ -25,10 +25,10 @@ pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc, kills processes")]
 
 # 4 runs (MHA, FC1, LN1, head) of about 3 s each on one core, a checkpoint every 20 of 120 steps
-GRID = dict(components="MHA,FC1,LN1", lr="3e-2", seed="0", steps=120, checkpoint_every=20, bootstrap=100,
-            progress=False)
-GRID_CLI = ["--components", "MHA,FC1,LN1", "--lr", "3e-2", "--seed", "0", "--steps", "120",
-            "--checkpoint-every", "20", "--bootstrap", "100", "--no-progress"]
+GRID = dict(components="MHA,FC1,LN1", optimizer="sgd", lr="3e-2", seed="0", steps=120, checkpoint_every=20,
+            bootstrap=100, progress=False)
+GRID_CLI = ["--optimizer", "sgd", "--components", "MHA,FC1,LN1", "--lr", "3e-2", "--seed", "0", "--steps",
+            "120", "--checkpoint-every", "20", "--bootstrap", "100", "--no-progress"]
 
 
 @pytest.fixture(scope="module")

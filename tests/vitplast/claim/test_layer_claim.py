@@ -125,7 +125,7 @@ def test_criteria_rows_within_types_by_hand():
 
 TINY = dict(model="vit_tiny_patch16_224", random_init=True, img_size=16, granularity="layer",
             model_kwargs=dict(patch_size=8, depth=2, embed_dim=32, num_heads=2),
-            pretrain_data="synthetic", data="synthetic", components="MHA,LN1", lr="3e-3",
+            pretrain_data="synthetic", data="synthetic", components="MHA,LN1", lr="3e-3", optimizer="sgd",
             seed="0,1", steps=4, batch_size=16, checkpoint_every=2, pairs=24, pair_batch=4,
             bootstrap=100, permutations=200, draws=2, criteria="plasticity,size", reporter=quiet())
 
@@ -253,7 +253,7 @@ def test_lr_auto_widens_only_at_edges_and_is_bounded():
 def _widened(s, start, acc_of):
     """`widen_groups` over one group with a fake trainer: accuracy ``acc_of[train](lr)``, two seeds."""
     jobs, groups = widen_groups(
-        {"": s}, start=start, say=lambda *a: None,
+        {"": s}, start={"": start}, say=lambda *a: None,
         plan=lambda _, t, lr: [{"train": t, "lr": lr, "seed": k} for k in (0, 1)],
         train=lambda js: [{**j, "final_acc": acc_of[j["train"]](j["lr"]), "initial_acc": 0.1,
                            "trainable_params": 9} for j in js])

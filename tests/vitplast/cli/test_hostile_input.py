@@ -142,7 +142,7 @@ def test_claim_refuses_a_foreign_directory(tmp_path, capsys):
     other.mkdir()
     (other / "notes.txt").write_text("mine")
     rc, lines = _cli(["claim", "--no-progress", "--out", str(other)], capsys)
-    assert rc == 2 and "holds files a claim did not write (notes.txt)" in _one_line(lines, "claim")
+    assert rc == 2 and "(datasets or optimisers) did not write (notes.txt)" in _one_line(lines, "claim")
     assert sorted(p.name for p in other.iterdir()) == ["notes.txt"]
 
 

@@ -124,3 +124,38 @@ def test_lora_config_targets_attention(vit):
     names = _trainable(model)
     assert names and all("lora_" in n or ".head." in n for n in names)
     assert any("attn.qkv.lora_A" in n for n in names)
+
+
+@pytest.mark.parametrize("rank", [1, 3, 8])
+def test_lora_adds_rank_times_its_parameters_per_rank(vit, rank):
+    """``lora_params_per_rank`` is what peft adds per unit of rank: rank r adds exactly r times it (the
+    head, trainable too, aside), which is how the claim picks LoRA's rank at a budget."""
+    pytest.importorskip("peft")
+    import copy
+
+    per_rank = lora.lora_params_per_rank(vit)
+    # DEPTH blocks of attention, each qkv (32 -> 96) and proj (32 -> 32): (32 + 96) + (32 + 32) per rank
+    assert per_rank == DEPTH * (32 + 96 + 32 + 32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = lora.apply_lora(copy.deepcopy(vit), r=rank)
+    adapters = sum(p.numel() for n, p in model.named_parameters() if p.requires_grad and "lora_" in n)
+    assert adapters == rank * per_rank
+
+
+def test_a_lora_rank_in_the_train_value():
+    """``lora:r=N`` is LoRA of rank N (the claim's runs at equal budget): its parts are LoRA's, its run
+    directory names no character a file system might refuse, and a rank out of bounds is refused."""
+    from vitplast.finetune.spec import run_name
+
+    plan = T.TrainPlan.parse("lora:r=43")
+    assert plan.parts == ("lora",) and plan.lora_rank == 43 and plan.is_lora and plan == "lora:r=43"
+    assert T.TrainPlan.parse("lora").lora_rank is None and T.TrainPlan.parse(" LoRA : r = 2 ").lora_rank == 2
+    assert __import__("pickle").loads(__import__("pickle").dumps(plan)).lora_rank == 43  # to a worker
+    assert run_name("lora:r=43", 0.01, 1) == "lora_r_43-lr0.01-s1"
+    assert run_name("MHA@0-2+FC1", 0.001, 0) == "MHA@0-2_FC1-lr0.001-s0"  # as before
+    for bad in ("lora:r=0", "lora:r=5000"):
+        with pytest.raises(ValueError, match=r"a LoRA rank must be in 1\.\.4096"):
+            T.TrainPlan.parse(bad)
+    with pytest.raises(ValueError):
+        T.TrainPlan.parse("lora:r=4+MHA")

@@ -71,7 +71,8 @@ def test_claim_refuses_a_planted_pickle_in_a_run(tmp_path):
 
     out, marker = tmp_path / "claim", tmp_path / "ran"
     opts = dict(**ARCH, threads=1, jobs=1, progress=False, pretrain_data="synthetic", data="synthetic",
-                components="MHA,FC1,LN1", lr="3e-3", seed="0", steps=4, batch_size=16, checkpoint_every=2,
+                components="MHA,FC1,LN1", optimizer="sgd", lr="3e-3", seed="0", steps=4, batch_size=16,
+                checkpoint_every=2,
                 pairs=8, pair_batch=4, bootstrap=20, reporter=quiet())
     with pytest.raises(Killed), warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -147,7 +148,8 @@ def _children(pid: int) -> list[int]:
 def test_kill_9_of_claim_ends_its_workers(tmp_path):
     out = tmp_path / "claim"
     argv = [sys.executable, "-m", "vitplast.cli", "claim", *ARCH_CLI, "--pretrain-data", "synthetic",
-            "--data", "synthetic", "--components", "MHA,FC1,LN1", "--lr", "3e-3", "--seed", "0,1",
+            "--data", "synthetic", "--components", "MHA,FC1,LN1", "--optimizer", "sgd", "--lr", "3e-3",
+            "--seed", "0,1",
             "--steps", "2000", "--batch-size", "16", "--checkpoint-every", "2", "--pairs", "8",
             "--pair-batch", "4", "--jobs", "2", "--threads", "1", "--no-progress", "--out", str(out)]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path)
