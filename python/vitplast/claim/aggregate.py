@@ -7,7 +7,9 @@ together. The arms are the strata below (called datasets, as in the files).
 - pooled: the within-dataset Spearman, each dataset's rho weighted by its number of components (or
   units), tested by a **stratified** permutation test that permutes the gains only among the rows of
   the same dataset (`vitplast.claim.statistics.stratified_permutation_test`: what differs
-  between datasets, their accuracy level, cannot make p small);
+  between datasets, their accuracy level, cannot make p small); the arms of one dataset (its
+  optimisers) rank the same units, so one permutation of its units serves all of them: a component
+  ranked under two optimisers is one unit measured twice, not two;
 - combined: the per-dataset one-sided p-values combined by Stouffer's method weighted by the square
   root of each dataset's number of rows (``scipy.stats.combine_pvalues``), and how many datasets
   have rho > 0;
@@ -102,10 +104,12 @@ def aggregate_claims(results: dict[str, dict], *, permutations: int = 10000, see
     kept = [(name, p) for name, d in per.items() for p in d.points
             if p.plasticity is not None and p.best_lr_gain is not None]
     left_out = sum(len(d.points) for d in per.values()) - len(kept)
+    # the arms of one dataset rank the same units: one permutation of them serves all its arms
     pooled = (stratified_permutation_test(np.array([p.plasticity for _, p in kept]),
                                           np.array([p.best_lr_gain for _, p in kept]),
                                           np.array([name for name, _ in kept]), permutations=permutations,
-                                          seed=seed)
+                                          seed=seed, units=[p.name for _, p in kept],
+                                          blocks=[per[name].data for name, _ in kept])
               if kept else None)
     return Aggregate(per, _pooled(pooled, left_out), _combined(per), _mha_tests(analyses))
 
@@ -187,6 +191,12 @@ def format_aggregate(agg: Aggregate) -> str:
         f"combined p of the {noun} (Stouffer, weights sqrt(rows)): {num(comb.p_greater, '.3g')}; rho > 0 "
         f"on {comb.datasets_rho_positive} of {comb.datasets_rho_defined} {noun} where it is defined",
     ]
+    shared = sorted({d.data for d in agg.datasets.values()
+                     if sum(o.data == d.data for o in agg.datasets.values()) > 1})
+    if shared:
+        lines.append(f"(the arms of {', '.join(shared)} rank the same units under each optimiser: the pooled "
+                     "test permutes those units once for all of them, so a unit counts once; Stouffer's "
+                     "combination treats the arms' p-values as independent, which they are not)")
     if pooled.left_out:
         lines.append(f"({pooled.left_out} rows with an undefined plasticity or gain left out of the pooled "
                      "test)")

@@ -177,34 +177,62 @@ def pooled_within(x: np.ndarray, ys: np.ndarray, strata: np.ndarray, statistic) 
         return np.where(den > 0, num / np.maximum(den, 1), np.nan)
 
 
+def _linked_groups(strata: np.ndarray, units, blocks) -> list[np.ndarray]:
+    """The rows permuted together: per block, a ``(strata of the block, units)`` array of row indices,
+    each stratum's rows in the order of the block's units (without ``units``: each stratum alone, its
+    rows as they come). A block whose strata do not hold the same units is split into its strata."""
+    names = list(dict.fromkeys(strata.tolist()))
+    if units is None or blocks is None:
+        return [np.flatnonzero(strata == s)[None, :] for s in names]
+    units, blocks = np.asarray(units), np.asarray(blocks)
+    out = []
+    for b in dict.fromkeys(blocks.tolist()):
+        members = [s for s in names if (blocks[strata == s] == b).all()]
+        rows = [np.flatnonzero(strata == s) for s in members]
+        order = list(units[rows[0]])
+        if all(len(r) == len(order) and set(units[r]) == set(order) for r in rows):
+            out.append(np.array([r[np.argsort([order.index(u) for u in units[r]])] for r in rows]))
+        else:
+            out += [r[None, :] for r in rows]
+    return out
+
+
 def stratified_permutation_test(x, y, strata, *, statistic=spearman, permutations: int = 10000,
-                                seed: int = 0) -> PermutationTest:
+                                seed: int = 0, units=None, blocks=None) -> PermutationTest:
     """Permutation test of the pooled within-stratum ``statistic`` (`within_strata`), ``y``
     permuted **only among rows of the same stratum**: between-stratum differences (e.g. of size) are
     held fixed, so only the association inside each stratum can make p small. Every combination of
     within-stratum permutations is enumerated when there are at most `EXACT_STRATIFIED_LIMIT`
     (p = hits / count), else ``permutations`` are drawn (p = (1 + hits) / (1 + permutations)).
-    ``two_sided``: twice the smaller one-sided p, as scipy's."""
+    ``two_sided``: twice the smaller one-sided p, as scipy's.
+
+    ``units`` and ``blocks`` (per row): strata of one block are repeated measures of the same units (a
+    dataset's arms, one per optimiser, rank the same components): one permutation of the block's units
+    is applied to all of its strata, so a unit measured twice counts as one unit, not two independent
+    ones (permuting each arm alone would make p too small)."""
     x, y, strata = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64), np.asarray(strata)
     if not (x.shape == y.shape == strata.shape) or x.ndim != 1:
         raise ValueError(f"stratified_permutation_test: x, y and strata must be 1-D of one length, got "
                          f"{x.shape}, {y.shape}, {strata.shape}")
-    groups = [np.flatnonzero(strata == s) for s in dict.fromkeys(strata.tolist())]
+    groups = _linked_groups(strata, units, blocks)
     _, observed = within_strata(x, y, strata, statistic)
     if not math.isfinite(observed):
-        return _nan_result(observed, len(groups))
-    count = math.prod(math.factorial(len(g)) for g in groups)
+        return _nan_result(observed, len(set(strata.tolist())))
+    count = math.prod(math.factorial(g.shape[1]) for g in groups)
     if count <= EXACT_STRATIFIED_LIMIT:
         orders = np.empty((count, len(y)), dtype=np.int64)
-        for row, combo in enumerate(itertools.product(*(itertools.permutations(g) for g in groups))):
+        for row, combo in enumerate(itertools.product(*(itertools.permutations(range(g.shape[1]))
+                                                        for g in groups))):
             for g, perm in zip(groups, combo, strict=True):
-                orders[row, g] = perm
+                orders[row, g] = g[:, list(perm)]
         exact = True
     else:
         rng = np.random.default_rng(seed)
         orders = np.tile(np.arange(len(y)), (permutations, 1))
         for g in groups:
-            orders[:, g] = g[np.argsort(rng.random((permutations, len(g))), axis=1)]
+            perm = np.argsort(rng.random((permutations, g.shape[1])), axis=1)  # (P, units)
+            for rows in g:
+                orders[:, rows] = rows[perm]
         exact = False
     null = pooled_within(x, y[orders], strata, statistic)
     tol = _tolerance(observed)
@@ -214,7 +242,7 @@ def stratified_permutation_test(x, y, strata, *, statistic=spearman, permutation
     else:
         greater, less = (1 + hits_g) / (1 + permutations), (1 + hits_l) / (1 + permutations)
     return PermutationTest(observed, greater, min(1.0, 2 * min(greater, less)), exact, len(orders),
-                           len(groups))
+                           len(set(strata.tolist())))
 
 
 # ------------------------------------------------------------------------------------------ partial

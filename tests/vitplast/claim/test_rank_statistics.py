@@ -79,6 +79,40 @@ def test_stratified_two_types_exact_p():
     assert res2.observed == pytest.approx(0.75) and res2.greater == pytest.approx(5 / 36)
 
 
+def test_arms_of_one_dataset_are_permuted_together():
+    """Two arms (optimisers) ranking the same 4 units of one dataset, in the same order: permuted
+    independently they look like 8 units (p = 1/(4! 4!)); linked, one permutation of the 4 units serves
+    both arms and p is that of 4 units, 1/4! (the units in another order in the second arm are matched
+    by name). Units that differ between the arms fall back to permuting each arm alone."""
+    units = ["MHA", "FC1", "LN1", "LN2"]
+    x = [4.0, 3.0, 2.0, 1.0] * 2
+    y = [0.4, 0.3, 0.2, 0.1, 0.5, 0.45, 0.3, 0.2]
+    strata = ["sgd"] * 4 + ["adamw"] * 4
+    alone = S.stratified_permutation_test(x, y, strata)
+    assert alone.exact and alone.permutations == 576 and alone.greater == pytest.approx(1 / 576)
+    linked = S.stratified_permutation_test(x, y, strata, units=units * 2, blocks=["d"] * 8)
+    assert linked.exact and linked.permutations == 24 and linked.greater == pytest.approx(1 / 24)
+    assert linked.strata == 2 and linked.observed == pytest.approx(1)
+    swapped = [3, 2, 1, 0, 7, 6, 5, 4]  # the second arm's rows in reverse unit order: matched by name
+    again = S.stratified_permutation_test(np.array(x)[swapped], np.array(y)[swapped], strata,
+                                          units=list(np.array(units * 2)[swapped]), blocks=["d"] * 8)
+    assert again.greater == pytest.approx(1 / 24)
+    sampled = S.stratified_permutation_test(x, y, strata, units=units * 2, blocks=["d"] * 8,
+                                            permutations=2000, seed=0)
+    assert sampled.exact  # 24 orders: enumerated whatever --permutations says
+    other = S.stratified_permutation_test(x, y, strata, units=units + ["MHA", "FC1", "LN1", "FC2"],
+                                          blocks=["d"] * 8)
+    assert other.permutations == 576
+    # drawn permutations (9 units: 9! orders): two identical arms linked give one arm's p exactly
+    rng = np.random.default_rng(5)
+    x9, y9 = rng.random(9), rng.random(9)
+    one = S.stratified_permutation_test(x9, y9, ["a"] * 9, permutations=400, seed=2)
+    two = S.stratified_permutation_test(np.tile(x9, 2), np.tile(y9, 2), ["a"] * 9 + ["b"] * 9,
+                                        permutations=400, seed=2, units=list(range(9)) * 2, blocks=[0] * 18)
+    assert not one.exact and two.greater == pytest.approx(one.greater) and two.observed == pytest.approx(
+        one.observed)
+
+
 def test_stratified_ignores_between_type_differences():
     # inside each type y is unrelated to x (anti-ordered in one, ordered in the other: pooled 0),
     # while across types the big-x type has the big gains: the plain rho is high, the stratified one 0
