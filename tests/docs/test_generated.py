@@ -92,12 +92,20 @@ def test_an_unknown_part_is_refused(part, capsys):
 
 
 def test_the_claim_tables_are_made_from_the_committed_claim():
-    """The claim guide's tables (``tables.md``) are what `claim_tables` makes of the committed
-    ``claim.json``: the verdict and every ranked unit and criterion, in Markdown tables."""
+    """The claim guide's tables (each arm's ``tables.md``, and the aggregate's) are what `claim_tables`
+    and `aggregate_tables` make of the committed ``claim.json`` files and ``aggregate.json``: the
+    verdicts, every ranked unit, criterion and arm, in Markdown tables."""
     folder = GENERATED / "claim"
-    tables = generate.claim_tables(json.loads((folder / "claim.json").read_text()))
-    assert (folder / "tables.md").read_text() == tables
-    doc = json.loads((folder / "claim.json").read_text())
-    assert tables.startswith(f"**Verdict:** {doc['analysis']['verdict']}")
-    assert all(f"| {r['unit']} |" in tables for r in doc["analysis"]["rows"])
-    assert all(f"| {c['criterion']} |" in tables for c in doc["analysis"]["criteria"])
+    arms = sorted(p.parent for p in folder.glob("*/claim.json"))
+    assert [a.name for a in arms] == ["digits_5-9-adamw", "digits_5-9-sgd"]  # the default: two optimisers
+    for arm in arms:
+        doc = json.loads((arm / "claim.json").read_text())
+        tables = generate.claim_tables(doc)
+        assert (arm / "tables.md").read_text() == tables
+        assert tables.startswith(f"**Verdict:** {doc['analysis']['verdict']}")
+        assert all(f"| {r['unit']} |" in tables for r in doc["analysis"]["rows"])
+        assert all(f"| {c['criterion']} |" in tables for c in doc["analysis"]["criteria"])
+    agg = json.loads((folder / "aggregate.json").read_text())
+    tables = generate.aggregate_tables(agg)
+    assert (folder / "tables.md").read_text() == tables and tables.startswith("**Verdict over the arms:**")
+    assert all(f"| {name} |" in tables for name in agg["aggregate"]["datasets"])

@@ -126,8 +126,8 @@ class ClaimOptions(ExecutorOptions, RuntimeOptions, OptimOptions, DataOptions, M
         None, "selection at equal budget: each criterion's set (and the attention rule's) against random "
         "sets of the same budget, comma-separated budgets. --granularity component: numbers of components "
         "(default: 1, the runs already trained: no extra run); each k >= 2 trains every k-subset when there "
-        "are at most 50 (C(5,2) = 10 sets: 90 more runs on the default claim's 54), else --draws random ones "
-        "and the criteria's, x lrs x seeds. --granularity layer: trainable parameters besides the head "
+        "are at most 50 (C(5,2) = 10 sets: 10 more trains, each at every lr and seed), else --draws random "
+        "ones and the criteria's, x lrs x seeds. --granularity layer: trainable parameters besides the head "
         "(default: twice the largest unit). Full finetuning is trained as the reference line",
         metavar="K,K", group="train", kind=optional(csv(integer(1), unique=True)))
     draws: int = option(20, "random sets per budget where there are more than 50 (default: %(default)s)",
