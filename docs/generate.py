@@ -199,22 +199,24 @@ def claim_tables(doc: dict) -> str:
 def aggregate_tables(doc: dict) -> str:
     """The aggregate over a claim's arms (``aggregate.json``) as Markdown: the verdict, one row per arm,
     the pooled and combined tests, and MHA against each component over the arms' (arm, seed) pairs."""
-    from vitplast.claim.aggregate import Aggregate, aggregate_verdict
+    from vitplast.claim.aggregate import Aggregate, aggregate_verdict, shared_units_note
 
     agg = Aggregate.from_json(doc["aggregate"])
     lines = [f"**Verdict over the arms:** {aggregate_verdict(agg)}", "",
-             "| arm | data | optimiser | units | Spearman ρ [95% CI] | one-sided p | Kendall τ |",
-             "|---|---|---|---:|---|---:|---:|"]
+             "| arm (data-optimiser) | units | Spearman ρ [95% CI] | one-sided p | Kendall τ |",
+             "|---|---:|---|---:|---:|"]
     for name, d in agg.datasets.items():
         sp = d.spearman
         rho = _cell(sp.value, "+.2f") + ("" if sp.ci[0] is None else f" [{sp.ci[0]:+.2f}, {sp.ci[1]:+.2f}]")
-        lines.append(f"| {name} | {d.data} | {d.optimizer or 'n/a'} | {d.rows} | {rho} "
+        lines.append(f"| {name} | {d.rows} | {rho} "
                      f"| {_cell(sp.p_greater, '.3g')} | {_cell(d.kendall.value, '+.2f')} |")
     pooled, comb = agg.pooled, agg.combined
     lines += ["", f"Pooled within arms: Spearman ρ {_cell(pooled.spearman, '+.2f')}, stratified permutation "
               f"p = {_cell(pooled.p_greater, '.3g')} (one-sided); Stouffer's combination of the arms' p: "
               f"{_cell(comb.p_greater, '.3g')}; ρ > 0 in {comb.datasets_rho_positive} of "
               f"{comb.datasets_rho_defined} arms."]
+    if note := shared_units_note(agg):
+        lines[-1] += f" ({note[0].upper()}{note[1:]}.)"
     if agg.mha_tests is not None:
         lines += ["", "| MHA vs | pairs | mean accuracy difference | paired t p (Holm) | Wilcoxon p (Holm) |",
                   "|---|---:|---:|---:|---:|"]

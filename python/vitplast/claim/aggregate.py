@@ -28,9 +28,10 @@ import numpy as np
 from scipy import stats
 
 from .analysis import REFERENCE, finite
+from .paired_tests import paired_tests
 from .records import ClaimAnalysis, Correlation, PairedTests, Record, encode
 from .report import mha_test_lines, num
-from .statistics import PermutationTest, paired_tests, stratified_permutation_test
+from .statistics import PermutationTest, stratified_permutation_test
 
 
 class Point(Record):
@@ -147,6 +148,17 @@ def _combined(per: dict[str, DatasetRanks]) -> Combined:
     return Combined(sum(r > 0 for r in rhos), len(rhos), "stouffer", p)
 
 
+def shared_units_note(agg: Aggregate) -> str | None:
+    """What the pooled and combined tests mean when several arms share a dataset (None when none do)."""
+    shared = sorted({d.data for d in agg.datasets.values()
+                     if sum(o.data == d.data for o in agg.datasets.values()) > 1})
+    if not shared:
+        return None
+    return (f"the arms of {', '.join(shared)} rank the same units under each optimiser: the pooled test "
+            "permutes those units once for all of them, so a unit counts once; Stouffer's combination "
+            "treats the arms' p-values as independent, which they are not")
+
+
 def strata_noun(agg: Aggregate) -> str:
     """What the aggregate's strata are called: ``datasets``, or ``arms`` when their optimisers differ."""
     return "arms" if len({d.optimizer for d in agg.datasets.values()}) > 1 else "datasets"
@@ -191,12 +203,8 @@ def format_aggregate(agg: Aggregate) -> str:
         f"combined p of the {noun} (Stouffer, weights sqrt(rows)): {num(comb.p_greater, '.3g')}; rho > 0 "
         f"on {comb.datasets_rho_positive} of {comb.datasets_rho_defined} {noun} where it is defined",
     ]
-    shared = sorted({d.data for d in agg.datasets.values()
-                     if sum(o.data == d.data for o in agg.datasets.values()) > 1})
-    if shared:
-        lines.append(f"(the arms of {', '.join(shared)} rank the same units under each optimiser: the pooled "
-                     "test permutes those units once for all of them, so a unit counts once; Stouffer's "
-                     "combination treats the arms' p-values as independent, which they are not)")
+    if note := shared_units_note(agg):
+        lines.append(f"({note})")
     if pooled.left_out:
         lines.append(f"({pooled.left_out} rows with an undefined plasticity or gain left out of the pooled "
                      "test)")

@@ -46,6 +46,7 @@ import math
 
 import numpy as np
 
+from .paired_tests import paired_tests
 from .records import (
     Bootstrap,
     ClaimAnalysis,
@@ -69,7 +70,6 @@ from .statistics import (
     PermutationTest,
     bounded_t_interval,
     criterion_tests,
-    paired_tests,
     partial_p_greater,
     partial_spearman,
     per_stratum_spearman,

@@ -41,11 +41,11 @@ import itertools
 import math
 
 import numpy as np
+from scipy import stats
 
 from .analysis import finite
 from .records import BudgetRow, Budgets, FullRow, Quantiles, RandomSets
 from .samples import relative_gain_table
-from .statistics import percentile_of_score, quantile_summary
 
 MAX_ENUMERATED = 50  # every random set is trained when there are at most this many
 MAX_ENUMERATED_UNITS = 16  # layer granularity: sets enumerated over the 2**n subsets of at most 16 units
@@ -56,6 +56,22 @@ DEFAULT_COMPONENT_BUDGETS = (1,)
 LORA = "lora"  # the row of LoRA at the rank nearest each budget
 LORA_RULE = ("LoRA (peft) on every layer's attention, of the rank whose trainable parameters besides the "
              "head are nearest the budget's ({})")
+
+
+def percentile_of_score(value: float, others: np.ndarray) -> float:
+    """Where ``value`` lies among the finite ``others``, in percent, ties counted half (mid-rank,
+    ``scipy.stats.percentileofscore(kind="mean")``); NaN when either is missing."""
+    others = np.asarray(others, dtype=np.float64)
+    others = others[np.isfinite(others)]
+    if not math.isfinite(value) or others.size == 0:
+        return math.nan
+    return float(stats.percentileofscore(others, value, kind="mean"))
+
+
+def quantile_summary(values: np.ndarray) -> dict:
+    """``{"min", "p10", "median", "p90", "max"}`` of ``values`` (NaN when there are none)."""
+    q = np.quantile(values, [0.0, 0.1, 0.5, 0.9, 1.0]) if np.asarray(values).size else np.full(5, np.nan)
+    return dict(zip(("min", "p10", "median", "p90", "max"), (float(v) for v in q), strict=True))
 
 
 @dataclasses.dataclass(frozen=True)

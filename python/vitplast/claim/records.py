@@ -228,7 +228,7 @@ class PairedComparison(Record):
 
 
 class PairedTests(Record):
-    """A reference component (MHA) against each other one (`.statistics.paired_tests`)."""
+    """A reference component (MHA) against each other one (`.paired_tests.paired_tests`)."""
 
     reference: str
     comparisons: dict[str, PairedComparison]

@@ -20,11 +20,7 @@ symmetric about 0 (Spearman and Kendall under permutation) the two agree. Exact 
 permutations (the observed order among them); sampled: (1 + hits) / (1 + permutations).
 Undefined values (a constant vector has no rank correlation; one seed has no t interval) are NaN.
 
-Paired comparisons for `vitplast claim`: one component (MHA) against each other one over paired
-observations (the (dataset, seed) pairs), by the paired t-test and the one-sided Wilcoxon
-signed-rank test of ``scipy.stats``, each Holm-corrected over the comparisons (Holm, "A simple
-sequentially rejective multiple test procedure", Scand. J. Statist. 1979) (`paired_tests`). Pure
-functions on arrays, like the rest.
+The paired comparisons of MHA against each other component are `.paired_tests`'.
 """
 
 from __future__ import annotations
@@ -184,16 +180,13 @@ def _linked_groups(strata: np.ndarray, units, blocks) -> list[np.ndarray]:
     names = list(dict.fromkeys(strata.tolist()))
     if units is None or blocks is None:
         return [np.flatnonzero(strata == s)[None, :] for s in names]
-    units, blocks = np.asarray(units), np.asarray(blocks)
-    out = []
+    units, blocks, out = np.asarray(units), np.asarray(blocks), []
     for b in dict.fromkeys(blocks.tolist()):
-        members = [s for s in names if (blocks[strata == s] == b).all()]
-        rows = [np.flatnonzero(strata == s) for s in members]
+        rows = [np.flatnonzero(strata == s) for s in names if (blocks[strata == s] == b).all()]
         order = list(units[rows[0]])
-        if all(len(r) == len(order) and set(units[r]) == set(order) for r in rows):
-            out.append(np.array([r[np.argsort([order.index(u) for u in units[r]])] for r in rows]))
-        else:
-            out += [r[None, :] for r in rows]
+        same = all(len(r) == len(order) and set(units[r]) == set(order) for r in rows)
+        out += ([np.array([r[np.argsort([order.index(u) for u in units[r]])] for r in rows])] if same
+                else [r[None, :] for r in rows])
     return out
 
 
@@ -219,13 +212,12 @@ def stratified_permutation_test(x, y, strata, *, statistic=spearman, permutation
     if not math.isfinite(observed):
         return _nan_result(observed, len(set(strata.tolist())))
     count = math.prod(math.factorial(g.shape[1]) for g in groups)
-    if count <= EXACT_STRATIFIED_LIMIT:
+    if exact := count <= EXACT_STRATIFIED_LIMIT:
         orders = np.empty((count, len(y)), dtype=np.int64)
         for row, combo in enumerate(itertools.product(*(itertools.permutations(range(g.shape[1]))
                                                         for g in groups))):
             for g, perm in zip(groups, combo, strict=True):
                 orders[row, g] = g[:, list(perm)]
-        exact = True
     else:
         rng = np.random.default_rng(seed)
         orders = np.tile(np.arange(len(y)), (permutations, 1))
@@ -233,7 +225,6 @@ def stratified_permutation_test(x, y, strata, *, statistic=spearman, permutation
             perm = np.argsort(rng.random((permutations, g.shape[1])), axis=1)  # (P, units)
             for rows in g:
                 orders[:, rows] = rows[perm]
-        exact = False
     null = pooled_within(x, y[orders], strata, statistic)
     tol = _tolerance(observed)
     hits_g, hits_l = int((null >= observed - tol).sum()), int((null <= observed + tol).sum())
@@ -407,67 +398,3 @@ def bounded_t_interval(values, bounds: tuple[float, float], level: float = 0.95)
     clipped = "both" if cut_lo and cut_hi else "low" if cut_lo else "high" if cut_hi else None
     lo, hi = max(lo, bounds[0]) if math.isfinite(lo) else lo, min(hi, bounds[1]) if math.isfinite(hi) else hi
     return mean, lo, hi, clipped
-
-
-def percentile_of_score(value: float, others: np.ndarray) -> float:
-    """Where ``value`` lies among the finite ``others``, in percent, ties counted half (mid-rank,
-    ``scipy.stats.percentileofscore(kind="mean")``); NaN when either is missing."""
-    others = np.asarray(others, dtype=np.float64)
-    others = others[np.isfinite(others)]
-    if not math.isfinite(value) or others.size == 0:
-        return math.nan
-    return float(stats.percentileofscore(others, value, kind="mean"))
-
-
-def quantile_summary(values: np.ndarray) -> dict:
-    """``{"min", "p10", "median", "p90", "max"}`` of ``values`` (NaN when there are none)."""
-    q = np.quantile(values, [0.0, 0.1, 0.5, 0.9, 1.0]) if np.asarray(values).size else np.full(5, np.nan)
-    return dict(zip(("min", "p10", "median", "p90", "max"), (float(v) for v in q), strict=True))
-
-
-def holm(p_values) -> list[float]:
-    """Holm's step-down adjustment of ``p_values`` (family-wise error), in their order; NaN stays NaN
-    and does not count in the family. (scipy has no Holm; ``false_discovery_control`` is BH/BY.)"""
-    p = np.asarray(p_values, dtype=np.float64)
-    out = np.full(p.shape, np.nan)
-    idx = np.flatnonzero(np.isfinite(p))
-    m = len(idx)
-    running = 0.0
-    for rank, k in enumerate(idx[np.argsort(p[idx], kind="stable")]):
-        running = max(running, min(1.0, (m - rank) * p[k]))
-        out[k] = running
-    return out.tolist()
-
-
-def paired_tests(reference: str, accuracy: dict[str, list[float]]) -> dict:
-    """``reference`` (MHA) against each other component, over paired observations (the (dataset, seed)
-    pairs: ``accuracy[c][k]`` is component ``c``'s accuracy on pair ``k``): the paired t-test
-    (``scipy.stats.ttest_rel``, two-sided) and the one-sided Wilcoxon signed-rank test (``wilcoxon``,
-    H1: the reference is more accurate), each Holm-corrected over the comparisons. Per comparison:
-    ``n`` (pairs), ``mean_difference``, ``t``, ``t_p``, ``t_p_holm``, ``wilcoxon_p``,
-    ``wilcoxon_p_holm``. NaN (null) where a test is undefined (fewer than 2 pairs; no non-zero
-    difference)."""
-    ref = np.asarray(accuracy[reference], dtype=np.float64)
-    rows = {}
-    for c, values in accuracy.items():
-        if c == reference:
-            continue
-        other = np.asarray(values, dtype=np.float64)
-        d = ref - other
-        t, tp, wp = math.nan, math.nan, math.nan
-        if d.size >= 2 and np.ptp(d) > 0:
-            res = stats.ttest_rel(ref, other)
-            t, tp = float(res.statistic), float(res.pvalue)
-        if np.count_nonzero(d) >= 1:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", UserWarning)
-                wp = float(stats.wilcoxon(ref, other, alternative="greater").pvalue)
-        rows[c] = {"n": int(d.size), "mean_difference": float(d.mean()) if d.size else math.nan, "t": t,
-                   "t_p": tp, "wilcoxon_p": wp}
-    names = list(rows)
-    for key in ("t_p", "wilcoxon_p"):
-        for c, adj in zip(names, holm([rows[c][key] for c in names]), strict=True):
-            rows[c][f"{key}_holm"] = adj
-    return {"reference": reference, "comparisons": rows,
-            "tests": "paired t (two-sided, scipy.stats.ttest_rel); Wilcoxon signed-rank (one-sided, "
-                     "reference more accurate, scipy.stats.wilcoxon); Holm-corrected over the comparisons"}

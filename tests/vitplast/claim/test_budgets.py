@@ -17,11 +17,11 @@ from vitplast.claim.budgets import (
     component_sets,
     layer_sets,
     maximal_sets,
+    percentile_of_score,
     upper_bound,
     with_lora,
 )
 from vitplast.claim.records import encode
-from vitplast.claim.statistics import percentile_of_score
 
 FIVE = ["MHA", "FC1", "FC2", "LN1", "LN2"]
 

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 from vitplast.claim import statistics as S
+from vitplast.claim.budgets import quantile_summary
 from vitplast.claim.samples import resample_counts
 from vitplast.claim.statistics import (
     average_ranks,
@@ -297,13 +298,13 @@ def test_bounded_intervals_percentiles_and_quantiles():
     assert mean == pytest.approx(29 / 30) and hi == 1.0 and clipped == "high" and 0.0 < lo < mean
     mean, lo, hi, clipped = S.bounded_t_interval([0.5], (0.0, 1.0))
     assert mean == 0.5 and math.isnan(lo) and math.isnan(hi) and clipped is None
-    assert S.quantile_summary(np.arange(11.0)) == {"min": 0.0, "p10": 1.0, "median": 5.0, "p90": 9.0,
+    assert quantile_summary(np.arange(11.0)) == {"min": 0.0, "p10": 1.0, "median": 5.0, "p90": 9.0,
                                                    "max": 10.0}
-    assert all(math.isnan(v) for v in S.quantile_summary(np.array([])).values())
+    assert all(math.isnan(v) for v in quantile_summary(np.array([])).values())
 
 
 def test_holm_by_hand():
-    from vitplast.claim.statistics import holm
+    from vitplast.claim.paired_tests import holm
 
     # sorted 0.01, 0.03, 0.04 of m = 3 (NaN not counted): 3 x 0.01, 2 x 0.03, then kept monotone
     out = holm([0.01, 0.04, 0.03, math.nan])
