@@ -282,6 +282,11 @@ def check_claim_out(out: str, *, several: bool = False) -> None:
     check_out_dir(out)
     owned = AGGREGATE_FILES if several else CLAIM_FILES
     foreign = [n for n in foreign_files(out, owned) if not n.startswith(".")]  # hidden: temporaries
+    if several and foreign and set(foreign) <= CLAIM_FILES:
+        raise ValueError(f"--out {out!r} holds a claim of one arm (one dataset, one optimiser: "
+                         f"{', '.join(sorted(foreign)[:5])}), and these options make several: rerun it with "
+                         "the options it was made with (e.g. --optimizer sgd: the default was sgd before "
+                         "sgd,adamw), or give a new or empty directory")
     if foreign:
         kind = "a claim of several arms (datasets or optimisers)" if several else "a claim of one arm"
         raise ValueError(f"--out {out!r} holds files {kind} did not write ({', '.join(foreign[:5])}"

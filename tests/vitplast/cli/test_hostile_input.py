@@ -146,6 +146,18 @@ def test_claim_refuses_a_foreign_directory(tmp_path, capsys):
     assert sorted(p.name for p in other.iterdir()) == ["notes.txt"]
 
 
+def test_a_claim_of_one_arm_under_the_two_arm_default_says_which_option(tmp_path, capsys):
+    """A claim made when the default was one optimiser (its files in OUT itself), run again with
+    today's default (two arms): refused naming the option that makes it one arm again."""
+    old = tmp_path / "old"
+    (old / "runs").mkdir(parents=True)
+    (old / "claim.json").write_text("{}")
+    rc, lines = _cli(["claim", "--no-progress", "--out", str(old), "--analyse-only"], capsys)
+    line = _one_line(lines, "claim")
+    assert rc == 2 and "holds a claim of one arm" in line and "--optimizer sgd" in line, line
+    assert sorted(p.name for p in old.iterdir()) == ["claim.json", "runs"]
+
+
 # ------------------------------------------------------------------------------------------ measure
 MEASURE = ["measure", "--no-progress", "--model", "vit_tiny_patch16_224", "--random-init", "--img-size", "32"]
 
