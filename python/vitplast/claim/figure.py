@@ -130,7 +130,8 @@ def _series(xs, mean, ci) -> tuple:
     return list(xs), [nan(v) for v in mean], [nan(v[0]) for v in ci], [nan(v[1]) for v in ci]
 
 
-RULE_COLOR, BAND_COLOR, FULL_COLOR, LORA_COLOR = "0.25", "0.6", "#637939", "#d62728"
+# LoRA in a colour no criterion takes (they take the first colours of the cycle)
+RULE_COLOR, BAND_COLOR, FULL_COLOR, LORA_COLOR = "0.25", "0.6", "#637939", "#17becf"
 DODGE = 0.03  # criteria at one budget drawn this share of the budgets' spacing apart
 
 
