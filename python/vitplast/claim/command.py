@@ -35,11 +35,13 @@ with the claim's runs; a criterion's set outside the random ones is trained afte
 without --shard.
 
 --components also takes the baselines full, lora and head: trained and reported beside
-the components (accuracy, gain), not ranked. Several downstream datasets (--data repeated, or
---datasets A,B) make one experiment: each dataset analysed as above (OUT/datasets/NAME/), then
-together (OUT/aggregate.*): the rank correlation per dataset, a stratified permutation test of the
-pooled within-dataset Spearman (gains permuted within each dataset), the per-dataset p-values combined
-(Stouffer), and a figure with one panel per dataset.
+the components (accuracy, gain), not ranked; with lora, LoRA is also a row at equal budget (the rank
+nearest the budget's parameters). Each optimiser of --optimizer (default: sgd,adamw) and each
+downstream dataset (--data repeated, or --datasets A,B) is an arm of one experiment: each arm analysed
+as above (OUT/datasets/NAME/; one arm: OUT itself), then together (OUT/aggregate.*): the rank
+correlation per arm, a stratified permutation test of the pooled within-arm Spearman (a dataset's
+units permuted once for all of its arms), the per-arm p-values combined (Stouffer), and a figure with
+one panel per arm.
 
 Defaults: the embedded digits ViT (pretrained here on digits 0-4), X = digits 0-4, Y = digits 5-9.
 A killed claim continues where it stopped when run again with the same options (finished runs are

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from ..finetune.selection import TRAIN_ORDER
 from ..outputs.plots import DPI, component_color, figure, legend_outside, save
-from .aggregate import Aggregate
+from .aggregate import Aggregate, strata_noun
 from .budgets import LORA
 from .records import Budgets, ClaimAnalysis, Setup
 from .report import _ci, nan, num
@@ -242,6 +242,6 @@ def aggregate_figure(agg: Aggregate):
         ax.grid(alpha=0.3)
     for k in range(n, rows * cols):
         axes[k // cols][k % cols].set_axis_off()
-    fig.suptitle(f"pooled within-dataset rho = {num(agg.pooled.spearman, '+.2f')}, stratified p = "
+    fig.suptitle(f"pooled rho within {strata_noun(agg)} = {num(agg.pooled.spearman, '+.2f')}, stratified p = "
                  f"{num(agg.pooled.p_greater, '.2g')}", fontsize=10)
     return fig
