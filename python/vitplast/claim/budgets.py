@@ -105,7 +105,8 @@ class LoraSizing:
 
 
 def with_lora(sets: list[BudgetSets], lora: LoraSizing | None, layer: bool) -> list[BudgetSets]:
-    """``sets`` with LoRA's pick at each budget (none without ``lora``: peft is not installed)."""
+    """``sets`` with LoRA's pick at each budget (none without ``lora``: no lora among --components, no
+    peft, or no attention to adapt)."""
     if lora is None:
         return sets
     return [dataclasses.replace(s, picks={**s.picks, LORA: lora.train(s, layer)}) for s in sets]
@@ -205,8 +206,8 @@ def analyse_budgets(sets: list[BudgetSets], summaries: list, *, seeds: list[int]
     """Each budget's picks with their relative gain and random percentile, the random sets' spread and
     full finetuning's relative gain, from every run summary of the dataset. ``unit``: what a budget
     counts (``components`` or ``parameters``); ``lora``: how LoRA's rows were sized, or why there are
-    none. The arrays first (`vitplast.claim.samples`), then the
-    percentiles and quantiles (`vitplast.claim.statistics`), then the rows."""
+    none. The arrays first (`vitplast.claim.samples`), then the percentiles and quantiles
+    (`percentile_of_score`, `quantile_summary`), then the rows."""
     gain, params = relative_gain_table(summaries, seeds)
     random = {b.budget: np.array([gain[t] for t in b.random], dtype=np.float64) for b in sets}
     spread = {b: quantile_summary(g[np.isfinite(g)]) for b, g in random.items()}

@@ -49,7 +49,7 @@ def dataset_name(spec: str) -> str:
 def dataset_plans(opts: ClaimOptions, *, progress: bool | None) -> list[DatasetPlan]:
     """One plan per dataset and optimiser of ``opts`` (each dataset's optimisers in the order given);
     names made distinct by a suffix."""
-    several = len(opts.data) * len(opts.optimizer) > 1
+    several = opts.several_arms
     plans, seen = [], set()
     for spec in opts.data:
         name, k = dataset_name(spec), 2

@@ -132,6 +132,7 @@ def _series(xs, mean, ci) -> tuple:
 
 # LoRA in a colour no criterion takes (they take the first colours of the cycle)
 RULE_COLOR, BAND_COLOR, FULL_COLOR, LORA_COLOR = "0.25", "0.6", "#637939", "#17becf"
+STYLES = {"attention": {"color": RULE_COLOR, "marker": "s"}, LORA: {"color": LORA_COLOR, "marker": "D"}}
 DODGE = 0.03  # criteria at one budget drawn this share of the budgets' spacing apart
 
 
@@ -155,13 +156,13 @@ def budgets_figure(an: ClaimAnalysis):
         pts = [(r.budget + shift, r.relative_gain) for r in budgets.rows
                if r.criterion == name and r.relative_gain is not None]
         if pts:
-            style = {"color": RULE_COLOR, "marker": "s"} if name == "attention" else {
-                "marker": "D", "color": LORA_COLOR} if name == LORA else {"marker": "o"}
+            style = STYLES.get(name, {"marker": "o"})
             ax.plot([p[0] for p in pts], [p[1] for p in pts], "-", label=name, **style)
-        for r in (r for r in budgets.rows if name == LORA == r.criterion and r.relative_gain is not None):
-            ax.annotate(f"{r.train.partition(':')[2]}, {r.trainable_params or 0:,} params",
-                        (r.budget + shift, r.relative_gain), textcoords="offset points", xytext=(6, -10),
-                        fontsize=7, color=LORA_COLOR)
+        if name == LORA:  # its rank and real parameter count beside each point
+            for r in (r for r in budgets.rows if r.criterion == LORA and r.relative_gain is not None):
+                ax.annotate(f"{r.train.partition(':')[2]}, {r.trainable_params or 0:,} params",
+                            (r.budget + shift, r.relative_gain), textcoords="offset points", xytext=(6, -10),
+                            fontsize=7, color=LORA_COLOR)
     if budgets.full is not None and budgets.full.relative_gain is not None:
         ax.axhline(budgets.full.relative_gain, color=FULL_COLOR, lw=1.2, label="full finetuning")
     if not xs:

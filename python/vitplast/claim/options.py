@@ -230,9 +230,14 @@ class ClaimOptions(ExecutorOptions, RuntimeOptions, OptimOptions, DataOptions, M
         if world()[0] > 1 and (self.jobs or 1) > 1:
             raise OptionError("--jobs must be 1 under torchrun (each run is already data-parallel)")
         family_of(self.model).check_options(self.model_kwargs, self.img_size)
-        check_claim_out(self.out, several=len(self.data) * len(self.optimizer) > 1)
+        check_claim_out(self.out, several=self.several_arms)
         for spec in self.data:  # what finetune refuses (--amp fp16, odd batches)
             self.run_settings(spec, self.optimizer[0], progress=False).validate()
+
+    @property
+    def several_arms(self) -> bool:
+        """More than one (dataset, optimiser) arm: each writes into OUT/datasets/NAME/."""
+        return len(self.data) * len(self.optimizer) > 1
 
     def lrs_for(self, optimizer: str) -> list[float]:
         """The starting lr grid of ``optimizer``'s runs: ``--lr``, or with ``--lr auto`` that optimiser's

@@ -36,9 +36,9 @@ def plan_summary(opts: ClaimOptions, grids: Sequence, reporter: Reporter) -> dic
     planned = sum(g.budget_plan.planned_runs for g in grids)
     most = sum(g.budget_plan.most_after_scoring for g in grids)
     plan = {"runs": len(runs), **states, "trains": first.trains, "lrs": [list(g.dataset.lrs) for g in grids],
-            "seeds": opts.seed,
-            "steps": opts.steps, "datasets": [g.dataset.spec for g in grids], "budget_runs": planned,
-            "budget_runs_after_scoring_at_most": most, "budget_runs_at_most": planned + most}
+            "seeds": opts.seed, "steps": opts.steps, "datasets": [g.dataset.spec for g in grids],
+            "budget_runs": planned, "budget_runs_after_scoring_at_most": most,
+            "budget_runs_at_most": planned + most}
     unit = "components" if first.units is None else "parameters"
     listed = _listed(first.budget_trains)
     reporter.say(f"budgets {', '.join(f'{b:,}' for b in first.budget_plan.budgets)} ({unit}): {planned} of "

@@ -61,8 +61,7 @@ def analyse_dataset(opts: ClaimOptions, g: DatasetGrid, measured: dict, summarie
     own = [s for s in every if s.train in g.trains]  # the claim's own runs
     reused = sum(s.reused for s in every)
     plan = {"runs": len(g.runs), **counts(g.runs), "trains": g.trains, "lrs": list(g.dataset.lrs),
-            "seeds": opts.seed,
-            "steps": opts.steps, "trained": len(every) - reused, "reused": reused,
+            "seeds": opts.seed, "steps": opts.steps, "trained": len(every) - reused, "reused": reused,
             "budget_trains": g.budget_trains, "budget_runs": len(every) - len(own)}
     if opts.lr_auto:
         plan["lrs_run"] = lrs

@@ -72,8 +72,7 @@ def train_claim(opts: ClaimOptions, ses: ClaimSession, executor, plan: ClaimPlan
             groups[r.dataset].append(summary)
         if opts.lr_auto:
             _, groups = widen_groups(groups, start={k: g.dataset.lrs for k, g in by_key.items()}, train=train,
-                                     say=reporter.say,
-                                     plan=lambda key, t, lr: plan_trains(key, [t], [lr]))
+                                     say=reporter.say, plan=lambda key, t, lr: plan_trains(key, [t], [lr]))
     own = {g.key: [s for s in groups[g.key] if s.train in g.trains] for g in plan.grids}
     lrs = {key: lrs_run(summaries) if opts.lr_auto else list(by_key[key].dataset.lrs)
            for key, summaries in own.items()}
