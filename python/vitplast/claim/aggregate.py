@@ -54,7 +54,7 @@ class DatasetRanks(Record):
     kendall: Correlation
     ranking: dict
     points: list[Point]
-    optimizer: str | None = None  # what its runs trained with (None: an aggregate.json of before the axis)
+    optimizer: str | None = None  # what its runs trained with (None: not recorded in the file)
     unbracketed: list[str] | None = None  # its units whose best lr sits at an edge of the grid
 
 

@@ -266,7 +266,7 @@ class Budgets(Record):
     budgets: list[RandomSets]
     full: FullRow
     percentile: str
-    lora: str | None = None  # how LoRA's rows were sized, or why there are none (None: before LoRA rows)
+    lora: str | None = None  # how LoRA's rows were sized, or why there are none (None: not recorded)
 
 
 class RelativeGain(Record):
