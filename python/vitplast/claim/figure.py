@@ -12,7 +12,7 @@ The figure of the selection at equal budget (`budgets_figure`; `.budgets`; its t
 each budget so that criteria picking the same set stay visible, the random sets as a band from their
 minimum to their maximum with their median dashed, full finetuning as a horizontal line),
 drawn in the commands' one plotting style (`vitplast.outputs.plots`). The aggregate's figure over several
-datasets is here too (`plot_aggregate`).
+datasets is here too (`aggregate_figure`).
 """
 
 from __future__ import annotations
@@ -32,11 +32,6 @@ from .report import _ci, nan, num
 def error_bars(v: float, ci) -> list | None:
     lo, hi = ci
     return None if lo is None or hi is None else [[max(0.0, v - lo)], [max(0.0, hi - v)]]
-
-
-def gain_interval(setup: Setup) -> str:
-    """What the gain's error bars are: the 95% t interval over seeds, or none with a single seed."""
-    return "95% t CI over seeds" if len(setup.seed) >= 2 else "n = 1 seed: no interval"
 
 
 def claim_figure(an: ClaimAnalysis, setup: Setup):
@@ -72,7 +67,9 @@ def claim_figure(an: ClaimAnalysis, setup: Setup):
     base = "head-only run" if an.baseline.train == "head" else "before finetuning"
     ax.set_xlabel(f"plasticity before finetuning ({setup.protocol}, 95% bootstrap CI)"
                   + ("; labels: layer" if per_layer else ""))
-    ax.set_ylabel(f"accuracy gain over {base} ({gain_interval(setup)})")
+    # what the gain's error bars are: the 95% t interval over seeds, or none with a single seed
+    bars = "95% t CI over seeds" if len(setup.seed) >= 2 else "n = 1 seed: no interval"
+    ax.set_ylabel(f"accuracy gain over {base} ({bars})")
     title = "plasticity per layer" + ("" if per_layer else " (per layer the claim is plasticity-only)")
     panels = [(ax_p, _plasticity_series(an), "plasticity (95% CI)", 1.0, title)]
     if per_layer:
@@ -93,9 +90,11 @@ def claim_figure(an: ClaimAnalysis, setup: Setup):
     return fig
 
 
-def _ordered(names) -> list[str]:
-    names = list(dict.fromkeys(names))
-    return [c for c in TRAIN_ORDER if c in names] + [c for c in names if c not in TRAIN_ORDER]
+def _by_component(an: ClaimAnalysis) -> Iterator[tuple[str, list]]:
+    """Each ranked component (those of `TRAIN_ORDER` first) with its rows in layer order."""
+    names = list(dict.fromkeys(r.component for r in an.rows))
+    for c in [c for c in TRAIN_ORDER if c in names] + [c for c in names if c not in TRAIN_ORDER]:
+        yield c, sorted((r for r in an.rows if r.component == c), key=lambda r: nan(r.layer_index))
 
 
 def _plasticity_series(an: ClaimAnalysis) -> dict[str, tuple]:
@@ -103,8 +102,7 @@ def _plasticity_series(an: ClaimAnalysis) -> dict[str, tuple]:
     per-layer values, or the layer units' of each component, and the components measured but not
     ranked."""
     out = {}
-    for c in _ordered(r.component for r in an.rows):
-        rows = sorted((r for r in an.rows if r.component == c), key=lambda r: nan(r.layer_index))
+    for c, rows in _by_component(an):
         if rows[0].plasticity_per_layer is not None:
             out[c] = _series(range(len(an.layers)), rows[0].plasticity_per_layer,
                              rows[0].plasticity_per_layer_ci)
@@ -118,12 +116,8 @@ def _plasticity_series(an: ClaimAnalysis) -> dict[str, tuple]:
 
 def _gain_series(an: ClaimAnalysis) -> dict[str, tuple]:
     """``{component: (layer indexes, mean, lo, hi)}`` of the layer units' gains."""
-    out = {}
-    for c in _ordered(r.component for r in an.rows):
-        rows = sorted((r for r in an.rows if r.component == c), key=lambda r: r.layer_index)
-        out[c] = _series([r.layer_index for r in rows], [r.best_lr_gain.mean for r in rows],
-                         [r.best_lr_gain.ci for r in rows])
-    return out
+    return {c: _series([r.layer_index for r in rows], [r.best_lr_gain.mean for r in rows],
+                       [r.best_lr_gain.ci for r in rows]) for c, rows in _by_component(an)}
 
 
 def _series(xs, mean, ci) -> tuple:
@@ -138,7 +132,7 @@ DODGE = 0.03  # criteria at one budget drawn this share of the budgets' spacing 
 
 def budgets_figure(an: ClaimAnalysis):
     """Relative gain against budget -> the figure (an empty panel saying so without budgets), written by
-    `plot_dataset`."""
+    `save_figures`."""
     budgets = an.budgets or Budgets("components", [], [], None, "")
     fig, axes = figure(1, 1, (8, 4.8))
     ax = axes[0, 0]
@@ -153,13 +147,12 @@ def budgets_figure(an: ClaimAnalysis):
     spacing = min(b - a for a, b in zip(xs, xs[1:], strict=False)) if len(xs) > 1 else 1
     for i, name in enumerate(criteria):
         shift = (i - (len(criteria) - 1) / 2) * DODGE * spacing  # criteria picking one set side by side
-        pts = [(r.budget + shift, r.relative_gain) for r in budgets.rows
-               if r.criterion == name and r.relative_gain is not None]
-        if pts:
-            style = STYLES.get(name, {"marker": "o"})
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], "-", label=name, **style)
+        rows = [r for r in budgets.rows if r.criterion == name and r.relative_gain is not None]
+        if rows:
+            ax.plot([r.budget + shift for r in rows], [r.relative_gain for r in rows], "-", label=name,
+                    **STYLES.get(name, {"marker": "o"}))
         if name == LORA:  # its rank and real parameter count beside each point
-            for r in (r for r in budgets.rows if r.criterion == LORA and r.relative_gain is not None):
+            for r in rows:
                 ax.annotate(f"{r.train.partition(':')[2]}, {r.trainable_params or 0:,} params",
                             (r.budget + shift, r.relative_gain), textcoords="offset points", xytext=(6, -10),
                             fontsize=7, color=LORA_COLOR)
@@ -184,19 +177,14 @@ def plot_claim(an: ClaimAnalysis, setup: Setup, path) -> Path:
     return save(claim_figure(an, setup), path, dpi=100)
 
 
-def dataset_figures(an: ClaimAnalysis, setup: Setup, folder: Path) -> Iterator[tuple]:
-    """``(figure, path, dpi)`` of a dataset's figures in ``folder``, each drawn when asked for:
-    ``claim.png`` (`claim_figure`) and ``budgets.png`` (`budgets_figure`)."""
-    yield claim_figure(an, setup), folder / "claim.png", 100
-    yield budgets_figure(an), folder / "budgets.png", DPI
-
-
 def claim_figures(datasets: Iterable[tuple], agg: Aggregate | None, out: Path) -> Iterator[tuple]:
-    """``(figure, path, dpi)`` of each dataset's figures (`dataset_figures`; ``datasets``: ``(analysis,
-    setup, folder)``), then with ``agg`` (several datasets) the aggregate's, ``out/aggregate.png``
-    (`plot_aggregate`'s), each drawn when asked for."""
+    """``(figure, path, dpi)`` of each dataset's figures in its folder (``datasets``: ``(analysis, setup,
+    folder)``): ``claim.png`` (`claim_figure`) and ``budgets.png`` (`budgets_figure`), then with ``agg``
+    (several datasets) the aggregate's, ``out/aggregate.png`` (`aggregate_figure`), each drawn when asked
+    for."""
     for an, setup, folder in datasets:
-        yield from dataset_figures(an, setup, folder)
+        yield claim_figure(an, setup), folder / "claim.png", 100
+        yield budgets_figure(an), folder / "budgets.png", DPI
     if agg is not None:
         yield aggregate_figure(agg), out / "aggregate.png", DPI
 
@@ -207,20 +195,9 @@ def save_figures(figures: Iterable[tuple]) -> None:
         save(fig, path, dpi=dpi)
 
 
-def plot_dataset(an: ClaimAnalysis, setup: Setup, folder: Path) -> None:
-    """A dataset's figures in ``folder``: ``claim.png`` (`claim_figure`) and ``budgets.png``
-    (`budgets_figure`)."""
-    save_figures(dataset_figures(an, setup, folder))
-
-
-def plot_aggregate(agg: Aggregate, path) -> Path:
-    """One panel per dataset: gain against plasticity (95% error bars where defined), its rho in the
-    title -> PNG at ``path``."""
-    return save(aggregate_figure(agg), path)
-
-
 def aggregate_figure(agg: Aggregate):
-    """`plot_aggregate`'s figure: one panel per dataset, gain against plasticity."""
+    """The aggregate's figure: one panel per dataset, gain against plasticity (95% error bars where
+    defined), its rho in the title."""
     n = len(agg.datasets)
     cols = min(3, n)
     rows = math.ceil(n / cols)

@@ -88,11 +88,6 @@ def lr_grid(setup: Setup) -> str:
     return text
 
 
-def edge_mark(edge: str | None) -> str:
-    """``<`` / ``>`` when the best lr sits at the grid's low / high edge, else nothing."""
-    return EDGE_MARK.get(edge, "")
-
-
 def _labelled(an: ClaimAnalysis) -> list[tuple[str, object]]:
     """``(label, row)`` of every row with an lr: the ranked units, then the head-only run."""
     out: list[tuple[str, object]] = [(r.unit, r) for r in an.rows]
@@ -121,8 +116,8 @@ def _row(label, plasticity, params, lr, accuracy, gain) -> str:
 def _cells(r) -> tuple[str, str, str, str]:
     """A trained row's cells: trainable parameters, lr (``<``/``>`` at the grid's edge), accuracy and
     gain, each with its 95% CI."""
-    return (f"{r.trainable_params:,}", f"{r.lr:.2g}{edge_mark(r.lr_edge)}", mean_ci(r.accuracy, ".4f", ".3f"),
-            mean_ci(r.best_lr_gain, "+.4f", "+.3f"))
+    return (f"{r.trainable_params:,}", f"{r.lr:.2g}{EDGE_MARK.get(r.lr_edge, '')}",
+            mean_ci(r.accuracy, ".4f", ".3f"), mean_ci(r.best_lr_gain, "+.4f", "+.3f"))
 
 
 def setup_lines(s: Setup, an: ClaimAnalysis, words: Words, gain_over: str) -> list[str]:
@@ -184,9 +179,8 @@ def correlation_lines(an: ClaimAnalysis) -> list[str]:
         kind = f"exact, {c.permutations} permutations" if c.exact else f"{c.permutations} random permutations"
         out.append(f"  plasticity vs accuracy gain: {label} = {num(c.value, '+.3f')}  bootstrap 95% CI "
                    f"{_ci(c.ci, '+.2f')}  permutation p = {num(c.p_greater, '.3g')} (one-sided, > 0), "
-                   f"{num(c.p_two_sided, '.3g')} (two-sided; {kind});  trainable parameters vs accuracy "
-                   "gain: "
-                   f"{num(s.value, '+.3f')} (p = {num(s.p_greater, '.3g')})")
+                   f"{num(c.p_two_sided, '.3g')} (two-sided; {kind});  trainable parameters vs "
+                   f"accuracy gain: {num(s.value, '+.3f')} (p = {num(s.p_greater, '.3g')})")
     pa = an.partial
     out.append(f"controlling for size: partial Spearman {num(pa.spearman, '+.3f')} bootstrap 95% CI "
                f"{_ci(pa.ci, '+.2f')}, p = {num(pa.p_greater, '.3g')} (one-sided, Student-t approximation, "
@@ -335,11 +329,9 @@ def reading(an: ClaimAnalysis, setup: Setup) -> list[str]:
     if sp.value is not None and sz.value is not None:
         which = "size" if abs(sz.value) > abs(sp.value) else "plasticity"
         out.append(f"Over all units, plasticity vs gain rho {sp.value:+.2f} and size vs gain rho "
-                   f"{sz.value:+.2f}: "
-                   f"{which} ranks the gains better here; with size held fixed the partial rho is "
-                   f"{num(pa.spearman, '+.2f')} {_ci(pa.ci, '+.2f')}.")
-    out.append(f"Gains rest on {len(setup.seed)} seed(s) and {setup.steps} steps on one downstream "
-               "task: "
+                   f"{sz.value:+.2f}: {which} ranks the gains better here; with size held fixed the "
+                   f"partial rho is {num(pa.spearman, '+.2f')} {_ci(pa.ci, '+.2f')}.")
+    out.append(f"Gains rest on {len(setup.seed)} seed(s) and {setup.steps} steps on one downstream task: "
                "a unit's gain interval is wide, and small differences between units are within noise; the "
                "bootstrap over so few seeds understates that uncertainty.")
     if an.lr_edges:

@@ -37,7 +37,6 @@ from scipy import stats
 EXACT_PERMUTATION_LIMIT = 8
 # enumerate every within-stratum permutation when there are at most this many (else draw at random)
 EXACT_STRATIFIED_LIMIT = 50_000
-TWO_SIDED = "twice the smaller one-sided permutation p (scipy.stats.permutation_test), capped at 1"
 
 
 def average_ranks(x) -> np.ndarray:
@@ -132,15 +131,17 @@ def permutation_test(x, y, statistic, *, permutations: int = 10000, seed: int = 
     exact = n_res >= math.factorial(n)
     count = math.factorial(n) if exact else n_res
     # scipy's "less" from the same null distribution, with scipy's tolerance and +1 rule
-    hits_l = int((res.null_distribution <= observed + _tolerance(observed)).sum())
-    less = hits_l / count if exact else (1 + hits_l) / (1 + count)
-    greater = float(res.pvalue)
+    greater, less = float(res.pvalue), _p_value(res.null_distribution, observed, count, exact, greater=False)
     return PermutationTest(observed, greater, min(1.0, 2 * min(greater, less)), exact, count)
 
 
-def _tolerance(observed: float) -> float:
-    """scipy.stats.permutation_test's: null values within 100 ulps (relative) of the observed tie."""
-    return abs(observed) * float(np.finfo(np.float64).eps) * 100
+def _p_value(null: np.ndarray, observed: float, count: int, exact: bool, *, greater: bool) -> float:
+    """The one-sided p of ``observed`` among the ``count`` values of ``null``: the share at or above it
+    (``greater``) or at or below it, null values within scipy.stats.permutation_test's tolerance (100
+    ulps, relative) of the observed tying; hits / count when ``exact``, else (1 + hits) / (1 + count)."""
+    tol = abs(observed) * float(np.finfo(np.float64).eps) * 100
+    hits = int((null >= observed - tol).sum() if greater else (null <= observed + tol).sum())
+    return hits / count if exact else (1 + hits) / (1 + count)
 
 
 # ------------------------------------------------------------------------------------------ strata
@@ -226,12 +227,7 @@ def stratified_permutation_test(x, y, strata, *, statistic=spearman, permutation
             for rows in g:
                 orders[:, rows] = rows[perm]
     null = pooled_within(x, y[orders], strata, statistic)
-    tol = _tolerance(observed)
-    hits_g, hits_l = int((null >= observed - tol).sum()), int((null <= observed + tol).sum())
-    if exact:
-        greater, less = hits_g / count, hits_l / count
-    else:
-        greater, less = (1 + hits_g) / (1 + permutations), (1 + hits_l) / (1 + permutations)
+    greater, less = (_p_value(null, observed, len(orders), exact, greater=g) for g in (True, False))
     return PermutationTest(observed, greater, min(1.0, 2 * min(greater, less)), exact, len(orders),
                            len(set(strata.tolist())))
 

@@ -86,8 +86,9 @@ def main(argv: list[str] | None = None) -> int:
       continue; ``EXIT_TERMINATED`` (143) likewise for SIGTERM (129 for SIGHUP), which stop the command the
       way Ctrl-C does (worker processes stopped, nothing left running).
 
-    Before the command runs, the environment variables it reads and ``--workers`` are checked (`check_start`:
-    a bad value is status 2, one line naming it).
+    Before anything starts, every command checks the environment variables it reads
+    (`vitplast.runtime.environment.check_environment`) and ``--workers`` against the CPUs this process may
+    use: a bad value is status 2, one line naming the variable or the flag.
 
     What the parser itself rejects, ``--help`` and ``--version`` end in ``SystemExit`` with that status, as
     argparse ends them; without a command the help is printed and the status is 2. A subcommand's
@@ -114,18 +115,11 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_USAGE
         with stops_as_exceptions():  # the line is said inside: the same stop sent twice stays ignored
             try:
-                check_start(args)
+                check_environment()
+                check_workers(getattr(args, "workers", None))
                 return int(args._run(args) or EXIT_OK)
             except (Exception, KeyboardInterrupt) as exc:
                 return exit_status(prog, args.command, exc, getattr(args, "out", None))
-
-
-def check_start(args: argparse.Namespace) -> None:
-    """What every command checks before it starts anything: the environment variables it reads
-    (`vitplast.runtime.environment.check_environment`) and ``--workers`` against the CPUs this
-    process may use; ValueError naming the variable or the flag."""
-    check_environment()
-    check_workers(getattr(args, "workers", None))
 
 
 if __name__ == "__main__":

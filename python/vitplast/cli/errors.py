@@ -4,6 +4,7 @@ then prints on stderr; warnings are printed one line each as well."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import sys
 
@@ -62,7 +63,7 @@ def exit_status(prog: str, command: str | None, exc: BaseException, out: str | N
     if isinstance(exc, USAGE_ERRORS):
         if isinstance(exc, OSError) and exc.filename and exc.strerror:  # the path first, no [Errno N]
             exc = f"{exc.filename}: {exc.strerror}"
-        fail(prog, _plain(exc) or type(exc).__name__)  # the whole message, on one line
+        fail(prog, plain_text(exc) or type(exc).__name__)  # the whole message, on one line
         return EXIT_USAGE
     if traceback_wanted():
         raise exc
@@ -70,14 +71,9 @@ def exit_status(prog: str, command: str | None, exc: BaseException, out: str | N
     return EXIT_FAILURE
 
 
-def _plain(text) -> str:
-    """``str(text)`` on one line, without terminal escapes or control characters."""
-    return plain_text(str(text))
-
-
 def _failure(exc: BaseException, command: str | None = None) -> str:
     # the first non-empty line of exc's message, without terminal escapes, at most 300 characters
-    text = _plain(next((ln for ln in str(exc).splitlines() if ln.strip()), ""))[:300]
+    text = plain_text(next((ln for ln in str(exc).splitlines() if ln.strip()), ""))[:300]
     if isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError" or any(
             s in text for s in ("can't allocate memory", "out of memory", "Out of memory")):
         return (f"out of memory ({text or type(exc).__name__}); try a smaller "
@@ -88,13 +84,11 @@ def _failure(exc: BaseException, command: str | None = None) -> str:
 
 
 def _say(line: str) -> None:
-    try:
+    with contextlib.suppress(OSError, ValueError):  # stderr closed: the exit status still tells
         try:
             print(line, file=sys.stderr)
         except UnicodeEncodeError:  # an encoding without the character: its ASCII spelling
             print(ascii_text(line), file=sys.stderr)
-    except (OSError, ValueError):  # stderr closed: the exit status still tells
-        pass
 
 
 def warning_printer(prog: str):
@@ -103,14 +97,11 @@ def warning_printer(prog: str):
     said: set[str] = set()
 
     def show(message, category, filename, lineno, file=None, line=None) -> None:
-        text = f"{prog}: warning: {_plain(message)}\n"
+        text = f"{prog}: warning: {plain_text(message)}\n"
         if text in said:
             return
         said.add(text)
-        stream = file or sys.stderr
-        try:
-            stream.write(text)
-        except (OSError, ValueError):  # stderr closed: warnings are not worth failing for
-            pass
+        with contextlib.suppress(OSError, ValueError):  # stderr closed: warnings are not worth failing for
+            (file or sys.stderr).write(text)
 
     return show

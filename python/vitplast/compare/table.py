@@ -82,9 +82,8 @@ class Comparison:
 
     def difference(self, component: str, run: int, layer: int | None = None) -> Estimate:
         """Run ``run`` minus the first run, for one layer or (``layer=None``) the mean over layers."""
-        pick = ((lambda r: self.overall[component][r]) if layer is None else
-                (lambda r: self.per_layer[component][r][layer]))
-        return pick(run).minus(pick(0))
+        runs = self.overall[component] if layer is None else [r[layer] for r in self.per_layer[component]]
+        return runs[run].minus(runs[0])
 
     def records(self) -> list[dict]:
         """One row per (run, component, layer), ``layer="mean"`` for the mean over layers: the run's

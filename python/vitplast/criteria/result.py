@@ -126,12 +126,10 @@ class CriterionResult:
         values = []
         for c, entry in comps.items():
             where = f"components.{c}"
-            values.append(_row(field(entry, "per_layer", path, list, where), len(layers), path,
-                               f"{where}.per_layer"))
+            values.append(_row(entry, "per_layer", len(layers), path, where))
             for g, named in rows.items():
                 for k, got in named.items():
-                    saved = field(field(entry, g, path, dict, where), k, path, list, f"{where}.{g}")
-                    got.append(_row(saved, len(layers), path, f"{where}.{g}.{k}"))
+                    got.append(_row(field(entry, g, path, dict, where), k, len(layers), path, f"{where}.{g}"))
         cost = field(d, "cost", path, dict)
         peak = cost.get("peak_memory")
         out = cls(field(d, "criterion", path, str), tuple(comps), tuple(layers), np.array(values),
@@ -257,8 +255,10 @@ class CriterionResult:
         save(fig, path)
 
 
-def _row(values: list, n: int, path, name: str) -> list[float]:
-    """``values`` as ``n`` floats (null: NaN), each finite or null."""
+def _row(entry, key: str, n: int, path, where: str) -> list[float]:
+    """The list ``entry[key]`` (``where``: the entry's place in the file) as ``n`` floats (null: NaN), each
+    finite or null."""
+    values, name = field(entry, key, path, list, where), f"{where}.{key}"
     if len(values) != n:
         raise ResultFileError(path, name, f"holds {len(values)} values for {n} layers")
     return [checked_number(v, path, f"{name}[{i}]", nullable=True) for i, v in enumerate(values)]

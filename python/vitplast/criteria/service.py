@@ -191,8 +191,7 @@ def score_criteria(names: Sequence[str], request: ScoringRequest, *, cache: Scor
         if (found := _cached(c, cache, keys[n], request.units, say)) is not None:
             results[n], path = found
             reused[n] = ReusedFile(str(path), results[n].checksum)
-    todo = [n for n in criteria if n not in results]
-    if todo:
+    if todo := [n for n in criteria if n not in results]:
         setting = request.setting(frozenset().union(*(criteria[n].needs for n in todo)))
         for n in todo:
             results[n] = criteria[n].score(setting)

@@ -112,21 +112,18 @@ class StepRecorder:
                 out[g] = torch.linalg.vector_norm(torch.stack([n.float() for n in norms]))
         return out
 
-    def _probe_result(self) -> PlasticityResult:
-        was_training = self.model.training
-        self.model.eval()
-        with torch.no_grad(), self._steps.monitor.measuring(True):
-            with self.amp() if self.amp is not None else contextlib.nullcontext():
-                self.model(self.probe)
-        self.model.train(was_training)
-        return self._steps.monitor.result(reset=True)
-
     def record(self, it: int, loss: torch.Tensor, lr: float) -> dict:
         """The record of the due iteration ``it`` (call after backward, before the optimiser step)."""
         if not self.due:
             raise RuntimeError(f"StepRecorder.record: iteration {it} is not a recorded step")
-        result = self._probe_result() if self.probe is not None else self._steps.monitor.result(reset=True)
-        summary = summarize(over_ranks(result, self.dist))
+        if self.probe is not None:  # the probe's own forward, without gradients
+            was_training = self.model.training
+            self.model.eval()
+            with torch.no_grad(), self._steps.monitor.measuring(True):
+                with self.amp() if self.amp is not None else contextlib.nullcontext():
+                    self.model(self.probe)
+            self.model.train(was_training)
+        summary = summarize(over_ranks(self._steps.monitor.result(reset=True), self.dist))
         loss_t = self.dist.sum_(loss.detach().float().reshape(1).clone()) / self.dist.world
         gn = self.grad_norms()
         gn_values = torch.stack(list(gn.values())).tolist() if gn else []

@@ -84,8 +84,7 @@ class PlasticityCallback(Callback):
                            batch_idx: int) -> None:
         if trainer.global_step != self._global_step:  # this batch ended the optimizer step _global_step
             step, self._global_step = self._global_step, trainer.global_step
-            metrics = self.steps.end_step()
-            if metrics:
+            if metrics := self.steps.end_step():
                 pl_module.log_dict(metrics, on_step=True, on_epoch=False, logger=False)
                 if trainer.is_global_zero:
                     for logger in trainer.loggers:

@@ -141,8 +141,8 @@ def _plasticity(opts: MeasureOptions, subject: Subject, cache, say, start: float
     if bad:
         warnings.warn(f"skipped {len(bad)} unreadable image(s): {', '.join(bad[:5])}"
                       f"{' ...' if len(bad) > 5 else ''}", stacklevel=3)
-    if res.nonfinite_warning():  # NaN/inf weights or activations: named, left out explicitly
-        warnings.warn(res.nonfinite_warning(), stacklevel=3)
+    if nonfinite := res.nonfinite_warning():  # NaN/inf weights or activations: named, left out explicitly
+        warnings.warn(nonfinite, stacklevel=3)
     say(res.table())  # ends with the ranking line
     skipped = f"; {len(bad)} bad images skipped" if bad else ""
     say(f"({measured} batches x {opts.batch_size} images, {opts.protocol}, {AUTOCAST_DTYPES[opts.amp]} on "

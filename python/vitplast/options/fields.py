@@ -282,11 +282,6 @@ def options_for(cls: type, opts: Any, keywords: Mapping[str, Any]):
     return resolve(type(opts), {**fields_of(type(opts), opts), **keywords})
 
 
-def parse_options(cls: type, args: argparse.Namespace):
-    """The options ``cls`` describes, from what `add_options` collected, checked."""
-    return resolve(cls, values_of(args, cls))
-
-
 def subcommand(cls: type, function: Callable[[Any], Any], groups: Mapping[str, str] | None = None, *,
                defaults_in_help: bool = True) -> tuple[Callable, Callable]:
     """A command module's ``add_arguments(parser)`` and ``run(args)`` (what `vitplast.cli` calls): the
@@ -298,7 +293,7 @@ def subcommand(cls: type, function: Callable[[Any], Any], groups: Mapping[str, s
         add_options(parser, cls, groups)
 
     def run(args: argparse.Namespace) -> int:
-        function(parse_options(cls, args))
+        function(resolve(cls, values_of(args, cls)))  # what `add_options` collected, checked
         return 0
 
     return add_arguments, run

@@ -12,7 +12,7 @@ from pathlib import Path
 ROOM_BELOW = 256
 
 
-def _nearest_existing(p: Path) -> Path:
+def nearest_existing(p: Path) -> Path:
     """``p``, or its nearest ancestor that exists (at most the root, or ``.``)."""
     return next(q for q in (p, *p.parents) if q.exists() or q.parent == q)
 
@@ -30,7 +30,7 @@ def check_path_length(path: str | os.PathLike, flag: str = "--out", room: int = 
     ValueError naming ``flag`` otherwise (checked before anything is created, so a path too long leaves
     no directory behind)."""
     p = Path(path).expanduser()
-    existing = _nearest_existing(p.absolute())
+    existing = nearest_existing(p.absolute())
     name_max, path_max = _limit(existing, "PC_NAME_MAX", 255), _limit(existing, "PC_PATH_MAX", 4096)
     for part in p.parts:
         if len(os.fsencode(part)) > name_max:
@@ -52,7 +52,7 @@ def check_out_dir(path: str | os.PathLike, flag: str = "--out") -> Path:
     p = check_path_length(path, flag)
     if p.exists() and not p.is_dir():
         raise ValueError(f"{flag} {str(p)!r} is an existing file, not a directory")
-    existing = _nearest_existing(p)
+    existing = nearest_existing(p)
     if not existing.is_dir():
         raise ValueError(f"{flag} {str(p)!r}: {str(existing)!r} is a file, not a directory")
     if not os.access(existing, os.W_OK | os.X_OK):

@@ -19,7 +19,7 @@ def strip_escapes(text: str) -> str:
 
 
 def plain_text(text: str) -> str:
-    """``text`` without terminal escape sequences or control characters, on one line."""
+    """``str(text)`` without terminal escape sequences or control characters, on one line."""
     text = strip_escapes(text)
     return " ".join("".join(ch if ch.isprintable() else " " for ch in text).split())
 

@@ -26,7 +26,7 @@ from torch import nn
 from vitplast_kernels import timing
 from vitplast_kernels.measure import presets
 
-from .profiler import Structure, component_modules, first_tensor, forward_with_hooks
+from .profiler import Structure, first_tensor, forward_with_hooks
 
 
 def eager_distance(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -46,7 +46,7 @@ def naive_hooks_fn(model: nn.Module, images: torch.Tensor, st: Structure) -> Cal
             y, b = first_tensor(output), args[0].shape[0] // 2
             rates.append(eager_distance(y[:b], y[b:]) / eager_distance(args[0][:b], args[0][b:]))
 
-        forward_with_hooks(model, images, [m for _, m in component_modules(model, st)], hook)
+        forward_with_hooks(model, images, st, hook)
         return torch.stack([r.float().mean() for r in rates]).cpu()
 
     return run
@@ -135,7 +135,6 @@ def paper_host_bytes(model: nn.Module, images: torch.Tensor, st: Structure) -> i
     both halves, in the outputs' dtype (from block 0's output shapes times the depth)."""
     b = images.shape[0] // 2
     sizes: list[int] = []
-    forward_with_hooks(
-        model, images, [m for _, m in component_modules(model, st, st.layers[0])],
-        lambda _m, _a, o: sizes.append(first_tensor(o)[:b].nbytes))
+    forward_with_hooks(model, images, st, lambda _m, _a, o: sizes.append(first_tensor(o)[:b].nbytes),
+                       st.layers[0])
     return 2 * sum(sizes) * len(st.layers)

@@ -61,22 +61,19 @@ def structure(model: nn.Module) -> Structure:
     return Structure(tuple(cap.components), tuple(cap.layers), modules, block, cap.embedding)
 
 
-def component_modules(model: nn.Module, st: Structure,
-                      layer: str | None = None) -> list[tuple[str, nn.Module]]:
-    """``(name, module)`` of every component module (of ``layer`` only, when given), in component order."""
-    named = dict(model.named_modules())
-    layers = st.layers if layer is None else (layer,)
-    return [(n, named[n]) for c in st.components for lay in layers for n in st.modules[c].get(lay, ())]
-
-
 def first_tensor(output: Any) -> torch.Tensor:
     """A module's output tensor (the first of a tuple)."""
     return output[0] if isinstance(output, tuple) else output
 
 
-def forward_with_hooks(model: nn.Module, images: torch.Tensor, modules: list[nn.Module], hook) -> None:
-    """One ``no_grad`` forward with the forward hook ``hook`` on each of ``modules``."""
-    handles = [m.register_forward_hook(hook) for m in modules]
+def forward_with_hooks(model: nn.Module, images: torch.Tensor, st: Structure, hook,
+                       layer: str | None = None) -> None:
+    """One ``no_grad`` forward with the forward hook ``hook`` on every component module (of ``layer``
+    only, when given), registered in component order."""
+    named = dict(model.named_modules())
+    layers = st.layers if layer is None else (layer,)
+    handles = [named[n].register_forward_hook(hook) for c in st.components for lay in layers
+               for n in st.modules[c].get(lay, ())]
     try:
         with torch.no_grad():
             model(images)
@@ -172,7 +169,7 @@ def reduction_rate(model: nn.Module, images: torch.Tensor, st: Structure, *, pai
         for t in (args[0], first_tensor(output)):
             seen.setdefault(id(t), t)
 
-    forward_with_hooks(model, images, [m for _, m in component_modules(model, st, st.layers[0])], hook)
+    forward_with_hooks(model, images, st, hook, st.layers[0])
     tensors = list(seen.values())
     pairing = vk.get_pairing(pairs)
     t = timing.median_ms(lambda: pairing.sq_sums(tensors), device=images.device, reps=reps, warmup=1) / 1e3
@@ -182,20 +179,16 @@ def reduction_rate(model: nn.Module, images: torch.Tensor, st: Structure, *, pai
 
 
 def _vm_hwm() -> int | None:
-    try:
-        with open("/proc/self/status") as f:
-            return next((int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:")), None)
-    except OSError:
-        return None
+    with contextlib.suppress(OSError), open("/proc/self/status") as f:
+        return next((int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:")), None)
+    return None
 
 
 def _reset_hwm() -> bool:
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
+    with contextlib.suppress(OSError), open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
         return True
-    except OSError:
-        return False
+    return False
 
 
 def memory_method(device: torch.device) -> str:

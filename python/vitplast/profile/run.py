@@ -10,6 +10,7 @@ every timed forward runs under that autocast. ``--out`` is checked before anythi
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 import platform
@@ -232,11 +233,8 @@ def _machine(device) -> dict[str, Any]:
     info = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "cpu": platform.processor() or platform.machine(), "cpu_cores": os.cpu_count(),
             "torch_threads": torch.get_num_threads(), "torch": torch.__version__}
-    try:
-        with open("/proc/cpuinfo") as f:
-            info["cpu"] = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
+    with contextlib.suppress(OSError, StopIteration), open("/proc/cpuinfo") as f:
+        info["cpu"] = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
     if device.type == "cuda":
         info["gpu"] = torch.cuda.get_device_name(device)
     return info

@@ -27,7 +27,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from ..outputs.paths import check_path_length
+from ..outputs.paths import check_path_length, foreign_files, nearest_existing
 from .lock import process_alive
 
 
@@ -54,14 +54,12 @@ class OutputSet:
             raise ValueError(f"--out {str(t)!r}: name a directory of its own (e.g. {str(t / 'results')!r})")
         if t.exists() and not t.is_dir():
             raise ValueError(f"--out {str(t)!r} is an existing file, not a directory")
-        if t.is_dir():
-            foreign = sorted(p.name for p in t.iterdir() if p.name not in self.owned)
-            if foreign:
-                raise ValueError(f"--out {str(t)!r} holds files this run did not write "
-                                 f"({', '.join(foreign[:5])}{' ...' if len(foreign) > 5 else ''}): it would "
-                                 "replace the whole directory; give a new or empty one")
+        if foreign := foreign_files(t, self.owned):
+            raise ValueError(f"--out {str(t)!r} holds files this run did not write "
+                             f"({', '.join(foreign[:5])}{' ...' if len(foreign) > 5 else ''}): it would "
+                             "replace the whole directory; give a new or empty one")
         check_path_length(t)  # before anything is created: a path too long leaves nothing behind
-        existing = next(p for p in (self.parent, *self.parent.parents) if p.exists() or p.parent == p)
+        existing = nearest_existing(self.parent)
         if not existing.is_dir():
             raise ValueError(f"--out {str(t)!r}: {str(existing)!r} is a file, not a directory")
         try:  # a read-only filesystem shows here: a directory created and removed where it would go

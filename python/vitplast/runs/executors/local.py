@@ -85,11 +85,10 @@ class InProcessExecutor(ExecutorBase):
         that is no Exception, ends the grid)."""
         job = attempt.job
         try:
-            kind, value = run_attempt(job.fn, attempt.args + job.local_args, attempt.token,
-                                      attempt.supersedes)
+            return Finished(Ended(*run_attempt(job.fn, attempt.args + job.local_args, attempt.token,
+                                               attempt.supersedes)))
         except Exception as exc:  # the grid goes on
             return Finished(Ended("failed", exc))
-        return Finished(Ended(kind, value))
 
     def wait(self, handles: Sequence[Finished], timeout: float) -> list[tuple[Finished, Ended]]:
         return [(h, h.ended) for h in handles]

@@ -19,10 +19,8 @@ class GridProgress:
 
     def _refresh(self, line: str | None = None) -> None:
         """Says ``line`` in a line of its own (above a bar shown), and the counts beside the bar."""
-        if line is not None and self.bar.disable:
-            self.reporter.say(line)
-        elif line is not None:
-            self.bar.write(line)
+        if line is not None:
+            (self.reporter.say if self.bar.disable else self.bar.write)(line)
         waiting = f", waiting {len(self.holders)}" if self.holders else ""
         self.bar.set_postfix_str(f"running {self.running}, failed {self.failures}, retried {self.retries}"
                                  f"{waiting}, nodes {self.nodes}", refresh=True)
