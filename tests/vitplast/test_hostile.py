@@ -541,7 +541,7 @@ def test_run_that_never_trained_is_replaced_without_resume(tmp_path):
         _finetune(run, train="MHA", after_step=_stop_after(1))
     assert (run / "config.json").exists() and not (run / "checkpoint.pt").exists()
     result = _finetune(run, train="FC1", lr="0.02")  # the corrected command, no --resume
-    assert len(result["runs"]) == 1 and (run / "summary.json").exists()
+    assert len(result.runs) == 1 and (run / "summary.json").exists()
     saved = __import__("json").loads((run / "config.json").read_text())
     assert saved["train"] == "FC1" and saved["lr"] == 0.02
 

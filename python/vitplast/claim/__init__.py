@@ -2,5 +2,6 @@
 
 from .experiment import claim, claim_options
 from .options import ClaimOptions
+from .result import ClaimResult
 
-__all__ = ["ClaimOptions", "claim", "claim_options"]
+__all__ = ["ClaimOptions", "ClaimResult", "claim", "claim_options"]

@@ -14,7 +14,7 @@ together. The arms are the strata below (called datasets, as in the files).
   root of each dataset's number of rows (``scipy.stats.combine_pvalues``), and how many datasets
   have rho > 0;
 - a figure with one panel per dataset: gain against plasticity, with the rho of each
-  (`vitplast.claim.figure.plot_aggregate`).
+  (`vitplast.claim.figure.aggregate_figure`).
 
 The datasets' analyses are read as typed records (`.records.ClaimAnalysis`); the aggregate is one too
 (`Aggregate`, what aggregate.json holds under ``aggregate``).
@@ -23,6 +23,8 @@ Rows whose plasticity or gain is undefined are left out of the pooled test (and 
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import numpy as np
 from scipy import stats
@@ -93,15 +95,23 @@ def _rank(c: Correlation) -> Correlation:
     return Correlation(c.value, c.ci, c.p_greater)
 
 
-def aggregate_claims(results: dict[str, dict], *, permutations: int = 10000, seed: int = 0) -> Aggregate:
-    """The aggregate of per-dataset claim results (``{name: result}``, each with ``"config"`` and
-    ``"analysis"``): per-dataset correlations, the pooled stratified test, the combined p-value."""
-    analyses = {name: ClaimAnalysis.from_json(res["analysis"]) for name, res in results.items()}
-    per = {name: DatasetRanks(results[name]["config"]["data"], len(an.rows), _rank(an.correlations.spearman),
-                              _rank(an.correlations.kendall), encode(an.ranking), _points(an),
-                              results[name]["config"].get("optimizer"),
+class Arm(NamedTuple):
+    """One arm of a claim: its analysis, the data it ran on (its ``--data``) and its optimiser (None:
+    not recorded)."""
+
+    analysis: ClaimAnalysis
+    data: str
+    optimizer: str | None = None
+
+
+def aggregate_claims(arms: dict[str, Arm], *, permutations: int = 10000, seed: int = 0) -> Aggregate:
+    """The aggregate of the arms' analyses (``{name: arm}``): per-arm correlations, the pooled
+    stratified test, the combined p-value."""
+    analyses = {name: arm.analysis for name, arm in arms.items()}
+    per = {name: DatasetRanks(arm.data, len(an.rows), _rank(an.correlations.spearman),
+                              _rank(an.correlations.kendall), encode(an.ranking), _points(an), arm.optimizer,
                               [u for u in an.lr_edges if u in {r.unit for r in an.rows}])
-           for name, an in analyses.items()}
+           for name, arm in arms.items() for an in [arm.analysis]}
     kept = [(name, p) for name, d in per.items() for p in d.points
             if p.plasticity is not None and p.best_lr_gain is not None]
     left_out = sum(len(d.points) for d in per.values()) - len(kept)

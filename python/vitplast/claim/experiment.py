@@ -22,6 +22,7 @@ from .estimate import estimate_claim
 from .grid import plan_claim
 from .measurement import measure_claim
 from .options import ClaimOptions
+from .result import ClaimResult
 from .results import analyse_claim, shard_result
 from .session import open_session
 from .training import train_claim
@@ -35,16 +36,17 @@ def claim_options(opts: ClaimOptions | None = None, /, **keywords) -> ClaimOptio
 
 
 def claim(opts: ClaimOptions | None = None, /, *, reporter: Reporter | None = None, after_step=None,
-          **keywords) -> dict:
+          **keywords) -> ClaimResult:
     """Run the claim ``opts`` describes (a `ClaimOptions`, or keywords that build one).
 
-    Returns ``{"config", "plan", "estimate", "measurement", "analysis", "runs", "text"}`` for one
-    dataset; for several, ``{"config", "plan", "estimate", "datasets": {name: that dict}, "aggregate",
-    "text"}``; a dry run: only ``config``, ``plan`` and ``estimate``; a ``--shard``: ``config``, ``plan``
-    and ``runs``. Writes OUT/claim.json, OUT/claim.txt, OUT/claim.png (several datasets: those of each
-    in OUT/datasets/NAME/, and OUT/aggregate.json, .txt, .png). ``reporter`` receives the messages
-    (default: printed); ``after_step(done)`` is called after every step of every run trained in this
-    process (a test may raise there to stop as if killed).
+    Returns a `vitplast.claim.result.ClaimResult`: for one arm its ``config``, ``plan``, ``estimate``,
+    ``measurement``, ``analysis``, ``runs`` and report (``text``); for several, the arms' results under
+    ``datasets`` with the ``aggregate`` and its report; a dry run: only ``config``, ``plan`` and
+    ``estimate``; a ``--shard``: ``config``, ``plan`` and ``runs``. Writes OUT/claim.json,
+    OUT/claim.txt, OUT/claim.png (several datasets: those of each in OUT/datasets/NAME/, and
+    OUT/aggregate.json, .txt, .png). ``reporter`` receives the messages (default: printed);
+    ``after_step(done)`` is called after every step of every run trained in this process (a test may
+    raise there to stop as if killed).
     """
     opts = claim_options(opts, **keywords)
     started = time.perf_counter()
@@ -54,7 +56,7 @@ def claim(opts: ClaimOptions | None = None, /, *, reporter: Reporter | None = No
         est = estimate_claim(opts, plan, n_procs=ses.n_procs, on_cluster=ses.executor.runs_at_once is None,
                              reporter=ses.reporter)
         if opts.dry_run:
-            return {"config": plan.record, "plan": plan.summary, "estimate": est}
+            return ClaimResult(plan.record, plan.summary, est)
         # one claim writes --out at a time; a shard's runs share it with the other shards'
         with holding(opts.out, hold=opts.shard is None and ses.dist.is_main):
             with ses.executor as executor:  # connected (a cluster) before any file is written

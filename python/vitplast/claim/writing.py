@@ -10,49 +10,46 @@ from pathlib import Path
 from vitplast_kernels.atomic_io import atomic_write_bytes
 
 from ..outputs.result_files import write_result_json
-from .aggregate import Aggregate
 from .figure import claim_figures, save_figures
 from .grid import ClaimPlan
-from .records import CLAIM_FORMAT, ClaimAnalysis, Setup, encode
+from .records import CLAIM_FORMAT, ClaimAnalysis, encode
+from .result import ClaimResult
 from .session import ClaimSession
 
 CRITERIA_FORMAT, AGGREGATE_FORMAT = ("vitplast-criteria", 1), ("vitplast-aggregate", 1)  # (kind, version)
 
 
-def write_claim(result: dict, plan: ClaimPlan, ses: ClaimSession, out: Path) -> dict:
+def write_claim(result: ClaimResult, plan: ClaimPlan, ses: ClaimSession, out: Path) -> ClaimResult:
     """Each dataset's files (claim.json, criteria.json, claim.txt, then its figures), over several
     datasets the aggregate's in ``out`` (``--out``), all by the first rank; then the lines that name
     them on the reporter (one dataset: its report first; several: the aggregate's). Returns
     ``result``."""
-    reports = [(g, result["datasets"][g.dataset.name] if plan.several else result) for g in plan.grids]
+    arms = result.arms()
+    reports = [(g, arms[g.dataset.name if plan.several else ""]) for g in plan.grids]
     if ses.dist.is_main:
-        typed = [(ClaimAnalysis.from_json(r["analysis"]), Setup.of(r), r["measurement"]) for _, r in reports]
-        files = [(g.dataset.out, {"claim.json": ({k: v for k, v in r.items() if k != "text"}, CLAIM_FORMAT),
-                                  "criteria.json": (criteria_record(an, measured), CRITERIA_FORMAT)},
-                  {"claim.txt": r["text"]}) for (g, r), (an, _, measured) in zip(reports, typed, strict=True)]
+        files = [(g.dataset.out, {"claim.json": (r.to_json(), CLAIM_FORMAT), "criteria.json": (
+                      criteria_record(r.analysis, r.measurement), CRITERIA_FORMAT)}, {"claim.txt": r.text})
+                 for g, r in reports]
         if plan.several:
-            record = {k: v for k, v in result.items() if k not in ("text", "datasets")}
-            files.append((out, {"aggregate.json": (record, AGGREGATE_FORMAT)},
-                          {"aggregate.txt": result["text"]}))
+            files.append((out, {"aggregate.json": (result.to_json(), AGGREGATE_FORMAT)},
+                          {"aggregate.txt": result.text}))
         for folder, records, texts in files:
             for name, (record, (kind, version)) in records.items():
                 write_result_json(folder / name, record, kind=kind, version=version)
             for name, text in texts.items():
                 atomic_write_bytes(folder / name, (text + "\n").encode())
-        agg = (Aggregate.from_json(result["aggregate"], "aggregate.json", "aggregate") if plan.several
-               else None)
-        save_figures(claim_figures([(an, setup, g.dataset.out) for (g, _), (an, setup, _)
-                                    in zip(reports, typed, strict=True)], agg, out))
+        figures = [(r.analysis, r.setup, g.dataset.out) for g, r in reports]
+        save_figures(claim_figures(figures, result.aggregate, out))
     for g, r in reports:
-        folder, counts = g.dataset.out, r["plan"]
+        folder, counts = g.dataset.out, r.plan
         if not plan.several:
-            ses.reporter.say(r["text"])
+            ses.reporter.say(r.text)
         named = g.dataset.name + ": " if plan.several else ""
         ses.reporter.say(f"({named}{counts['trained']} runs trained, {counts['reused']} reused, "
                          f"{counts['seconds']:.0f} s; wrote {folder / 'claim.json'}, {folder / 'claim.txt'}, "
                          f"{folder / 'claim.png'}, {folder / 'budgets.png'})")
     if plan.several:
-        ses.reporter.say(result["text"])
+        ses.reporter.say(result.text)
         ses.reporter.say(f"(wrote {out / 'aggregate.json'}, {out / 'aggregate.txt'}, "
                          f"{out / 'aggregate.png'}; each dataset's report in {out / 'datasets'})")
     return result

@@ -7,5 +7,6 @@ spec `vitplast.finetune.spec.RunSpec`, the checks before it `vitplast.finetune.p
 
 from .grid import finetune, finetune_options
 from .options import FinetuneOptions
+from .result import FinetuneResult
 
-__all__ = ["FinetuneOptions", "finetune", "finetune_options"]
+__all__ = ["FinetuneOptions", "FinetuneResult", "finetune", "finetune_options"]

@@ -28,12 +28,14 @@ from ..runs.grid import (
     train_grid,
 )
 from ..runs.rundir import RunDir, RunDirError, config_differences, write_json_atomic
+from ..runs.summary import RunSummary
 from ..runtime.distributed import DistContext
 from .loop import AfterStep, train_run
 from .options import FinetuneOptions, RunSettings
 from .plots import plot_grid
 from .preflight import Prepared, prepare
 from .report import aggregate, format_table
+from .result import FinetuneResult
 from .spec import RunSpec, run_name
 
 
@@ -124,13 +126,13 @@ def train_grid_run(spec: RunSpec, prepared: Prepared, dctx: DistContext | None =
 
 
 def finetune(opts: FinetuneOptions | None = None, /, *, reporter: Reporter | None = None,
-             after_step: AfterStep | None = None, **keywords) -> dict:
+             after_step: AfterStep | None = None, **keywords) -> FinetuneResult:
     """Run the finetuning grid of ``opts`` (a `FinetuneOptions`, or keywords that build one).
 
-    Returns ``{"runs": [summary per combination], "table": aggregate rows, "table_text": str}`` (a
-    ``--shard``: the runs of the shard and ``"shard"``). ``reporter`` receives the messages (default:
-    printed); ``after_step(done)`` is called after every step of every run trained in this process (a test may
-    raise there to stop as if killed).
+    Returns a `vitplast.finetune.result.FinetuneResult`: the summary of every combination's run and the
+    grid's table (a ``--shard``: the runs of the shard and ``shard``). ``reporter`` receives the messages
+    (default: printed); ``after_step(done)`` is called after every step of every run trained in this process
+    (a test may raise there to stop as if killed).
     """
     opts = finetune_options(opts, **keywords)
     prepared = prepare(opts.settings(), opts.train, opts.seed[0])  # before any file is created
@@ -154,7 +156,7 @@ def finetune(opts: FinetuneOptions | None = None, /, *, reporter: Reporter | Non
         if opts.shard is not None:
             session.shard_done(opts, len(summaries), len(specs), then="run the grid without --shard (with "
                                "--resume, or --analyse-only) to aggregate it")
-            return {"runs": summaries, "shard": str(opts.shard)}
+            return FinetuneResult([RunSummary.of(s) for s in summaries], shard=str(opts.shard))
         return _aggregate(opts, specs, summaries, session.dist, session.reporter)
 
 
@@ -175,19 +177,19 @@ def _check_existing(opts: FinetuneOptions, planned: list[PlannedRun]) -> None:
 
 
 def _aggregate(opts: FinetuneOptions, specs: list[RunSpec], summaries: list[dict], dctx: DistContext,
-               reporter: Reporter) -> dict:
+               reporter: Reporter) -> FinetuneResult:
     """The table of the grid and, for several runs, grid_summary.json and the grid plots."""
     for spec, s in zip(specs, summaries, strict=True):
         held = f", held-out accuracy {s['holdout_acc']:.4f}" if s.get("holdout_acc") is not None else ""
         reporter.say(f"{spec.train:<10} lr={spec.lr:g} seed={spec.seed}: accuracy {s['initial_acc']:.4f} "
                      f"-> {s['final_acc']:.4f} ({s['trainable_params']:,} trainable parameters{held})")
     rows = aggregate(summaries, opts.components, opts.train)
-    result = {"runs": summaries, "table": rows, "table_text": format_table(rows)}
+    result = FinetuneResult([RunSummary.of(s) for s in summaries], rows, format_table(rows))
     out = Path(opts.out)
     if dctx.is_main and len(specs) > 1:
         config = {f.name: getattr(opts, f.name) for f in dataclasses.fields(opts)}
-        write_json_atomic(out / "grid_summary.json", {"config": config, **result})
+        write_json_atomic(out / "grid_summary.json", {"config": config, **result.to_json()})
         if opts.plots:
             plot_grid(rows, out / "plots")
-    reporter.say(result["table_text"])
+    reporter.say(result.table_text)
     return result

@@ -150,12 +150,12 @@ def test_claim_with_budgets_writes_its_rows_and_a_rerun_trains_nothing(tmp_path)
     dry = _claim(tmp_path / "b", dry_run=True, reporter=collecting(said), **kw)
     # 3 components and head, then for budget 2 the C(3, 2) = 3 pairs (every criterion's pair among
     # them) and full finetuning: 4 sets x 1 lr x 2 seeds, none added after scoring
-    assert dry["plan"]["runs"] == 16 and dry["plan"]["budget_runs"] == 8
-    assert dry["plan"]["budget_runs_after_scoring_at_most"] == 0 and dry["plan"]["budget_runs_at_most"] == 8
+    assert dry.plan["runs"] == 16 and dry.plan["budget_runs"] == 8
+    assert dry.plan["budget_runs_after_scoring_at_most"] == 0 and dry.plan["budget_runs_at_most"] == 8
     assert any("budgets 1, 2 (components): 8 of these runs" in s and "at most 8 runs for the budgets" in s
                for s in said)
     res = _claim(tmp_path / "b", **kw)
-    assert res["plan"]["trained"] == 16 and res["plan"]["budget_runs"] == 8
+    assert res.plan["trained"] == 16 and res.plan["budget_runs"] == 8
     record = json.loads((tmp_path / "b" / "criteria.json").read_text())
     rows = {(r["criterion"], r["budget"]): r for r in record["budget_rows"]}
     assert set(rows) == {(c, b) for c in ("plasticity", "size", "attention") for b in (1, 2)}
@@ -165,12 +165,12 @@ def test_claim_with_budgets_writes_its_rows_and_a_rerun_trains_nothing(tmp_path)
         assert (r["relative_gain"] is None) == (c == "attention" and b == 2)
         assert r["random_percentile"] is None or 0 <= r["random_percentile"] <= 100
         assert r["train"] is None or len(r["train"].split("+")) == b
-    assert record["full_relative_gain"] == res["analysis"]["budgets"]["full"]["relative_gain"] is not None
+    assert record["full_relative_gain"] == res.analysis.budgets.full.relative_gain is not None
     assert "selection at equal budget" in (tmp_path / "b" / "claim.txt").read_text()
     assert (tmp_path / "b" / "budgets.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     again = _claim(tmp_path / "b", **kw)
-    assert again["plan"]["trained"] == 0 and again["plan"]["reused"] == 16
-    assert again["analysis"]["budgets"] == res["analysis"]["budgets"]
+    assert again.plan["trained"] == 0 and again.plan["reused"] == 16
+    assert again.analysis.budgets == res.analysis.budgets
 
 
 @pytest.mark.slow
@@ -183,14 +183,14 @@ def test_a_criterion_set_outside_the_random_sets_is_trained_after_scoring(tmp_pa
               seed="0", jobs=1,
               threads=1, progress=False)
     first = _claim(tmp_path / "l", shard="1/1", **kw)  # a shard trains the planned runs only
-    assert first["plan"]["runs"] == 10 and first["plan"]["budget_runs_after_scoring_at_most"] == 2
-    assert first["plan"]["budget_runs_at_most"] == 5 + 2  # 4 maximal sets and full, then spectral's
+    assert first.plan["runs"] == 10 and first.plan["budget_runs_after_scoring_at_most"] == 2
+    assert first.plan["budget_runs_at_most"] == 5 + 2  # 4 maximal sets and full, then spectral's
     with pytest.raises(ValueError, match="--analyse-only: 1 of 1 runs are not finished .*FC1@0_FC1@1"):
         _claim(tmp_path / "l", analyse_only=True, **kw)
     res = _claim(tmp_path / "l", **kw)
-    assert res["plan"]["trained"] == 1 and res["plan"]["budget_runs"] == 6
-    rows = {r["criterion"]: r for r in res["analysis"]["budgets"]["rows"]}
-    assert rows["spectral"]["train"] == "FC1@0+FC1@1" and rows["spectral"]["random_sets"] == 4
-    assert rows["attention"]["train"] is None  # no MHA unit
+    assert res.plan["trained"] == 1 and res.plan["budget_runs"] == 6
+    rows = {r.criterion: r for r in res.analysis.budgets.rows}
+    assert rows["spectral"].train == "FC1@0+FC1@1" and rows["spectral"].random_sets == 4
+    assert rows["attention"].train is None  # no MHA unit
     again = _claim(tmp_path / "l", analyse_only=True, **kw)
-    assert again["plan"]["trained"] == 0 and again["analysis"]["budgets"] == res["analysis"]["budgets"]
+    assert again.plan["trained"] == 0 and again.analysis.budgets == res.analysis.budgets

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -54,10 +55,10 @@ def test_partial_on_size_vanishes_when_size_ranks_like_the_gains():
 
 
 def test_mha_is_tested_over_dataset_and_seed_pairs_across_datasets():
-    from vitplast.claim.aggregate import aggregate_claims, format_aggregate
+    from vitplast.claim.aggregate import Arm, aggregate_claims, format_aggregate
 
-    results = {name: {"config": {"data": name}, "analysis": _analysed(None)} for name in ("a", "b")}
-    agg = aggregate_claims(results, permutations=50)
+    arms = {name: Arm(ClaimAnalysis.from_json(_analysed(None)), name) for name in ("a", "b")}
+    agg = aggregate_claims(arms, permutations=50)
     fc1 = agg.mha_tests.comparisons["FC1"]
     assert fc1.n == 4  # 2 datasets x 2 seeds
     assert fc1.mean_difference == pytest.approx(0.25)  # MHA 0.9/1.0 vs FC1 0.7/0.7, twice
@@ -69,11 +70,10 @@ def test_optimisers_are_arms_pooled_and_an_edge_withholds_the_verdict():
     """Two arms of one dataset (SGD, AdamW): the aggregate names each arm's optimiser, calls its strata
     arms, and withholds its verdict while a ranked unit's best lr sits at an edge of its arm's grid (the
     made-up grid has two lrs: every best lr is at an edge)."""
-    from vitplast.claim.aggregate import aggregate_claims, aggregate_verdict, format_aggregate
+    from vitplast.claim.aggregate import Arm, aggregate_claims, aggregate_verdict, format_aggregate
 
-    results = {f"d-{opt}": {"config": {"data": "d", "optimizer": opt}, "analysis": _analysed(None)}
-               for opt in ("sgd", "adamw")}
-    agg = aggregate_claims(results, permutations=50)
+    arms = {f"d-{opt}": Arm(ClaimAnalysis.from_json(_analysed(None)), "d", opt) for opt in ("sgd", "adamw")}
+    agg = aggregate_claims(arms, permutations=50)
     assert [d.optimizer for d in agg.datasets.values()] == ["sgd", "adamw"]
     assert agg.datasets["d-sgd"].unbracketed == ["MHA", "FC1", "LN1"]  # ranked units only, not the head
     verdict = aggregate_verdict(agg)
@@ -81,7 +81,8 @@ def test_optimisers_are_arms_pooled_and_an_edge_withholds_the_verdict():
     text = format_aggregate(agg)
     assert "across 2 arms (dataset x optimiser)" in text and "pooled within arms" in text
     assert any(line.split()[:3] == ["d-adamw", "d", "adamw"] for line in text.splitlines())
-    bracketed = {name: {**r, "analysis": {**r["analysis"], "lr_edges": []}} for name, r in results.items()}
+    bracketed = {name: a._replace(analysis=dataclasses.replace(a.analysis, lr_edges=[]))
+                 for name, a in arms.items()}
     assert aggregate_verdict(aggregate_claims(bracketed, permutations=50)).startswith(
         ("supported across arms", "not established across arms"))
 
@@ -98,9 +99,9 @@ def test_claim_writes_criteria_json_and_reuses_the_scores(tmp_path):
     assert list(rows) == ["plasticity", "size", "rgn"]
     assert all(r["granularity"] == "component" and r["n"] == 3 for r in rows.values())
     assert rows["size"]["partial_size"] is None and rows["rgn"]["seconds"] > 0
-    assert rows["plasticity"]["seconds"] == res["measurement"]["seconds"]
+    assert rows["plasticity"]["seconds"] == res.measurement["seconds"]
     timeless = [{k: v for k, v in r.items() if k != "seconds"} for r in record["rows"]]
-    assert timeless == res["analysis"]["criteria"]
+    assert timeless == res.analysis.to_json()["criteria"]
     rgn = json.loads((tmp_path / "c" / "criteria" / "rgn.json").read_text())
     assert set(rgn["components"]["MHA"]["per_seed"]) == {"0", "1"}  # one head per seed's run
     said.clear()

@@ -3,6 +3,7 @@ end to end on a tiny timm ViT: reports, reuse of finished runs, resume after a k
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import warnings
 
@@ -12,8 +13,10 @@ import torch
 from helpers import Killed, collecting, kill_after, quiet
 from vitplast.claim import claim
 from vitplast.claim.analysis import analyse as typed_analysis
+from vitplast.claim.result import UNIT_COLUMNS, ClaimResult
 from vitplast.claim.units import ClaimUnits
 from vitplast.cli import main as cli_main
+from vitplast.outputs.result_files import ResultFileError
 
 
 def analyse(*args, **kwargs) -> dict:
@@ -169,8 +172,8 @@ def test_claim_end_to_end_writes_reports(whole):
     out, res = whole
     # the 8 runs of the components and head, and full finetuning as the budgets' reference line (default
     # --budgets 1: the single components' own runs)
-    assert res["plan"]["runs"] == 10 and res["plan"]["trained"] == 10 and res["plan"]["reused"] == 0
-    assert res["plan"]["budget_runs"] == 2 and res["plan"]["budget_trains"] == ["full"]
+    assert res.plan["runs"] == 10 and res.plan["trained"] == 10 and res.plan["reused"] == 0
+    assert res.plan["budget_runs"] == 2 and res.plan["budget_trains"] == ["full"]
     saved = _strict_json(out / "claim.json")
     record = saved["measurement"]["provenance"]  # versions, the weights and the images' preparation
     assert record["versions"]["torch"] and record["data"]["data"] and record["transform"]
@@ -193,16 +196,30 @@ def test_claim_end_to_end_writes_reports(whole):
         assert {"config.json", "metrics.jsonl", "summary.json"} <= files
 
 
+def test_the_result_is_typed_and_reads_back_from_claim_json(whole):
+    out, res = whole
+    assert isinstance(res, ClaimResult) and res.text == (out / "claim.txt").read_text().rstrip("\n")
+    assert ClaimResult.read(out / "claim.json") == dataclasses.replace(res, text=None)
+    frame = res.to_dataframe()
+    assert list(frame.columns) == ["arm", *UNIT_COLUMNS] and list(frame["unit"]) == ["MHA", "FC1", "LN1"]
+    assert list(frame["plasticity"]) == [r.plasticity for r in res.analysis.rows]
+    edited = json.loads((out / "claim.json").read_text())
+    edited["analysis"]["rows"][0]["plasticity"] = "high"
+    (out / "edited.json").write_text(json.dumps(edited))
+    with pytest.raises(ResultFileError, match="checksum"):
+        ClaimResult.read(out / "edited.json")
+
+
 def test_default_holds_out_training_images_and_reports_the_validated_relative_gain(whole, tmp_path):
     out, res = whole
     for run in (out / "runs").iterdir():  # default --holdout 0.1
         assert json.loads((run / "config.json").read_text())["holdout"] == 0.1
         assert 0 <= json.loads((run / "summary.json").read_text())["holdout_acc"] <= 1
-    rows = res["analysis"]["rows"]
-    assert all(r["relative_gain_validated"] is not None for r in rows)
+    rows = res.analysis.rows
+    assert all(r.relative_gain_validated is not None for r in rows)
     # one lr: the validation split chooses the lr the test accuracy chose, so both gains agree
-    assert [r["relative_gain_validated"] for r in rows] == [r["relative_gain"] for r in rows]
-    assert "not available" not in res["analysis"]["relative_gain"]["validated"]
+    assert [r.relative_gain_validated for r in rows] == [r.relative_gain for r in rows]
+    assert "not available" not in res.analysis.relative_gain.validated
     text = (out / "claim.txt").read_text()
     assert "relative_gain (the paper's, lr chosen on the test accuracy)" in text
     assert "relative_gain, lr chosen on held-out validation data" in text and "not available" not in text
@@ -214,8 +231,8 @@ def test_default_holds_out_training_images_and_reports_the_validated_relative_ga
 def test_rerun_reuses_every_run_and_other_options_are_refused(whole):
     out, res = whole
     again = _claim(out)
-    assert again["plan"]["trained"] == 0 and again["plan"]["reused"] == 10
-    assert again["analysis"] == res["analysis"]
+    assert again.plan["trained"] == 0 and again.plan["reused"] == 10
+    assert again.analysis == res.analysis
     with pytest.raises(ValueError, match="differ"):
         _claim(out, steps=5)  # the finetune driver refuses a run directory of other options
     with pytest.raises(ValueError, match="other options"):
@@ -231,23 +248,23 @@ def test_killed_claim_resumes_to_the_same_result(whole, tmp_path):
     assert (first / "config.json").exists() and not (first / "summary.json").exists()
     assert torch.load(first / "checkpoint.pt", weights_only=True)["step"] == 2
     resumed = _claim(tmp_path / "k")
-    assert resumed["plan"]["trained"] == 10
-    assert [r["final_acc"] for r in resumed["runs"]] == [r["final_acc"] for r in res["runs"]]
-    assert resumed["analysis"]["correlations"] == res["analysis"]["correlations"]
+    assert resumed.plan["trained"] == 10
+    assert [r["final_acc"] for r in resumed.runs] == [r["final_acc"] for r in res.runs]
+    assert resumed.analysis.correlations == res.analysis.correlations
 
 
 def test_dry_run_plans_and_estimates_without_training(whole, tmp_path, capsys):
     out, _ = whole
     said = []
     res = _claim(tmp_path / "d", dry_run=True, reporter=collecting(said))
-    assert res["plan"]["runs"] == 10 and res["plan"]["new"] == 10  # full finetuning: the budgets' reference
-    est = res["estimate"]
+    assert res.plan["runs"] == 10 and res.plan["new"] == 10  # full finetuning: the budgets' reference
+    est = res.estimate
     assert est["overhead_s"] > 0 and est["remaining_seconds"] > 0
     assert set(est["step_s"]) == {"MHA", "FC1", "LN1", "head"}
     assert not (tmp_path / "d").exists()  # nothing trained, nothing written
     assert any("10 finetuning runs" in s for s in said) and any("about" in s for s in said)
     done = _claim(out, dry_run=True)
-    assert done["plan"]["finished"] == 10 and done["estimate"]["remaining_seconds"] == 0
+    assert done.plan["finished"] == 10 and done.estimate["remaining_seconds"] == 0
     with pytest.raises(ValueError, match="time-budget"):
         _claim(tmp_path / "b", time_budget=1e-6)
 

@@ -57,7 +57,7 @@ def test_two_shards_and_an_analysis_pass_give_the_whole_result(whole, tmp_path, 
     sharded = tmp_path / "sharded"
     said = []
     first = claim(out=str(sharded), **{**SMALL, "reporter": collecting(said)}, shard="1/2")
-    assert first["plan"]["shard"] == {"shard": "1/2", "runs": 5, "finished": 0, "partial": 0, "new": 5}
+    assert first.plan["shard"] == {"shard": "1/2", "runs": 5, "finished": 0, "partial": 0, "new": 5}
     assert not (sharded / "claim.json").exists() and not (sharded / "plasticity_chunks.json").exists()
     assert any("without --shard" in s for s in said)
     with pytest.raises(ValueError, match="--analyse-only: 5 of 10 runs are not finished"):
@@ -65,14 +65,14 @@ def test_two_shards_and_an_analysis_pass_give_the_whole_result(whole, tmp_path, 
     monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "1")  # the second task of a 0-based array of two
     monkeypatch.setenv("SLURM_ARRAY_TASK_COUNT", "2")
     second = claim(out=str(sharded), **SMALL)
-    assert second["plan"]["shard"]["shard"] == "2/2" and len(second["runs"]) == 5
-    assert {(r["train"], r["seed"]) for r in first["runs"]}.isdisjoint((r["train"], r["seed"])
-                                                                       for r in second["runs"])
+    assert second.plan["shard"]["shard"] == "2/2" and len(second.runs) == 5
+    assert {(r["train"], r["seed"]) for r in first.runs}.isdisjoint((r["train"], r["seed"])
+                                                                    for r in second.runs)
     final = claim(out=str(sharded), **SMALL, analyse_only=True)  # the array's variables do not shard it
-    assert final["plan"]["trained"] == 0 and final["plan"]["reused"] == 10
-    assert final["analysis"] == ref["analysis"]
+    assert final.plan["trained"] == 0 and final.plan["reused"] == 10
+    assert final.analysis == ref.analysis
     assert _metrics(sharded) == _metrics(out)
-    assert json.loads((sharded / "claim.json").read_text())["analysis"] == ref["analysis"]
+    assert json.loads((sharded / "claim.json").read_text())["analysis"] == ref.analysis.to_json()
 
 
 def _holder(run_dir, seconds: float) -> subprocess.Popen:
@@ -99,7 +99,7 @@ def test_a_run_another_process_holds_is_waited_for(whole, tmp_path):
     assert time.monotonic() - t0 >= 4.0
     waits = [s for s in said if "is held by process" in s]
     assert len(waits) == 1 and f"process {proc.pid}" in waits[0] and "MHA lr=0.003 seed=0" in waits[0]
-    assert res["plan"]["trained"] == 10 and res["analysis"] == ref["analysis"]
+    assert res.plan["trained"] == 10 and res.analysis == ref.analysis
 
 
 @pytest.mark.slow
@@ -108,9 +108,9 @@ def test_several_datasets_with_the_baselines_and_their_aggregate(tmp_path):
     kw = {**SMALL, "components": "MHA,FC1,LN1,full,lora", "lr": "3e-2", "seed": "0", "steps": 8,
           "permutations": 200}
     res = claim(out=str(out), data=["digits:5-9"], datasets="digits:3-7", **kw)
-    assert set(res["datasets"]) == {"digits_5-9", "digits_3-7"}
+    assert set(res.datasets) == {"digits_5-9", "digits_3-7"}
     # 6 trains and LoRA at the budget's rank per dataset
-    assert res["plan"]["runs"] == 2 * 7 and res["plan"]["datasets"] == ["digits:5-9", "digits:3-7"]
+    assert res.plan["runs"] == 2 * 7 and res.plan["datasets"] == ["digits:5-9", "digits:3-7"]
     for name, spec in (("digits_5-9", "digits:5-9"), ("digits_3-7", "digits:3-7")):
         one = out / "datasets" / name
         saved = json.loads((one / "claim.json").read_text())
@@ -140,7 +140,7 @@ def test_several_datasets_with_the_baselines_and_their_aggregate(tmp_path):
     assert "pooled within datasets" in text and "verdict:" in text
     assert (out / "aggregate.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     again = claim(out=str(out), data=["digits:5-9"], datasets="digits:3-7", **kw)
-    assert again["plan"]["reused"] == 14 and again["aggregate"] == res["aggregate"]
+    assert again.plan["reused"] == 14 and again.aggregate == res.aggregate
 
 
 @pytest.mark.parametrize("args, message", [

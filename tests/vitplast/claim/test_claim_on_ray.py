@@ -63,11 +63,11 @@ def _lock(run: Path) -> dict | None:
         return None
 
 
-def _same_as_local(res: dict, out: Path, local) -> None:
+def _same_as_local(res, out: Path, local) -> None:
     ref_out, ref = local
-    assert res["analysis"] == ref["analysis"]
-    assert [(r["train"], r["final_acc"]) for r in res["runs"]] == [(r["train"], r["final_acc"])
-                                                                   for r in ref["runs"]]
+    assert res.analysis == ref.analysis
+    assert [(r["train"], r["final_acc"]) for r in res.runs] == [(r["train"], r["final_acc"])
+                                                                 for r in ref.runs]
     assert _metrics(out) == _metrics(ref_out) and len(_metrics(out)) == 5  # 4 runs and full finetuning
 
 
@@ -155,7 +155,7 @@ def test_kill_9_of_the_driver_then_the_same_command_reuses_and_resumes(cluster, 
     time.sleep(1.0)
     assert file_tree(out) == before  # nothing is written once the driver and its tasks are gone
     res = claim(out=str(out), **GRID, executor="ray", ray_address=cluster.address, reporter=quiet())
-    assert res["plan"]["reused"] >= 1 and res["plan"]["trained"] + res["plan"]["reused"] == 5
+    assert res.plan["reused"] >= 1 and res.plan["trained"] + res.plan["reused"] == 5
     _same_as_local(res, out, local)
 
 
@@ -166,7 +166,7 @@ def test_a_finetune_grid_on_ray_gives_the_local_table(cluster, tmp_path):
                 progress=False, reporter=quiet())
     here = finetune(out=str(tmp_path / "here"), **grid)
     there = finetune(out=str(tmp_path / "ray"), **grid, executor="ray", ray_address=cluster.address)
-    assert there["table"] == here["table"]
+    assert there.table == here.table
     for run in ("MHA-lr0.03-s0", "head-lr0.03-s0"):
         assert ((tmp_path / "ray" / run / "metrics.jsonl").read_text()
                 == (tmp_path / "here" / run / "metrics.jsonl").read_text())

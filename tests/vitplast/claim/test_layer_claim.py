@@ -172,7 +172,7 @@ def test_layer_claim_end_to_end(whole):
     trains = {p.name.rsplit("-lr", 1)[0] for p in (out / "runs").iterdir()}
     assert {"MHA@0", "LN1@1", "head", "full", "MHA@0_MHA@1", "MHA@1_LN1@0_LN1@1"} <= trains
     # 4 units + head, and for the budget its 3 maximal sets (none a single unit) and full: 9 trains x 2 seeds
-    assert res["plan"]["runs"] == res["plan"]["trained"] == 18 and res["plan"]["budget_runs"] == 8
+    assert res.plan["runs"] == res.plan["trained"] == 18 and res.plan["budget_runs"] == 8
 
 
 @pytest.mark.slow
@@ -189,12 +189,12 @@ def test_layer_claim_killed_resumes_to_the_same_table(whole, tmp_path):
     partial = sorted(r for r in (tmp_path / "k" / "runs").glob("*-s1") if not (r / "summary.json").exists())
     assert len(partial) == 1 and (partial[0] / "checkpoint.pt").exists()
     resumed = _claim(tmp_path / "k")
-    assert resumed["plan"]["reused"] == res["plan"]["trained"] // 2
-    assert [r["final_acc"] for r in resumed["runs"]] == [r["final_acc"] for r in res["runs"]]
-    assert resumed["analysis"]["rows"] == res["analysis"]["rows"]
-    assert resumed["analysis"]["within_type"] == res["analysis"]["within_type"]
+    assert resumed.plan["reused"] == res.plan["trained"] // 2
+    assert [r["final_acc"] for r in resumed.runs] == [r["final_acc"] for r in res.runs]
+    assert resumed.analysis.rows == res.analysis.rows
+    assert resumed.analysis.within_type == res.analysis.within_type
     again = _claim(out)  # everything reused
-    assert again["plan"]["trained"] == 0 and again["analysis"]["budgets"] == res["analysis"]["budgets"]
+    assert again.plan["trained"] == 0 and again.analysis.budgets == res.analysis.budgets
 
 
 @pytest.mark.slow
@@ -202,7 +202,7 @@ def test_layer_dry_run_measures_but_writes_nothing(tmp_path):
     said = []
     res = _claim(tmp_path / "d", dry_run=True, steps=None, calibrate_steps=2, reporter=collecting(said))
     assert not (tmp_path / "d").exists()  # the units come from a measurement, kept in memory only
-    assert res["plan"]["trains"][:4] == ["MHA@0", "MHA@1", "LN1@0", "LN1@1"] and res["config"]["steps"] == 60
+    assert res.plan["trains"][:4] == ["MHA@0", "MHA@1", "LN1@0", "LN1@1"] and res.config["steps"] == 60
     assert any("60 steps per run by default" in s for s in said)
 
 

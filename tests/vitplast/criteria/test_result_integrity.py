@@ -224,10 +224,10 @@ def test_claim_rescores_an_edited_size_json(tmp_path):
         again = claim(**kw, reporter=collecting(said))
     assert any(s.startswith(f"size: scoring again, {size}: checksum") for s in said)
     assert json.loads(size.read_text())["components"] == sizes
-    assert again["analysis"]["criteria"] == first["analysis"]["criteria"]
+    assert again.analysis.criteria == first.analysis.criteria
     # claim.json records the files it reused (the chunks here, not the size.json scored again), with checksums
     recorded = json.loads((tmp_path / "c" / "claim.json").read_text())["measurement"]["reused_files"]
-    assert again["measurement"]["reused_files"] == recorded == [
+    assert again.measurement["reused_files"] == recorded == [
         {"path": str(chunks), "checksum": json.loads(chunks.read_text())["checksum"]}]
 
 

@@ -69,7 +69,7 @@ def test_custom_labels_train_and_monitor_exactly_their_modules(tmp_path):
     end = load_file(run / "model.safetensors")
     expected = {n for n in start if re.match(r"blocks\.2\.mlp\.fc[12]\.|head\.", n)}
     assert _changed(start, end) == expected
-    assert res["runs"][0]["trainable_params"] == sum(start[n].numel() for n in expected)
+    assert res.runs[0].trainable_params == sum(start[n].numel() for n in expected)
     monitors = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     monitors = [r for r in monitors if r["kind"] == "monitor"]
     assert len(monitors) == 3
@@ -84,7 +84,7 @@ def test_custom_labels_train_and_monitor_exactly_their_modules(tmp_path):
     again = finetune(**TINY, weights=str(tmp_path / "start.safetensors"), components=MAP, train="mlp@-1",
                      lr="1e-2", steps=3, batch_size=16, monitor_every=1, export=True, out=str(run),
                      resume=True, **QUIET)
-    assert again["runs"][0]["final_acc"] == res["runs"][0]["final_acc"]
+    assert again.runs[0].final_acc == res.runs[0].final_acc
 
 
 @pytest.mark.parametrize("argv, match", [
@@ -148,5 +148,5 @@ def test_lora_targets_restrict_the_adapters_to_their_layers(tmp_path):
         warnings.simplefilter("ignore")
         one, names = make_trainable(fresh_model(RunSettings(**TINY), 4), ("lora",), 8, lora_targets="MHA@1")
     params = dict(one.named_parameters())
-    assert res["runs"][0]["trainable_params"] == sum(params[n].numel() for n in names)
+    assert res.runs[0].trainable_params == sum(params[n].numel() for n in names)
     assert json.loads((out / "config.json").read_text())["lora_targets"] == "MHA@1"

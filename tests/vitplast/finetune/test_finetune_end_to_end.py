@@ -27,8 +27,8 @@ def _run(tmp_path, name="run", **kw):
 @pytest.mark.slow
 def test_short_run_learns_and_monitors_every_component(tmp_path):
     res = _run(tmp_path, train="full", lr="3e-3", steps=24, batch_size=32, monitor_every=5, eval_every=8)
-    s = res["runs"][0]
-    assert s["final_acc"] >= 0.8 > 0.25 + 0.3  # 4 classes: chance is 0.25
+    s = res.runs[0]
+    assert s.final_acc >= 0.8 > 0.25 + 0.3  # 4 classes: chance is 0.25
     recs = read_jsonl(tmp_path / "run" / "metrics.jsonl")
     mon = [r for r in recs if r["kind"] == "monitor"]
     assert [r["iter"] for r in mon] == [0, 5, 10, 15, 20]  # monitored iterations only
@@ -42,7 +42,7 @@ def test_short_run_learns_and_monitors_every_component(tmp_path):
         assert all(v > 0 for v in r["grad_norm"].values())
     assert [r["step"] for r in recs if r["kind"] == "eval"] == [0, 8, 16, 24]
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    assert summary["final_acc"] == s["final_acc"]
+    assert summary["final_acc"] == s.final_acc
 
 
 def test_probe_monitoring_is_fixed_and_frozen_blocks_stay_put(tmp_path):
@@ -103,29 +103,29 @@ def test_kill_and_resume_equals_uninterrupted(tmp_path):
 @pytest.mark.slow
 def test_grid_aggregates_and_refuses_to_overwrite(tmp_path):
     res = _run(tmp_path, train="LN1,head", seed="0,1", steps=4, batch_size=16, monitor_every=2)
-    assert len(res["runs"]) == 4
-    rows = {r["train"]: r for r in res["table"]}
+    assert len(res.runs) == 4
+    rows = {r["train"]: r for r in res.table}
     assert set(rows) == {"LN1", "head"} and rows["LN1"]["n"] == 2
-    accs = [s["final_acc"] for s in res["runs"] if s["train"] == "LN1"]
+    accs = [s.final_acc for s in res.runs if s.train == "LN1"]
     assert rows["LN1"]["acc_mean"] == pytest.approx(sum(accs) / 2)
     assert rows["LN1"]["gain_at_lr"] == pytest.approx(rows["LN1"]["acc_mean"] - rows["head"]["acc_mean"])
     assert rows["LN1"]["plasticity"] > 0 and "plasticity" not in rows["head"]
-    assert "LN1" in res["table_text"] and "±" in res["table_text"]
+    assert "LN1" in res.table_text and "±" in res.table_text
     assert (tmp_path / "run" / "grid_summary.json").exists()
     with pytest.raises(ValueError, match="refusing to overwrite"):
         _run(tmp_path, train="LN1,head", seed="0,1", steps=4, batch_size=16, monitor_every=2)
     again = _run(tmp_path, train="LN1,head", seed="0,1", steps=4, batch_size=16, monitor_every=2,
                  resume=True)  # loads the finished runs, trains nothing
-    assert [s["final_acc"] for s in again["runs"]] == [s["final_acc"] for s in res["runs"]]
+    assert [s.final_acc for s in again.runs] == [s.final_acc for s in res.runs]
 
 
 @pytest.mark.slow
 def test_auto_picks_components_within_budget(tmp_path):
     res = _run(tmp_path, train="auto", budget=700, steps=3, batch_size=16, monitor_every=0)
-    s = res["runs"][0]
-    assert s["trainable_params"] <= 700 and s["trained"]
+    s = res.runs[0]
+    assert s.trainable_params <= 700 and s.trained
     auto = [r for r in read_jsonl(tmp_path / "run" / "metrics.jsonl") if r["kind"] == "auto"]
-    assert auto and set(auto[0]["plasticity"]) == set(TRAIN_ORDER) and auto[0]["chosen"] == s["trained"]
+    assert auto and set(auto[0]["plasticity"]) == set(TRAIN_ORDER) and auto[0]["chosen"] == list(s.trained)
 
 
 def test_embedded_model_rejects_other_sizes(tmp_path, capsys):

@@ -59,20 +59,20 @@ def test_no_held_out_image_is_ever_trained_on():
 @pytest.mark.slow
 def test_run_records_holdout_acc_and_resumes_to_the_same(tmp_path):
     res = _run(tmp_path / "a", train="MHA", lr="1e-2", steps=4, holdout=0.1)
-    summary = res["runs"][0]
-    assert 0 <= summary["holdout_acc"] <= 1
-    assert json.loads((tmp_path / "a" / "summary.json").read_text())["holdout_acc"] == summary["holdout_acc"]
+    summary = res.runs[0]
+    assert 0 <= summary.holdout_acc <= 1
+    assert json.loads((tmp_path / "a" / "summary.json").read_text())["holdout_acc"] == summary.holdout_acc
     assert json.loads((tmp_path / "a" / "config.json").read_text())["holdout"] == 0.1
     rows = [r for r in read_jsonl(tmp_path / "a" / "metrics.jsonl") if r["kind"] == "holdout"]
-    assert [(r["step"], r["acc"]) for r in rows] == [(4, summary["holdout_acc"])]
+    assert [(r["step"], r["acc"]) for r in rows] == [(4, summary.holdout_acc)]
     with pytest.raises(Killed):
         _run(tmp_path / "k", train="MHA", lr="1e-2", steps=4, holdout=0.1, checkpoint_every=2,
              after_step=kill_after(3))
     resumed = _run(tmp_path / "k", train="MHA", lr="1e-2", steps=4, holdout=0.1, checkpoint_every=2,
-                   resume=True)["runs"][0]
-    assert resumed["holdout_acc"] == summary["holdout_acc"] and resumed["final_acc"] == summary["final_acc"]
-    off = _run(tmp_path / "off", train="MHA", lr="1e-2", steps=4)["runs"][0]
-    assert off["holdout_acc"] is None
+                   resume=True).runs[0]
+    assert resumed.holdout_acc == summary.holdout_acc and resumed.final_acc == summary.final_acc
+    off = _run(tmp_path / "off", train="MHA", lr="1e-2", steps=4).runs[0]
+    assert off.holdout_acc is None
 
     def losses(run):
         return [r["loss"] for r in read_jsonl(tmp_path / run / "metrics.jsonl") if r["kind"] == "train"]
@@ -89,8 +89,8 @@ def test_run_written_before_the_option_resumes_as_holdout_0(tmp_path):
     config.write_text(json.dumps(saved))
     with pytest.raises(ValueError, match="--holdout 0"):
         _run(tmp_path, train="head", lr="1e-2", steps=4, checkpoint_every=2, resume=True, holdout=0.1)
-    assert _run(tmp_path, train="head", lr="1e-2", steps=4, checkpoint_every=2, resume=True)["runs"][0][
-        "holdout_acc"] is None
+    assert _run(tmp_path, train="head", lr="1e-2", steps=4, checkpoint_every=2,
+                resume=True).runs[0].holdout_acc is None
 
 
 @pytest.mark.parametrize("value, message", [

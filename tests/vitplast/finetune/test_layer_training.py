@@ -38,8 +38,8 @@ def test_timm_vit_through_finetune(tmp_path):
     end = load_file(tmp_path / "run" / "model.safetensors")
     expected = {n for n in start if re.match(r"blocks\.1\.attn\.|head\.", n)}
     assert _changed(start, end) == expected
-    assert res["runs"][0]["trainable_params"] == sum(start[n].numel() for n in expected)
-    assert res["runs"][0]["trained"] == ["MHA@1"]
+    assert res.runs[0].trainable_params == sum(start[n].numel() for n in expected)
+    assert res.runs[0].trained == ("MHA@1",)
 
 
 def _train_a_little(model: nn.Module, inputs: dict | torch.Tensor, spec: str, components=None):
@@ -110,12 +110,12 @@ def test_auto_layer_picks_units_within_budget(tmp_path):
 
     res = finetune(**TINY, train="auto@layer", budget=3000, steps=2, batch_size=16, monitor_every=0,
                    out=str(tmp_path / "run"), reporter=quiet())
-    s = res["runs"][0]
-    assert 0 < s["trainable_params"] <= 3000 and s["trained"]
-    assert all(re.fullmatch(r"(MHA|FC1|FC2|LN1|LN2)@\d", p) for p in s["trained"])
+    s = res.runs[0]
+    assert 0 < s.trainable_params <= 3000 and s.trained
+    assert all(re.fullmatch(r"(MHA|FC1|FC2|LN1|LN2)@\d", p) for p in s.trained)
     auto = [r for r in read_jsonl(tmp_path / "run" / "metrics.jsonl") if r["kind"] == "auto"][0]
-    assert auto["chosen"] == s["trained"] and len(auto["plasticity"]["MHA"]) == 3
+    assert auto["chosen"] == list(s.trained) and len(auto["plasticity"]["MHA"]) == 3
     # the most plastic unit that fits is chosen first
     best = max(((c, i) for c, per in auto["plasticity"].items() for i, _ in enumerate(per)),
                key=lambda u: auto["plasticity"][u[0]][u[1]])
-    assert s["trained"][0] == f"{best[0]}@{best[1]}" or best[0] in ("MHA", "FC1", "FC2")
+    assert s.trained[0] == f"{best[0]}@{best[1]}" or best[0] in ("MHA", "FC1", "FC2")

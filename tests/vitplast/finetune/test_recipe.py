@@ -117,4 +117,4 @@ def test_a_run_written_before_the_recipe_options_resumes_only_as_it_ran(tmp_path
                                          "resuming it needs --no-model-transform, --no-augment"):
         finetune(**opts, out=str(run), resume=True)
     done = finetune(**opts, model_transform=False, augment=False, out=str(run), resume=True)
-    assert done["runs"][0]["steps"] == 4
+    assert done.runs[0].steps == 4

@@ -15,8 +15,8 @@ GRID = dict(train="MHA,head", lr="3e-2", seed="0,1", steps=6, checkpoint_every=3
             plots=False, progress=False)
 
 
-def _table(res: dict) -> list[dict]:
-    return res["table"]
+def _table(res) -> list[dict]:
+    return res.table
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +34,7 @@ def test_shards_then_analyse_only_give_the_grid(here, tmp_path):
     out, ref = here
     said = []
     first = finetune(out=str(tmp_path / "g"), **GRID, shard="1/2", reporter=collecting(said))
-    assert first["shard"] == "1/2" and len(first["runs"]) == 2
+    assert first.shard == "1/2" and len(first.runs) == 2
     assert not (tmp_path / "g" / "grid_summary.json").exists()
     assert any("run the grid without --shard" in s for s in said)
     with pytest.raises(ValueError, match="--analyse-only: 2 of 4 runs are not finished"):
@@ -45,6 +45,15 @@ def test_shards_then_analyse_only_give_the_grid(here, tmp_path):
     assert _metrics(tmp_path / "g") == _metrics(out)
     saved = json.loads((tmp_path / "g" / "grid_summary.json").read_text())
     assert saved["table"] == json.loads((out / "grid_summary.json").read_text())["table"]
+
+
+def test_the_result_is_typed_and_is_what_grid_summary_json_holds(here):
+    out, res = here
+    saved = json.loads((out / "grid_summary.json").read_text())
+    assert {k: v for k, v in saved.items() if k != "config"} == res.to_json()
+    assert [(s.train, s.seed) for s in res.runs] == [("MHA", 0), ("MHA", 1), ("head", 0), ("head", 1)]
+    frame = res.to_dataframe()
+    assert list(frame["train"]) == ["MHA", "head"] and frame["acc_mean"].between(0, 1).all()
 
 
 def test_resume_over_runs_of_other_options_names_them_all(here, capsys):

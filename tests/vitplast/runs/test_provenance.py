@@ -41,7 +41,7 @@ def test_finetune_summary_carries_the_record(tmp_path):
                    reporter=quiet())
     summary = json.loads((tmp_path / "r" / "summary.json").read_text())
     record = summary["provenance"]
-    assert record == res["runs"][0]["provenance"] and record["versions"] == json.loads(json.dumps(versions()))
+    assert record == res.runs[0].provenance and record["versions"] == json.loads(json.dumps(versions()))
     assert record["weights"] == {"kind": "random", "sha256": None} and record["model"] == TINY["model"]
     assert record["data"]["data"] == "synthetic" and record["transform"]["size"] == 16
 
