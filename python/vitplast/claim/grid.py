@@ -20,7 +20,7 @@ from ..runs.grid import NOT_FINISHED, refuse_runs, runs_of_this_process
 from .budget_plan import BudgetPlan, plan_budget_sets
 from .datasets import DatasetPlan, dataset_plans
 from .finetuning import PlannedRun, plan_runs
-from .measurement import saved_or_measured
+from .measurement import planned_measurement
 from .options import ClaimOptions
 from .plan_summary import plan_summary
 from .units import layer_units
@@ -88,14 +88,9 @@ def plan_dataset(opts: ClaimOptions, dataset: DatasetPlan, *, device, amp, repor
                  progress: bool) -> DatasetGrid:
     """The dataset's trains, checks and runs; a layer claim measures plasticity first (in memory)."""
     model = prepare_model(dataset.settings, opts.seed[0])  # the model and data built and checked once
-    # what planning needs of the measurement: a layer claim's chunks (its units come from them), saved ones
-    # or measured now, in memory (`measure_claim` writes them); for a component claim None, once a
-    # measurement saved with other options is refused (its failing file is named when measured)
-    layer = opts.granularity == "layer"
-    measured = saved_or_measured(opts, dataset, device, reporter if layer else Reporter.silent(), amp=amp,
-                                 progress=progress, model=model, measure=layer)
+    measured = planned_measurement(opts, dataset, device, reporter, amp=amp, progress=progress, model=model)
     units = sizes = None
-    if layer:
+    if opts.granularity == "layer":
         units, sizes, names = layer_units(opts, measured, model.built.net)
         trains = names + ["head"]
     else:

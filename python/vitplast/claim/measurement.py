@@ -71,6 +71,16 @@ def read_chunks(path: str | os.PathLike) -> dict:
     return doc
 
 
+def planned_measurement(opts: ClaimOptions, dataset: DatasetPlan, device, reporter: Reporter, *, amp,
+                        progress: bool, model: PreparedModel) -> dict | None:
+    """What planning needs of the measurement: a layer claim's chunks (its units come from them),
+    saved ones or measured now, in memory (`measure_claim` writes them); for a component claim None,
+    once a measurement saved with other options is refused (`saved_or_measured`)."""
+    layer = opts.granularity == "layer"  # a component claim's failing file is named when measured
+    return saved_or_measured(opts, dataset, device, reporter if layer else Reporter.silent(), amp=amp,
+                             progress=progress, model=model, measure=layer)
+
+
 def saved_or_measured(opts: ClaimOptions, dataset: DatasetPlan, device, reporter: Reporter, *, amp,
                       progress: bool, model: PreparedModel, measure: bool = True) -> dict | None:
     """The dataset's chunks: the saved ones when measured with these options on this model and the file

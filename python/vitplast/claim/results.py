@@ -49,7 +49,7 @@ def analyse_claim(opts: ClaimOptions, plan: ClaimPlan, measured: dict[str, dict]
     agg = aggregate_claims(arms, permutations=opts.permutations, seed=opts.stats_seed)
     summary = {**plan.summary, "trained": sum(r.plan["trained"] for r in named.values()),
                "reused": sum(r.plan["reused"] for r in named.values())}
-    return ClaimResult(plan.record, summary, finite(est), datasets=named,
+    return ClaimResult(plan.record, summary, est, datasets=named,
                        aggregate=Aggregate.from_json(agg.to_json(), "aggregate.json", "aggregate"),
                        text=format_aggregate(agg))  # the aggregate as its file holds it
 

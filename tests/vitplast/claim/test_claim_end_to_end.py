@@ -196,7 +196,7 @@ def test_claim_end_to_end_writes_reports(whole):
         assert {"config.json", "metrics.jsonl", "summary.json"} <= files
 
 
-def test_the_result_is_typed_and_reads_back_from_claim_json(whole):
+def test_the_result_is_typed_and_reads_back_from_claim_json(whole, tmp_path):
     out, res = whole
     assert isinstance(res, ClaimResult) and res.text == (out / "claim.txt").read_text().rstrip("\n")
     assert ClaimResult.read(out / "claim.json") == dataclasses.replace(res, text=None)
@@ -205,9 +205,9 @@ def test_the_result_is_typed_and_reads_back_from_claim_json(whole):
     assert list(frame["plasticity"]) == [r.plasticity for r in res.analysis.rows]
     edited = json.loads((out / "claim.json").read_text())
     edited["analysis"]["rows"][0]["plasticity"] = "high"
-    (out / "edited.json").write_text(json.dumps(edited))
+    (tmp_path / "claim.json").write_text(json.dumps(edited))
     with pytest.raises(ResultFileError, match="checksum"):
-        ClaimResult.read(out / "edited.json")
+        ClaimResult.read(tmp_path / "claim.json")
 
 
 def test_default_holds_out_training_images_and_reports_the_validated_relative_gain(whole, tmp_path):
