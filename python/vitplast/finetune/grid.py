@@ -64,7 +64,7 @@ class PlannedRun:
         ``local_args`` (`train_grid_run`'s last three) when it trains in this process."""
         spec = self.spec
         retry = None if spec.resume else (dataclasses.replace(spec, resume=True), prepared)
-        return GridRun(spec.directory, self.label, train_grid_run, (spec, prepared), retry_args=retry,
+        return GridRun(train_grid_run, (spec, prepared), spec.directory, self.label, retry_args=retry,
                        local_args=local_args, state=self.state)
 
 

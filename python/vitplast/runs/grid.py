@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,17 +30,10 @@ from .rundir import RunDir
 
 
 @dataclasses.dataclass(frozen=True)
-class GridRun:
-    """One run of a grid: ``job(*args)`` trains it into ``directory`` and returns its summary (a
-    retry calls ``job(*retry_args)``; in this process ``local_args`` are appended: callbacks, a
-    reporter). ``state`` is its directory's when planned (``RunDir.state``)."""
+class GridRun(Job):
+    """One run of a grid: the `Job` that trains it, with ``state``, its directory's when planned
+    (``RunDir.state``)."""
 
-    directory: Path
-    label: str
-    job: Callable[..., dict]
-    args: tuple
-    retry_args: tuple | None = None
-    local_args: tuple = ()
     state: str = "new"
 
 
@@ -140,10 +133,9 @@ def train_grid(runs: Sequence[GridRun], executor, reporter: Reporter, *, progres
            if reuse_finished and r.state == "finished"}
     todo = [i for i in range(len(runs)) if i not in out]
     if alone_here and len(runs) == 1 and todo and executor.in_process:
-        summaries = [runs[0].job(*runs[0].args, *runs[0].local_args)]
+        summaries = [runs[0].fn(*runs[0].args, *runs[0].local_args)]
     else:
-        jobs = [Job(r.job, r.args, r.directory, r.label, r.retry_args, r.local_args)
-                for i, r in enumerate(runs) if i not in out]
+        jobs = [r for i, r in enumerate(runs) if i not in out]
         with contextlib.closing(GridProgress(reporter, total=len(runs), done=len(out), wanted=progress,
                                              desc="finetuning runs")) as bar:
             summaries = run_jobs(executor, jobs, bar)
