@@ -18,6 +18,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from vitplast_kernels.atomic_io import atomic_write_bytes
+
 from ..criteria import cache_key
 from ..criteria.plasticity import check_statistics
 from ..data.datasets import load_dataset
@@ -37,6 +39,7 @@ from .datasets import DatasetPlan
 from .options import ClaimOptions
 from .plasticity import measure_chunks
 from .samples import CHUNK_FIELDS
+from .scoring import FOLDER
 
 MEASUREMENT_KEYS = ("model", "weights", "model_kwargs", "img_size", "pretrained", "random_init",
                     "trust_remote_code", "model_transform", "mean", "std", "pretrain_data", "split",
@@ -140,7 +143,10 @@ def measure_claim(opts: ClaimOptions, grids: Sequence, device, reporter: Reporte
     budgets: dict[str, tuple[list, list[str]]] = {}
     if opts.shard is not None:
         return measured, budgets
+    first_arm: dict[str, DatasetPlan] = {}  # by --data: the arm that measures its dataset first
     for g in grids:
+        if write and (first := first_arm.setdefault(g.dataset.spec, g.dataset)) is not g.dataset:
+            share_measurement(first, g.dataset, reporter, chunks=g.measured is None)
         measured[g.key] = g.measured if g.measured is not None else saved_or_measured(
             opts, g.dataset, device, reporter, amp=amp, progress=progress, model=g.model)
         if write and "reused_files" not in measured[g.key]:  # measured now (a file that failed replaced)
@@ -150,3 +156,24 @@ def measure_claim(opts: ClaimOptions, grids: Sequence, device, reporter: Reporte
         budgets[g.key] = budget_sets(opts, g.names, g.sizes, g.budget_plan.budgets, scores,
                                      g.trains + g.budget_trains, g.budget_plan.lora)
     return measured, budgets
+
+
+def share_measurement(first: DatasetPlan, arm: DatasetPlan, reporter: Reporter, *,
+                      chunks: bool = True) -> None:
+    """The files ``first``, an earlier arm of the same dataset, measured and scored (its plasticity
+    chunks unless ``chunks`` is False, as for a layer claim, whose arms measured while planning; its
+    criteria's files) copied into ``arm``'s folder where it has none of its own. The arms of one dataset
+    (its optimisers) measure the same model on the same images, so ``arm``'s readers then reuse them,
+    after the checks any saved file gets (checksum, fields, and a cache key that must be the one ``arm``
+    would measure with: else it is measured again)."""
+    copied = []
+    files = [first.out / CHUNKS_FILE] if chunks else []
+    for src in files + sorted((first.out / FOLDER).glob("*.json")):
+        dest = arm.out / src.relative_to(first.out)
+        if src.is_file() and not dest.exists():
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_bytes(dest, src.read_bytes())
+            copied.append(str(src.relative_to(first.out)))
+    if copied:
+        reporter.say(f"measurement{arm.tag}: {', '.join(copied)} copied from {first.out} (the same model and "
+                     "images; each reused only if its cache key is this arm's)")

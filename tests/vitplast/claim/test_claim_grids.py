@@ -143,6 +143,28 @@ def test_several_datasets_with_the_baselines_and_their_aggregate(tmp_path):
     assert again.plan["reused"] == 14 and again.aggregate == res.aggregate
 
 
+@pytest.mark.slow
+def test_the_arms_of_one_dataset_measure_it_once(tmp_path):
+    """SGD and AdamW on one dataset: the second arm reuses the first arm's plasticity chunks and criteria
+    files (copied into its folder, read back with the checks of any saved file, its cache key included)
+    instead of measuring the same model on the same images again."""
+    out, said = tmp_path / "arms", []
+    kw = {**SMALL, "optimizer": "sgd,adamw", "seed": "0", "steps": 2, "criteria": "plasticity,size,rgn",
+          "reporter": collecting(said)}
+    res = claim(out=str(out), **kw)
+    adamw = out / "datasets" / "digits_5-9-adamw"
+    copied = [s for s in said if "copied from" in s]
+    assert len(copied) == 1 and "plasticity_chunks.json, criteria/rgn.json, criteria/size.json" in copied[0]
+    assert any(s.startswith("plasticity [digits_5-9-adamw]: loaded from") for s in said)
+    assert not any("matched pairs" in s and "adamw" in s for s in said)  # measured once, by the first arm
+    reused = {r["path"] for r in res.datasets["digits_5-9-adamw"].measurement["reused_files"]}
+    assert reused == {str(adamw / "plasticity_chunks.json"), str(adamw / "criteria" / "rgn.json"),
+                      str(adamw / "criteria" / "size.json")}
+    first, second = (res.datasets[f"digits_5-9-{o}"].analysis for o in ("sgd", "adamw"))
+    assert [r.plasticity for r in first.rows] == [r.plasticity for r in second.rows]
+    assert [(c.criterion, c.n) for c in first.criteria] == [(c.criterion, c.n) for c in second.criteria]
+
+
 @pytest.mark.parametrize("args, message", [
     (["--components", "MHA,FC1,full"], "at least 3 components besides the baselines"),
     (["--components", "MHA,FC1,LN1,full", "--granularity", "layer"], "baselines full, lora and head apply"),
