@@ -6,9 +6,9 @@ outside `vitplast.models` names a family. A ``--model`` name belongs to the fami
 A new family is a module of `vitplast.models` with its builder (``build_my(plan, request) ->
 BuiltModel``) and an entry here: its builder, what its checkpoints keep (a pretraining head that
 finetuning replaces), whether its runs are small enough to share a CPU (one thread each, side by
-side), whether ``vitplast profile`` times it, its checks of the model options and the one-time work (a
-pretraining, a download) that is not a finetuning cost. `vitplast.models.builder.build_model` builds
-every model through the entry of its source's family.
+side), whether ``vitplast profile`` times it, and its checks of the model options and of where its
+one-time work (a pretraining, a download, done by its builder on first use) would write.
+`vitplast.models.builder.build_model` builds every model through the entry of its source's family.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from .digits import build_digits, check_cache_dir, pretrained_digits_vit
+from .digits import build_digits, check_cache_dir
 from .digits_vit import check_digits_options
 from .hf_models import build_hf
 from .sources import model_source
@@ -45,7 +45,6 @@ class ModelFamily:
     small: bool = False  # tiny matrices: on CPU one thread per run, and runs side by side
     profiled: bool = True  # `vitplast profile` times it
     check: Callable[[dict | None, int | None], None] | None = None  # of --model-arg and --img-size
-    warm_up: Callable[[bool], None] | None = None  # one-time work before anything is timed
     check_plan: Callable[[ModelPlan, dict | None, object], None] | None = None  # before a build
 
     def check_build(self, plan: ModelPlan, *, pretrain_config: dict | None = None, cache_dir=None) -> None:
@@ -59,16 +58,10 @@ class ModelFamily:
         if self.check is not None:
             self.check(model_kwargs, img_size)
 
-    def prepare(self, progress: bool) -> None:
-        """The one-time work of this family (the digits ViT's pretraining), done now."""
-        if self.warm_up is not None:
-            self.warm_up(progress)
-
 
 FAMILIES = {
     "digits": ModelFamily("digits", build_digits, keeps_pretraining_head=True, small=True, profiled=False,
-                          check=check_digits_options, check_plan=_check_digits_plan,
-                          warm_up=lambda progress: pretrained_digits_vit(progress=progress)),
+                          check=check_digits_options, check_plan=_check_digits_plan),
     "timm": ModelFamily("timm", build_timm),
     "hf": ModelFamily("hf", build_hf),
 }
