@@ -108,10 +108,11 @@ def aggregate_claims(arms: dict[str, Arm], *, permutations: int = 10000, seed: i
     """The aggregate of the arms' analyses (``{name: arm}``): per-arm correlations, the pooled
     stratified test, the combined p-value."""
     analyses = {name: arm.analysis for name, arm in arms.items()}
-    per = {name: DatasetRanks(arm.data, len(an.rows), _rank(an.correlations.spearman),
-                              _rank(an.correlations.kendall), encode(an.ranking), _points(an), arm.optimizer,
+    per = {name: DatasetRanks(arms[name].data, len(an.rows), _rank(an.correlations.spearman),
+                              _rank(an.correlations.kendall), encode(an.ranking), _points(an),
+                              arms[name].optimizer,
                               [u for u in an.lr_edges if u in {r.unit for r in an.rows}])
-           for name, arm in arms.items() for an in [arm.analysis]}
+           for name, an in analyses.items()}
     kept = [(name, p) for name, d in per.items() for p in d.points
             if p.plasticity is not None and p.best_lr_gain is not None]
     left_out = sum(len(d.points) for d in per.values()) - len(kept)

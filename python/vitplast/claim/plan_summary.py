@@ -14,6 +14,10 @@ def counts(runs: Sequence) -> dict:
     return {s: sum(r.state == s for r in runs) for s in ("finished", "partial", "new")}
 
 
+def _listed(trains: list[str], most: int = 6) -> str:
+    return ", ".join(trains[:most]) + (f" ... ({len(trains) - most} more)" if len(trains) > most else "")
+
+
 def plan_summary(opts: ClaimOptions, grids: Sequence, reporter: Reporter) -> dict:
     """The plan's counts over the whole grid (``grids``: each dataset's `DatasetGrid`), said in lines
     (and the shard's part of it)."""
@@ -36,8 +40,7 @@ def plan_summary(opts: ClaimOptions, grids: Sequence, reporter: Reporter) -> dic
             "budget_runs": planned, "budget_runs_after_scoring_at_most": most,
             "budget_runs_at_most": planned + most}
     unit = "components" if first.units is None else "parameters"
-    extra = len(first.budget_trains) - 6  # the first 6 named
-    listed = ", ".join(first.budget_trains[:6]) + (f" ... ({extra} more)" if extra > 0 else "")
+    listed = _listed(first.budget_trains)
     reporter.say(f"budgets {', '.join(f'{b:,}' for b in first.budget_plan.budgets)} ({unit}): {planned} of "
                  f"these runs ({len(first.budget_trains)} sets and references: {listed}); "
                  f"after the criteria are scored, at most {most} more (a criterion's set outside the "

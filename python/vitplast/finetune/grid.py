@@ -179,12 +179,13 @@ def _check_existing(opts: FinetuneOptions, planned: list[PlannedRun]) -> None:
 def _aggregate(opts: FinetuneOptions, specs: list[RunSpec], summaries: list[dict], dctx: DistContext,
                reporter: Reporter) -> FinetuneResult:
     """The table of the grid and, for several runs, grid_summary.json and the grid plots."""
-    for spec, s in zip(specs, summaries, strict=True):
-        held = f", held-out accuracy {s['holdout_acc']:.4f}" if s.get("holdout_acc") is not None else ""
-        reporter.say(f"{spec.train:<10} lr={spec.lr:g} seed={spec.seed}: accuracy {s['initial_acc']:.4f} "
-                     f"-> {s['final_acc']:.4f} ({s['trainable_params']:,} trainable parameters{held})")
-    rows = aggregate(summaries, opts.components, opts.train)
-    result = FinetuneResult([RunSummary.of(s) for s in summaries], rows, format_table(rows))
+    runs = [RunSummary.of(s) for s in summaries]  # each checked once, then read as typed
+    for spec, s in zip(specs, runs, strict=True):
+        held = f", held-out accuracy {s.holdout_acc:.4f}" if s.holdout_acc is not None else ""
+        reporter.say(f"{spec.train:<10} lr={spec.lr:g} seed={spec.seed}: accuracy {s.initial_acc:.4f} "
+                     f"-> {s.final_acc:.4f} ({s.trainable_params:,} trainable parameters{held})")
+    rows = aggregate(runs, opts.components, opts.train)
+    result = FinetuneResult(runs, rows, format_table(rows))
     out = Path(opts.out)
     if dctx.is_main and len(specs) > 1:
         config = {f.name: getattr(opts, f.name) for f in dataclasses.fields(opts)}
